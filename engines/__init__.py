@@ -1,0 +1,1 @@
+"""The serving engine: core (sequences, KV blocks, step loop), policies, performance model."""

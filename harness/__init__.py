@@ -1,0 +1,1 @@
+"""Benchmarking and reproduction harness for LLM serving schedulers."""

@@ -1,0 +1,50 @@
+"""The two contracts every layer speaks: what to send (`RequestSpec`) and what happened (`RequestRecord`).
+
+Times are seconds on one monotonic clock per run, 0 = start of the run. Both backends (sim and
+live) produce the same `RequestRecord`s, so metrics never know which one ran.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    request_id: int
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    prompt_token_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What happened to one request.
+
+    `token_times_s` holds one time per output token, the first included (the iteration holding the
+    request's last prefill chunk produces it), so a finished request has `output_len` entries and
+    `output_len - 1` TBT samples. `first_scheduled_s` is the start of the first iteration that
+    processed any of its prompt; NaN if it never started. `dispatched_s` is NaN in simulation.
+    """
+
+    request_id: int
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    first_scheduled_s: float
+    first_token_s: float
+    finished_s: float
+    token_times_s: np.ndarray = field(repr=False)
+    dispatched_s: float = float("nan")
+    num_preemptions: int = 0
+    error: str | None = None
+
+    @property
+    def started(self) -> bool:
+        return not np.isnan(self.first_scheduled_s)
+
+    @property
+    def completed(self) -> bool:
+        return self.error is None and len(self.token_times_s) == self.output_len
