@@ -1,0 +1,16 @@
+"""Workload layer: dataset cards and traces -> `RequestSpec`s; arrival processes.
+
+Public API:
+    Workload                                          lengths only (see lengths.py)
+    load_workload(dataset, num_requests, seed)        seeded lengths from a dataset config
+    arrival_offsets(process, rate, n, seed)           absolute arrival offsets (s)
+    make_requests(workload, arrivals)                 -> list[RequestSpec]
+
+No I/O happens during a run: everything is read when the workload is built.
+"""
+from .arrivals import arrival_offsets, concurrency_limit
+from .datasets import load_workload
+from .lengths import Workload
+from .requests import make_requests
+
+__all__ = ["Workload", "load_workload", "arrival_offsets", "make_requests", "concurrency_limit"]

@@ -1,0 +1,140 @@
+"""Arrival processes as pure functions: (rate, n, seed) -> absolute offsets in seconds.
+
+Offsets are nondecreasing and start at the first gap, not at 0 (a run starts at 0 and the first
+request arrives one gap later), except for trace replay, which keeps the trace's own times.
+
+Every random process draws a *standard* variate per gap and divides by the rate, so probes at
+different rates with the same seed are exact scaled copies of one another: a capacity search
+then compares rates, not random draws.
+
+Processes (`process` mapping, from experiments/arrival/<name>.yaml):
+  poisson         exponential gaps with mean 1/rate (the paper's workload).
+  gamma           gamma gaps with mean 1/rate and coefficient of variation `cv` (burstiness:
+                  cv > 1 burstier than Poisson, cv < 1 smoother, cv = 1 is Poisson in law).
+  constant        gaps of exactly 1/rate.
+  poisson_capped  COMPATIBILITY ONLY: the original artifact's generator, exponential gaps capped
+                  at 3x the mean. E[min(X, 3/rate)] = (1 - e^-3)/rate, so the real rate is
+                  1/(1 - e^-3) = 1.0524x the nominal one and the tail of long gaps is gone;
+                  capacities measured with it read ~5 % high. Never the default.
+  trace           the `arrived_at` column of `trace_file` (same rows as the dataset, after the
+                  same max_total_tokens filter, so it pairs with dataset.sampling=sequential),
+                  multiplied by `time_scale` (0.5 = twice as fast). `rate` is ignored unless
+                  `scale_to_rate: true`, which rescales the times to a mean rate of `rate`.
+  closed_loop     a marker, not a schedule: every offset is 0 and the backend must keep at most
+                  `concurrency` requests in flight, sending the next when one finishes. A
+                  backend that does not honour `concurrency_limit(process)` would turn it into a
+                  burst of n requests at t=0, so backends must check it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from harness.errors import HarnessError
+
+from .seeding import ARRIVALS, check_seed, rng_for
+from .trace_file import read_trace
+
+CAP_FACTOR = 3.0  # the original artifact's gap cap, in units of the mean gap
+
+
+def _check_rate(rate: object) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) or rate <= 0:
+        raise HarnessError(f"arrival rate must be a finite number > 0 (requests/s), got {rate!r}")
+    return float(rate)
+
+
+def _check_n(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise HarnessError(f"number of arrivals must be a non-negative integer, got {n!r}")
+    return int(n)
+
+
+def poisson(rate: float, n: int, seed: int) -> np.ndarray:
+    gaps = rng_for(ARRIVALS, seed).standard_exponential(_check_n(n))
+    return np.cumsum(gaps / _check_rate(rate))
+
+
+def poisson_capped(rate: float, n: int, seed: int) -> np.ndarray:
+    gaps = np.minimum(rng_for(ARRIVALS, seed).standard_exponential(_check_n(n)), CAP_FACTOR)
+    return np.cumsum(gaps / _check_rate(rate))
+
+
+def gamma(rate: float, n: int, seed: int, cv: float = 1.0) -> np.ndarray:
+    if isinstance(cv, bool) or not isinstance(cv, numbers.Real) or not math.isfinite(cv) or cv <= 0:
+        raise HarnessError(f"arrival.cv must be a finite number > 0, got {cv!r}")
+    shape = 1.0 / (cv * cv)  # gamma(k, 1/k) has mean 1 and CV 1/sqrt(k)
+    gaps = rng_for(ARRIVALS, seed).standard_gamma(shape, _check_n(n)) / shape
+    return np.cumsum(gaps / _check_rate(rate))
+
+
+def constant(rate: float, n: int, seed: int) -> np.ndarray:
+    check_seed(seed)
+    return np.arange(1, _check_n(n) + 1, dtype=np.float64) / _check_rate(rate)
+
+
+def trace(rate: float | None, n: int, seed: int, trace_file: str | None = None, time_scale: float = 1.0,
+          scale_to_rate: bool = False, max_total_tokens: int | None = None) -> np.ndarray:
+    check_seed(seed)
+    n = _check_n(n)
+    if not trace_file:
+        raise HarnessError("arrival process 'trace' needs arrival.trace_file (a trace with an arrived_at column)")
+    if isinstance(time_scale, bool) or not isinstance(time_scale, numbers.Real) or not math.isfinite(time_scale) or time_scale <= 0:
+        raise HarnessError(f"arrival.time_scale must be a finite number > 0, got {time_scale!r}")
+    rows = read_trace(trace_file, max_total_tokens, need_arrivals=True)
+    t = rows.arrived_at
+    if n > t.size:
+        raise HarnessError(f"{rows.path}: {n} arrivals asked for but the trace has {t.size} rows after filtering")
+    t = t[:n] * float(time_scale)
+    if scale_to_rate and n > 0:
+        span = t[-1] - t[0]
+        if span <= 0:
+            raise HarnessError(f"{rows.path}: the first {n} arrivals have no time span; cannot scale to a rate")
+        # mean rate over the replayed window = (n - 1) / span; scale so it equals `rate`
+        t = t * ((n - 1) / span / _check_rate(rate))
+    return t
+
+
+def closed_loop(rate: float | None, n: int, seed: int, concurrency: int | None = None) -> np.ndarray:
+    check_seed(seed)
+    _concurrency(concurrency)
+    return np.zeros(_check_n(n))
+
+
+def _concurrency(c: object) -> int:
+    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
+        raise HarnessError(f"arrival.concurrency must be a positive integer for closed_loop, got {c!r}")
+    return int(c)
+
+
+def concurrency_limit(process: Mapping) -> int | None:
+    """The closed-loop concurrency a backend must enforce, or None for open-loop processes."""
+    return _concurrency(process.get("concurrency")) if process.get("name") == "closed_loop" else None
+
+
+PROCESSES: dict[str, tuple[Callable[..., np.ndarray], tuple[str, ...]]] = {
+    "poisson": (poisson, ()),
+    "poisson_capped": (poisson_capped, ()),
+    "gamma": (gamma, ("cv",)),
+    "constant": (constant, ()),
+    "trace": (trace, ("trace_file", "time_scale", "scale_to_rate", "max_total_tokens")),
+    "closed_loop": (closed_loop, ("concurrency",)),
+}
+# Processes whose offsets do not depend on `rate` (rate may be None for them).
+RATE_FREE = {"closed_loop"}
+
+
+def arrival_offsets(process: Mapping, rate: float, n: int, seed: int) -> np.ndarray:
+    if not isinstance(process, Mapping):
+        raise HarnessError(f"arrival process must be a mapping, got {type(process).__name__}")
+    name = process.get("name")
+    if name not in PROCESSES:
+        raise HarnessError(f"unknown arrival process {name!r} (known: {', '.join(PROCESSES)})")
+    fn, params = PROCESSES[name]
+    if name not in RATE_FREE and not (name == "trace" and not process.get("scale_to_rate")):
+        _check_rate(rate)
+    kwargs = {k: process[k] for k in params if process.get(k) is not None}
+    return fn(rate, n, seed, **kwargs)

@@ -1,0 +1,28 @@
+"""Where committed data lives and how user-given paths are resolved."""
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO_ROOT / "data"
+
+
+def resolve_path(path: str | Path) -> Path:
+    """Absolute paths as given; relative ones against the current directory, else the repo root.
+
+    The fallback lets configs name files relative to the repository (e.g.
+    `../shared/traces/x.csv`) and still work when Hydra or a test runs from another directory.
+    """
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    alt = REPO_ROOT / p
+    return alt if alt.exists() else p
+
+
+def display_path(path: Path) -> str:
+    """A path as shown to users and in `Workload.source`: repo-relative when possible."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
