@@ -1,0 +1,48 @@
+"""What one iteration computes: per sequence, how many new tokens over how much cached context."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engines.core.sequence import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    seqs: tuple[Sequence, ...]
+    new_tokens: tuple[int, ...]  # tokens computed this iteration (a decode: 1)
+    context_lens: tuple[int, ...]  # tokens already in the KV cache before this iteration
+    is_prefill: tuple[bool, ...]
+
+    @staticmethod
+    def build(items: list[tuple[Sequence, int]]) -> Batch:
+        """From (sequence, new tokens) pairs, taking context and phase from each sequence's state."""
+        seqs = tuple(s for s, _ in items)
+        return Batch(
+            seqs=seqs,
+            new_tokens=tuple(n for _, n in items),
+            context_lens=tuple(s.num_computed for s in seqs),
+            is_prefill=tuple(s.is_prefill for s in seqs),
+        )
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.new_tokens)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(n for n, p in zip(self.new_tokens, self.is_prefill) if p)
+
+    @property
+    def num_decodes(self) -> int:
+        return sum(1 for p in self.is_prefill if not p)
+
+    @property
+    def has_prefill(self) -> bool:
+        return any(self.is_prefill)
+
+    @property
+    def is_decode_only(self) -> bool:
+        return not any(self.is_prefill)

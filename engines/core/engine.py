@@ -1,0 +1,168 @@
+"""The engine step loop: add, schedule, complete, abort. No clock, no I/O: deterministic.
+
+A policy (engines/schedulers) decides what each iteration computes; the engine owns the queues,
+the KV blocks and the bookkeeping that follows a finished iteration. The caller (a simulator or a
+server) runs the batch and calls `complete` when it is done.
+"""
+from __future__ import annotations
+
+from bisect import insort
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from engines.core.batch import Batch
+from engines.core.block_manager import BlockManager
+from engines.core.sequence import Sequence, SequenceStatus
+
+
+class Policy(Protocol):
+    reserves_kv: bool  # reservation-mode KV (Orca, FasterTransformer)
+
+    def schedule(self, engine: Engine) -> Batch | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    produced: tuple[Sequence, ...]  # sequences that made one output token this iteration
+    finished: tuple[Sequence, ...]
+
+
+class Engine:
+    def __init__(self, policy: Policy, blocks: BlockManager, max_model_len: int) -> None:
+        self.policy = policy
+        self.blocks = blocks
+        self.max_model_len = max_model_len
+        self.waiting: deque[Sequence] = deque()
+        # Running sequences sorted by arrival (seq_id): FCFS priority, the newest is preempted first.
+        self.running: list[Sequence] = []
+        self.seqs: dict[int, Sequence] = {}
+        self.num_preemptions = 0  # total so far; lets a caller see whether a schedule() preempted
+
+    # -- requests -------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        if seq.max_len > self.max_model_len:
+            raise ValueError(
+                f"request {seq.seq_id}: prompt {seq.prompt_len} + output {seq.output_len} tokens "
+                f"exceed max_model_len {self.max_model_len}"
+            )
+        if seq.seq_id in self.seqs:
+            raise ValueError(f"request {seq.seq_id} added twice")
+        self.seqs[seq.seq_id] = seq
+        self.waiting.append(seq)
+
+    def abort(self, seq_id: int) -> None:
+        seq = self.seqs.pop(seq_id, None)
+        if seq is None or seq.is_finished:
+            return
+        if seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        else:
+            self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.status = SequenceStatus.ABORTED
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- operations the policies use --------------------------------------------------------
+    def admit_next(self) -> Sequence:
+        """Move the head of the waiting queue to running, allocating its KV blocks."""
+        seq = self.waiting.popleft()
+        self.blocks.admit(seq)
+        seq.status = SequenceStatus.RUNNING
+        insort(self.running, seq, key=_arrival_order)
+        return seq
+
+    def preempt(self, seq: Sequence) -> None:
+        """Preempt by recompute: free the KV cache, put the sequence back at the head of the queue."""
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.reset_for_recompute()
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # -- the step loop ----------------------------------------------------------------------
+    def schedule(self) -> Batch | None:
+        batch = self.policy.schedule(self)
+        if batch is None or len(batch) == 0:
+            return None
+        for seq in batch.seqs:
+            seq.in_flight = True
+        return batch
+
+    def complete(self, batch: Batch) -> StepOutput:
+        produced: list[Sequence] = []
+        finished: list[Sequence] = []
+        for seq, n in zip(batch.seqs, batch.new_tokens):
+            seq.in_flight = False
+            if seq.status is not SequenceStatus.RUNNING:  # aborted while in flight
+                continue
+            seq.num_computed += n
+            if seq.num_computed < seq.prefill_target:
+                continue  # a prefill chunk that is not the last one makes no token
+            seq.num_generated += 1
+            produced.append(seq)
+            if seq.num_generated == seq.output_len:
+                self._finish(seq)
+                finished.append(seq)
+        return StepOutput(tuple(produced), tuple(finished))
+
+    # -- runs of identical decode-only iterations -------------------------------------------
+    def decode_run_limit(self, batch: Batch) -> int:
+        """How many times `batch` (decode-only) can repeat with the same sequences.
+
+        The run ends with the iteration that finishes the first sequence, or before the
+        iteration whose block allocation the free list could not cover (then the policy must
+        decide about preemption). Policies admit FCFS and stop at the first request that does
+        not fit, and during a decode-only run free blocks only shrink and the running set is
+        fixed, so a request that could not be admitted at the start cannot be admitted inside
+        the run; the caller still stops the run at an arrival when the waiting queue is empty.
+        """
+        seqs = batch.seqs
+        limit = min(s.remaining_output for s in seqs)
+        if self.blocks.reserve_tokens is not None:
+            return limit
+
+        def blocks_needed(k: int) -> int:
+            return sum(self.blocks.blocks_to_grow(s, s.num_computed + k) for s in seqs)
+
+        # The first iteration's slots were already allocated by the policy.
+        free = self.blocks.num_free
+        if blocks_needed(limit) <= free:
+            return limit
+        lo, hi = 1, limit  # blocks_needed(lo) <= free < blocks_needed(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if blocks_needed(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def complete_decode_run(self, batch: Batch, k: int) -> tuple[Sequence, ...]:
+        """Complete `k` repetitions of a decode-only batch at once; returns the finished sequences.
+
+        Exactly what k alternating schedule()/complete() calls would do, given k <= decode_run_limit.
+        """
+        finished = []
+        for seq in batch.seqs:
+            seq.in_flight = False
+            self.blocks.grow(seq, seq.num_computed + k)
+            seq.num_computed += k
+            seq.num_generated += k
+            if seq.num_generated == seq.output_len:
+                self._finish(seq)
+                finished.append(seq)
+        return tuple(finished)
+
+    def _finish(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.FINISHED
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        del self.seqs[seq.seq_id]
+
+
+def _arrival_order(seq: Sequence) -> int:
+    return seq.seq_id

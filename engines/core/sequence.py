@@ -1,0 +1,79 @@
+"""One request inside the engine: how far its prompt has been computed, how many tokens it made.
+
+Token accounting (ARCHITECTURE.md): the iteration holding a request's last prefill chunk produces
+its first output token; every later decode iteration feeds back the newest token and produces the
+next one. Preemption by recompute discards the KV cache and re-prefills prompt + generated tokens,
+which produces the next token directly (as vLLM does).
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+
+class Sequence:
+    __slots__ = (
+        "seq_id",
+        "prompt_len",
+        "output_len",
+        "status",
+        "num_computed",
+        "num_generated",
+        "prefill_target",
+        "block_table",
+        "num_preemptions",
+        "in_flight",
+    )
+
+    def __init__(self, seq_id: int, prompt_len: int, output_len: int) -> None:
+        if prompt_len < 1 or output_len < 1:
+            raise ValueError(f"sequence {seq_id}: prompt_len and output_len must be >= 1, got {prompt_len}, {output_len}")
+        self.seq_id = seq_id
+        self.prompt_len = prompt_len
+        self.output_len = output_len
+        self.status = SequenceStatus.WAITING
+        self.num_computed = 0  # tokens whose KV is in the cache
+        self.num_generated = 0  # output tokens produced so far, the first included
+        self.prefill_target = prompt_len  # tokens the current prefill must compute
+        self.block_table: list[int] = []
+        self.num_preemptions = 0
+        self.in_flight = False  # inside a batch that is executing (pipeline parallelism)
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_computed < self.prefill_target
+
+    @property
+    def remaining_prefill(self) -> int:
+        return self.prefill_target - self.num_computed
+
+    @property
+    def remaining_output(self) -> int:
+        return self.output_len - self.num_generated
+
+    @property
+    def max_len(self) -> int:
+        """Tokens the sequence holds in KV at most (the last token is never fed back)."""
+        return self.prompt_len + self.output_len - 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (SequenceStatus.FINISHED, SequenceStatus.ABORTED)
+
+    def reset_for_recompute(self) -> None:
+        self.num_computed = 0
+        self.prefill_target = self.prompt_len + self.num_generated
+        self.num_preemptions += 1
+        self.status = SequenceStatus.WAITING
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence(id={self.seq_id}, {self.status.value}, computed={self.num_computed}/"
+            f"{self.prefill_target}, generated={self.num_generated}/{self.output_len})"
+        )

@@ -1,0 +1,54 @@
+"""Scheduling policies, one module each, and the factory that builds an engine around one."""
+from __future__ import annotations
+
+from engines.core import DEFAULT_BLOCK_SIZE, BlockManager, Engine, Policy, blocks_for
+from engines.schedulers.chunked_only import ChunkedOnlyPolicy
+from engines.schedulers.config import POLICIES, SchedulerConfig
+from engines.schedulers.fastertransformer import FasterTransformerPolicy
+from engines.schedulers.orca import OrcaPolicy
+from engines.schedulers.sarathi import SarathiPolicy
+from engines.schedulers.vllm import VllmPolicy
+
+
+def make_policy(cfg: SchedulerConfig, max_model_len: int) -> Policy:
+    match cfg.policy:
+        case "sarathi":
+            return SarathiPolicy(cfg.token_budget, cfg.max_num_seqs)
+        case "hybrid_only":
+            return SarathiPolicy(cfg.token_budget, cfg.max_num_seqs, chunked_prefill=False)
+        case "chunked_only":
+            return ChunkedOnlyPolicy(cfg.token_budget, cfg.max_num_seqs)
+        case "vllm":
+            limit = cfg.max_num_batched_tokens or max_model_len
+            if limit < max_model_len:
+                raise ValueError(
+                    f"vllm policy: max_num_batched_tokens {limit} < max_model_len {max_model_len} "
+                    "would leave long prompts waiting forever"
+                )
+            return VllmPolicy(cfg.max_num_seqs, limit)
+        case "orca":
+            return OrcaPolicy(cfg.max_num_seqs)
+        case "fastertransformer":
+            return FasterTransformerPolicy(cfg.max_num_seqs)
+    raise ValueError(f"unknown scheduler policy {cfg.policy!r}; known: {', '.join(POLICIES)}")
+
+
+def make_engine(
+    cfg: SchedulerConfig,
+    kv_capacity_tokens: int,
+    max_model_len: int,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> Engine:
+    """An engine with `cfg`'s policy over a KV cache of `kv_capacity_tokens` tokens."""
+    policy = make_policy(cfg, max_model_len)
+    num_blocks = kv_capacity_tokens // block_size
+    reserve = max_model_len if policy.reserves_kv else None
+    if num_blocks < blocks_for(max_model_len, block_size):
+        raise ValueError(
+            f"KV cache of {kv_capacity_tokens} tokens cannot hold one sequence of max_model_len {max_model_len}"
+        )
+    blocks = BlockManager(num_blocks, block_size, reserve_tokens=reserve)
+    return Engine(policy, blocks, max_model_len)
+
+
+__all__ = ["POLICIES", "SchedulerConfig", "make_engine", "make_policy"]

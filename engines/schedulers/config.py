@@ -1,0 +1,26 @@
+"""Scheduler settings shared by every policy; each policy reads the fields it needs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+POLICIES = ("sarathi", "vllm", "orca", "fastertransformer", "hybrid_only", "chunked_only")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    policy: str
+    max_num_seqs: int = 128
+    # Sarathi and chunked-only: tokens per iteration, decode tokens included.
+    token_budget: int = 512
+    # vLLM baseline: tokens of whole prompts in one prefill batch; None = max_model_len.
+    max_num_batched_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown scheduler policy {self.policy!r}; known: {', '.join(POLICIES)}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.token_budget < 1:
+            raise ValueError(f"token_budget must be >= 1, got {self.token_budget}")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")

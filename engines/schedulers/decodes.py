@@ -1,0 +1,36 @@
+"""The decode pass shared by the paged-KV policies (Sarathi, vLLM, chunked-only)."""
+from __future__ import annotations
+
+from engines.core import Engine, Sequence
+
+
+def schedule_decodes(engine: Engine) -> tuple[list[Sequence], list[Sequence]]:
+    """Give every running decode one KV slot, preempting by recompute when the free list runs dry.
+
+    Walks running sequences in priority order (arrival). When a decode needs a block and none is
+    free, the lowest-priority sequence not yet visited is preempted; if none is left, the decode
+    itself is (vLLM's and Sarathi-Serve's rule). Returns (decodes that got a slot, running
+    prefills still waiting for chunks), both in priority order. Sequences in flight (pipeline
+    parallelism) are skipped and never chosen as victims.
+    """
+    pending = [s for s in engine.running if not s.in_flight]
+    decodes: list[Sequence] = []
+    prefills: list[Sequence] = []
+    i = 0
+    while i < len(pending):
+        seq = pending[i]
+        i += 1
+        if seq.is_prefill:
+            prefills.append(seq)
+            continue
+        needed = seq.num_computed + 1
+        while not engine.blocks.can_grow(seq, needed):
+            if len(pending) > i:
+                engine.preempt(pending.pop())
+            else:
+                engine.preempt(seq)
+                break
+        else:
+            engine.blocks.grow(seq, needed)
+            decodes.append(seq)
+    return decodes, prefills

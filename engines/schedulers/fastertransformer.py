@@ -1,0 +1,29 @@
+"""FasterTransformer's request-level batching: a batch runs until all of its requests finish.
+
+When nothing runs, admit up to max_num_seqs waiting requests (KV reserved for the maximum
+sequence length) and prefill their whole prompts together; then decode only, never admitting,
+until the last of them finishes.
+"""
+from __future__ import annotations
+
+from engines.core import Batch, Engine, Sequence
+
+
+class FasterTransformerPolicy:
+    reserves_kv = True
+
+    def __init__(self, max_num_seqs: int) -> None:
+        self.max_num_seqs = max_num_seqs
+
+    def schedule(self, engine: Engine) -> Batch | None:
+        if engine.running:
+            items = [(s, 1) for s in engine.running if not s.in_flight]
+            return Batch.build(items) if items else None
+        admitted: list[tuple[Sequence, int]] = []
+        while engine.waiting and len(engine.running) < self.max_num_seqs:
+            seq = engine.waiting[0]
+            if not engine.blocks.can_admit(seq):
+                break
+            engine.admit_next()
+            admitted.append((seq, seq.remaining_prefill))
+        return Batch.build(admitted) if admitted else None

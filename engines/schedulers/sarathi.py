@@ -1,0 +1,53 @@
+"""Sarathi-Serve's stall-free batching, and its hybrid-batching-only ablation.
+
+Each iteration: (1) every running decode gets one token; (2) ongoing prefills continue with
+chunks; (3) new requests are admitted FCFS, each chunk min(remaining prompt, budget - tokens
+already in the batch). The token budget counts decode tokens too, and decodes are never held back.
+With `chunked_prefill=False` (hybrid batching only) prompts are never split: a prompt joins the
+batch whole if it fits the remaining budget, or alone as the batch's only prefill.
+"""
+from __future__ import annotations
+
+from engines.core import Batch, Engine, Sequence
+from engines.schedulers.decodes import schedule_decodes
+
+
+class SarathiPolicy:
+    reserves_kv = False
+
+    def __init__(self, token_budget: int, max_num_seqs: int, chunked_prefill: bool = True) -> None:
+        self.token_budget = token_budget
+        self.max_num_seqs = max_num_seqs
+        self.chunked_prefill = chunked_prefill
+
+    def _chunk(self, seq: Sequence, room: int, has_prefill: bool) -> int:
+        if self.chunked_prefill:
+            return max(0, min(seq.remaining_prefill, room))
+        if seq.remaining_prefill <= room or not has_prefill:
+            return seq.remaining_prefill
+        return 0
+
+    def schedule(self, engine: Engine) -> Batch | None:
+        decodes, prefills = schedule_decodes(engine)
+        items: list[tuple[Sequence, int]] = [(s, 1) for s in decodes]
+        used = len(decodes)
+        has_prefill = False
+        for seq in prefills:
+            chunk = self._chunk(seq, self.token_budget - used, has_prefill)
+            if chunk == 0:
+                break
+            items.append((seq, chunk))
+            used += chunk
+            has_prefill = True
+        while engine.waiting:
+            seq = engine.waiting[0]
+            if len(engine.running) >= self.max_num_seqs or not engine.blocks.can_admit(seq):
+                break
+            chunk = self._chunk(seq, self.token_budget - used, has_prefill)
+            if chunk == 0:
+                break
+            engine.admit_next()
+            items.append((seq, chunk))
+            used += chunk
+            has_prefill = True
+        return Batch.build(items) if items else None

@@ -1,0 +1,32 @@
+"""Shared helpers for engine/policy tests: random workloads and an engine driver with invariants."""
+from __future__ import annotations
+
+from engines.core import Batch, Engine, Sequence
+from engines.schedulers import SchedulerConfig, make_engine
+
+ALL_POLICIES = ("sarathi", "vllm", "orca", "fastertransformer", "hybrid_only", "chunked_only")
+
+
+def build(policy: str, budget: int, max_seqs: int, kv_tokens: int, max_model_len: int) -> Engine:
+    return make_engine(SchedulerConfig(policy, max_num_seqs=max_seqs, token_budget=budget), kv_tokens, max_model_len)
+
+
+def drive(engine: Engine, lengths: list[tuple[int, int]], check=None, max_iters: int = 200_000) -> tuple[list[Batch], dict[int, int]]:
+    """Add all requests, step until done; call check(engine, batch) on every batch. Returns batches and tokens per seq."""
+    seqs = [Sequence(i, p, o) for i, (p, o) in enumerate(lengths)]
+    for s in seqs:
+        engine.add(s)
+    batches = []
+    produced = {s.seq_id: 0 for s in seqs}
+    while engine.has_unfinished:
+        running_before = [s for s in engine.running]
+        batch = engine.schedule()
+        assert batch is not None, "engine stalled with unfinished requests"
+        if check is not None:
+            check(engine, batch, running_before)
+        out = engine.complete(batch)
+        for s in out.produced:
+            produced[s.seq_id] += 1
+        batches.append(batch)
+        assert len(batches) < max_iters
+    return batches, produced
