@@ -5,12 +5,24 @@ Public API:
     load_workload(dataset, num_requests, seed)        seeded lengths from a dataset config
     arrival_offsets(process, rate, n, seed)           absolute arrival offsets (s)
     make_requests(workload, arrivals)                 -> list[RequestSpec]
+    prompt_token_ids(n_tokens, vocab_size, seed, special_ids)   random non-special ids (live runs)
+    with_prompt_token_ids(requests, vocab_size, seed, special_ids)
+    concurrency_limit(process)                        closed-loop limit a backend must honour
 
 No I/O happens during a run: everything is read when the workload is built.
 """
 from .arrivals import arrival_offsets, concurrency_limit
 from .datasets import load_workload
 from .lengths import Workload
+from .prompts import prompt_token_ids, with_prompt_token_ids
 from .requests import make_requests
 
-__all__ = ["Workload", "load_workload", "arrival_offsets", "make_requests", "concurrency_limit"]
+__all__ = [
+    "Workload",
+    "load_workload",
+    "arrival_offsets",
+    "make_requests",
+    "concurrency_limit",
+    "prompt_token_ids",
+    "with_prompt_token_ids",
+]
