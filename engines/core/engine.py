@@ -17,6 +17,11 @@ from engines.core.sequence import Sequence, SequenceStatus
 
 
 class Policy(Protocol):
+    """A scheduling policy. Optionally it defines `decode_batch_repeats(engine) -> bool`, saying
+    whether the decode-only batch it just returned would be returned again (with the same
+    sequences) while nothing arrives or finishes; policies without it are assumed to say yes,
+    which holds for FCFS admission that stops at the first request that does not fit."""
+
     reserves_kv: bool  # reservation-mode KV (Orca, FasterTransformer)
 
     def schedule(self, engine: Engine) -> Batch | None: ...
@@ -120,6 +125,9 @@ class Engine:
         fixed, so a request that could not be admitted at the start cannot be admitted inside
         the run; the caller still stops the run at an arrival when the waiting queue is empty.
         """
+        repeats = getattr(self.policy, "decode_batch_repeats", None)
+        if repeats is not None and not repeats(self):
+            return 1
         seqs = batch.seqs
         limit = min(s.remaining_output for s in seqs)
         if self.blocks.reserve_tokens is not None:

@@ -39,6 +39,14 @@ class ChunkedOnlyPolicy:
             used += chunk
         return items
 
+    def decode_batch_repeats(self, engine: Engine) -> bool:
+        """A decode turn repeats only if the prefill turn between would find nothing to do."""
+        if any(s.is_prefill and not s.in_flight for s in engine.running):
+            return False
+        if not engine.waiting:
+            return True
+        return len(engine.running) >= self.max_num_seqs or not engine.blocks.can_admit(engine.waiting[0])
+
     def schedule(self, engine: Engine) -> Batch | None:
         if self._prefill_turn:
             items = self._prefill_batch(engine)

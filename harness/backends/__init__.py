@@ -1,0 +1,1 @@
+"""Backends turn RequestSpecs into RequestRecords: `sim` (virtual clock) and, later, `live` (HTTP)."""

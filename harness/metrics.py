@@ -1,0 +1,136 @@
+"""Metrics from RequestRecords, whichever backend produced them. Names are defined once, here.
+
+- `ttft`: first token time - arrival.
+- `tbt`: gap between consecutive output tokens of one request (the first token is not a sample);
+  pooled over all requests, so P99 TBT is the paper's "P99 time between tokens".
+- `tpot`: per-request mean TBT.
+- `scheduling_delay`: first scheduled - arrival; a request that never started counts as +inf
+  (a violation, never an absence).
+- `e2e`: finish - arrival.
+- `dispatch_lag` (live only): actual - planned send time.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from harness.records import RequestRecord
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    @staticmethod
+    def of(values: np.ndarray) -> Distribution:
+        values = np.asarray(values, dtype=np.float64)
+        if values.size == 0:
+            nan = float("nan")
+            return Distribution(0, nan, nan, nan, nan, nan)
+        p50, p90, p99 = np.quantile(values, QUANTILES)
+        with np.errstate(invalid="ignore"):
+            mean = float(np.mean(values))
+        return Distribution(int(values.size), mean, float(p50), float(p90), float(p99), float(np.max(values)))
+
+
+@dataclass(frozen=True)
+class Summary:
+    num_requests: int
+    num_completed: int
+    num_unstarted: int
+    num_preemptions: int
+    duration_s: float  # first arrival to last token
+    request_throughput: float  # completed requests per second of duration
+    output_token_throughput: float
+    ttft: Distribution
+    tbt: Distribution
+    tpot: Distribution
+    scheduling_delay: Distribution
+    e2e: Distribution
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def tbt_samples(records: Sequence[RequestRecord]) -> np.ndarray:
+    gaps = [np.diff(r.token_times_s) for r in records if len(r.token_times_s) > 1]
+    return np.concatenate(gaps) if gaps else np.empty(0)
+
+
+def scheduling_delays(records: Sequence[RequestRecord]) -> np.ndarray:
+    delays = np.array([r.first_scheduled_s - r.arrival_s for r in records], dtype=np.float64)
+    return np.where(np.isnan(delays), np.inf, delays)
+
+
+def summarize(records: Sequence[RequestRecord]) -> Summary:
+    if not records:
+        raise ValueError("no records to summarize")
+    arrival = np.array([r.arrival_s for r in records])
+    first_token = np.array([r.first_token_s for r in records])
+    finished = np.array([r.finished_s for r in records])
+    completed = np.array([r.completed for r in records])
+    n_tokens = sum(len(r.token_times_s) for r in records)
+    last = max((r.token_times_s[-1] for r in records if len(r.token_times_s)), default=np.nan)
+    duration = float(last - arrival.min()) if np.isfinite(last) else float("nan")
+    tpot = [np.mean(np.diff(r.token_times_s)) for r in records if len(r.token_times_s) > 1]
+    return Summary(
+        num_requests=len(records),
+        num_completed=int(completed.sum()),
+        num_unstarted=int(sum(not r.started for r in records)),
+        num_preemptions=int(sum(r.num_preemptions for r in records)),
+        duration_s=duration,
+        request_throughput=float(completed.sum() / duration) if duration > 0 else float("nan"),
+        output_token_throughput=float(n_tokens / duration) if duration > 0 else float("nan"),
+        ttft=Distribution.of((first_token - arrival)[~np.isnan(first_token)]),
+        tbt=Distribution.of(tbt_samples(records)),
+        tpot=Distribution.of(np.array(tpot)),
+        scheduling_delay=Distribution.of(scheduling_delays(records)),
+        e2e=Distribution.of((finished - arrival)[completed]),
+    )
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The paper's capacity criterion: P99 TBT <= tbt_s and median scheduling delay <= 2 s."""
+
+    tbt_s: float
+    tbt_quantile: float = 0.99
+    scheduling_delay_s: float = 2.0
+    scheduling_delay_quantile: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.tbt_s > 0 or not self.scheduling_delay_s > 0:
+            raise ValueError(f"SLO limits must be > 0, got tbt {self.tbt_s}, scheduling delay {self.scheduling_delay_s}")
+        for q in (self.tbt_quantile, self.scheduling_delay_quantile):
+            if not 0 < q <= 1:
+                raise ValueError(f"SLO quantiles must be in (0, 1], got {q}")
+
+
+@dataclass(frozen=True)
+class SloVerdict:
+    passed: bool
+    tbt_s: float  # the measured TBT quantile
+    scheduling_delay_s: float  # the measured scheduling-delay quantile
+    reason: str
+
+
+def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
+    tbts = tbt_samples(records)
+    tbt_q = float(np.quantile(tbts, slo.tbt_quantile)) if tbts.size else 0.0
+    # "higher" so that unstarted requests (+inf) are never interpolated away.
+    delay_q = float(np.quantile(scheduling_delays(records), slo.scheduling_delay_quantile, method="higher"))
+    reasons = []
+    if tbt_q > slo.tbt_s:
+        reasons.append(f"P{slo.tbt_quantile * 100:g} TBT {tbt_q:.3f}s > {slo.tbt_s:g}s")
+    if delay_q > slo.scheduling_delay_s:
+        reasons.append(f"P{slo.scheduling_delay_quantile * 100:g} scheduling delay {delay_q:.3f}s > {slo.scheduling_delay_s:g}s")
+    return SloVerdict(not reasons, tbt_q, delay_q, "; ".join(reasons) or "ok")
