@@ -36,9 +36,12 @@ class Distribution:
         if values.size == 0:
             nan = float("nan")
             return Distribution(0, nan, nan, nan, nan, nan)
-        p50, p90, p99 = np.quantile(values, QUANTILES)
         with np.errstate(invalid="ignore"):
+            qs = np.quantile(values, QUANTILES)
             mean = float(np.mean(values))
+        if np.isinf(values).any():  # interpolating between two +inf gives NaN; the answer is +inf
+            qs = np.where(np.isnan(qs), np.inf, qs)
+        p50, p90, p99 = qs
         return Distribution(int(values.size), mean, float(p50), float(p90), float(p99), float(np.max(values)))
 
 

@@ -1,0 +1,52 @@
+"""Metric definitions: TBT excludes the first token, unstarted requests violate, SLO verdicts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.metrics import Slo, check_slo, summarize, tbt_samples
+from harness.records import RequestRecord
+
+
+def rec(i, arrival, sched, times, output_len=None):
+    times = np.asarray(times, dtype=float)
+    return RequestRecord(
+        request_id=i,
+        arrival_s=arrival,
+        prompt_len=10,
+        output_len=len(times) if output_len is None else output_len,
+        first_scheduled_s=sched,
+        first_token_s=times[0] if len(times) else np.nan,
+        finished_s=times[-1] if len(times) else np.nan,
+        token_times_s=times,
+    )
+
+
+def test_tbt_samples_exclude_first_token():
+    r = rec(0, 0.0, 0.1, [1.0, 1.5, 2.5])
+    np.testing.assert_allclose(tbt_samples([r]), [0.5, 1.0])
+    s = summarize([r])
+    assert s.tbt.count == 2 and s.ttft.p50 == 1.0 and s.scheduling_delay.p50 == pytest.approx(0.1)
+    assert s.e2e.p50 == 2.5 and s.num_completed == 1
+
+
+def test_unstarted_requests_count_as_violations():
+    done = [rec(i, 0.0, 0.1, [0.5, 0.6]) for i in range(4)]
+    never = [rec(10 + i, 0.0, np.nan, [], output_len=5) for i in range(5)]
+    v = check_slo(done + never, Slo(tbt_s=1.0))
+    assert not v.passed and v.scheduling_delay_s == np.inf and "scheduling delay" in v.reason
+    assert summarize(done + never).num_unstarted == 5
+
+
+def test_slo_verdict_on_tbt():
+    rs = [rec(i, 0.0, 0.0, np.arange(101) * (0.05 if i else 0.5)) for i in range(2)]
+    v = check_slo(rs, Slo(tbt_s=0.2))
+    assert not v.passed and v.tbt_s == pytest.approx(0.5)
+    assert check_slo(rs, Slo(tbt_s=0.6)).passed
+
+
+def test_bad_slo():
+    with pytest.raises(ValueError):
+        Slo(tbt_s=0)
+    with pytest.raises(ValueError):
+        Slo(tbt_s=1, tbt_quantile=1.5)
