@@ -1,0 +1,1 @@
+"""`python -m harness.data`: dataset statistics, samples, and trace building (see cli.py)."""

@@ -1,0 +1,74 @@
+"""Dataset configs for the data CLI: `dataset=NAME` plus Hydra-style `dataset.KEY=VALUE` overrides.
+
+NAME is a file of experiments/dataset/ (the same group the experiments compose), or a path to a
+YAML file. Values are parsed as YAML, so `dataset.trace_file=null` and `dataset.max_total_tokens=4096`
+mean what they say.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from harness.errors import HarnessError
+from harness.workload.paths import REPO_ROOT, resolve_path
+
+DATASET_DIR = REPO_ROOT / "experiments" / "dataset"
+CARD_DIR = REPO_ROOT / "data" / "cards"
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    args = {}
+    for a in argv:
+        key, sep, value = a.partition("=")
+        if not sep or not key:
+            raise HarnessError(f"expected KEY=VALUE, got {a!r}")
+        args[key] = value
+    return args
+
+
+def parse_value(text: str):
+    try:
+        return yaml.safe_load(text) if text != "" else None
+    except yaml.YAMLError:
+        return text
+
+
+def load_dataset_config(args: dict[str, str]) -> dict:
+    name = args.get("dataset")
+    if not name:
+        raise HarnessError(f"dataset=NAME is required (one of: {', '.join(sorted(p.stem for p in DATASET_DIR.glob('*.yaml')))})")
+    path = DATASET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        path = resolve_path(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in DATASET_DIR.glob("*.yaml")))
+        raise HarnessError(f"unknown dataset {name!r}: no experiments/dataset/{name}.yaml (known: {known})")
+    try:
+        cfg = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise HarnessError(f"{path}: invalid YAML ({' '.join(str(e).split())})") from None
+    if not isinstance(cfg, dict):
+        raise HarnessError(f"{path}: expected a mapping")
+    for key, value in args.items():
+        if key.startswith("dataset."):
+            cfg[key.removeprefix("dataset.")] = parse_value(value)
+    return cfg
+
+
+def load_card(name: str) -> dict | None:
+    path = CARD_DIR / f"{name}.yaml"
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+def int_arg(args: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
+    raw = args.get(key)
+    if raw is None:
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise HarnessError(f"{key} must be an integer, got {raw!r}") from None
+    if v < minimum:
+        raise HarnessError(f"{key} must be >= {minimum}, got {v}")
+    return v
