@@ -114,3 +114,10 @@ def test_bad_max_total(tmp_path):
     p = write(tmp_path, "g.csv", GOOD)
     with pytest.raises(HarnessError, match="max_total_tokens"):
         load_workload(ds(p, max_total_tokens="big"), 2, 0)
+
+
+def test_relative_path_falls_back_to_repo_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # e.g. a Hydra run directory
+    w = load_workload(ds("tests/fixtures/workload/trace_with_arrivals.csv", sampling="sequential"), 2, 0)
+    assert w.prompt_lens.tolist() == [100, 200]
+    assert "tests/fixtures/workload/trace_with_arrivals.csv" in w.source
