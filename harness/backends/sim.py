@@ -12,6 +12,7 @@ tests/test_sim.py proves against plain stepping on the same workloads.
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence as Seq
 from typing import Protocol
 
@@ -22,7 +23,13 @@ from harness.records import RequestRecord, RequestSpec
 
 
 class IterationTimer(Protocol):
-    def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray: ...
+    def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+        """Seconds of one iteration (with pipeline parallelism: of one stage) per batch row."""
+        ...
+
+    def pp_send_time(self, num_tokens: int) -> float:
+        """Seconds to send a micro-batch's activations to the next pipeline stage."""
+        ...
 
 
 class _Timeline:
@@ -51,78 +58,164 @@ def simulate(
     engine: Engine,
     timer: IterationTimer,
     *,
+    pp: int = 1,
     fast_forward: bool = True,
     time_limit_s: float | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> list[RequestRecord]:
     """Run `requests` through `engine` on a virtual clock; one record per request, input order.
 
-    With `time_limit_s`, the run stops at the first iteration boundary at or after it: requests
-    not finished then carry `error="unfinished at time limit"` (never dropped), and those never
+    With `pp` > 1 the timer prices one pipeline stage and `timer.pp_send_time(tokens)` the hop
+    between stages; up to `pp` micro-batches are in flight (`_run_pipelined`). With
+    `time_limit_s`, the run stops at the first iteration boundary at or after it: requests not
+    finished then carry `error="unfinished at time limit"` (never dropped), and those never
     started have NaN first-scheduled and first-token times.
     """
-    n = len(requests)
-    order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
-    arrivals = np.array([requests[i].arrival_s for i in order], dtype=np.float64)
-    # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
-    seqs = [Sequence(rank, requests[i].prompt_len, requests[i].output_len) for rank, i in enumerate(order)]
-    line = _Timeline(n)
+    run = _Run(requests, engine, on_progress)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
+    if pp > 1:
+        _run_pipelined(run, timer, pp, limit)
+    else:
+        _run_serial(run, timer, fast_forward, limit)
+    return run.records()
 
+
+class _Run:
+    """The state both loops share: arrivals in order, the engine, the timeline of every request."""
+
+    def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress) -> None:
+        n = len(requests)
+        self.requests = requests
+        self.order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
+        self.arrivals = np.array([requests[i].arrival_s for i in self.order], dtype=np.float64)
+        # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
+        self.seqs = [Sequence(rank, requests[i].prompt_len, requests[i].output_len) for rank, i in enumerate(self.order)]
+        self.engine = engine
+        self.line = _Timeline(n)
+        self.next = 0  # next arrival not yet given to the engine
+        self.on_progress = on_progress
+
+    @property
+    def next_arrival(self) -> float:
+        return float(self.arrivals[self.next]) if self.next < len(self.arrivals) else np.inf
+
+    def admit_arrivals(self, t: float) -> None:
+        while self.next < len(self.arrivals) and self.arrivals[self.next] <= t:
+            self.engine.add(self.seqs[self.next])
+            self.next += 1
+
+    def started(self, batch: Batch, t: float) -> None:
+        first = self.line.first_scheduled
+        for seq, prefill in zip(batch.seqs, batch.is_prefill):
+            if prefill and np.isnan(first[seq.seq_id]):
+                first[seq.seq_id] = t
+
+    def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
+        for seq in seqs:
+            self.line.finished[seq.seq_id] = t
+        if seqs and self.on_progress is not None:
+            self.on_progress(len(seqs))
+
+    def stalled(self, t: float) -> RuntimeError:
+        return RuntimeError(f"engine stalled at t={t:.3f}s with {len(self.engine.waiting)} waiting requests")
+
+    def records(self) -> list[RequestRecord]:
+        out: list[RequestRecord] = [None] * len(self.order)  # type: ignore[list-item]
+        for rank, i in enumerate(self.order):
+            spec = self.requests[i]
+            times = self.line.token_times(rank)
+            finished_s = float(self.line.finished[rank])
+            out[i] = RequestRecord(
+                request_id=spec.request_id,
+                arrival_s=spec.arrival_s,
+                prompt_len=spec.prompt_len,
+                output_len=spec.output_len,
+                first_scheduled_s=float(self.line.first_scheduled[rank]),
+                first_token_s=float(times[0]) if len(times) else float("nan"),
+                finished_s=finished_s,
+                token_times_s=times,
+                num_preemptions=self.seqs[rank].num_preemptions,
+                error=None if not np.isnan(finished_s) else "unfinished at time limit",
+            )
+        return out
+
+
+def _run_serial(run: _Run, timer: IterationTimer, fast_forward: bool, limit: float) -> None:
+    engine = run.engine
     t = 0.0
-    nxt = 0  # next arrival not yet given to the engine
-    done = 0
     while t < limit:
-        while nxt < n and arrivals[nxt] <= t:
-            engine.add(seqs[nxt])
-            nxt += 1
+        run.admit_arrivals(t)
         if not engine.has_unfinished:
-            if nxt == n:
-                break
-            t = float(arrivals[nxt])
+            if run.next_arrival == np.inf:
+                return
+            t = run.next_arrival
             continue
         preemptions_before = engine.num_preemptions
         batch = engine.schedule()
         if batch is None:
-            if nxt == n:
-                raise RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
-            t = float(arrivals[nxt])  # nothing fits until something arrives (cannot happen with FCFS)
+            if run.next_arrival == np.inf:
+                raise run.stalled(t)
+            t = run.next_arrival
             continue
-        for seq, prefill in zip(batch.seqs, batch.is_prefill):
-            if prefill and np.isnan(line.first_scheduled[seq.seq_id]):
-                line.first_scheduled[seq.seq_id] = t
-        next_arrival = float(arrivals[nxt]) if nxt < n else np.inf
+        run.started(batch, t)
         # A schedule() that preempted freed blocks a prefill-first policy had not seen when it
         # decided not to admit: the next decision may differ, so that iteration is stepped.
         if fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
-            t, finished = _decode_run(engine, batch, timer, line, t, next_arrival, limit)
+            t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, limit)
         else:
-            t, finished = _one_iteration(engine, batch, timer, line, t)
-        for seq in finished:
-            line.finished[seq.seq_id] = t
-        if finished:
-            done += len(finished)
-            if on_progress is not None:
-                on_progress(len(finished))
+            t, finished = _one_iteration(engine, batch, timer, run.line, t)
+        run.finished(finished, t)
 
-    records = [None] * n
-    for rank, i in enumerate(order):
-        spec = requests[i]
-        times = line.token_times(rank)
-        finished_s = float(line.finished[rank])
-        records[i] = RequestRecord(
-            request_id=spec.request_id,
-            arrival_s=spec.arrival_s,
-            prompt_len=spec.prompt_len,
-            output_len=spec.output_len,
-            first_scheduled_s=float(line.first_scheduled[rank]),
-            first_token_s=float(times[0]) if len(times) else float("nan"),
-            finished_s=finished_s,
-            token_times_s=times,
-            num_preemptions=seqs[rank].num_preemptions,
-            error=None if not np.isnan(finished_s) else "unfinished at time limit",
+
+def _run_pipelined(run: _Run, timer: IterationTimer, pp: int, limit: float) -> None:
+    """Pipeline parallelism: each stage is a resource that runs one micro-batch at a time.
+
+    A new micro-batch is scheduled whenever stage 0 is free and fewer than `pp` are in flight;
+    it then passes every stage in order, each start waiting for both the previous stage's result
+    (plus the activation send) and the stage itself. Sequences in flight cannot be scheduled
+    again, so uneven micro-batches leave bubbles. Every iteration is stepped (no fast-forward).
+    """
+    engine = run.engine
+    stage_free = [0.0] * pp
+    in_flight: list[tuple[float, int, Batch]] = []  # heap of (completion time, launch no., batch)
+    launched = 0
+    t = 0.0
+    while True:
+        while in_flight and in_flight[0][0] <= t:
+            end, _, done = heapq.heappop(in_flight)
+            out = engine.complete(done)
+            for seq in out.produced:
+                run.line.token(seq.seq_id, end)
+            run.finished(out.finished, end)
+        if t >= limit:
+            return
+        run.admit_arrivals(t)
+        batch = None
+        if len(in_flight) < pp and stage_free[0] <= t and engine.has_unfinished:
+            batch = engine.schedule()
+        if batch is not None:
+            run.started(batch, t)
+            new, ctx = np.asarray(batch.new_tokens), np.asarray(batch.context_lens)
+            stage = float(timer.batch_times(new, ctx))
+            send = timer.pp_send_time(int(new.sum()))
+            ready = t
+            for s in range(pp):
+                start = max(ready, stage_free[s])
+                stage_free[s] = start + stage
+                ready = stage_free[s] + (send if s < pp - 1 else 0.0)
+            heapq.heappush(in_flight, (stage_free[-1], launched, batch))
+            launched += 1
+            continue
+        wake = min(
+            in_flight[0][0] if in_flight else np.inf,
+            run.next_arrival,
+            stage_free[0] if stage_free[0] > t else np.inf,
         )
-    return records
+        if wake == np.inf:
+            if engine.has_unfinished:
+                raise run.stalled(t)
+            return
+        t = wake
 
 
 def _one_iteration(engine: Engine, batch: Batch, timer: IterationTimer, line: _Timeline, t: float):

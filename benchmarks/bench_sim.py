@@ -1,0 +1,63 @@
+"""Simulator speed: one 2048-request openchat_sharegpt4 probe on Yi-34B TP2 (2x A100-80G), per policy.
+
+Prints wall time, simulated requests and iterations per second of wall time, and how many of the
+iterations the decode-run fast-forward priced in bulk. Then times one whole capacity search.
+
+    python benchmarks/bench_sim.py [--qps 1.0] [--requests 2048]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from harness.cli import compose
+from harness.experiment import plan_experiment, run_probe, search_capacity
+
+
+class CountingTimer:
+    """Wraps the deployment's timer to count iterations priced (one row = one iteration)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.iterations = 0
+
+    def batch_times(self, new_tokens, context_lens):
+        out = self.inner.batch_times(new_tokens, context_lens)
+        self.calls += 1
+        self.iterations += int(np.size(out))
+        return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--qps", type=float, default=1.0)
+    ap.add_argument("--requests", type=int, default=2048)
+    ap.add_argument("--experiment", default="yi34b_tp2_strict")
+    args = ap.parse_args()
+    cfg = compose([f"experiment={args.experiment}", f"search.num_requests={args.requests}",
+                   "scheduler=[sarathi,vllm,orca,fastertransformer,hybrid_only,chunked_only]"])
+    plan = plan_experiment(cfg)
+    print(f"{plan.deployment.description}, {args.requests} requests at {args.qps} QPS")
+    print(f"{'policy':<18}{'wall s':>8}{'req/s':>10}{'iter/s':>12}{'iterations':>12}{'bulk %':>8}{'P99 TBT':>9}")
+    for name in plan.schedulers:
+        timer = CountingTimer(plan.deployment.timer)
+        counted = replace(plan, deployment=replace(plan.deployment, timer=timer))
+        t0 = time.perf_counter()
+        out = run_probe(counted, name, args.qps)
+        wall = time.perf_counter() - t0
+        bulk = 100 * (timer.iterations - timer.calls) / max(timer.iterations, 1)
+        print(f"{name:<18}{wall:>8.2f}{args.requests / wall:>10.0f}{timer.iterations / wall:>12.0f}"
+              f"{timer.iterations:>12}{bulk:>7.0f}%{out.verdict.tbt_s:>8.3f}s")
+    for name in ("sarathi", "vllm", "orca"):
+        t0 = time.perf_counter()
+        r = search_capacity(plan, name)
+        print(f"capacity search {name}: {time.perf_counter() - t0:.1f} s wall, {len(r.probes)} probes, "
+              f"capacity {r.capacity_qps:.3g} QPS")
+
+
+if __name__ == "__main__":
+    main()
