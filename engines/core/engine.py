@@ -67,6 +67,12 @@ class Engine:
         self.blocks.free(seq)
         seq.status = SequenceStatus.ABORTED
 
+    def stop(self, seq_id: int) -> None:
+        """Finish a running request early (a stop token was sampled); frees its KV blocks."""
+        seq = self.seqs.get(seq_id)
+        if seq is not None and seq.status is SequenceStatus.RUNNING:
+            self._finish(seq)
+
     @property
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
