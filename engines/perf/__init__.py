@@ -1,0 +1,17 @@
+"""Analytical GPU performance model: hardware and model catalogs, deployments, iteration times.
+
+Pure numpy; importable without torch or hydra.
+
+    from engines.perf import Deployment, PerfModel
+    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
+    perf.iteration_time([512, 1, 1], [0, 1000, 2000])
+"""
+from .deployment import Deployment
+from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_link, get_topology, known_gpus, known_links, known_topologies
+from .model import BREAKDOWN_PARTS, LINEAR_PARTS, PerfModel
+from .models import ModelArch, get_model, known_models
+
+__all__ = [
+    "BREAKDOWN_PARTS", "LINEAR_PARTS", "Deployment", "GpuSpec", "LinkSpec", "ModelArch", "PerfModel", "Topology",
+    "get_gpu", "get_link", "get_model", "get_topology", "known_gpus", "known_links", "known_models", "known_topologies",
+]

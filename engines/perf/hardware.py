@@ -1,0 +1,307 @@
+"""Hardware catalog: GPUs, links and node topologies, each constant with its public source.
+
+Two kinds of numbers live here:
+
+* datasheet peaks (FLOP/s, bytes, bytes/s) — quoted from the vendor's datasheet named next to them;
+* achievable fractions of those peaks — taken from published measurements (named next to them).
+  They are properties of the hardware + kernel libraries, measured on isolated operators; none of
+  them is fitted to serving or capacity results.
+
+Abbreviations used in the source comments:
+  [A100-DS]  NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf),
+             columns "A100 80GB SXM" and "A100 80GB PCIe".
+  [A40-DS]   NVIDIA A40 datasheet (nvidia-a40-datasheet.pdf, 2021).
+  [H100-DS]  NVIDIA H100 Tensor Core GPU datasheet, column "H100 SXM".
+  [H200-DS]  NVIDIA H200 Tensor Core GPU datasheet, column "H200 SXM".
+  [MAMF]     S. Bekman, "Machine Learning Engineering", compute/accelerator/README.md, table
+             "Maximum Achievable Matmul FLOPS comparison table" (BF16, measured with mamf-finder.py):
+             A100 SXM 271.2/312 = 86.9 %, A100 PCIe 252.9/312 = 81.1 %, H100 SXM 794.5/989 = 80.3 %.
+  [FA2]      T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+             Partitioning" (2023), Sec. 4.1: forward pass up to 73 % of peak on A100 (230 TFLOP/s);
+             "up to 335 TFLOPs/s" on H100 without Hopper-specific instructions.
+  [HBM-RD]   NVIDIA developer forum "Trouble to reach peak bandwidth of A100" (2025): a tuned read
+             kernel reaches 1.80 of 2.04 TB/s (88 %), and the best kernels in the GTC'25 talk cited
+             there reach about 90 %.
+  [VIDUR]    Public operator profiles of the Vidur simulator (microsoft/vidur, same research group
+             as Sarathi-Serve, collected on the paper's clusters):
+             data/profiling/network/a100_pairwise_nvlink/{all_reduce,send_recv}.csv and
+             data/profiling/a40/all_reduce.csv, data/device_configs/a40.yml.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import HarnessError
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator. Peaks are datasheet values; *_efficiency are achievable fractions."""
+
+    name: str
+    peak_flops: float  # dense BF16/FP16 tensor-core FLOP/s (no 2:4 sparsity)
+    hbm_bytes: int  # device memory visible to CUDA
+    hbm_bandwidth: float  # device-memory bandwidth, B/s
+    matmul_efficiency: float  # achievable fraction of peak_flops for large GEMMs
+    attention_efficiency: float  # achievable fraction of peak_flops for prefill attention kernels
+    hbm_efficiency: float  # achievable fraction of hbm_bandwidth for streaming kernels
+
+    @property
+    def matmul_flops(self) -> float:
+        return self.peak_flops * self.matmul_efficiency
+
+    @property
+    def attention_flops(self) -> float:
+        return self.peak_flops * self.attention_efficiency
+
+    @property
+    def mem_bandwidth(self) -> float:
+        return self.hbm_bandwidth * self.hbm_efficiency
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A GPU-to-GPU path. `bandwidth` is the datasheet peak per direction; `efficiency` the
+    achievable fraction (NCCL bus bandwidth / peak); `latency_s` the per-hop start-up cost."""
+
+    name: str
+    bandwidth: float  # B/s per direction
+    latency_s: float
+    efficiency: float = 1.0
+
+    @property
+    def effective_bandwidth(self) -> float:
+        return self.bandwidth * self.efficiency
+
+
+# HBM fraction used for every streaming kernel (weights in GEMMs, KV reads in attention,
+# elementwise ops): 0.85, a little under the 88-90 % best case of [HBM-RD], because serving
+# kernels (GEMV-like GEMMs, paged attention) are not hand-tuned copy kernels.
+_HBM_EFF = 0.85
+
+_GPUS: dict[str, GpuSpec] = {
+    "a100-80g-sxm": GpuSpec(
+        name="a100-80g-sxm",
+        peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS (624 with sparsity)
+        hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e (5 stacks x 16 GiB)
+        hbm_bandwidth=2039e9,  # [A100-DS] 2,039 GB/s
+        matmul_efficiency=0.869,  # [MAMF] A100 SXM 271.2 / 312
+        attention_efficiency=0.60,  # [FA2] up to 0.73 at head_dim 128, long sequences; 0.60 for
+        # the chunk sizes and head dims of serving (FA2 Fig. 4: lower at short seqlen / hdim 64)
+        hbm_efficiency=_HBM_EFF,
+    ),
+    "a100-80g-pcie": GpuSpec(
+        name="a100-80g-pcie",
+        peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS
+        hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e
+        hbm_bandwidth=1935e9,  # [A100-DS] 1,935 GB/s
+        matmul_efficiency=0.811,  # [MAMF] A100 PCIe 252.9 / 312 (300 W power cap)
+        attention_efficiency=0.60,  # [FA2], as for the SXM part
+        hbm_efficiency=_HBM_EFF,
+    ),
+    "a40-48g": GpuSpec(
+        name="a40-48g",
+        peak_flops=149.7e12,  # [A40-DS] Peak BF16/FP16 Tensor TFLOPS with FP32 accumulate 149.7 (299.4 sparse)
+        hbm_bytes=45 * GiB,  # [A40-DS] 48 GB GDDR6 with ECC; ECC on GDDR6 carves 1/16 of it, leaving
+        # 45 GiB visible ([VIDUR] data/device_configs/a40.yml: total_memory_gb 45)
+        hbm_bandwidth=696e9,  # [A40-DS] 696 GB/s
+        matmul_efficiency=0.811,  # no published MAMF for A40: assume the other power-capped Ampere
+        # board, A100 PCIe ([MAMF] 81.1 %)
+        attention_efficiency=0.60,  # [FA2] Ampere figure, as for A100
+        hbm_efficiency=_HBM_EFF,
+    ),
+    "h100-80g-sxm": GpuSpec(
+        name="h100-80g-sxm",
+        peak_flops=989e12,  # [H100-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
+        hbm_bytes=80 * GiB,  # [H100-DS] 80GB HBM3
+        hbm_bandwidth=3.35e12,  # [H100-DS] 3.35 TB/s
+        matmul_efficiency=0.803,  # [MAMF] H100 SXM 794.5 / 989
+        attention_efficiency=0.34,  # [FA2] 335 / 989 (FlashAttention-2, the paper-era kernel)
+        hbm_efficiency=_HBM_EFF,
+    ),
+    "h200-141g": GpuSpec(
+        name="h200-141g",
+        peak_flops=989e12,  # [H200-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
+        hbm_bytes=141 * GiB,  # [H200-DS] 141GB HBM3e (read as GiB like the 80 GB parts; CUDA reports ~140 GiB)
+        hbm_bandwidth=4.8e12,  # [H200-DS] 4.8 TB/s
+        matmul_efficiency=0.803,  # same GH100 die and 700 W limit as H100 SXM: [MAMF] 80.3 %
+        attention_efficiency=0.34,  # [FA2] as H100
+        hbm_efficiency=_HBM_EFF,
+    ),
+}
+
+_GPU_ALIASES = {
+    "a100": "a100-80g-sxm",
+    "a100-80g": "a100-80g-sxm",
+    "a100-80gb": "a100-80g-sxm",
+    "a100-sxm": "a100-80g-sxm",
+    "a100-pcie": "a100-80g-pcie",
+    "a40": "a40-48g",
+    "a40-48gb": "a40-48g",
+    "h100": "h100-80g-sxm",
+    "h100-80g": "h100-80g-sxm",
+    "h100-sxm": "h100-80g-sxm",
+    "h200": "h200-141g",
+    "h200-sxm": "h200-141g",
+}
+
+
+def _norm(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def known_gpus() -> list[str]:
+    return sorted(_GPUS)
+
+
+def get_gpu(name: str | GpuSpec) -> GpuSpec:
+    """A catalog GPU by name or alias ('a100-80g', 'A100_80G', 'h100', ...)."""
+    if isinstance(name, GpuSpec):
+        return name
+    key = _norm(name)
+    key = _GPU_ALIASES.get(key, key)
+    if key not in _GPUS:
+        raise HarnessError(
+            f"unknown GPU {name!r}; known: {', '.join(known_gpus())} "
+            f"(aliases: {', '.join(sorted(_GPU_ALIASES))})"
+        )
+    return _GPUS[key]
+
+
+# ---------------------------------------------------------------- links
+_LINKS: dict[str, LinkSpec] = {
+    # A100 NVLink3: 12 links x 25 GB/s per direction = 600 GB/s bidirectional ([A100-DS] "NVLink:
+    # 600 GB/s"; the PCIe card reaches it with three NVLink bridges for 2 GPUs). Efficiency 0.78:
+    # NCCL all-reduce bus bandwidth on DGX A100 is ~230-240 GB/s of 300 (nccl-tests, NVIDIA).
+    # Latency: [VIDUR] a100_pairwise_nvlink all_reduce, 2 GPUs: fastest small all-reduces 7-10 us.
+    "nvlink3": LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6, efficiency=0.78),
+    # A40 NVLink bridge: 112.5 GB/s bidirectional ([A40-DS]). [VIDUR] a40 all_reduce, 2 GPUs:
+    # 33.5 MB in 0.83 ms = 40 GB/s bus bandwidth = 0.72 of 56.25 GB/s.
+    "nvlink-a40": LinkSpec("nvlink-a40", bandwidth=56.25e9, latency_s=5e-6, efficiency=0.72),
+    # PCIe Gen4 x16: 64 GB/s bidirectional ([A100-DS], [A40-DS] "PCIe Gen4: 64GB/s").
+    # [VIDUR] a100_pairwise_nvlink all_reduce, 4 GPUs (ring crosses PCIe): 500 MB in 31.8 ms
+    # -> bus bandwidth 1.5 * 500e6 / 31.8e-3 = 23.6 GB/s = 0.74 of 32 GB/s.
+    "pcie4": LinkSpec("pcie4", bandwidth=32e9, latency_s=10e-6, efficiency=0.74),
+    # H100/H200 NVLink4 via NVSwitch: 900 GB/s bidirectional ([H100-DS], [H200-DS]); the NVLink3
+    # efficiency is assumed.
+    "nvlink4": LinkSpec("nvlink4", bandwidth=450e9, latency_s=5e-6, efficiency=0.78),
+    # 100 Gbps Ethernet between the paper's A100 nodes (Sarathi-Serve OSDI'24, Sec. 5).
+    # [VIDUR] a100_pairwise_nvlink send_recv across nodes: ~12 us for 2 KB; 2 MB in ~0.28 ms
+    # = 7.5 GB/s = 0.6 of 12.5 GB/s.
+    "eth100g": LinkSpec("eth100g", bandwidth=12.5e9, latency_s=12e-6, efficiency=0.6),
+    # InfiniBand HDR 200 Gb/s per GPU (DGX A100: 8 x ConnectX-6 200 Gb/s, NVIDIA DGX A100
+    # datasheet); NDR 400 Gb/s per GPU (DGX H100: 8 x ConnectX-7). Efficiency/latency assumed
+    # like NVLink (GPUDirect RDMA), not measured here.
+    "ib-hdr": LinkSpec("ib-hdr", bandwidth=25e9, latency_s=5e-6, efficiency=0.78),
+    "ib-ndr": LinkSpec("ib-ndr", bandwidth=50e9, latency_s=5e-6, efficiency=0.78),
+}
+
+
+def known_links() -> list[str]:
+    return sorted(_LINKS)
+
+
+def get_link(name: str | LinkSpec) -> LinkSpec:
+    if isinstance(name, LinkSpec):
+        return name
+    key = _norm(name)
+    if key not in _LINKS:
+        raise HarnessError(f"unknown link {name!r}; known: {', '.join(known_links())}")
+    return _LINKS[key]
+
+
+# ---------------------------------------------------------------- topologies
+@dataclass(frozen=True)
+class Topology:
+    """How GPUs of one node talk, and how nodes talk.
+
+    GPUs are numbered node by node; within a node, consecutive groups of `nvlink_group` GPUs share
+    a fast link (2 = NVLink bridges between pairs, gpus_per_node = NVSwitch). Any other pair in the
+    node goes over `slow_link` (PCIe); GPUs on different nodes over `inter_node_link`.
+    """
+
+    name: str
+    gpus_per_node: int
+    nvlink_group: int
+    fast_link: LinkSpec
+    slow_link: LinkSpec
+    inter_node_link: LinkSpec
+
+    def with_gpus_per_node(self, gpus_per_node: int) -> Topology:
+        if gpus_per_node < 1:
+            raise HarnessError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+        group = self.nvlink_group if self.nvlink_group < self.gpus_per_node else gpus_per_node
+        return Topology(self.name, gpus_per_node, min(group, gpus_per_node), self.fast_link,
+                        self.slow_link, self.inter_node_link)
+
+    def link_between(self, a: int, b: int) -> LinkSpec:
+        """The path between GPU a and GPU b."""
+        if a // self.gpus_per_node != b // self.gpus_per_node:
+            return self.inter_node_link
+        if a // self.nvlink_group == b // self.nvlink_group:
+            return self.fast_link
+        return self.slow_link
+
+    def ring_link(self, first: int, count: int) -> LinkSpec | None:
+        """The slowest hop of a ring over GPUs first..first+count-1 (None for one GPU)."""
+        if count <= 1:
+            return None
+        gpus = list(range(first, first + count))
+        hops = [self.link_between(gpus[i], gpus[(i + 1) % count]) for i in range(count)]
+        return min(hops, key=lambda link: (link.effective_bandwidth, -link.latency_s))
+
+
+_TOPOLOGIES: dict[str, Topology] = {
+    # Sarathi-Serve OSDI'24 Sec. 5: A100 nodes of 4 GPUs, NVLink between pairs, PCIe otherwise,
+    # 100 Gbps Ethernet between nodes ([VIDUR] device_configs/a100.yml: num_devices_per_node 4).
+    "paper-a100": Topology("paper-a100", 4, 2, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["eth100g"]),
+    # Sarathi-Serve Sec. 5: one server of 8 A40 with pairwise NVLink ([VIDUR] a40.yml: 8 per node).
+    "paper-a40": Topology("paper-a40", 8, 2, _LINKS["nvlink-a40"], _LINKS["pcie4"], _LINKS["eth100g"]),
+    # DGX/HGX nodes: 8 GPUs on NVSwitch (every pair at full NVLink bandwidth), InfiniBand between nodes.
+    "dgx-a100": Topology("dgx-a100", 8, 8, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["ib-hdr"]),
+    "dgx-h100": Topology("dgx-h100", 8, 8, _LINKS["nvlink4"], _LINKS["pcie4"], _LINKS["ib-ndr"]),
+    # NVSwitch nodes joined by plain 100 Gbps Ethernet (the brief's "DGX-style nodes + Ethernet").
+    "nvswitch-a100-eth": Topology("nvswitch-a100-eth", 8, 8, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["eth100g"]),
+    "nvswitch-h100-eth": Topology("nvswitch-h100-eth", 8, 8, _LINKS["nvlink4"], _LINKS["pcie4"], _LINKS["eth100g"]),
+    # PCIe-only servers (no NVLink at all).
+    "pcie-only": Topology("pcie-only", 8, 1, _LINKS["pcie4"], _LINKS["pcie4"], _LINKS["eth100g"]),
+}
+
+# The node each GPU comes in unless the caller names one.
+_DEFAULT_TOPOLOGY = {
+    "a100-80g-sxm": "paper-a100",
+    "a100-80g-pcie": "paper-a100",
+    "a40-48g": "paper-a40",
+    "h100-80g-sxm": "dgx-h100",
+    "h200-141g": "dgx-h100",
+}
+
+_TOPOLOGY_ALIASES = {"dgx-h200": "dgx-h100", "hgx-h100": "dgx-h100", "hgx-h200": "dgx-h100",
+                     "hgx-a100": "dgx-a100", "pcie": "pcie-only"}
+
+
+def known_topologies() -> list[str]:
+    return sorted(_TOPOLOGIES)
+
+
+def get_topology(name: str | Topology | None, gpu: GpuSpec | None = None,
+                 gpus_per_node: int | None = None) -> Topology:
+    """A node topology by name ('paper_a100', 'dgx-h100', ...); None picks the GPU's default."""
+    if isinstance(name, Topology):
+        topo = name
+    else:
+        if name is None:
+            if gpu is None:
+                raise HarnessError("get_topology: give a topology name or a GPU")
+            key = _DEFAULT_TOPOLOGY[gpu.name]
+        else:
+            key = _norm(name)
+            key = _TOPOLOGY_ALIASES.get(key, key)
+        if key not in _TOPOLOGIES:
+            raise HarnessError(f"unknown topology {name!r}; known: {', '.join(known_topologies())}")
+        topo = _TOPOLOGIES[key]
+    if gpus_per_node is not None and int(gpus_per_node) != topo.gpus_per_node:
+        topo = topo.with_gpus_per_node(int(gpus_per_node))
+    return topo

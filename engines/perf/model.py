@@ -1,0 +1,291 @@
+"""The analytical iteration-time model: PerfModel(deployment).
+
+One iteration processes a batch of sequences; item i brings new_tokens[i] new tokens (a prefill
+chunk, or 1 for a decode) on top of context_lens[i] tokens already in its KV cache. Per pipeline
+stage and per GPU (all TP ranks do the same work in parallel), the stage time is
+
+    layers_of_stage x [ linear layers + attention + elementwise ops + TP all-reduces ]
+  + (first stage) embedding lookup (+ its all-reduce under TP: vocab-parallel embedding)
+  + (last stage)  final norm + LM head for one row per sequence (+ logits all-gather under TP)
+                  + the engine's CPU overhead (scheduling, input preparation, sampling, output
+                    processing, and the driver-to-worker round trip with more than one GPU).
+
+Operators (see operators.py for the formulas, deployment.py / hardware.py for the constants):
+
+* linear layers: QKV, attention output, MLP up(+gate), MLP down, sharded by TP (column- then
+  row-parallel). Roofline with the token count rounded up to the GEMM tile: a 257-token batch
+  pays for 384 rows of FLOPs.
+* attention: per sequence, the (query, key) pairs of a causal chunk over its context (a later
+  chunk re-reads the KV of the earlier ones), capped by the sliding window; bytes = KV read + Q/O.
+* elementwise: fused residual-add + norm (read 2, write 2 hidden vectors per norm), rotary on Q
+  and K, the MLP activation (SiLU x up, or GELU), and the KV-cache write (read K, V; write them).
+* TP all-reduce: after attention and after the MLP (one per layer for Falcon's parallel
+  attention + MLP, whose partial outputs are summed before a single all-reduce, as vLLM's
+  falcon.py does), ring algorithm over the TP link.
+* LM head: one row per sequence in the batch (the last token of each chunk; for a non-final
+  prefill chunk the row is wasted work or skipped by the engine, a difference of one GEMV row).
+
+`batch_times` returns the time of the slowest stage (for pp = 1, the whole iteration). With
+pp > 1 the last stage carries the LM head and the CPU overhead, so it is the slowest one;
+`pipeline_latency` sums the actual stages plus the sends between them.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from harness.errors import HarnessError
+
+from . import operators as ops
+from .deployment import Deployment
+
+GiB = 1024**3
+
+# Components of one stage's time (summing to "total") and the details of "linear".
+BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead")
+LINEAR_PARTS = ("linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_down")
+
+
+class _Scratch(threading.local):
+    """Per-thread float64 work space for the (rows, B) arrays of one call, reused across calls:
+    allocating a few hundred KB per array per call costs more than the arithmetic on them."""
+
+    def __init__(self) -> None:
+        self.flat = np.empty(0)
+
+    def views(self, shape: tuple[int, int], first: int, count: int) -> list[np.ndarray]:
+        """`count` arrays of `shape`, slots first..first+count-1 of the work space."""
+        size = shape[0] * shape[1]
+        need = (first + count) * size
+        if self.flat.size < need:
+            self.flat = np.empty(max(need, 2 * self.flat.size, 5 * 8192))
+        return [self.flat[i * size:(i + 1) * size].reshape(shape) for i in range(first, first + count)]
+
+
+_SCRATCH = _Scratch()
+
+
+class PerfModel:
+    """Iteration times of one deployment. Stateless after construction; thread-safe."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        d = deployment
+        m = d.model
+        gpu = d.gpu
+        self.deployment = d
+        self.model = m
+        self.gpu = gpu
+        self.tp, self.pp = d.tp, d.pp
+        self.stage_layers = m.layers_per_stage(d.pp)
+        bpe = m.bytes_per_param
+        h = m.hidden_size
+        qh = m.q_heads_per_gpu(d.tp)
+        kvh = m.kv_heads_per_gpu(d.tp)
+        hd = m.head_dim
+        inter = m.intermediate_size // d.tp
+        flops, bw = gpu.matmul_flops, gpu.mem_bandwidth
+        self._tile = d.gemm_tile_tokens
+        # The four GEMMs of a layer on one GPU (column-parallel QKV and MLP-up, row-parallel
+        # attention-out and MLP-down), as (G, 1) coefficient columns evaluated together.
+        self._gemm_shapes = (
+            ("linear.qkv", h, (qh + 2 * kvh) * hd),
+            ("linear.attn_out", qh * hd, h),
+            ("linear.mlp_up", h, m.mlp_in_width // d.tp),
+            ("linear.mlp_down", inter, h),
+        )
+        coeffs = np.array([ops.gemm_coefficients(k, n, flops=flops, bandwidth=bw, bytes_per_elem=bpe)
+                           for _, k, n in self._gemm_shapes])
+        self._gemm_c, self._gemm_w, self._gemm_a = (coeffs[:, i:i + 1] for i in range(3))
+        # Bytes moved per token per layer by bandwidth-bound kernels on one GPU.
+        norm_bytes = m.norms_per_layer * 4 * h * bpe  # fused residual add + norm: 2 in, 2 out
+        rotary_bytes = 2 * (qh + kvh) * hd * bpe  # read + write Q and K
+        act_bytes = (3 if m.gated_mlp else 2) * inter * bpe  # SiLU(gate) * up, or GELU
+        kv_write_bytes = 2 * 2 * kvh * hd * bpe  # read K, V; write them into the cache
+        self._elementwise_bytes_per_token = norm_bytes + rotary_bytes + act_bytes + kv_write_bytes
+        self._elementwise_per_token = self._elementwise_bytes_per_token / bw
+        # TP all-reduce of the hidden states: twice per layer, once for Falcon's parallel block.
+        self._act_bytes_per_token = h * bpe
+        self._allreduces_per_layer = 1 if m.parallel_attn_mlp else 2
+        ar_per_byte, self._ar_fixed = ops.allreduce_coefficients(d.tp, d.tp_link)
+        self._ar_per_token = ar_per_byte * self._act_bytes_per_token
+        # Attention: 2 matmuls (QK^T, PV) x 2 FLOPs per multiply-add x head_dim x local heads.
+        self._attn_flops_per_pair = 4.0 * hd * qh
+        self._attn_kv_bytes_per_token = 2.0 * kvh * hd * bpe
+        self._attn_qo_bytes_per_token = 2.0 * qh * hd * bpe
+        self._attn_flops = gpu.attention_flops
+        # Embedding gather (read + write a row per token) on the first stage.
+        self._embedding_per_token = 2 * self._act_bytes_per_token / bw
+        # Final norm + LM head (vocab-parallel) + logits all-gather, one row per sequence.
+        self._vocab_per_gpu = math.ceil(m.vocab_size / d.tp)
+        self._lm_norm_per_row = 4 * h * bpe / bw
+        self._lm_c, self._lm_w, self._lm_a = ops.gemm_coefficients(
+            h, self._vocab_per_gpu, flops=flops, bandwidth=bw, bytes_per_elem=bpe)
+        ag_per_byte, self._ag_fixed = ops.allgather_coefficients(d.tp, d.tp_link)
+        self._ag_per_row = ag_per_byte * self._vocab_per_gpu * d.tp * bpe
+        self._cpu_fixed = d.cpu_overhead_s + (d.multi_gpu_overhead_s if d.num_gpus > 1 else 0.0)
+        self._cpu_per_seq = d.cpu_overhead_per_seq_s
+        # Stage-to-stage send: hidden states, plus the residual stream Llama-style blocks carry
+        # separately (vLLM's PP sends both); Falcon's parallel block has none.
+        self._send_bytes_per_token = (1 if m.parallel_attn_mlp else 2) * self._act_bytes_per_token
+
+    # ------------------------------------------------------------ public API
+    def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+        """Seconds of one pipeline stage (the slowest) for each batch; shapes (..., B) -> (...)."""
+        n, c, shape = self._prepare(new_tokens, context_lens)
+        stages = self._stage_times(self._components(n, c))
+        return np.max(stages, axis=0).reshape(shape)
+
+    def iteration_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
+        """batch_times for one batch given as sequences of ints."""
+        return float(self.batch_times(np.asarray(new_tokens), np.asarray(context_lens)))
+
+    def pipeline_latency(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+        """Seconds for a batch to pass every stage and the sends between them; (..., B) -> (...)."""
+        n, c, shape = self._prepare(new_tokens, context_lens)
+        comp = self._components(n, c)
+        total = np.sum(self._stage_times(comp), axis=0)
+        if self.pp > 1:
+            total = total + (self.pp - 1) * self._send(comp["tokens"])
+        return total.reshape(shape)
+
+    def pp_send_time(self, num_tokens: int | np.ndarray) -> float | np.ndarray:
+        """Activation send between two stages for a batch of `num_tokens` tokens (0 for pp = 1)."""
+        t = self._send(np.asarray(num_tokens, dtype=np.float64))
+        return float(t) if np.ndim(t) == 0 else t
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+        """KV-cache tokens the deployment holds: per stage, (HBM x util - weights - activation
+        reserve) / KV bytes per token on one GPU; the smallest stage bounds the deployment."""
+        if not 0 < gpu_memory_utilization <= 1:
+            raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        m, d = self.model, self.deployment
+        budget = self.gpu.hbm_bytes * gpu_memory_utilization - self.activation_reserve_bytes()
+        weights = m.stage_weight_params_per_gpu(d.tp, d.pp)
+        kv_head_bytes = 2 * m.kv_heads_per_gpu(d.tp) * m.head_dim * m.bytes_per_param
+        capacities = [
+            math.floor((budget - params * m.bytes_per_param) / (layers * kv_head_bytes))
+            for params, layers in zip(weights, self.stage_layers)
+        ]
+        return max(0, min(capacities))
+
+    def activation_reserve_bytes(self) -> int:
+        """Peak activation memory of a forward pass over `activation_tokens` tokens on one GPU:
+        the residual stream and hidden state, the QKV output, the MLP's widest intermediate and
+        its activation output (fp16), plus fp32 logits for up to 256 sampled rows (vLLM's default
+        max_num_seqs)."""
+        m, d = self.model, self.deployment
+        t = d.activation_tokens
+        qkv_width = self._gemm_shapes[0][2]
+        widths = 2 * m.hidden_size + qkv_width + (m.mlp_in_width + m.intermediate_size) // d.tp
+        logits = min(t, 256) * self._vocab_per_gpu * 4
+        return t * widths * m.bytes_per_param + logits
+
+    def breakdown(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> dict[str, float]:
+        """Seconds per operator for one batch, on the slowest stage.
+
+        Keys in BREAKDOWN_PARTS sum to "total" (== iteration_time); LINEAR_PARTS sum to "linear".
+        Also: "stage" (index of the slowest stage), "layers" (its layer count), "pp_send".
+        """
+        n, c, _ = self._prepare(np.asarray(new_tokens), np.asarray(context_lens))
+        comp = self._components(n, c)
+        stages = self._stage_times(comp)
+        s = int(np.argmax(stages[:, 0]))
+        layers = self.stage_layers[s]
+        active = bool(comp["active"][0])
+        first, last = s == 0, s == self.pp - 1
+        out: dict[str, float] = {}
+        for name in LINEAR_PARTS:
+            out[name] = layers * float(comp[name][0]) if active else 0.0
+        out["linear"] = layers * float(comp["linear"][0]) if active else 0.0
+        out["attention"] = layers * float(comp["attention"][0]) if active else 0.0
+        out["elementwise"] = layers * float(comp["elementwise"][0]) if active else 0.0
+        out["tp_comm"] = layers * float(comp["tp_comm"][0]) if active else 0.0
+        out["embedding"] = float(comp["embedding"][0]) if (active and first) else 0.0
+        out["lm_head"] = float(comp["lm_head"][0]) if (active and last) else 0.0
+        out["cpu_overhead"] = float(comp["cpu_overhead"][0]) if (active and last) else 0.0
+        out["total"] = float(stages[s, 0])
+        out["stage"] = float(s)
+        out["layers"] = float(layers)
+        out["pp_send"] = float(self._send(comp["tokens"])[0]) if self.pp > 1 else 0.0
+        return out
+
+    # ------------------------------------------------------------ internals
+    @staticmethod
+    def _prepare(new_tokens: np.ndarray, context_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
+        """Validate and copy into (rows, B) float64 scratch arrays. Token counts are whole numbers
+        far below 2**53, so float64 is exact, and it avoids numpy's slow mixed int/float loops."""
+        n = np.asarray(new_tokens)
+        c = np.asarray(context_lens)
+        if n.shape != c.shape:
+            raise HarnessError(f"new_tokens shape {n.shape} != context_lens shape {c.shape}")
+        if n.ndim == 0:
+            raise HarnessError("batch_times needs arrays of shape (..., B), got scalars")
+        if n.size and (n.min() < 0 or c.min() < 0):
+            raise HarnessError("new_tokens and context_lens must be >= 0")
+        shape = n.shape[:-1]
+        flat = (int(np.prod(shape, dtype=np.int64)), n.shape[-1])
+        nf, cf = _SCRATCH.views(flat, 0, 2)
+        np.copyto(nf, n.reshape(flat), casting="unsafe")
+        np.copyto(cf, c.reshape(flat), casting="unsafe")
+        return nf, cf, shape
+
+    def _components(self, n: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-row costs: per-layer operator times, per-stage extras, and the token counts.
+        Every entry is 0 for a row without tokens."""
+        d = self.deployment
+        tokens = n.sum(axis=-1)  # whole numbers: exact in any summation order
+        seqs = np.count_nonzero(n, axis=-1).astype(np.float64)
+        active = seqs > 0
+        gemms = ops.gemm_time_from(tokens, ops.tiled(tokens, self._tile), self._gemm_c, self._gemm_w, self._gemm_a)
+        comp: dict[str, np.ndarray] = {"tokens": tokens, "seqs": seqs, "active": active}
+        for (name, _, _), t in zip(self._gemm_shapes, gemms):
+            comp[name] = t
+        linear = gemms[0] + gemms[1] + gemms[2] + gemms[3]
+        units = ops.attention_units(
+            n, c, window=self.model.sliding_window, flops_per_pair=self._attn_flops_per_pair,
+            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
+            flops=self._attn_flops, bandwidth=self.gpu.mem_bandwidth, scratch=_SCRATCH.views(n.shape, 2, 3))
+        attention = units * ops.TIME_QUANTUM_S
+        elementwise = tokens * self._elementwise_per_token
+        allreduce = ops.collective_time(tokens, self._ar_per_token, self._ar_fixed)
+        tp_comm = self._allreduces_per_layer * allreduce
+        comp["linear"] = linear
+        comp["attention"] = attention
+        comp["elementwise"] = elementwise
+        comp["tp_comm"] = tp_comm
+        comp["layer"] = linear + attention + elementwise + tp_comm
+        # First stage: embedding gather, then the vocab-parallel embedding's all-reduce under TP.
+        comp["embedding"] = tokens * self._embedding_per_token + allreduce
+        # Last stage: final norm + LM head on one row per sequence + logits all-gather.
+        comp["lm_head"] = (seqs * self._lm_norm_per_row
+                           + ops.gemm_time_from(seqs, ops.tiled(seqs, self._tile), self._lm_c, self._lm_w, self._lm_a)
+                           + ops.collective_time(seqs, self._ag_per_row, self._ag_fixed))
+        cpu = seqs * self._cpu_per_seq + self._cpu_fixed
+        cpu *= active
+        comp["cpu_overhead"] = cpu
+        return comp
+
+    def _stage_times(self, comp: dict[str, np.ndarray]) -> np.ndarray:
+        """(pp, rows) seconds of each stage (0 for rows without tokens: every part is 0 there)."""
+        last = self.pp - 1
+        if last == 0:
+            return (self.stage_layers[0] * comp["layer"] + comp["embedding"] + comp["lm_head"]
+                    + comp["cpu_overhead"])[None]
+        rows = []
+        for s, layers in enumerate(self.stage_layers):
+            t = layers * comp["layer"]
+            if s == 0:
+                t = t + comp["embedding"]
+            if s == last:
+                t = t + comp["lm_head"] + comp["cpu_overhead"]
+            rows.append(t)
+        return np.stack(rows)
+
+    def _send(self, tokens: np.ndarray) -> np.ndarray:
+        """Activation bytes of the batch over the PP link (see _send_bytes_per_token)."""
+        if self.pp == 1:
+            return np.zeros(np.shape(tokens))
+        return ops.p2p_time(np.asarray(tokens, dtype=np.float64) * self._send_bytes_per_token, self.deployment.pp_link)

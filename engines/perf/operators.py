@@ -1,0 +1,185 @@
+"""Operator cost functions: pure numpy, vectorized over any leading shape.
+
+Each takes token counts (float64 arrays of whole numbers, or ints) and hardware rates and returns
+seconds. Conventions: a count of 0 means the operator does not run and costs 0; every function is
+non-decreasing in its counts. Roofline: an operator takes max(FLOPs / achievable FLOP/s,
+bytes / achievable B/s). The *_coefficients helpers fold the constants once per deployment, so
+the per-call work is a handful of numpy operations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from collections.abc import Sequence
+
+from .hardware import LinkSpec
+
+# Per-item attention times are rounded down to whole units of 0.1 ps before they are summed, so a
+# batch's sum is exact whatever order numpy reduces in: a (k, B) call and k single-row calls agree
+# bit for bit. 0.1 ps is far below any modelled effect; float64 sums whole units exactly up to
+# 2**53 units (900 s) per row.
+TIME_QUANTUM_S = 1e-13
+
+
+def gemm_coefficients(k: int, n: int, *, flops: float, bandwidth: float,
+                      bytes_per_elem: int) -> tuple[float, float, float]:
+    """Constants of an [m x k] @ [k x n] roofline: (seconds per tiled row of compute,
+    seconds to stream the weights once, seconds per row of activations in and out)."""
+    return (2.0 * k * n / flops, bytes_per_elem * float(k * n) / bandwidth,
+            bytes_per_elem * float(k + n) / bandwidth)
+
+
+def gemm_time_from(m: np.ndarray, m_tiled: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:
+    """Roofline of a GEMM from its coefficients (scalars, or (G, 1) arrays for G GEMMs at once):
+    max(compute on the tiled row count, weights + activations); 0 where m == 0."""
+    t = np.maximum(m_tiled * per_tiled_row, weights + m * per_row)
+    t *= m > 0
+    return t
+
+
+def tiled(m: np.ndarray, tile: int) -> np.ndarray:
+    """m rounded up to a multiple of the GEMM tile (tile quantization). Exact for whole numbers
+    below 2**53: m / tile is exact or at least 1/tile away from an integer."""
+    return np.ceil(m / tile) * tile
+
+
+def gemm_time(m: np.ndarray, k: int, n: int, *, tile: int, flops: float, bandwidth: float,
+              bytes_per_elem: int) -> np.ndarray:
+    """[m x k] @ [k x n]: compute on m rounded up to the CTA tile (tile quantization),
+    memory = weights once + activations in and out."""
+    m = np.asarray(m, dtype=np.float64)
+    coeffs = gemm_coefficients(k, n, flops=flops, bandwidth=bandwidth, bytes_per_elem=bytes_per_elem)
+    return gemm_time_from(m, tiled(m, tile), *coeffs)
+
+
+def stream_time(nbytes: np.ndarray, bandwidth: float) -> np.ndarray:
+    """A bandwidth-bound kernel moving `nbytes` (norms, residual adds, rotary, activations, copies)."""
+    return np.asarray(nbytes, dtype=np.float64) / bandwidth
+
+
+def allreduce_coefficients(ranks: int, link: LinkSpec | None) -> tuple[float, float]:
+    """Ring all-reduce over the slowest hop: (seconds per byte, fixed seconds) =
+    (2(p-1)/p / bandwidth, 2(p-1) hop latencies) — reduce-scatter then all-gather, p-1 steps each.
+    (0, 0) for a single rank."""
+    if ranks <= 1 or link is None:
+        return 0.0, 0.0
+    steps = 2 * (ranks - 1)
+    return steps / ranks / link.effective_bandwidth, steps * link.latency_s
+
+
+def allgather_coefficients(ranks: int, link: LinkSpec | None) -> tuple[float, float]:
+    """Ring all-gather of a tensor of B bytes in total (each rank holds B/p): ((p-1)/p / bw, (p-1) latencies)."""
+    if ranks <= 1 or link is None:
+        return 0.0, 0.0
+    steps = ranks - 1
+    return steps / ranks / link.effective_bandwidth, steps * link.latency_s
+
+
+def collective_time(nbytes: np.ndarray, per_byte: float, fixed: float) -> np.ndarray:
+    """A collective or send from its coefficients; 0 where nothing is sent."""
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    t = nbytes * per_byte + fixed
+    t *= nbytes > 0
+    return t
+
+
+def allreduce_time(nbytes: np.ndarray, ranks: int, link: LinkSpec | None) -> np.ndarray:
+    return collective_time(nbytes, *allreduce_coefficients(ranks, link))
+
+
+def allgather_time(nbytes_total: np.ndarray, ranks: int, link: LinkSpec | None) -> np.ndarray:
+    return collective_time(nbytes_total, *allgather_coefficients(ranks, link))
+
+
+def p2p_time(nbytes: np.ndarray, link: LinkSpec | None) -> np.ndarray:
+    """One point-to-point send (pipeline stage boundary): bytes / bandwidth + one hop latency."""
+    if link is None:
+        return np.zeros(np.shape(nbytes))
+    return collective_time(nbytes, 1.0 / link.effective_bandwidth, link.latency_s)
+
+
+def attended_keys_x2(new: np.ndarray, context: np.ndarray, window: int | None) -> np.ndarray:
+    """Twice the number of (query, key) pairs of a chunk of `new` tokens after `context` cached
+    tokens, causal within the chunk: query j (1-based) sees context + j keys, capped at `window`.
+
+    Without a window: 2 * sum_j (c + j) = n (2c + n + 1). With one (a = c + n):
+    hi(hi+1) - lo(lo+1) + 2W (max(a-W, 0) - max(c-W, 0)), hi = min(a, W), lo = min(c, W).
+    Works on int64 or on float64 holding integers (exact below 2**53); 0 where new == 0.
+    """
+    a = context + new
+    if window is None:
+        return (a + context + 1) * new
+    hi = np.minimum(a, window)
+    lo = np.minimum(context, window)
+    beyond = np.maximum(a - window, 0) - np.maximum(context - window, 0)
+    return hi * (hi + 1) - lo * (lo + 1) + (2 * window) * beyond
+
+
+def kv_tokens_read(new: np.ndarray, context: np.ndarray, window: int | None) -> np.ndarray:
+    """KV entries the chunk's attention reads: the cached context plus its own tokens, or, with a
+    sliding window, only the last W + n - 1 positions any of its queries can see. 0 where new == 0."""
+    if window is None:
+        total = context + new
+    else:
+        total = np.minimum(context + new, new + (window - 1))
+    return np.minimum(total, new * _BIG)
+
+
+_BIG = float(2**40)  # larger than any token count: min(x, new * _BIG) zeroes padding items only
+
+
+def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None, flops_per_pair: float,
+                    kv_bytes_per_token: float, qo_bytes_per_token: float, flops: float,
+                    bandwidth: float, scratch: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """Per-sequence attention time of one layer, in whole TIME_QUANTUM_S units (rounded down),
+    summed over the last axis. `new` and `context` are float64 arrays of token counts.
+
+    Each sequence is its own roofline (prefill chunks are compute-bound, decodes read their KV),
+    and the batch's attention is their sum: prefill and decode attention run as separate kernels
+    in the paper-era engines, and a decode-only batch is bandwidth-bound either way.
+
+    Same arithmetic as attended_keys_x2 / kv_tokens_read, written with a few reused float64
+    buffers (`scratch`: three float64 arrays shaped like `new`, or None to allocate them): the
+    simulator calls this on (k, B) arrays of decode steps, where fresh 300 KB temporaries cost
+    more than the arithmetic (the allocator returns them to the OS and page-faults them back). Token
+    counts are integers far below 2**53, so float64 holds every intermediate exactly, and the
+    per-item units are whole numbers, so their sum is exact in any order.
+    """
+    n = new
+    if scratch is None:
+        scratch = [np.empty_like(new) for _ in range(3)]
+    a, pairs, tmp = scratch[0], scratch[1], scratch[2]
+    np.add(context, new, out=a)
+    if window is None:
+        np.add(a, context, out=pairs)
+        pairs += 1.0
+        pairs *= n  # n (2c + n + 1)
+    else:
+        w = float(window)
+        np.minimum(a, w, out=pairs)  # hi
+        np.add(pairs, 1.0, out=tmp)
+        pairs *= tmp  # hi (hi + 1)
+        np.minimum(context, w, out=tmp)  # lo
+        np.add(tmp, 1.0, out=a)
+        a *= tmp
+        pairs -= a  # - lo (lo + 1)
+        np.subtract(context, w, out=tmp)
+        np.maximum(tmp, 0.0, out=tmp)
+        np.add(context, new, out=a)
+        a -= w
+        np.maximum(a, 0.0, out=a)
+        a -= tmp
+        a *= 2.0 * w
+        pairs += a  # + 2W (max(a - W, 0) - max(c - W, 0))
+        np.add(context, new, out=a)
+        np.add(n, w - 1.0, out=tmp)
+        np.minimum(a, tmp, out=a)  # KV read: min(c + n, W + n - 1)
+    np.multiply(n, _BIG, out=tmp)
+    np.minimum(a, tmp, out=a)  # padding items read nothing
+    pairs *= 0.5 * flops_per_pair / flops / TIME_QUANTUM_S
+    a *= kv_bytes_per_token / bandwidth / TIME_QUANTUM_S
+    np.multiply(n, qo_bytes_per_token / bandwidth / TIME_QUANTUM_S, out=tmp)
+    a += tmp
+    np.maximum(pairs, a, out=pairs)
+    np.floor(pairs, out=pairs)
+    return pairs.sum(axis=-1)
