@@ -139,8 +139,12 @@ class Engine:
         if self.blocks.reserve_tokens is not None:
             return limit
 
-        def blocks_needed(k: int) -> int:
-            return sum(self.blocks.blocks_to_grow(s, s.num_computed + k) for s in seqs)
+        bs = self.blocks.block_size
+        ctx = [s.num_computed for s in seqs]
+        have = [len(s.block_table) * bs for s in seqs]
+
+        def blocks_needed(k: int) -> int:  # blocks to cover num_computed + k tokens, summed
+            return sum(-(-(c + k - h) // bs) for c, h in zip(ctx, have) if c + k > h)
 
         # The first iteration's slots were already allocated by the policy.
         free = self.blocks.num_free

@@ -14,23 +14,28 @@ def schedule_decodes(engine: Engine) -> tuple[list[Sequence], list[Sequence]]:
     parallelism) are skipped and never chosen as victims.
     """
     pending = [s for s in engine.running if not s.in_flight]
+    blocks = engine.blocks
+    block_size = blocks.block_size
     decodes: list[Sequence] = []
     prefills: list[Sequence] = []
     i = 0
     while i < len(pending):
         seq = pending[i]
         i += 1
-        if seq.is_prefill:
+        if seq.num_computed < seq.prefill_target:
             prefills.append(seq)
             continue
-        needed = seq.num_computed + 1
-        while not engine.blocks.can_grow(seq, needed):
+        # The new token's slot is at position num_computed: a new block only at a block boundary.
+        if seq.num_computed < len(seq.block_table) * block_size:
+            decodes.append(seq)
+            continue
+        while blocks.num_free == 0:
             if len(pending) > i:
                 engine.preempt(pending.pop())
             else:
                 engine.preempt(seq)
                 break
         else:
-            engine.blocks.grow(seq, needed)
+            blocks.grow(seq, seq.num_computed + 1)
             decodes.append(seq)
     return decodes, prefills

@@ -33,24 +33,21 @@ class IterationTimer(Protocol):
 
 
 class _Timeline:
-    """Per request: first scheduled, token times (as chunks, concatenated at the end), finish."""
+    """Per request: first scheduled, token times, finish."""
 
     def __init__(self, n: int) -> None:
         self.first_scheduled = np.full(n, np.nan)
         self.finished = np.full(n, np.nan)
-        self.tokens: list[list] = [[] for _ in range(n)]
+        self.tokens: list[list[float]] = [[] for _ in range(n)]
 
     def token(self, i: int, t: float) -> None:
         self.tokens[i].append(t)
 
-    def tokens_run(self, i: int, times: np.ndarray) -> None:
-        self.tokens[i].append(times)
+    def tokens_run(self, i: int, times: list[float]) -> None:
+        self.tokens[i].extend(times)
 
     def token_times(self, i: int) -> np.ndarray:
-        parts = self.tokens[i]
-        if not parts:
-            return np.empty(0)
-        return np.concatenate([np.atleast_1d(p) for p in parts]).astype(np.float64, copy=False)
+        return np.array(self.tokens[i], dtype=np.float64)
 
 
 def simulate(
@@ -255,6 +252,7 @@ def _decode_run(
         k = max(1, int(np.searchsorted(starts, horizon, side="left")))
         ends = ends[:k]
     finished = engine.complete_decode_run(batch, k)
+    times = ends.tolist()
     for seq in batch.seqs:
-        line.tokens_run(seq.seq_id, ends)
+        line.tokens_run(seq.seq_id, times)
     return float(ends[-1]), finished
