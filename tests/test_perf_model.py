@@ -1,0 +1,235 @@
+"""PerfModel against published operator-level facts, and its API contract.
+
+Published facts (Sarathi-Serve, OSDI'24; see shared/ARCHITECTURE.md "Paper facts"). Each test
+states its tolerance. Where the spec-derived model cannot meet a fact, the test is an xfail with
+the measured value and the reason; the constants are never tuned to pass.
+"""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engines.perf import BREAKDOWN_PARTS, LINEAR_PARTS, Deployment, PerfModel
+from harness.errors import HarnessError
+
+
+def perf(model, gpu, tp=1, pp=1, **kw):
+    return PerfModel(Deployment.create(model=model, gpu=gpu, tp=tp, pp=pp, **kw))
+
+
+MISTRAL = perf("mistral-7b", "a100-80g")
+YI = perf("yi-34b", "a100-80g", tp=2)
+LLAMA70 = perf("llama2-70b", "a40", tp=4, pp=2, topology="paper_a40")
+FALCON = perf("falcon-180b", "a100-80g", tp=4, pp=2, topology="paper_a100", gpus_per_node=4)
+
+
+def decode_latency(p, batch=32, context=4096):
+    """One decode iteration through every stage (sum of stages + sends for pp > 1)."""
+    return float(p.pipeline_latency(np.ones(batch, dtype=np.int64), np.full(batch, context)))
+
+
+def prefill_time(p, prompt, chunk):
+    """Total time to prefill `prompt` tokens in chunks of `chunk` (one chunk per iteration)."""
+    total, done = 0.0, 0
+    while done < prompt:
+        k = min(chunk, prompt - done)
+        total += p.iteration_time([k], [done])
+        done += k
+    return total
+
+
+# ----------------------------------------------------------------------------- published facts
+def test_prefill_throughput_saturates_by_512_tokens():
+    # Paper: prefill throughput saturates near 512 tokens (Mistral-7B, A100).
+    # Tolerance: per-token time at 512 within 15 % of that at 4096.
+    per_512 = MISTRAL.iteration_time([512], [0]) / 512
+    per_4096 = MISTRAL.iteration_time([4096], [0]) / 4096
+    assert abs(per_512 / per_4096 - 1) <= 0.15
+    # and below saturation a token is dearer (weights are streamed for few tokens)
+    assert MISTRAL.iteration_time([64], [0]) / 64 > 1.15 * per_512
+
+
+def test_tile_quantization_257_vs_256():
+    # Paper: a 257-token chunk can cost 32 % more than 256. Tolerance: linear layers >= 15 % more.
+    lin = {n: MISTRAL.breakdown([n], [0])["linear"] for n in (256, 257)}
+    assert lin[257] >= 1.15 * lin[256]
+    # within a tile, an extra token is nearly free
+    assert MISTRAL.breakdown([384], [0])["linear"] == pytest.approx(lin[257], rel=0.01)
+
+
+FALCON_PREFILL_REASON = (
+    "spec-derived model gives ~2.1 s (2 stages x ~1.05 s: 4 A100s per stage at 86.9 % of 312 TFLOP/s "
+    "for 1.5e15 FLOPs, plus one PCIe-ring all-reduce of 122 MB per layer). 1150 ms is below the "
+    "physical floor for the sum of both stages: 1.5e15 FLOPs / (4 x 312e12 FLOP/s) = 1.2 s at 100 % "
+    "of datasheet peak. One stage (~1.05 s) is within 10 % of 1150 ms."
+)
+
+
+@pytest.mark.xfail(strict=True, reason=FALCON_PREFILL_REASON)
+def test_falcon_4k_prefill_about_1150ms():
+    # Paper: Falcon-180B TP4-PP2 (2 nodes x 4 A100, 100 GbE): a 4k prefill ~1150 ms.
+    # Tolerance: +-35 %, prefill = sum over the two stages + the send.
+    t = float(FALCON.pipeline_latency(np.array([4096]), np.array([0])))
+    assert abs(t / 1.150 - 1) <= 0.35
+
+
+FALCON_DECODE_REASON = (
+    "spec-derived model gives ~73 ms: each GPU streams 44.6 GB of weights per stage at 85 % of "
+    "2.04 TB/s (26 ms x 2 stages), reads 2.7 GB of KV (1.6 ms x 2), does 40 PCIe all-reduces per "
+    "stage (~5 ms x 2) and pays ~7 ms of engine overhead. 200 ms would need an extra ~2.7x that no "
+    "datasheet or operator measurement supports."
+)
+
+
+@pytest.mark.xfail(strict=True, reason=FALCON_DECODE_REASON)
+def test_falcon_batch32_decode_about_200ms():
+    # Paper: a batch-32 decode iteration (4k context each) ~200 ms. Tolerance: +-35 %.
+    assert abs(decode_latency(FALCON) / 0.200 - 1) <= 0.35
+
+
+SLO_CASES = [
+    # (deployment, published strict P99 TBT SLO = 5 x decode iteration, reason if the model misses it)
+    pytest.param(MISTRAL, 0.1, id="mistral-7b-1xA100"),
+    pytest.param(YI, 0.2, id="yi-34b-tp2-A100"),
+    pytest.param(LLAMA70, 1.0, id="llama2-70b-tp4pp2-A40", marks=pytest.mark.xfail(strict=True, reason=(
+        "spec-derived 5x decode ~0.50 s: per stage each A40 streams 17.2 GB of weights at 85 % of "
+        "696 GB/s (29 ms), reads 5.4 GB of KV (9 ms), 80 PCIe all-reduces (7.5 ms); 2 stages + 7 ms "
+        "engine overhead = 100 ms per decode, half of the 200 ms the 1 s SLO implies"))),
+    pytest.param(FALCON, 1.0, id="falcon-180b-tp4pp2-A100", marks=pytest.mark.xfail(strict=True, reason=(
+        "spec-derived 5x decode ~0.36 s; see test_falcon_batch32_decode_about_200ms"))),
+]
+
+
+@pytest.mark.parametrize("p,slo", SLO_CASES)
+def test_strict_slo_is_five_decode_iterations(p, slo):
+    # Paper: strict P99 TBT SLO = 5 x a decode iteration (batch 32, 4k context, no prefill).
+    # Tolerance: +-35 %; for pp = 2 an iteration is the sum of the stages + the send.
+    assert abs(5 * decode_latency(p) / slo - 1) <= 0.35
+
+
+@pytest.mark.parametrize("prompt", [2048, 4096, 8192, 16384])
+def test_yi_chunking_overhead(prompt):
+    # Paper (Fig. 14, Yi-34B TP2): chunking costs <= ~25 % with chunks of 512, near 0 at 2048.
+    # Tolerance (brief): chunks of 512 <= 35 % more than one go, chunks of 2048 <= 10 % more.
+    whole = YI.iteration_time([prompt], [0])
+    assert prefill_time(YI, prompt, 512) <= 1.35 * whole
+    assert prefill_time(YI, prompt, 2048) <= 1.10 * whole
+    assert prefill_time(YI, prompt, 512) > whole  # chunking is never free
+
+
+# ----------------------------------------------------------------------------- operator behaviour
+def test_later_chunks_reread_earlier_kv():
+    first = YI.breakdown([512], [0])["attention"]
+    later = YI.breakdown([512], [3584])["attention"]
+    assert later > 4 * first
+
+
+def test_sliding_window_caps_decode_attention():
+    att = {c: MISTRAL.breakdown([1] * 8, [c] * 8)["attention"] for c in (1000, 4095, 5000, 20000)}
+    assert att[1000] < att[4095]
+    assert att[4095] == att[5000] == att[20000]  # Mistral attends to at most 4096 positions
+    llama = perf("llama3-8b", "a100-80g")  # same shapes, no window
+    assert llama.breakdown([1] * 8, [20000] * 8)["attention"] > 4 * att[20000]
+
+
+def test_decode_is_bandwidth_bound_prefill_compute_bound():
+    # decode: the linear layers cost about weights / achievable bandwidth
+    g = MISTRAL.gpu
+    weights = MISTRAL.model.weight_bytes - 2 * MISTRAL.model.embedding_params * 2  # minus embedding + LM head
+    assert MISTRAL.breakdown([1] * 32, [1000] * 32)["linear"] == pytest.approx(weights / g.mem_bandwidth, rel=0.02)
+    # prefill of 4096: linear FLOPs / achievable FLOP/s
+    flops = 2 * 4096 * (weights / 2)
+    assert MISTRAL.breakdown([4096], [0])["linear"] == pytest.approx(flops / g.matmul_flops, rel=0.01)
+
+
+def test_tp_and_pp_communication():
+    assert YI.breakdown([256], [0])["tp_comm"] > 0
+    assert MISTRAL.breakdown([256], [0])["tp_comm"] == 0
+    assert MISTRAL.pp_send_time(4096) == 0.0 and YI.pp_send_time(4096) == 0.0
+    send = FALCON.pp_send_time(4096)
+    # 4096 x 14848 x 2 B over 100 GbE at 60 % efficiency, plus latency
+    assert send == pytest.approx(4096 * 14848 * 2 / (12.5e9 * 0.6), rel=0.01)
+    assert FALCON.pp_send_time(0) == 0.0
+    # Falcon sums attention and MLP before one all-reduce; Llama all-reduces twice per layer
+    assert FALCON._allreduces_per_layer == 1 and LLAMA70._allreduces_per_layer == 2
+
+
+def test_cpu_overhead_is_documented_and_counted():
+    d = MISTRAL.deployment
+    b = MISTRAL.breakdown([1] * 10, [100] * 10)
+    assert b["cpu_overhead"] == pytest.approx(d.cpu_overhead_s + 10 * d.cpu_overhead_per_seq_s)
+    lean = PerfModel(d.with_changes(cpu_overhead_s=0.0, cpu_overhead_per_seq_s=0.0))
+    assert lean.iteration_time([1] * 10, [100] * 10) == pytest.approx(b["total"] - b["cpu_overhead"])
+
+
+def test_kv_capacity():
+    m, d = MISTRAL.model, MISTRAL.deployment
+    expected = (d.gpu.hbm_bytes * 0.9 - m.weight_bytes - MISTRAL.activation_reserve_bytes()) / m.kv_bytes_per_token
+    assert MISTRAL.kv_capacity_tokens(0.9) == math.floor(expected)
+    assert 400_000 < MISTRAL.kv_capacity_tokens() < 500_000
+    assert MISTRAL.kv_capacity_tokens(0.5) < MISTRAL.kv_capacity_tokens(0.9)
+    # TP halves weights and KV per GPU; PP halves layers per GPU
+    assert YI.kv_capacity_tokens() > 0 and FALCON.kv_capacity_tokens() > 0 and LLAMA70.kv_capacity_tokens() > 0
+    assert perf("falcon-180b", "a100-80g", tp=4).kv_capacity_tokens() == 0  # 89 GB of weights per GPU
+    with pytest.raises(HarnessError):
+        MISTRAL.kv_capacity_tokens(1.5)
+
+
+# ----------------------------------------------------------------------------- API contract
+@pytest.mark.parametrize("p", [MISTRAL, YI, FALCON], ids=["mistral", "yi", "falcon"])
+def test_vectorized_equals_row_by_row(p):
+    rng = np.random.default_rng(7)
+    new = rng.choice([0, 1, 1, 1, 17, 256, 257, 512], size=(40, 24))
+    ctx = rng.integers(0, 9000, size=(40, 24))
+    rows = np.array([p.batch_times(new[i], ctx[i]) for i in range(40)])
+    whole = p.batch_times(new, ctx)
+    assert whole.shape == (40,)
+    assert np.array_equal(whole, rows)  # bit-identical
+    assert np.array_equal(p.batch_times(new.reshape(5, 8, 24), ctx.reshape(5, 8, 24)), whole.reshape(5, 8))
+    assert p.iteration_time(list(new[3]), list(ctx[3])) == whole[3]
+    lat = p.pipeline_latency(new, ctx)
+    assert np.array_equal(lat, [p.pipeline_latency(new[i], ctx[i]) for i in range(40)])
+
+
+def test_padding_costs_nothing():
+    base = YI.iteration_time([1, 1, 300], [10, 2000, 0])
+    assert YI.iteration_time([1, 0, 1, 0, 300, 0], [10, 99999, 2000, 5, 0, 123]) == base
+    assert YI.iteration_time([0, 0], [100, 200]) == 0.0
+    assert np.array_equal(YI.batch_times(np.zeros((3, 0), dtype=int), np.zeros((3, 0), dtype=int)), np.zeros(3))
+
+
+def test_breakdown_sums_to_total():
+    for p in (MISTRAL, YI, FALCON):
+        b = p.breakdown([1] * 20 + [333], [4000] * 20 + [700])
+        assert sum(b[k] for k in BREAKDOWN_PARTS) == pytest.approx(b["total"], rel=1e-12)
+        assert sum(b[k] for k in LINEAR_PARTS) == pytest.approx(b["linear"], rel=1e-12)
+        assert b["total"] == p.iteration_time([1] * 20 + [333], [4000] * 20 + [700])
+
+
+def test_bad_input_raises():
+    with pytest.raises(HarnessError):
+        YI.batch_times(np.array([1, 2]), np.array([1, 2, 3]))
+    with pytest.raises(HarnessError):
+        YI.iteration_time([-1], [0])
+
+
+batches = st.lists(st.tuples(st.integers(0, 700), st.integers(0, 9000)), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches, st.integers(0, 11), st.integers(1, 300), st.sampled_from(["new", "context"]))
+def test_monotone_in_new_tokens_and_context(batch, index, delta, which):
+    new = [n for n, _ in batch]
+    ctx = [c for _, c in batch]
+    i = index % len(batch)
+    more_new, more_ctx = list(new), list(ctx)
+    if which == "new":
+        more_new[i] += delta
+    else:
+        more_ctx[i] += delta
+    for p in (MISTRAL, FALCON):
+        assert p.iteration_time(more_new, more_ctx) >= p.iteration_time(new, ctx)
+        assert float(p.pipeline_latency(np.array(more_new), np.array(more_ctx))) >= float(
+            p.pipeline_latency(np.array(new), np.array(ctx)))
