@@ -1,0 +1,159 @@
+"""One experiment: a deployment, a workload, an SLO, and a capacity search per scheduler.
+
+`plan_experiment` resolves and validates everything from the config before anything runs (bad
+input fails fast, nothing written); `run_probe` simulates one rate for one scheduler;
+`search_capacity` runs the paper's capacity search for one scheduler.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engines.schedulers import POLICIES, SchedulerConfig, make_engine
+from harness.backends.sim import simulate
+from harness.capacity import CapacityResult, Probe, find_capacity
+from harness.deployment import SimDeployment, build_deployment
+from harness.errors import HarnessError
+from harness.metrics import Slo, SloVerdict, Summary, check_slo, summarize
+from harness.records import RequestRecord
+from harness.slo import resolve_slo
+from harness.workload import Workload, arrival_offsets, load_workload, make_requests
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    num_requests: int
+    start_qps: float
+    rel_tol: float
+    min_qps: float
+    max_qps: float
+    time_limit_s: float | None
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    name: str
+    seed: int
+    deployment: SimDeployment
+    max_model_len: int
+    slo: Slo
+    schedulers: dict[str, SchedulerConfig]
+    workload: Workload
+    arrival: Mapping
+    search: SearchSettings
+    fast_forward: bool
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    qps: float
+    verdict: SloVerdict
+    summary: Summary
+    records: list[RequestRecord] = field(repr=False)
+
+
+def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
+    # Entries without `policy` are knob overrides an experiment preset set for a scheduler the
+    # command line deselected (e.g. `scheduler=[sarathi]`): skip them.
+    out = {}
+    for name, sc in (cfg or {}).items():
+        if sc is None or "policy" not in sc:
+            continue
+        fields = {k: v for k, v in sc.items()}
+        try:
+            out[name] = SchedulerConfig(**fields)
+        except TypeError as e:
+            raise HarnessError(f"scheduler {name}: {e} (known fields: policy, max_num_seqs, token_budget, max_num_batched_tokens)") from None
+        except ValueError as e:
+            raise HarnessError(f"scheduler {name}: {e}") from None
+    if not out:
+        raise HarnessError(f"no scheduler selected; choose from experiments/scheduler ({', '.join(POLICIES)})")
+    return out
+
+
+def plan_experiment(cfg: Mapping) -> ExperimentPlan:
+    seed = int(cfg["seed"])
+    max_model_len = int(cfg["max_model_len"])
+    deployment = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], cfg["backend"], max_model_len)
+    slo = resolve_slo(cfg["slo"], deployment.model_name)
+    schedulers = _scheduler_configs(cfg["scheduler"])
+    s = cfg["search"]
+    search = SearchSettings(
+        num_requests=int(s["num_requests"]),
+        start_qps=float(s["start_qps"]),
+        rel_tol=float(s["rel_tol"]),
+        min_qps=float(s["min_qps"]),
+        max_qps=float(s["max_qps"]),
+        time_limit_s=None if s.get("time_limit_s") is None else float(s["time_limit_s"]),
+    )
+    if search.num_requests < 1:
+        raise HarnessError(f"search.num_requests must be >= 1, got {search.num_requests}")
+    if not (0 < search.min_qps <= search.start_qps <= search.max_qps):
+        raise HarnessError(
+            f"search: need 0 < min_qps <= start_qps <= max_qps, got {search.min_qps}, {search.start_qps}, {search.max_qps}"
+        )
+    workload = load_workload(cfg["dataset"], search.num_requests, seed)
+    _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
+    for name, sc in schedulers.items():  # fail now, not in the middle of the search
+        try:
+            make_engine(sc, deployment.kv_capacity_tokens, max_model_len, deployment.block_size)
+        except ValueError as e:
+            raise HarnessError(f"scheduler {name}: {e}") from None
+    return ExperimentPlan(
+        name=str(cfg["name"]),
+        seed=seed,
+        deployment=deployment,
+        max_model_len=max_model_len,
+        slo=slo,
+        schedulers=schedulers,
+        workload=workload,
+        arrival=cfg["arrival"],
+        search=search,
+        fast_forward=bool(cfg["backend"].get("fast_forward", True)),
+        notes=deployment.notes,
+    )
+
+
+def _check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None:
+    total = workload.prompt_lens + workload.output_lens - 1  # the last token is never fed back
+    bad = np.flatnonzero(total > max_model_len)
+    if bad.size:
+        i = int(bad[0])
+        raise HarnessError(
+            f"{dataset}: request {i} has prompt {workload.prompt_lens[i]} + output {workload.output_lens[i]} tokens, "
+            f"over max_model_len {max_model_len} ({bad.size} such requests)"
+        )
+
+
+def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, on_finished: Callable[[int], None] | None = None) -> ProbeOutcome:
+    if not qps > 0 or not np.isfinite(qps):
+        raise HarnessError(f"QPS must be a positive number, got {qps}")
+    arrivals = arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed)
+    requests = make_requests(plan.workload, arrivals)
+    d = plan.deployment
+    engine = make_engine(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size)
+    records = simulate(
+        requests,
+        engine,
+        d.timer,
+        fast_forward=plan.fast_forward,
+        time_limit_s=plan.search.time_limit_s,
+        on_progress=on_finished,
+    )
+    return ProbeOutcome(qps, check_slo(records, plan.slo), summarize(records), records)
+
+
+def search_capacity(
+    plan: ExperimentPlan,
+    scheduler: str,
+    on_probe: Callable[[Probe], None] | None = None,
+) -> CapacityResult:
+    def probe(qps: float) -> Probe:
+        outcome = run_probe(plan, scheduler, qps)
+        return Probe(qps, outcome.verdict.passed, outcome)
+
+    s = plan.search
+    return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)

@@ -1,0 +1,68 @@
+"""`python -m harness`: the main job end to end (small), and bad input -> one line, exit 2, nothing written."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_main_job_small(tmp_path):
+    p = run("experiment=yi34b_tp2_strict", "search.num_requests=128", f"results_dir={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("yi34b_tp2_strict: yi-34b on 2x a100-80g (tp=2, pp=1)")
+    for name in ("sarathi", "vllm", "orca"):
+        row = next(line for line in lines if line.startswith(name))
+        capacity = float(row.split()[1].rstrip("+"))
+        assert capacity > 0
+    run_dir = Path(lines[-1].removeprefix("results: "))
+    assert run_dir.parent == tmp_path / "yi34b_tp2_strict"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary["schedulers"]) == {"sarathi", "vllm", "orca"}
+    assert summary["slo"]["tbt_s"] == 0.2 and summary["seed"] == 0
+    for s in summary["schedulers"].values():
+        passing = [p["qps"] for p in s["probes"] if p["passed"]]
+        assert s["capacity_qps"] == max(passing)
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert set(requests.scheduler) == {"sarathi", "vllm", "orca"}
+    assert len(requests) == 128 * sum(len(s["probes"]) for s in summary["schedulers"].values())
+    tokens = pd.read_parquet(run_dir / "token_times.parquet")
+    assert (tokens.token_times_s.map(len) > 0).all()
+    assert (run_dir / "config.yaml").read_text().count("policy:") == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["experiment=nope"], "experiment/nope"),
+        (["experiment=yi34b_tp2_strict", "scheduler=[sarathi,foo]"], "scheduler/foo"),
+        (["dataset.trace_file=does/not/exist.csv"], "does/not/exist.csv"),
+        (["search.start_qps=0"], "start_qps"),
+        (["search.min_qps=-1"], "min_qps"),
+        (["max_model_len=1000"], "max_model_len 1000"),
+        (["slo.kind=loose"], "slo.kind"),
+        (["model=gpt-9"], "model/gpt-9"),
+        (["scheduler.sarathi.token_budget=0"], "token_budget"),
+    ],
+)
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
+    p = run(*args, "search.num_requests=16", f"results_dir={tmp_path}")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], p.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_help_lists_experiments():
+    p = run("--help")
+    assert p.returncode == 0 and "yi34b_tp2_strict" in p.stdout
