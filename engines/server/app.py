@@ -1,0 +1,225 @@
+"""The aiohttp application: OpenAI-compatible routes around the engine loop.
+
+    POST /v1/completions   prompt (text or token ids), max_tokens, ignore_eos, temperature, top_p,
+                           seed, stream (SSE), stream_options.{include_usage, continuous_usage_stats}
+    GET  /v1/models        the one served model
+    GET  /health           200 when serving, 503 while shutting down
+    GET  /metrics          Prometheus text (engine:* metrics, see stats.py)
+
+Streams: one SSE event per batch of new tokens the handler finds (one token when it keeps up,
+several when it falls behind, as vLLM does), `data: [DONE]` last. The final data event carries
+`server_timing` (arrival, first_scheduled, token_times, finished, num_preemptions on this
+process's CLOCK_MONOTONIC) so a client can measure scheduling delay rather than guess it.
+Every choice also carries its `token_ids` (vLLM's return_token_ids shape).
+
+A client that disconnects cancels its handler (handler_cancellation), whose `finally` aborts
+the request in the engine and frees its KV blocks.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from aiohttp import web
+
+from engines.executors.base import SamplingParams
+from engines.server.build import ServingParts
+from engines.server.config import ServerConfig
+from engines.server.errors import ApiError
+from engines.server.loop import EngineLoop, RequestState
+from engines.server.protocol import CompletionRequest, check_length, parse_completion
+from engines.server.stats import render_prometheus
+
+
+def _dumps(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class CompletionServer:
+    """The state the handlers share: config, engine loop, tokenizer, whether we are draining."""
+
+    def __init__(self, cfg: ServerConfig, parts: ServingParts) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.parts = parts
+        self.tokenizer = parts.tokenizer
+        self.loop = EngineLoop(parts.engine, parts.executor,
+                               eos_token_id=getattr(parts.tokenizer, "eos_token_id", None))
+        self.draining = False
+        self.created = int(time.time())
+
+    # -- routes ------------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        if self.draining:
+            raise ApiError(503, "server is shutting down")
+        return web.Response(status=200)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "object": "list",
+            "data": [{
+                "id": self.name, "object": "model", "created": self.created, "owned_by": "sarathi-harness",
+                "root": self.cfg.model, "max_model_len": self.parts.max_model_len,
+            }],
+        })
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        engine = self.parts.engine
+        text = render_prometheus(
+            self.loop.stats,
+            running=len(engine.running),
+            waiting=len(engine.waiting),
+            blocks_used=engine.blocks.num_used,
+            blocks_total=engine.blocks.num_blocks,
+            preemptions=engine.num_preemptions,
+            model=self.name,
+        )
+        return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                            headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        arrival = self.loop.clock()
+        if self.draining:
+            raise ApiError(503, "server is shutting down")
+        req = await self._parse(request)
+        ids = list(req.prompt_token_ids) if req.prompt_token_ids is not None else self.tokenizer.encode(req.prompt_text)
+        if not ids:
+            raise ApiError(400, "'prompt' holds no tokens", "prompt")
+        check_length(len(ids), req.max_tokens, self.parts.max_model_len)
+        sampling = SamplingParams(req.temperature, req.top_p, req.seed, req.ignore_eos)
+        try:
+            state = self.loop.submit(ids, req.max_tokens, sampling, arrival)
+        except ValueError as e:
+            raise ApiError(400, str(e), "prompt") from None
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        try:
+            if req.stream:
+                return await self._stream(request, state, req, rid)
+            return await self._whole(state, rid)
+        finally:
+            self.loop.abort(state)  # a no-op once done; else the client left: free its KV now
+
+    # -- helpers -----------------------------------------------------------------------------
+    async def _parse(self, request: web.Request) -> CompletionRequest:
+        limit = self.cfg.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise ApiError(413, f"request body of {request.content_length} bytes is over the limit of {limit} bytes")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, f"request body is over the limit of {limit} bytes") from None
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"the request body is not valid JSON: {e}", "body") from None
+        if isinstance(body, dict) and "model" in body and body["model"] is not None:
+            model = body["model"]
+            if not isinstance(model, str):
+                raise ApiError(400, f"'model' must be a string, got {model!r}", "model")
+            if model != self.name:
+                raise ApiError(404, f"The model `{model}` does not exist (this server serves `{self.name}`).", "model")
+        return parse_completion(body, self.parts.vocab_size)
+
+    def _choice(self, ids: list[int], finish: str | None) -> dict:
+        text = "".join(self.tokenizer.decode_token(t) for t in ids)
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None,
+                "token_ids": ids}
+
+    @staticmethod
+    def _usage(state: RequestState, completion_tokens: int) -> dict:
+        p = state.seq.prompt_len
+        return {"prompt_tokens": p, "completion_tokens": completion_tokens, "total_tokens": p + completion_tokens}
+
+    async def _wait(self, state: RequestState, sent: int) -> None:
+        while len(state.token_ids) == sent and not state.done:
+            state.changed.clear()
+            await state.changed.wait()
+
+    async def _stream(self, request: web.Request, state: RequestState, req: CompletionRequest, rid: str):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": self.name}
+        sent = 0
+        while True:
+            await self._wait(state, sent)
+            ids = state.token_ids[sent:]
+            sent += len(ids)
+            last = state.done and sent == len(state.token_ids)
+            if state.error is not None:
+                await resp.write(b"data: " + _dumps({"error": ApiError(500, state.error).body()["error"]}) + b"\n\n")
+                break
+            if not ids and not last:
+                continue
+            chunk = {**head, "choices": [self._choice(ids, state.finish_reason if last else None)]}
+            if req.continuous_usage_stats:
+                chunk["usage"] = self._usage(state, sent)
+            if last and not req.include_usage:
+                chunk["server_timing"] = state.timing()
+            await resp.write(b"data: " + _dumps(chunk) + b"\n\n")
+            if last:
+                break
+        if req.include_usage and state.error is None:
+            final = {**head, "choices": [], "usage": self._usage(state, sent), "server_timing": state.timing()}
+            await resp.write(b"data: " + _dumps(final) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _whole(self, state: RequestState, rid: str) -> web.Response:
+        while not state.done:
+            state.changed.clear()
+            await state.changed.wait()
+        if state.error is not None:
+            raise ApiError(500, state.error)
+        n = len(state.token_ids)
+        body = {
+            "id": rid, "object": "text_completion", "created": int(time.time()), "model": self.name,
+            "choices": [self._choice(state.token_ids, state.finish_reason)],
+            "usage": self._usage(state, n),
+            "server_timing": state.timing(),
+        }
+        return web.Response(body=_dumps(body), content_type="application/json")
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler):
+    """Every error, ours or aiohttp's (unknown route, wrong method), in OpenAI's JSON shape."""
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return e.response()
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return ApiError(e.status, f"{e.reason}: {request.method} {request.path}").response()
+
+
+SERVER_KEY = web.AppKey("server", CompletionServer)
+
+
+def make_app(cfg: ServerConfig, parts: ServingParts) -> web.Application:
+    server = CompletionServer(cfg, parts)
+    # aiohttp enforces client_max_size when reading the body; we check Content-Length first.
+    app = web.Application(middlewares=[_json_errors], client_max_size=cfg.max_body_bytes)
+    app[SERVER_KEY] = server
+    app.router.add_post("/v1/completions", server.completions)
+    app.router.add_get("/v1/models", server.models)
+    app.router.add_get("/health", server.health)
+    app.router.add_get("/metrics", server.metrics)
+
+    async def start_loop(app: web.Application) -> None:
+        server.loop.start()
+
+    async def abort_all(app: web.Application) -> None:
+        # Runs before aiohttp waits for handlers: aborted requests end their streams at once.
+        server.draining = True
+        server.loop.abort_all()
+
+    async def stop_loop(app: web.Application) -> None:
+        await server.loop.close()
+
+    app.on_startup.append(start_loop)
+    app.on_shutdown.append(abort_all)
+    app.on_cleanup.append(stop_loop)
+    return app
