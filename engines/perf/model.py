@@ -51,7 +51,10 @@ LINEAR_PARTS = ("linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_do
 
 class _Scratch(threading.local):
     """Per-thread float64 work space for the (rows, B) arrays of one call, reused across calls:
-    allocating a few hundred KB per array per call costs more than the arithmetic on them."""
+    allocating a few hundred KB per array per call costs more than the arithmetic on them.
+    Calls needing more than CACHE_LIMIT elements get fresh arrays (their arithmetic dominates)."""
+
+    CACHE_LIMIT = 1 << 22  # 32 MiB of float64 kept per thread at most
 
     def __init__(self) -> None:
         self.flat = np.empty(0)
@@ -60,8 +63,10 @@ class _Scratch(threading.local):
         """`count` arrays of `shape`, slots first..first+count-1 of the work space."""
         size = shape[0] * shape[1]
         need = (first + count) * size
+        if need > self.CACHE_LIMIT:
+            return [np.empty(shape) for _ in range(count)]
         if self.flat.size < need:
-            self.flat = np.empty(max(need, 2 * self.flat.size, 5 * 8192))
+            self.flat = np.empty(min(max(need, 2 * self.flat.size, 5 * 8192), self.CACHE_LIMIT))
         return [self.flat[i * size:(i + 1) * size].reshape(shape) for i in range(first, first + count)]
 
 
