@@ -42,8 +42,6 @@ from harness.errors import HarnessError
 from . import operators as ops
 from .deployment import Deployment
 
-GiB = 1024**3
-
 # Components of one stage's time (summing to "total") and the details of "linear".
 BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead")
 LINEAR_PARTS = ("linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_down")
@@ -194,6 +192,8 @@ class PerfModel:
         Keys in BREAKDOWN_PARTS sum to "total" (== iteration_time); LINEAR_PARTS sum to "linear".
         Also: "stage" (index of the slowest stage), "layers" (its layer count), "pp_send".
         """
+        if np.ndim(new_tokens) != 1:
+            raise HarnessError(f"breakdown prices one batch: expected 1-D sequences, got shape {np.shape(new_tokens)}")
         n, c, _ = self._prepare(np.asarray(new_tokens), np.asarray(context_lens))
         comp = self._components(n, c)
         stages = self._stage_times(comp)
