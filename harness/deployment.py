@@ -4,28 +4,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from engines.perf import Deployment, PerfModel
 from harness.errors import HarnessError
-
-
-class PipelineSerialTimer:
-    """With pp > 1 but no micro-batch pipelining yet: one iteration = every stage plus the sends.
-
-    Used until the simulator keeps several micro-batches in flight (performance-model issue);
-    experiments that use it say so in their output.
-    """
-
-    def __init__(self, perf: PerfModel, pp: int) -> None:
-        self.perf = perf
-        self.pp = pp
-
-    def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
-        stage = self.perf.batch_times(new_tokens, context_lens)
-        tokens = np.sum(new_tokens, axis=-1)
-        send = np.vectorize(self.perf.pp_send_time, otypes=[float])(tokens)
-        return self.pp * stage + (self.pp - 1) * send
 
 
 @dataclass(frozen=True)
@@ -33,7 +13,8 @@ class SimDeployment:
     model_name: str
     description: str
     perf: PerfModel
-    timer: object  # has batch_times(new_tokens, context_lens) -> seconds
+    timer: object  # batch_times(new_tokens, context_lens) -> seconds of one stage; pp_send_time(tokens)
+    pp: int
     kv_capacity_tokens: int
     block_size: int
     notes: tuple[str, ...]
@@ -59,13 +40,5 @@ def build_deployment(model: Mapping, hardware: Mapping, parallel: Mapping, backe
             f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp}) leaves KV room for "
             f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={util}: not one sequence of {max_model_len}"
         )
-    notes = []
-    timer = perf
-    if pp > 1:
-        timer = PipelineSerialTimer(perf, pp)
-        notes.append(
-            f"pp={pp}: simulated without micro-batch pipelining (each iteration runs all {pp} stages "
-            "back to back); pipelined PP arrives with the performance-model issue"
-        )
     desc = f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp})"
-    return SimDeployment(str(model["name"]), desc, perf, timer, kv_tokens, int(backend.get("block_size", 16)), tuple(notes))
+    return SimDeployment(str(model["name"]), desc, perf, perf, pp, kv_tokens, int(backend.get("block_size", 16)), ())

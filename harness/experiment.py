@@ -139,6 +139,7 @@ def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, on_finished: Cal
         requests,
         engine,
         d.timer,
+        pp=d.pp,
         fast_forward=plan.fast_forward,
         time_limit_s=plan.search.time_limit_s,
         on_progress=on_finished,

@@ -145,6 +145,13 @@ class PerfModel:
         """batch_times for one batch given as sequences of ints."""
         return float(self.batch_times(np.asarray(new_tokens), np.asarray(context_lens)))
 
+    def stage_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+        """Seconds of each pipeline stage for each batch; shapes (..., B) -> (..., pp).
+        Stage 0 carries the embedding, the last stage the LM head and the CPU overhead."""
+        n, c, shape = self._prepare(new_tokens, context_lens)
+        stages = self._stage_times(self._components(n, c))
+        return np.moveaxis(stages, 0, -1).reshape(*shape, self.pp)
+
     def pipeline_latency(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
         """Seconds for a batch to pass every stage and the sends between them; (..., B) -> (...)."""
         n, c, shape = self._prepare(new_tokens, context_lens)

@@ -24,7 +24,11 @@ from harness.records import RequestRecord, RequestSpec
 
 class IterationTimer(Protocol):
     def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
-        """Seconds of one iteration (with pipeline parallelism: of one stage) per batch row."""
+        """Seconds of one iteration per batch row (used without pipeline parallelism)."""
+        ...
+
+    def stage_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+        """Seconds of each pipeline stage, shape (..., pp) (used with pipeline parallelism)."""
         ...
 
     def pp_send_time(self, num_tokens: int) -> float:
@@ -62,8 +66,8 @@ def simulate(
 ) -> list[RequestRecord]:
     """Run `requests` through `engine` on a virtual clock; one record per request, input order.
 
-    With `pp` > 1 the timer prices one pipeline stage and `timer.pp_send_time(tokens)` the hop
-    between stages; up to `pp` micro-batches are in flight (`_run_pipelined`). With
+    With `pp` > 1, `timer.stage_times` prices each pipeline stage and `timer.pp_send_time(tokens)`
+    the hop between stages; up to `pp` micro-batches are in flight (`_run_pipelined`). With
     `time_limit_s`, the run stops at the first iteration boundary at or after it: requests not
     finished then carry `error="unfinished at time limit"` (never dropped), and those never
     started have NaN first-scheduled and first-token times.
@@ -193,12 +197,12 @@ def _run_pipelined(run: _Run, timer: IterationTimer, pp: int, limit: float) -> N
         if batch is not None:
             run.started(batch, t)
             new, ctx = np.asarray(batch.new_tokens), np.asarray(batch.context_lens)
-            stage = float(timer.batch_times(new, ctx))
+            stages = timer.stage_times(new, ctx).tolist()
             send = timer.pp_send_time(int(new.sum()))
             ready = t
             for s in range(pp):
                 start = max(ready, stage_free[s])
-                stage_free[s] = start + stage
+                stage_free[s] = start + stages[s]
                 ready = stage_free[s] + (send if s < pp - 1 else 0.0)
             heapq.heappush(in_flight, (stage_free[-1], launched, batch))
             launched += 1
