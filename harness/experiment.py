@@ -78,7 +78,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     seed = int(cfg["seed"])
     max_model_len = int(cfg["max_model_len"])
     deployment = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], cfg["backend"], max_model_len)
-    slo = resolve_slo(cfg["slo"], deployment.model_name)
+    slo = resolve_slo(cfg["slo"], deployment.model_name, deployment.perf)
     schedulers = _scheduler_configs(cfg["scheduler"])
     s = cfg["search"]
     search = SearchSettings(

@@ -1,7 +1,10 @@
-"""Which SLO an experiment is judged by: the paper's published values or explicit numbers."""
+"""Which SLO an experiment is judged by: the paper's published values (`slo=paper`), the paper's
+definition applied to the simulated deployment (`slo=derived`), or an explicit `slo.tbt_s`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+import numpy as np
 
 from harness.errors import HarnessError
 from harness.metrics import Slo
@@ -9,11 +12,25 @@ from harness.metrics import Slo
 SLO_KINDS = ("strict", "relaxed")
 
 
-def resolve_slo(slo_cfg: Mapping, model_name: str) -> Slo:
+def derived_tbt_slo(perf, kind: str, multipliers: Mapping, batch: int = 32, context: int = 4096) -> float:
+    """Multiplier x the latency of a decode-only iteration of `batch` sequences at `context` tokens."""
+    new = np.ones(batch, dtype=np.int64)
+    ctx = np.full(batch, context, dtype=np.int64)
+    return float(multipliers[kind]) * float(perf.pipeline_latency(new, ctx))
+
+
+def resolve_slo(slo_cfg: Mapping, model_name: str, perf=None) -> Slo:
     kind = slo_cfg.get("kind")
     if kind not in SLO_KINDS:
         raise HarnessError(f"slo.kind must be one of {', '.join(SLO_KINDS)}, got {kind!r}")
     tbt = slo_cfg.get("tbt_s")
+    if tbt is None and slo_cfg.get("source") == "derived":
+        if perf is None:
+            raise HarnessError("slo=derived needs the deployment's performance model")
+        tbt = derived_tbt_slo(
+            perf, kind, slo_cfg.get("multipliers", {"strict": 5, "relaxed": 25}),
+            int(slo_cfg.get("decode_batch", 32)), int(slo_cfg.get("decode_context", 4096)),
+        )
     if tbt is None:
         table = slo_cfg.get("table") or {}
         if model_name not in table:

@@ -1,0 +1,37 @@
+"""The what-if command: `python -m engines.perf`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from engines.perf import Deployment, PerfModel
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "engines.perf", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_last_line_is_the_iteration_time_in_ms():
+    p = run("--model", "yi-34b", "--gpu", "a100-80g", "--tp", "2", "--pp", "1", "--batch", "4096:0")
+    assert p.returncode == 0, p.stderr
+    last = p.stdout.strip().splitlines()[-1]
+    ms = float(last.removeprefix("iteration: ").removesuffix(" ms"))
+    expected = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2)).iteration_time([4096], [0]) * 1e3
+    assert ms == pytest.approx(expected, abs=1e-3)
+    assert "linear.mlp_up" in p.stdout and "attention" in p.stdout
+
+
+def test_json_and_repeated_items():
+    p = run("--model", "llama2-70b", "--gpu", "a40", "--tp", "4", "--pp", "2", "--batch", "32x1:4096", "--batch", "512:0", "--json")
+    out = json.loads(p.stdout)
+    assert out["batch_items"] == 33 and out["tokens"] == 544 and len(out["stage_times_s"]) == 2
+    assert out["iteration_s"] > max(out["stage_times_s"])
+
+
+@pytest.mark.parametrize("args", [["--model", "gpt-9"], ["--batch", "12"], ["--batch", "0:5"], ["--gpu", "tpu"]])
+def test_bad_input_exit_2(args):
+    p = run(*args)
+    assert p.returncode == 2 and p.stderr.startswith("error: ")
