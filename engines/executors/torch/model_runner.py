@@ -1,0 +1,125 @@
+"""One rank's model runner: turns a StepPlan into tensors, runs this rank's pipeline stage over
+the paged KV cache, and (last stage, TP rank 0) samples. The executor drives one runner in its
+own process (tp = pp = 1) or one per worker process (workers.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engines.executors.torch.attention import AttentionMetadata, select_backend
+from engines.executors.torch.kv_cache import PagedKVCache
+from engines.executors.torch.plan import StepPlan
+from engines.executors.torch.sampler import Sampler
+from engines.models import ModelConfig, build_model
+from engines.models.parallel import get_parallel
+
+
+@dataclass
+class StepInputs:
+    tokens: torch.Tensor  # [T] token ids
+    positions: torch.Tensor  # [T]
+    meta: AttentionMetadata
+    sample_rows: torch.Tensor  # [S'] row of each sampling sequence's last token
+    sample_items: list  # the StepItems that sample
+
+
+class _Context:
+    """What the model's attention layers call: store this step's K/V, then attend."""
+
+    def __init__(self, cache: PagedKVCache, backend, meta: AttentionMetadata) -> None:
+        self.cache, self.backend, self.meta = cache, backend, meta
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self.cache.write(layer, self.meta.slot_mapping, k, v)
+        k_cache, v_cache = self.cache.layer(layer)
+        return self.backend.forward(q, k_cache, v_cache, self.meta)
+
+
+class ModelRunner:
+    def __init__(self, config: ModelConfig, *, dtype: torch.dtype, device: torch.device, block_size: int,
+                 weights_dir=None, seed: int = 0, attention_backend: str = "auto") -> None:
+        self.config, self.dtype, self.device, self.block_size = config, dtype, device, block_size
+        self.parallel = get_parallel()
+        self.model = build_model(config, dtype=dtype, device=device, weights_dir=weights_dir, seed=seed)
+        tp = self.parallel.tp_size
+        self.kv_heads = max(1, config.num_kv_heads // tp)
+        self.backend = select_backend(attention_backend, device, dtype, num_heads=config.num_heads // tp,
+                                      num_kv_heads=self.kv_heads, head_dim=config.head_dim,
+                                      window=config.sliding_window)
+        self.sampler = Sampler(seed)
+        self.cache: PagedKVCache | None = None
+        self.samples = self.parallel.is_last_stage and self.parallel.tp_rank == 0
+
+    # ------------------------------------------------------------------ memory
+    def kv_bytes_per_token(self) -> int:
+        return PagedKVCache.bytes_per_token(self.model.num_local_layers, self.kv_heads, self.config.head_dim, self.dtype)
+
+    def kv_capacity_tokens(self, memory_utilization: float, activation_tokens: int = 4096) -> int:
+        """Tokens of KV cache that fit in this device's free memory (CUDA), after reserving
+        activations for an `activation_tokens`-token forward pass; None-like 0 on CPU."""
+        if self.device.type != "cuda":
+            return 0
+        torch.cuda.synchronize(self.device)
+        free, total = torch.cuda.mem_get_info(self.device)
+        used_elsewhere = total - free
+        c = self.config
+        tp = self.parallel.tp_size
+        width = 4 * c.hidden_size + (c.q_size + 2 * c.kv_size) // tp + 3 * c.intermediate_size // tp
+        act = activation_tokens * width * torch.empty((), dtype=self.dtype).element_size()
+        act += 256 * c.vocab_size * 4  # fp32 logits of up to 256 sampled rows
+        budget = total * memory_utilization - used_elsewhere - act
+        return max(0, int(budget // self.kv_bytes_per_token()))
+
+    def allocate_kv(self, num_blocks: int) -> None:
+        self.cache = PagedKVCache(self.model.num_local_layers, num_blocks, self.block_size, self.kv_heads,
+                                  self.config.head_dim, self.dtype, self.device)
+
+    # ------------------------------------------------------------------ one step
+    def prepare(self, plan: StepPlan) -> StepInputs:
+        tokens, positions, rows, sample_items = [], [], [], []
+        for item in plan.items:
+            tokens.extend(item.token_ids)
+            positions.extend(range(item.context_len, item.context_len + item.num_tokens))
+            if item.sample:
+                rows.append(len(tokens) - 1)
+                sample_items.append(item)
+        meta = AttentionMetadata.build(
+            [i.num_tokens for i in plan.items], [i.context_len for i in plan.items],
+            [i.block_table for i in plan.items], self.block_size, self.config.sliding_window,
+            self.config.head_dim ** -0.5, self.device)
+        dev = self.device
+        return StepInputs(torch.tensor(tokens, dtype=torch.long, device=dev),
+                          torch.tensor(positions, dtype=torch.long, device=dev), meta,
+                          torch.tensor(rows, dtype=torch.long, device=dev), sample_items)
+
+    @torch.inference_mode()
+    def forward(self, inputs: StepInputs, hidden_in: torch.Tensor | None = None) -> torch.Tensor:
+        """This stage's output: [T, hidden] (normalized on the last stage)."""
+        x = inputs.tokens if hidden_in is None else hidden_in
+        return self.model(x, inputs.positions, _Context(self.cache, self.backend, inputs.meta))
+
+    @torch.inference_mode()
+    def logits(self, inputs: StepInputs, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the sampling rows only (a non-final prefill chunk needs no LM head)."""
+        return self.model.compute_logits(hidden.index_select(0, inputs.sample_rows))
+
+    def sample(self, inputs: StepInputs, hidden: torch.Tensor) -> list[int] | None:
+        """Token per sampling item on the sampling rank; None on other ranks. Every TP rank of the
+        last stage must call it (the LM head all-gathers)."""
+        if not inputs.sample_items:
+            return [] if self.samples else None
+        logits = self.logits(inputs, hidden)
+        if not self.samples:
+            return None
+        items = inputs.sample_items
+        return self.sampler(logits, [i.seq_id for i in items], [i.sampling for i in items])
+
+    def step(self, plan: StepPlan) -> list[int | None]:
+        """Single-process step (tp = pp = 1): one entry per plan item."""
+        inputs = self.prepare(plan)
+        tokens = iter(self.sample(inputs, self.forward(inputs)))
+        return [next(tokens) if item.sample else None for item in plan.items]
+
+    def free(self, seq_id: int) -> None:
+        self.sampler.free(seq_id)
