@@ -7,9 +7,10 @@ input fails fast, nothing written); `run_probe` simulates one rate for one sched
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pandas as pd
 
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
 from harness.backends.sim import simulate
@@ -17,7 +18,9 @@ from harness.capacity import CapacityResult, Probe, find_capacity
 from harness.deployment import SimDeployment, build_deployment
 from harness.errors import HarnessError
 from harness.metrics import Slo, SloVerdict, Summary, check_slo, summarize
+from harness.probe_cache import ProbeCache
 from harness.records import RequestRecord
+from harness.results import records_frame
 from harness.slo import resolve_slo
 from harness.workload import Workload, arrival_offsets, load_workload, make_requests
 
@@ -30,6 +33,8 @@ class SearchSettings:
     min_qps: float
     max_qps: float
     time_limit_s: float | None
+    repeats: int = 1  # capacity searches with seeds seed, seed+1, ...
+    fixed_qps: float | None = None  # run one probe at this rate instead of a search
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,11 @@ class ExperimentPlan:
 @dataclass(frozen=True)
 class ProbeOutcome:
     qps: float
+    seed: int
     verdict: SloVerdict
     summary: Summary
-    records: list[RequestRecord] = field(repr=False)
+    requests: pd.DataFrame = field(repr=False)  # one row per request (harness.results.records_frame)
+    records: list[RequestRecord] | None = field(repr=False)  # None when loaded from the probe cache
 
 
 def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
@@ -88,9 +95,15 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         min_qps=float(s["min_qps"]),
         max_qps=float(s["max_qps"]),
         time_limit_s=None if s.get("time_limit_s") is None else float(s["time_limit_s"]),
+        repeats=int(s.get("repeats", 1)),
+        fixed_qps=None if s.get("fixed_qps") is None else float(s["fixed_qps"]),
     )
     if search.num_requests < 1:
         raise HarnessError(f"search.num_requests must be >= 1, got {search.num_requests}")
+    if search.repeats < 1:
+        raise HarnessError(f"search.repeats must be >= 1, got {search.repeats}")
+    if search.fixed_qps is not None and not (search.fixed_qps > 0 and np.isfinite(search.fixed_qps)):
+        raise HarnessError(f"search.fixed_qps must be a positive rate, got {search.fixed_qps}")
     if not (0 < search.min_qps <= search.start_qps <= search.max_qps):
         raise HarnessError(
             f"search: need 0 < min_qps <= start_qps <= max_qps, got {search.min_qps}, {search.start_qps}, {search.max_qps}"
@@ -115,6 +128,11 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         fast_forward=bool(cfg["backend"].get("fast_forward", True)),
         notes=deployment.notes,
     )
+
+
+def reseed(plan: ExperimentPlan, dataset: Mapping, seed: int) -> ExperimentPlan:
+    """The same experiment with another seed: new lengths and arrival gaps."""
+    return replace(plan, seed=seed, workload=load_workload(dataset, plan.search.num_requests, seed))
 
 
 def _check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None:
@@ -144,17 +162,30 @@ def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, on_finished: Cal
         time_limit_s=plan.search.time_limit_s,
         on_progress=on_finished,
     )
-    return ProbeOutcome(qps, check_slo(records, plan.slo), summarize(records), records)
+    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
+    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
 
 
 def search_capacity(
     plan: ExperimentPlan,
     scheduler: str,
     on_probe: Callable[[Probe], None] | None = None,
+    cache: ProbeCache | None = None,
 ) -> CapacityResult:
+    """The capacity search for one scheduler; probes found in `cache` are not run again."""
+
     def probe(qps: float) -> Probe:
-        outcome = run_probe(plan, scheduler, qps)
+        outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
+        if outcome is None:
+            outcome = run_probe(plan, scheduler, qps)
+            if cache is not None:
+                cache.save(scheduler, outcome)
         return Probe(qps, outcome.verdict.passed, outcome)
 
     s = plan.search
+    if s.fixed_qps is not None:
+        p = probe(s.fixed_qps)
+        if on_probe is not None:
+            on_probe(p)
+        return CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
     return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)

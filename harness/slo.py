@@ -45,6 +45,8 @@ def resolve_slo(slo_cfg: Mapping, model_name: str, perf=None) -> Slo:
             tbt_quantile=float(slo_cfg.get("tbt_quantile", 0.99)),
             scheduling_delay_s=float(slo_cfg.get("scheduling_delay_s", 2.0)),
             scheduling_delay_quantile=float(slo_cfg.get("scheduling_delay_quantile", 0.5)),
+            ttft_s=None if slo_cfg.get("ttft_s") is None else float(slo_cfg["ttft_s"]),
+            ttft_quantile=float(slo_cfg.get("ttft_quantile", 0.99)),
         )
     except (TypeError, ValueError) as e:
         raise HarnessError(f"slo: {e}") from None

@@ -23,7 +23,7 @@ def test_main_job_small(tmp_path):
     assert lines[0].startswith("yi34b_tp2_strict: yi-34b on 2x a100-80g (tp=2, pp=1)")
     for name in ("sarathi", "vllm", "orca"):
         row = next(line for line in lines if line.startswith(name))
-        capacity = float(row.split()[1].rstrip("+"))
+        capacity = float(row.split()[2].rstrip("+"))
         assert capacity > 0
     run_dir = Path(lines[-1].removeprefix("results: "))
     assert run_dir.parent == tmp_path / "yi34b_tp2_strict"

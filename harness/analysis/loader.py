@@ -1,0 +1,212 @@
+"""Saved results -> tidy DataFrames. Reads the store harness.results writes; never runs anything.
+
+results/<experiment>/<timestamp>/{config.yaml, summary.json, requests.parquet, token_times.parquet}
+
+`load_runs`   one row per (run, scheduler): what was measured (capacity, bracket) and under what
+              (deployment, dataset, SLO, scheduler knobs, seed, git commit).
+`load_probes` one row per probe of a capacity search (rate, verdict, latency summary).
+`load_requests` / `load_token_times` the per-request tables of one run.
+
+Hidden `.<timestamp>.partial` directories are runs still being written (or crashed): skipped.
+By default only the newest run of each *cell* is kept (see CELL_KEY), so re-running an
+experiment supersedes the old numbers without deleting them.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+# One capacity measurement is identified by these columns. Finer than the experiment name on
+# purpose: `experiment=yi34b_tp2_strict dataset=arxiv_summarization` writes to the same
+# experiment directory as the sharegpt run, and "latest per experiment" would silently drop one.
+CELL_KEY = ("experiment", "model", "gpu", "parallel", "dataset", "slo_kind", "slo_tbt_s", "scheduler")
+
+RUN_COLUMNS = (
+    "experiment", "run", "run_dir", "timestamp", "model", "gpu", "tp", "pp", "parallel", "num_gpus",
+    "deployment", "dataset", "num_requests", "slo_kind", "slo_tbt_s", "slo_tbt_quantile",
+    "slo_delay_s", "scheduler", "policy", "token_budget", "max_num_seqs", "capacity_qps",
+    "bracket_lo_qps", "bracket_hi_qps", "saturated", "num_probes", "num_seeds", "capacity_mean_qps",
+    "capacity_std_qps", "mode", "seed", "git_commit", "backend",
+)
+
+# Columns a probe row may carry; older runs lack some (read as NaN), newer may add more (ignored).
+PROBE_COLUMNS = (
+    "qps", "passed", "reason", "tbt_quantile_s", "scheduling_delay_quantile_s", "ttft_p50_s",
+    "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "e2e_p50_s", "request_throughput",
+    "output_token_throughput", "num_completed", "num_preemptions",
+)
+
+_STAMP = re.compile(r"^(\d{8}-\d{6})(?:-(\d+))?$")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    experiment: str
+    run: str  # the timestamp directory name, e.g. 20261129-100544 or 20261129-100544-1
+    path: Path
+
+    @property
+    def order(self) -> tuple[str, int]:
+        # Two runs in the same second get "-1", "-2"...: sort on the number, not the string.
+        m = _STAMP.match(self.run)
+        return (m.group(1), int(m.group(2) or 0)) if m else (self.run, 0)
+
+
+def find_runs(results_dir: str | Path) -> list[RunDir]:
+    """Every finished run under results_dir (experiment/timestamp/summary.json), oldest first."""
+    root = Path(results_dir)
+    out = []
+    if not root.is_dir():
+        return out
+    for exp in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for run in exp.iterdir():
+            # A partial run is hidden (".<stamp>.partial"); a run without summary.json is not a run.
+            if run.is_dir() and not run.name.startswith(".") and (run / "summary.json").is_file():
+                out.append(RunDir(exp.name, run.name, run))
+    return sorted(out, key=lambda r: (r.order, r.experiment))
+
+
+def _read_run(r: RunDir) -> tuple[dict, dict]:
+    summary = json.loads((r.path / "summary.json").read_text())
+    cfg_path = r.path / "config.yaml"
+    config = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
+    return summary, config or {}
+
+
+def parallel_name(tp: int, pp: int) -> str:
+    """The experiments/parallel preset name: tp2, tp8, tp4pp2."""
+    return f"tp{tp}" if pp == 1 else f"tp{tp}pp{pp}"
+
+
+def _run_fields(r: RunDir, summary: dict, config: dict) -> dict:
+    par = config.get("parallel") or {}
+    tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
+    slo = summary.get("slo") or {}
+    workload = summary.get("workload") or {}
+    return {
+        "experiment": summary.get("experiment", r.experiment),
+        "run": r.run,
+        "run_dir": str(r.path),
+        "timestamp": pd.to_datetime(summary.get("created"), utc=True, errors="coerce"),
+        "model": (config.get("model") or {}).get("name"),
+        "gpu": (config.get("hardware") or {}).get("gpu"),
+        "tp": tp,
+        "pp": pp,
+        "parallel": parallel_name(tp, pp),
+        "num_gpus": tp * pp,
+        "deployment": summary.get("deployment"),
+        "dataset": workload.get("dataset") or (config.get("dataset") or {}).get("name"),
+        "num_requests": workload.get("num_requests"),
+        "slo_kind": slo.get("kind"),
+        "slo_tbt_s": slo.get("tbt_s"),
+        "slo_tbt_quantile": slo.get("tbt_quantile"),
+        "slo_delay_s": slo.get("scheduling_delay_s"),
+        # "capacity" (a search per scheduler) or "fixed_rate" (one probe per scheduler at one QPS)
+        "mode": summary.get("mode", "capacity"),
+        "seed": summary.get("seed"),
+        "git_commit": summary.get("git_commit"),
+        "backend": summary.get("backend"),
+    }
+
+
+def _nan_if_none(x):
+    return float("nan") if x is None else x
+
+
+def _scheduler_fields(name: str, s: dict) -> dict:
+    cfg = s.get("config") or {}
+    rep = s.get("repeats") or {}
+    hi = s.get("lowest_failing_qps")
+    return {
+        "scheduler": name,
+        "policy": cfg.get("policy", name),
+        "token_budget": _nan_if_none(cfg.get("token_budget")),
+        "max_num_seqs": _nan_if_none(cfg.get("max_num_seqs")),
+        "capacity_qps": float(s["capacity_qps"]),
+        "bracket_lo_qps": float(s["capacity_qps"]),
+        # JSON has no infinity: the CLI writes null when nothing failed (saturated search).
+        "bracket_hi_qps": float("inf") if hi is None else float(hi),
+        "saturated": bool(s.get("saturated", hi is None)),
+        "num_probes": len(s.get("probes") or []),
+        # `repeats` exists when the search ran over several seeds; the row's capacity is the first
+        # seed's (the one whose token times were saved), the mean and spread are over all seeds.
+        "num_seeds": len(rep.get("seeds") or []) or 1,
+        "capacity_mean_qps": float(rep.get("mean_qps", s["capacity_qps"])),
+        "capacity_std_qps": float(rep.get("std_qps", 0.0)),
+    }
+
+
+def _frame(rows: list[dict], columns: Iterable[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=list(columns))
+    for c in ("token_budget", "max_num_seqs", "slo_tbt_s", "capacity_qps"):
+        if c in df:
+            df[c] = pd.to_numeric(df[c])
+    return df
+
+
+def _latest(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty:
+        return df
+    # find_runs returns oldest first and rows keep that order: the last of each cell is newest.
+    return df.drop_duplicates(list(CELL_KEY), keep="last").reset_index(drop=True)
+
+
+def load_runs(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:
+    """One row per (run, scheduler). `latest`: only the newest run of each CELL_KEY."""
+    rows = []
+    for r in find_runs(results_dir):
+        summary, config = _read_run(r)
+        base = _run_fields(r, summary, config)
+        for name, s in (summary.get("schedulers") or {}).items():
+            rows.append({**base, **_scheduler_fields(name, s)})
+    df = _frame(rows, RUN_COLUMNS)
+    return _latest(df) if latest else df
+
+
+def load_probes(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:
+    """One row per probe, with the run's columns and `is_capacity` (the probe the capacity is)."""
+    rows = []
+    for r in find_runs(results_dir):
+        summary, config = _read_run(r)
+        base = _run_fields(r, summary, config)
+        for name, s in (summary.get("schedulers") or {}).items():
+            sched = _scheduler_fields(name, s)
+            seeds = [(base["seed"], s)] + [(x.get("seed"), x) for x in (s.get("repeats") or {}).get("runs", [])]
+            for seed, search in seeds:
+                for i, p in enumerate(search.get("probes") or []):
+                    probe = {c: _nan_if_none(p.get(c)) for c in PROBE_COLUMNS}
+                    is_cap = bool(p.get("passed")) and p.get("qps") == search.get("capacity_qps")
+                    rows.append({**base, **sched, **probe, "seed": seed, "probe_index": i, "is_capacity": is_cap})
+    df = _frame(rows, (*RUN_COLUMNS, *PROBE_COLUMNS, "probe_index", "is_capacity"))
+    if latest and not df.empty:
+        runs = load_runs(results_dir)
+        keep = set(zip(runs["run_dir"], runs["scheduler"]))
+        df = df[[k in keep for k in zip(df["run_dir"], df["scheduler"])]].reset_index(drop=True)
+    return df
+
+
+def load_requests(run_dir: str | Path, scheduler: str | None = None, qps: float | None = None) -> pd.DataFrame:
+    """requests.parquet of one run: one row per request per probe (filtered by scheduler / qps)."""
+    df = pd.read_parquet(Path(run_dir) / "requests.parquet")
+    if scheduler is not None:
+        df = df[df["scheduler"] == scheduler]
+    if qps is not None:
+        df = df[df["qps"] == qps]
+    return df.reset_index(drop=True)
+
+
+def load_token_times(run_dir: str | Path, scheduler: str | None = None) -> pd.DataFrame:
+    """token_times.parquet of one run: every token time of each request at each capacity probe."""
+    path = Path(run_dir) / "token_times.parquet"
+    if not path.is_file():
+        return pd.DataFrame(columns=["scheduler", "seed", "qps", "request_id", "token_times_s"])
+    df = pd.read_parquet(path)
+    if scheduler is not None:
+        df = df[df["scheduler"] == scheduler]
+    return df.reset_index(drop=True)

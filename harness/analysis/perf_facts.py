@@ -1,0 +1,90 @@
+"""The paper's operator-level facts against the performance model (engines.perf).
+
+These are not capacity results, so there is nothing saved to read: the value is model arithmetic
+(microseconds of CPU, no simulation, no experiment). The report shows them beside the capacity
+comparison because the capacity numbers inherit whatever the model gets wrong here.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.paper import PerfFact
+
+
+def _model(params: Mapping):
+    from engines.perf import Deployment, PerfModel  # imported lazily: the rest of analysis needs no perf model
+
+    kw = {k: params[k] for k in ("topology", "gpus_per_node") if k in params}
+    return PerfModel(Deployment.create(model=params["model"], gpu=params["gpu"], tp=params.get("tp", 1),
+                                       pp=params.get("pp", 1), **kw))
+
+
+def _prefill_in_chunks(p, prompt: int, chunk: int) -> float:
+    total, done = 0.0, 0
+    while done < prompt:
+        k = min(chunk, prompt - done)
+        total += p.iteration_time([k], [done])
+        done += k
+    return total
+
+
+def _chunking_overhead(p, params: Mapping) -> float:
+    chunk = int(params["chunk"])
+    return max(_prefill_in_chunks(p, n, chunk) / p.iteration_time([n], [0]) - 1 for n in params["prompts"])
+
+
+def _tile_quantization(p, params: Mapping) -> float:
+    return p.iteration_time([257], [0]) / p.iteration_time([256], [0]) - 1
+
+
+def _prefill_saturation(p, params: Mapping) -> float:
+    return (p.iteration_time([512], [0]) / 512) / (p.iteration_time([4096], [0]) / 4096)
+
+
+def _prefill_latency(p, params: Mapping) -> float:
+    # Through every stage plus the sends: the paper quotes the latency a request sees.
+    return float(p.pipeline_latency(np.array([4096]), np.array([0])))
+
+
+def _decode_latency(p, params: Mapping) -> float:
+    return float(p.pipeline_latency(np.ones(32, dtype=np.int64), np.full(32, 4096)))
+
+
+KINDS: dict[str, Callable] = {
+    "chunking_overhead": _chunking_overhead,
+    "tile_quantization": _tile_quantization,
+    "prefill_saturation": _prefill_saturation,
+    "prefill_latency": _prefill_latency,
+    "decode_latency": _decode_latency,
+}
+
+
+def _within(f: PerfFact, v: float) -> bool:
+    if f.params.get("bound") == "upper":  # "at most ~x": anything below the ceiling (+ tolerance) agrees
+        ceiling = f.value * (1 + f.tolerance.rel) if f.tolerance.rel is not None else f.value + f.tolerance.abs
+        return v <= ceiling
+    return f.tolerance.within(f.value, v)
+
+
+def perf_fact_table(facts: tuple[PerfFact, ...]) -> pd.DataFrame:
+    """One row per fact: published, model value, tolerance, within; `note` when not computable."""
+    rows = []
+    for f in facts:
+        row = {"id": f.id, "claim": f.claim, "source": f.source, "published": f.value,
+               "reproduced": float("nan"), "tolerance": f.tolerance.describe()
+               + (" (upper bound)" if f.params.get("bound") == "upper" else ""),
+               "within": False, "note": ""}
+        fn = KINDS.get(f.params.get("kind", ""))
+        if fn is None:
+            row["note"] = f"unknown kind {f.params.get('kind')!r}"
+        else:
+            try:
+                row["reproduced"] = fn(_model(f.params), f.params)
+                row["within"] = _within(f, row["reproduced"])
+            except Exception as e:  # a missing catalog entry must not sink the whole report
+                row["note"] = f"not computed: {type(e).__name__}: {e}"
+        rows.append(row)
+    return pd.DataFrame(rows)

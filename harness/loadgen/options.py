@@ -1,0 +1,32 @@
+"""How a load-generation run talks to its server, as one frozen value."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.loadgen.validity import LagPolicy
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    base_url: str  # e.g. http://127.0.0.1:8000
+    model: str
+    request_timeout_s: float = 600.0  # per request, connect to last byte
+    connect_timeout_s: float = 10.0
+    time_limit_s: float | None = None  # stop the run here; unfinished requests are recorded, not dropped
+    concurrency: int | None = None  # closed loop: at most this many in flight, arrival times ignored
+    ignore_eos: bool = True  # benchmarks generate exactly output_len tokens
+    temperature: float = 0.0
+    continuous_usage: bool = True  # ask for usage on every chunk (vLLM and our server support it)
+    # Are the server's CLOCK_MONOTONIC times comparable with ours? None: yes iff the host is loopback.
+    same_clock: bool | None = None
+    lag: LagPolicy = field(default_factory=LagPolicy)
+    read_bufsize: int = 1 << 20  # large reads: many events per syscall under load
+    progress: bool = True
+    progress_desc: str = "requests"
+    extra_body: tuple[tuple[str, object], ...] = ()  # extra JSON fields for every request
+
+    def __post_init__(self) -> None:
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")

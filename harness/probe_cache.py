@@ -1,0 +1,61 @@
+"""Probe results cached on disk, so an interrupted capacity search resumes where it stopped.
+
+A probe is fully determined by the resolved config, the scheduler, the seed and the rate (the
+simulator is deterministic), and by the code: the cache key hashes the config (less the keys
+that only say where output goes) with the git commit and the package version. A probe is one
+JSON file (verdict, summary) plus a Parquet file (per-request rows), each written atomically.
+Token times are not cached (they are large); a run that needs them re-runs that one probe.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from harness.metrics import Distribution, SloVerdict, Summary
+
+NOT_IN_KEY = ("results_dir", "progress", "cache")
+
+
+def cache_key(config: dict, code_version: str) -> str:
+    relevant = {k: v for k, v in config.items() if k not in NOT_IN_KEY}
+    blob = json.dumps({"config": relevant, "code": code_version}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class ProbeCache:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _paths(self, scheduler: str, seed: int, qps: float) -> tuple[Path, Path]:
+        # Names spelled out: Path.with_suffix would take the ".5" of "qps=2.5" for a suffix.
+        stem = self.root / scheduler / f"seed={seed}" / f"qps={qps!r}"
+        return stem.parent / f"{stem.name}.json", stem.parent / f"{stem.name}.parquet"
+
+    def load(self, scheduler: str, seed: int, qps: float):
+        from harness.experiment import ProbeOutcome
+
+        meta, rows = self._paths(scheduler, seed, qps)
+        if not (meta.exists() and rows.exists()):
+            return None
+        d = json.loads(meta.read_text())
+        summary = Summary(**{k: Distribution(**v) if isinstance(v, dict) else v for k, v in d["summary"].items()})
+        return ProbeOutcome(d["qps"], d["seed"], SloVerdict(**d["verdict"]), summary, pd.read_parquet(rows), None)
+
+    def save(self, scheduler: str, outcome) -> None:
+        meta_path, rows_path = self._paths(scheduler, outcome.seed, outcome.qps)
+        meta_path.parent.mkdir(parents=True, exist_ok=True)
+        # Rows first: a probe counts as cached only once its JSON exists.
+        _atomic(rows_path, lambda p: outcome.requests.to_parquet(p, index=False))
+        meta = {"qps": outcome.qps, "seed": outcome.seed, "verdict": asdict(outcome.verdict), "summary": asdict(outcome.summary)}
+        _atomic(meta_path, lambda p: p.write_text(json.dumps(meta)))
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)

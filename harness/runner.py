@@ -1,0 +1,206 @@
+"""Run one experiment config: a capacity search (or one fixed-rate probe) per scheduler and seed,
+resumable through the probe cache; print the table; save the run directory."""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from harness.capacity import CapacityResult, Probe
+from harness.experiment import ExperimentPlan, plan_experiment, reseed, run_probe, search_capacity
+from harness.probe_cache import ProbeCache, cache_key
+from harness.results import RunWriter, provenance, token_frame
+
+
+@dataclass(frozen=True)
+class SchedulerRun:
+    scheduler: str
+    seed: int
+    result: CapacityResult
+
+
+def run_experiment(cfg: DictConfig) -> Path:
+    plan = plan_experiment(cfg)
+    show = bool(cfg.get("progress", True))
+    s = plan.search
+    what = f"one probe at {s.fixed_qps:g} QPS" if s.fixed_qps else "capacity search"
+    print(
+        f"{plan.name}: {plan.deployment.description}, {cfg.dataset.name} ({s.num_requests} requests), {what}; "
+        f"SLO P{plan.slo.tbt_quantile * 100:g} TBT <= {plan.slo.tbt_s:.3g} s and "
+        f"P{plan.slo.scheduling_delay_quantile * 100:g} scheduling delay <= {plan.slo.scheduling_delay_s:g} s",
+        flush=True,
+    )
+    for note in plan.notes:
+        print(f"note: {note}", flush=True)
+    prov = provenance()
+    cache = None
+    if cfg.get("cache", True):
+        key = cache_key(OmegaConf.to_container(cfg), f"{prov['git_commit']}/{prov['versions'].get('sarathi-harness')}")
+        cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
+
+    runs: list[SchedulerRun] = []
+    token_frames = []
+    for r in range(s.repeats):
+        seeded = plan if r == 0 else reseed(plan, cfg.dataset, plan.seed + r)
+        for name in plan.schedulers:
+            result = _run_scheduler(seeded, name, show, cache)
+            runs.append(SchedulerRun(name, seeded.seed, result))
+            shown = _shown_probe(result, fixed=bool(s.fixed_qps))
+            if shown is not None:
+                records = shown.detail.records or run_probe(seeded, name, shown.qps).records
+                token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
+
+    requests = pd.concat([p.detail.requests for run in runs for p in run.result.probes], ignore_index=True)
+    summary = _summary(plan, cfg, runs, prov)
+    path = RunWriter(cfg.results_dir, plan.name).write(
+        OmegaConf.to_yaml(cfg),
+        summary,
+        requests,
+        pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([]),
+    )
+    _print_table(runs, fixed=bool(s.fixed_qps))
+    print(f"results: {path}")
+    return path
+
+
+def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None) -> CapacityResult:
+    # A bar on a terminal; one line per probe either way (logs of CI and nightly runs keep them).
+    bar = tqdm(desc=f"{name:>12}", unit="probe", disable=not (show and sys.stderr.isatty()), leave=False, file=sys.stderr)
+
+    def on_probe(p: Probe) -> None:
+        bar.update(1)
+        if show:
+            v = p.detail.verdict
+            cached = " (cached)" if p.detail.records is None else ""
+            bar.write(
+                f"  {name:<16}seed {plan.seed}{p.qps:>10.4g} QPS  {'pass' if p.passed else 'FAIL'}  "
+                f"P99 TBT {v.tbt_s:.3f} s, median scheduling delay {v.scheduling_delay_s:.3f} s{cached}",
+                file=sys.stderr,
+            )
+
+    try:
+        return search_capacity(plan, name, on_probe=on_probe, cache=cache)
+    finally:
+        bar.close()
+
+
+def _shown_probe(result: CapacityResult, fixed: bool) -> Probe | None:
+    """The probe whose token times are saved: the capacity probe (or the only one, at a fixed rate)."""
+    if fixed:
+        return result.probes[0]
+    passing = [p for p in result.probes if p.passed and p.qps == result.capacity_qps]
+    return passing[0] if passing else None
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _probe_row(p: Probe) -> dict:
+    o = p.detail
+    s = o.summary
+    return {
+        "qps": p.qps,
+        "passed": p.passed,
+        "reason": o.verdict.reason,
+        "tbt_quantile_s": o.verdict.tbt_s,
+        "scheduling_delay_quantile_s": _finite(o.verdict.scheduling_delay_s),
+        "ttft_p50_s": s.ttft.p50,
+        "ttft_p99_s": s.ttft.p99,
+        "tbt_p50_s": s.tbt.p50,
+        "tbt_p99_s": s.tbt.p99,
+        "e2e_p50_s": s.e2e.p50,
+        "request_throughput": s.request_throughput,
+        "output_token_throughput": s.output_token_throughput,
+        "num_completed": s.num_completed,
+        "num_preemptions": s.num_preemptions,
+    }
+
+
+def _capacity_fields(result: CapacityResult) -> dict:
+    return {
+        "capacity_qps": result.capacity_qps,
+        "lowest_failing_qps": _finite(result.lowest_failing_qps),
+        "saturated": result.saturated,
+        "probes": [_probe_row(p) for p in result.probes],
+    }
+
+
+def _summary(plan: ExperimentPlan, cfg: DictConfig, runs: list[SchedulerRun], prov: dict) -> dict:
+    w = plan.workload
+    schedulers = {}
+    for name in plan.schedulers:
+        mine = [r for r in runs if r.scheduler == name]
+        entry = {"config": OmegaConf.to_container(cfg.scheduler[name]), **_capacity_fields(mine[0].result)}
+        if len(mine) > 1:
+            caps = [r.result.capacity_qps for r in mine]
+            entry["repeats"] = {
+                "seeds": [r.seed for r in mine],
+                "capacities_qps": caps,
+                "mean_qps": statistics.fmean(caps),
+                "std_qps": statistics.stdev(caps),
+                "runs": [{"seed": r.seed, **_capacity_fields(r.result)} for r in mine[1:]],
+            }
+        schedulers[name] = entry
+    return {
+        "experiment": plan.name,
+        **prov,
+        "seed": plan.seed,
+        "backend": "sim",
+        "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
+        "deployment": plan.deployment.description,
+        "model": plan.deployment.model_name,
+        "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
+        "notes": list(plan.notes),
+        "slo": {
+            "tbt_s": plan.slo.tbt_s,
+            "tbt_quantile": plan.slo.tbt_quantile,
+            "scheduling_delay_s": plan.slo.scheduling_delay_s,
+            "scheduling_delay_quantile": plan.slo.scheduling_delay_quantile,
+            "ttft_s": plan.slo.ttft_s,
+            "ttft_quantile": plan.slo.ttft_quantile,
+            "kind": cfg.slo.kind,
+            "source": cfg.slo.source,
+        },
+        "workload": {
+            "dataset": cfg.dataset.name,
+            "source": w.source,
+            "num_requests": int(len(w.prompt_lens)),
+            "prompt_median": float(pd.Series(w.prompt_lens).median()),
+            "output_median": float(pd.Series(w.output_lens).median()),
+            "arrival": OmegaConf.to_container(cfg.arrival),
+        },
+        "schedulers": schedulers,
+    }
+
+
+def _print_table(runs: list[SchedulerRun], fixed: bool) -> None:
+    if fixed:
+        print(f"{'scheduler':<18}{'seed':>5}{'QPS':>9}  {'verdict':<7}{'P50 TTFT':>10}{'P99 TBT':>10}{'median delay':>14}")
+        for r in runs:
+            p = r.result.probes[0]
+            o = p.detail
+            print(f"{r.scheduler:<18}{r.seed:>5}{p.qps:>9.4g}  {'pass' if p.passed else 'FAIL':<7}"
+                  f"{o.summary.ttft.p50:>8.3f} s{o.verdict.tbt_s:>8.3f} s{o.verdict.scheduling_delay_s:>12.3f} s")
+        return
+    print(f"{'scheduler':<18}{'seed':>5}{'capacity (QPS)':>16}  {'bracket (pass, fail)':<22}{'probes':>7}  {'P99 TBT':>9}  {'median delay':>12}")
+    for r in runs:
+        res = r.result
+        cap = _shown_probe(res, fixed=False)
+        hi = "none" if res.saturated else f"{res.lowest_failing_qps:.4g}"
+        cap_str = f"{res.capacity_qps:.4g}" + ("+" if res.saturated else "")
+        tbt = f"{cap.detail.verdict.tbt_s:.3f} s" if cap else "-"
+        delay = f"{cap.detail.verdict.scheduling_delay_s:.3f} s" if cap else "-"
+        print(f"{r.scheduler:<18}{r.seed:>5}{cap_str:>16}  {f'[{res.capacity_qps:.4g}, {hi})':<22}{len(res.probes):>7}  {tbt:>9}  {delay:>12}")
+    by_name: dict[str, list[float]] = {}
+    for r in runs:
+        by_name.setdefault(r.scheduler, []).append(r.result.capacity_qps)
+    if any(len(v) > 1 for v in by_name.values()):
+        for name, caps in by_name.items():
+            print(f"{name:<18} mean capacity {statistics.fmean(caps):.4g} QPS, std {statistics.stdev(caps):.3g} over {len(caps)} seeds")

@@ -1,0 +1,58 @@
+"""An interrupted capacity search resumes from the probe cache and reruns nothing finished."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import compose
+from harness.experiment import plan_experiment, search_capacity
+from harness.probe_cache import ProbeCache
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_interrupted_search_resumes_without_rerunning(tmp_path):
+    plan = plan_experiment(compose(["experiment=yi34b_tp2_strict", "scheduler=[vllm]", "search.num_requests=64"]))
+    fresh = search_capacity(plan, "vllm")
+
+    cache = ProbeCache(tmp_path)
+    seen = []
+
+    def interrupt_after_three(p):
+        seen.append(p.qps)
+        if len(seen) == 3:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        search_capacity(plan, "vllm", on_probe=interrupt_after_three, cache=cache)
+
+    reran = []
+    resumed = search_capacity(plan, "vllm", on_probe=lambda p: reran.append(p.detail.records is not None), cache=cache)
+    assert reran[:3] == [False, False, False] and all(reran[3:])  # the 3 finished probes came from disk
+    assert resumed.bracket == fresh.bracket
+    assert [(p.qps, p.passed) for p in resumed.probes] == [(p.qps, p.passed) for p in fresh.probes]
+    cached = cache.load("vllm", plan.seed, fresh.probes[0].qps)
+    assert cached.summary == fresh.probes[0].detail.summary
+    assert cached.requests.equals(fresh.probes[0].detail.requests)
+
+
+def test_repeats_and_fixed_rate(tmp_path):
+    args = ["experiment=yi34b_tp2_strict", "scheduler=[sarathi]", "search.num_requests=32", f"results_dir={tmp_path}", "progress=false"]
+    p = subprocess.run([sys.executable, "-m", "harness", *args, "search.repeats=2"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((Path(p.stdout.splitlines()[-1].removeprefix("results: ")) / "summary.json").read_text())
+    rep = summary["schedulers"]["sarathi"]["repeats"]
+    assert rep["seeds"] == [0, 1] and len(rep["capacities_qps"]) == 2 and "mean capacity" in p.stdout
+
+    p = subprocess.run([sys.executable, "-m", "harness", *args, "search.fixed_qps=0.5"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((Path(p.stdout.splitlines()[-1].removeprefix("results: ")) / "summary.json").read_text())
+    assert summary["mode"] == "fixed_rate" and len(summary["schedulers"]["sarathi"]["probes"]) == 1
