@@ -1,16 +1,23 @@
-"""Shared helpers for the torch tests (imported only after pytest.importorskip("torch"))."""
+"""Shared helpers for the torch tests (no tests here; named test_torch_* to stay inside the torch
+test files, and skipped as a module when torch is absent)."""
 from __future__ import annotations
 
 import math
 
-import torch
+import pytest
 
-from engines.executors.base import SamplingParams
-from engines.executors.torch.model_runner import ModelRunner
-from engines.executors.torch.plan import StepItem, StepPlan
-from engines.models import ModelConfig
+torch = pytest.importorskip("torch")
+
+from engines.executors.base import SamplingParams  # noqa: E402
+from engines.executors.torch.model_runner import ModelRunner  # noqa: E402
+from engines.executors.torch.plan import StepItem, StepPlan  # noqa: E402
+from engines.models import ModelConfig  # noqa: E402
 
 BLOCK = 16
+
+# Tiny models on a small, shared CPU: one thread avoids OpenMP spin-waiting against other
+# processes (30x slower iterations under load, measured on a 2-core machine).
+torch.set_num_threads(1)
 
 
 def tiny_llama(**changes) -> ModelConfig:

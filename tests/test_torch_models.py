@@ -12,7 +12,7 @@ pytest.importorskip("safetensors")
 
 from engines.executors.torch.model_runner import ModelRunner  # noqa: E402
 from engines.models import ModelConfig  # noqa: E402
-from tests.torch_helpers import prefill_logits, randomize_  # noqa: E402
+from tests.test_torch_helpers import prefill_logits, randomize_  # noqa: E402
 
 PROMPT_LEN = 100
 CHUNKS = (1, 7, 16, 64)

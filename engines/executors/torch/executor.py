@@ -36,15 +36,16 @@ CPU_DEFAULT_KV_TOKENS = 16384
 
 
 class PendingStep:
-    """A submitted iteration; result() blocks until its tokens are back."""
+    """A submitted iteration; result() blocks until its tokens are back (one per batch item)."""
 
-    def __init__(self, executor: TorchExecutor, plan: StepPlan, tokens: list[int | None] | None = None) -> None:
-        self._executor, self.plan, self._tokens = executor, plan, tokens
+    def __init__(self, executor: TorchExecutor, plan: StepPlan, slots: list[int | None],
+                 tokens: list[int | None] | None = None) -> None:
+        self._executor, self.plan, self._slots, self._tokens = executor, plan, slots, tokens
 
     def result(self) -> list[int | None]:
         if self._tokens is None:
             self._tokens = self._executor._collect(self.plan)
-        return self._tokens
+        return [None if i is None else self._tokens[i] for i in self._slots]
 
 
 class TorchExecutor:
@@ -128,13 +129,16 @@ class TorchExecutor:
         return self.submit(batch).result()
 
     def submit(self, batch: Batch) -> PendingStep:
-        plan = self._plan(batch)
+        """Start an iteration; with workers it returns at once (pipeline parallelism)."""
+        plan, slots = self._plan(batch)
+        if not plan.items:  # everything in it was aborted after scheduling
+            return PendingStep(self, plan, slots, [])
         if self._runner is not None:
             tokens = self._runner.step(plan)
             self._apply(plan, tokens)
-            return PendingStep(self, plan, tokens)
+            return PendingStep(self, plan, slots, tokens)
         self._broadcast(("step", plan))
-        return PendingStep(self, plan)
+        return PendingStep(self, plan, slots)
 
     def free(self, seq_id: int) -> None:
         self._tokens.pop(seq_id, None)
@@ -145,10 +149,15 @@ class TorchExecutor:
             self._broadcast(("free", seq_id))
 
     # ------------------------------------------------------------------ internals
-    def _plan(self, batch: Batch) -> StepPlan:
-        items = []
+    def _plan(self, batch: Batch) -> tuple[StepPlan, list[int | None]]:
+        """The step for the ranks, and for each batch item its index in the step (None for a
+        request aborted between schedule and execute: it is not computed)."""
+        items, slots = [], []
         for seq, n, ctx in zip(batch.seqs, batch.new_tokens, batch.context_lens):
             ids = self._tokens.get(seq.seq_id, ...)
+            if ids is ... and seq.is_finished:
+                slots.append(None)
+                continue
             if ids is ...:
                 raise KeyError(f"request {seq.seq_id} was scheduled but never added to the executor")
             if ids is None:
@@ -157,9 +166,10 @@ class TorchExecutor:
                 raise ValueError(f"request {seq.seq_id}: batch computes tokens {ctx}..{ctx + n} of {len(ids)} known")
             items.append(StepItem(seq.seq_id, tuple(ids[ctx:ctx + n]), ctx, tuple(seq.block_table),
                                   sample=ctx + n == len(ids), sampling=self._sampling[seq.seq_id]))
+            slots.append(len(items) - 1)
         plan = StepPlan(self._next_step, tuple(items))
         self._next_step += 1
-        return plan
+        return plan, slots
 
     def _made_up_prompt(self, seq_id: int, length: int) -> list[int]:
         """Seeded random ids that avoid special tokens (and differ per request, so no prefix cache
