@@ -149,17 +149,37 @@ def common_qps(probes: pd.DataFrame, group: str, must_pass: tuple[str, ...] = ()
     return max(passing) if passing and must_pass else max(rates)
 
 
+def _all_passed(probes: pd.DataFrame, qps: float) -> bool:
+    return bool(probes.loc[probes["qps"] == qps, "passed"].all())
+
+
 def latency_ratio_row(probes: pd.DataFrame, claim: RatioClaim) -> dict:
     num, den = select(probes, claim.numerator), select(probes, claim.denominator)
     if num.empty or den.empty:
         side = "numerator" if num.empty else "denominator"
         return _empty_row(claim, f"no results for the {side} ({_describe(getattr(claim, side))})")
-    num = num[num["run"] == num["run"].max()].assign(_side="num")
-    den = den[den["run"] == den["run"].max()].assign(_side="den")
-    both = pd.concat([num, den], ignore_index=True)
-    q = common_qps(both, "_side", must_pass=("num", "den"))
-    if q is None:
+    # Pair runs (not probes) on the context the selectors agree on, then take the newest pair.
+    on = _pair_columns(claim)
+    cols = ["run_dir", "run", *on]
+    kn, kd = num[cols].drop_duplicates(), den[cols].drop_duplicates()
+    runs = kn.merge(kd, on=on, suffixes=("_num", "_den")) if on else kn.merge(kd, how="cross", suffixes=("_num", "_den"))
+    if runs.empty:
+        return _empty_row(claim, "no result pair shares the claim's deployment/dataset/SLO")
+    # Newest pair first; a pair with a rate both sides passed beats one compared under overload.
+    runs = runs.assign(_newest=[max(a, b) for a, b in zip(runs["run_num"], runs["run_den"])])
+    chosen = None
+    for _, pick in runs.sort_values("_newest", ascending=False).iterrows():
+        n = num[num["run_dir"] == pick["run_dir_num"]].assign(_side="num")
+        d = den[den["run_dir"] == pick["run_dir_den"]].assign(_side="den")
+        both = pd.concat([n, d], ignore_index=True)
+        q = common_qps(both, "_side", must_pass=("num", "den"))
+        if q is not None and (chosen is None or _all_passed(both, q)):
+            chosen = (n, d, q)
+            if _all_passed(both, q):
+                break
+    if chosen is None:
         return _empty_row(claim, "the two sides share no probed rate")
+    num, den, q = chosen
     vn = float(num.loc[num["qps"] == q, claim.metric].iloc[0])
     vd = float(den.loc[den["qps"] == q, claim.metric].iloc[0])
     r = vn / vd if vd > 0 else math.inf
