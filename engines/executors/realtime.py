@@ -6,11 +6,14 @@ the simulated deployment: an HTTP client sees the latencies the simulator would 
 
 Deadlines are absolute. While the engine is busy, iteration k+1 starts at iteration k's
 deadline, not at the moment the engine loop got around to it: the loop's own overhead
-(scheduling, streaming tokens to clients) is absorbed into the predicted time instead of being
-added to every iteration, which would make the twin drift slower than the model. If the loop
-falls behind by more than `catch_up_s` (an idle engine, or overhead longer than the iteration),
-the chain restarts at the current time rather than bursting through a backlog of zero-length
-iterations.
+(scheduling, streaming tokens to clients, a thread hand-off, a preempted CPU) is absorbed into
+the predicted time instead of being added to every iteration, which would make the twin drift
+slower than the model and, near saturation, inflate queueing delays many times over. Lateness
+up to one iteration (`catch_up_s`, default: the iteration's own predicted time, at least 2 ms) is
+absorbed by shortening the next iteration; beyond that the chain restarts at the current time
+rather than bursting through a backlog of zero-length iterations. The engine loop calls `idle()`
+when it runs out of work, so that a chain never bridges an idle period (an iteration never starts
+before the request it serves arrived).
 
 `time_scale` stretches every predicted time (e.g. 10x on a slow CPU host, so that Python's
 per-iteration overhead is small next to the iterations it emulates); a simulation compared
@@ -37,7 +40,7 @@ class RealTimeExecutor:
         vocab_size: int,
         *,
         time_scale: float = 1.0,
-        catch_up_s: float = 0.002,
+        catch_up_s: float | None = None,
         seed: int = 0,
         clock=time.monotonic,
         sleep=time.sleep,
@@ -46,13 +49,17 @@ class RealTimeExecutor:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self._timer = timer
         self._scale = float(time_scale)
-        self._catch_up = float(catch_up_s)
+        self._catch_up = catch_up_s
         self._clock = clock
         self._sleep = sleep
         self._tokens = MadeUpTokens(vocab_size, seed)
         self._deadline = -np.inf  # end of the previous iteration
         self.last_start = float("nan")  # start of the latest iteration, on `clock`
         self.last_predicted_s = 0.0
+        # Self-checks, exported on /metrics: how faithful the twin's clock has been.
+        self.predicted_s_total = 0.0
+        self.overrun_s_total = 0.0  # time past a deadline when its sleep returned
+        self.chain_restarts = 0  # busy iterations that began more than catch_up_s after the previous deadline
 
     def add_request(self, seq_id: int, prompt_token_ids: list[int] | None, sampling: SamplingParams) -> None:
         self._tokens.add(seq_id)
@@ -64,7 +71,12 @@ class RealTimeExecutor:
     def execute(self, batch: Batch) -> list[int | None]:
         dt = self.predict(batch)
         now = self._clock()
-        start = self._deadline if now - self._deadline <= self._catch_up else now
+        catch_up = max(dt, 0.002) if self._catch_up is None else self._catch_up
+        if now - self._deadline <= catch_up:
+            start = self._deadline
+        else:
+            start = now
+            self.chain_restarts += self._deadline != -np.inf
         self._deadline = start + dt
         self.last_start = start
         self.last_predicted_s = dt
@@ -72,7 +84,20 @@ class RealTimeExecutor:
         remaining = self._deadline - self._clock()
         if remaining > 0:
             self._sleep(remaining)
+        self.predicted_s_total += dt
+        self.overrun_s_total += max(0.0, self._clock() - self._deadline)
         return tokens
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "twin_predicted_seconds_total": self.predicted_s_total,
+            "twin_overrun_seconds_total": self.overrun_s_total,
+            "twin_chain_restarts_total": self.chain_restarts,
+        }
+
+    def idle(self) -> None:
+        """The engine ran out of work: the next iteration starts when it is asked for."""
+        self._deadline = -np.inf
 
     def free(self, seq_id: int) -> None:
         self._tokens.free(seq_id)

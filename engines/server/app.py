@@ -74,6 +74,7 @@ class CompletionServer:
             blocks_total=engine.blocks.num_blocks,
             preemptions=engine.num_preemptions,
             model=self.name,
+            executor_metrics=getattr(self.parts.executor, "metrics", dict)(),
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})

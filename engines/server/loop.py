@@ -74,6 +74,7 @@ class EngineLoop:
         self._blocking = bool(getattr(executor, "blocking", True))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="executor") if self._blocking else None
         self._task: asyncio.Task | None = None
+        self._on_idle = getattr(executor, "idle", None)  # the real-time twin restarts its clock chain
 
     # -- handlers' side ----------------------------------------------------------------------
     def start(self) -> None:
@@ -133,14 +134,12 @@ class EngineLoop:
                     self.executor.free(sid)
                 self._deferred_frees.clear()
             if not engine.has_unfinished:
-                self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
                 continue
             t0 = self.clock()
             batch = engine.schedule()
             if batch is None:  # nothing fits until a request arrives or leaves
-                self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
                 continue
             for seq, prefill in zip(batch.seqs, batch.is_prefill):
                 state = self._states.get(seq.seq_id)
@@ -163,6 +162,12 @@ class EngineLoop:
             self.stats.iteration(t1 - t0, batch.num_prefill_tokens, len(batch) - sum(t is None for t in tokens))
             if not self._blocking:
                 await asyncio.sleep(0)  # let handlers run between zero-time iterations
+
+    async def _idle(self) -> None:
+        if self._on_idle is not None:
+            self._on_idle()
+        self._wake.clear()
+        await self._wake.wait()
 
     def _complete(self, batch, tokens: list[int | None], t: float) -> None:
         engine = self.engine

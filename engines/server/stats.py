@@ -32,7 +32,7 @@ class LoopStats:
 
 
 def render_prometheus(stats: LoopStats, *, running: int, waiting: int, blocks_used: int, blocks_total: int,
-                      preemptions: int, model: str) -> str:
+                      preemptions: int, model: str, executor_metrics: dict[str, float] | None = None) -> str:
     label = f'{{model_name="{model}"}}'
     lines: list[str] = []
 
@@ -52,6 +52,9 @@ def render_prometheus(stats: LoopStats, *, running: int, waiting: int, blocks_us
     metric("requests_received_total", "counter", "Requests accepted by the engine.", stats.requests_received)
     metric("requests_finished_total", "counter", "Requests that generated all their tokens.", stats.requests_finished)
     metric("requests_aborted_total", "counter", "Requests aborted (client disconnect or shutdown).", stats.requests_aborted)
+
+    for key, value in (executor_metrics or {}).items():
+        metric(key, "counter", "Executor self-check (see the executor's module).", value)
 
     name = "engine:iteration_time_seconds"
     lines.append(f"# HELP {name} Wall time of one engine iteration (schedule, execute, complete).")

@@ -1,0 +1,1 @@
+"""How to launch and probe external servers (vLLM first). Never imported by the engine core."""
