@@ -6,14 +6,13 @@ naming the problem and exits with status 2, before anything is written.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness.errors import HarnessError
+from harness.paths import CONFIG_DIR
 from harness.runner import run_experiment
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments"
 USAGE = """usage: python -m harness experiment=NAME [group=option ...] [key=value ...]
 
 Runs a capacity search per scheduler in simulation and saves results/<name>/<timestamp>/.
@@ -21,6 +20,7 @@ Experiments: {experiments}
 Examples:
   python -m harness experiment=yi34b_tp2_strict
   python -m harness experiment=mistral7b_relaxed scheduler=[sarathi,vllm] search.num_requests=512
+  python -m harness -m experiment=mistral7b_strict,yi34b_tp2_strict dataset=openchat_sharegpt4,arxiv_summarization
 """
 
 
@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         names = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
         print(USAGE.format(experiments=", ".join(names)))
         return 0
+    if argv and argv[0] in ("-m", "--multirun"):
+        from harness.multirun import multirun
+
+        return multirun(argv[1:])
     try:
         run_experiment(compose(argv))
     except HarnessError as e:

@@ -66,3 +66,12 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, message):
 def test_help_lists_experiments():
     p = run("--help")
     assert p.returncode == 0 and "yi34b_tp2_strict" in p.stdout
+
+
+def test_multirun_runs_every_job(tmp_path):
+    p = run("-m", "experiment=yi34b_tp2_strict,mistral7b_strict", "scheduler=[sarathi]", "search.num_requests=16",
+            f"results_dir={tmp_path}", "progress=false")
+    assert p.returncode == 0, p.stderr
+    for name in ("yi34b_tp2_strict", "mistral7b_strict"):
+        runs = [d for d in (tmp_path / name).iterdir() if not d.name.startswith(".")]
+        assert len(runs) == 1 and (runs[0] / "summary.json").exists()
