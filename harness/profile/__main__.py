@@ -1,0 +1,3 @@
+from harness.profile.cli import main
+
+raise SystemExit(main())
