@@ -21,6 +21,12 @@ COMPARISON_COLUMNS = ("id", "claim", "source", "published", "reproduced", "ratio
 
 
 # ----------------------------------------------------------------------------- selection
+def capacity_mode(runs: pd.DataFrame) -> pd.DataFrame:
+    """Rows of capacity searches. A fixed-rate run (`search.fixed_qps`) records its rate as
+    "capacity" when the one probe passed and 0 otherwise: a verdict, not a capacity."""
+    return runs[runs["mode"] != "fixed_rate"] if not runs.empty else runs
+
+
 def select(df: pd.DataFrame, sel: Selector) -> pd.DataFrame:
     mask = pd.Series(True, index=df.index)
     for k, v in sel.items():
@@ -122,6 +128,7 @@ def capacity_ratio_row(runs: pd.DataFrame, claim: RatioClaim) -> dict:
 
 def capacity_ratio_table(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     """One row per published capacity ratio; paper-config rows only (see paper_config)."""
+    runs = capacity_mode(runs)
     usable = runs[paper_config(runs, paper)] if not runs.empty else runs
     return pd.DataFrame([capacity_ratio_row(usable, c) for c in paper.capacity_ratios], columns=COMPARISON_COLUMNS)
 

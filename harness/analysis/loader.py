@@ -25,14 +25,15 @@ import yaml
 # One capacity measurement is identified by these columns. Finer than the experiment name on
 # purpose: `experiment=yi34b_tp2_strict dataset=arxiv_summarization` writes to the same
 # experiment directory as the sharegpt run, and "latest per experiment" would silently drop one.
-CELL_KEY = ("experiment", "model", "gpu", "parallel", "dataset", "slo_kind", "slo_tbt_s", "scheduler")
+# A fixed-rate run (one probe at `fixed_qps`) never supersedes a capacity search, nor another rate.
+CELL_KEY = ("experiment", "model", "gpu", "parallel", "dataset", "slo_kind", "slo_tbt_s", "mode", "fixed_qps", "scheduler")
 
 RUN_COLUMNS = (
     "experiment", "run", "run_dir", "timestamp", "model", "gpu", "tp", "pp", "parallel", "num_gpus",
     "deployment", "dataset", "num_requests", "slo_kind", "slo_tbt_s", "slo_tbt_quantile",
     "slo_delay_s", "scheduler", "policy", "token_budget", "max_num_seqs", "capacity_qps",
     "bracket_lo_qps", "bracket_hi_qps", "saturated", "num_probes", "num_seeds", "capacity_mean_qps",
-    "capacity_std_qps", "mode", "seed", "git_commit", "backend",
+    "capacity_std_qps", "mode", "fixed_qps", "seed", "git_commit", "backend",
 )
 
 # Columns a probe row may carry; older runs lack some (read as NaN), newer may add more (ignored).
@@ -109,6 +110,7 @@ def _run_fields(r: RunDir, summary: dict, config: dict) -> dict:
         "slo_delay_s": slo.get("scheduling_delay_s"),
         # "capacity" (a search per scheduler) or "fixed_rate" (one probe per scheduler at one QPS)
         "mode": summary.get("mode", "capacity"),
+        "fixed_qps": _nan_if_none((config.get("search") or {}).get("fixed_qps")),
         "seed": summary.get("seed"),
         "git_commit": summary.get("git_commit"),
         "backend": summary.get("backend"),

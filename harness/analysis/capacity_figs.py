@@ -1,0 +1,255 @@
+"""Capacity figures: Fig. 10-11 (capacity per deployment x dataset x SLO x scheduler), Fig. 12
+(capacity vs SLO) and Fig. 13 (Falcon-180B TP-8 vs TP4-PP2) analogs.
+
+Each builder takes the loader's frames, returns a matplotlib Figure, and raises MissingResults
+when the frames hold nothing it can draw, so the report can say what to run instead.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from harness.analysis import style
+from harness.analysis.compare import MAIN_SCHEDULERS, capacity_mode, paper_config
+from harness.analysis.paper import Paper
+
+
+class MissingResults(Exception):
+    """The results needed by a figure are not in the results directory (the message says which)."""
+
+
+def _ordered(present, order) -> list:
+    return [x for x in order if x in set(present)] + sorted(set(present) - set(order))
+
+
+def _deployment_order(df: pd.DataFrame, paper: Paper | None = None) -> list[tuple]:
+    """(model, parallel, gpu, num_gpus) present, in the paper's order (Mistral, Yi, LLaMA2, Falcon), then by size."""
+    order = [(d["model"], d["parallel"]) for d in paper.raw.get("deployments", [])] if paper else []
+    keys = df[["model", "parallel", "gpu", "num_gpus"]].drop_duplicates()
+    rank = [order.index((m, p)) if (m, p) in order else len(order) for m, p in zip(keys["model"], keys["parallel"])]
+    keys = keys.assign(_rank=rank).sort_values(["_rank", "num_gpus", "model", "parallel"])
+    return [tuple(r) for r in keys.drop(columns="_rank").itertuples(index=False)]
+
+
+def paper_deployments(paper: Paper) -> set[tuple[str, str]]:
+    return {(d["model"], d["parallel"]) for d in paper.raw.get("deployments", [])}
+
+
+# ----------------------------------------------------------------------------- Fig. 10-11
+def capacity_rows(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
+    """The rows Fig. 10-11 draws: main schedulers with the paper's knobs on the paper's deployments."""
+    runs = capacity_mode(runs)
+    if runs.empty:
+        return runs
+    deps = paper_deployments(paper)
+    keep = runs["scheduler"].isin(MAIN_SCHEDULERS) & paper_config(runs, paper)
+    keep &= pd.Series([(m, p) in deps for m, p in zip(runs["model"], runs["parallel"])], index=runs.index)
+    return runs[keep]
+
+
+def _cell_claims(paper: Paper) -> dict[tuple, float]:
+    """(model, parallel, dataset, slo_kind, baseline) -> published Sarathi/baseline ratio, for
+    claims about one cell of one deployment (the ones a bar group can carry)."""
+    out = {}
+    for c in paper.capacity_ratios:
+        n, d = c.numerator, c.denominator
+        if c.match != "cell" or n.parallel != d.parallel or n.scheduler != "sarathi" or not isinstance(d.scheduler, str):
+            continue
+        out[(n.model, n.parallel, n.dataset, n.slo_kind, d.scheduler)] = c.value
+    return out
+
+
+def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
+    rows = capacity_rows(runs, paper)
+    if rows.empty:
+        raise MissingResults("no capacity results of Sarathi/vLLM/Orca on the paper's deployments "
+                             "(run e.g. `python -m harness experiment=yi34b_tp2_strict`)")
+    claims = _cell_claims(paper)
+    deps = _deployment_order(rows, paper)
+    fig, axes = style.panels(len(deps), width=5.2, height=4.0)
+    schedulers = _ordered(rows["scheduler"], style.SCHEDULER_ORDER)
+    for ax, (model, parallel, gpu, ngpu) in zip(axes, deps):
+        d = rows[(rows["model"] == model) & (rows["parallel"] == parallel)]
+        groups = d[["dataset", "slo_kind", "slo_tbt_s"]].drop_duplicates().sort_values(["dataset", "slo_tbt_s"],
+                                                                                      ascending=[False, True])
+        width = 0.8 / len(schedulers)
+        top = 0.0
+        for gi, (dataset, kind, slo) in enumerate(groups.itertuples(index=False)):
+            cell = d[(d["dataset"] == dataset) & (d["slo_tbt_s"] == slo)].set_index("scheduler")
+            for si, s in enumerate(schedulers):
+                if s not in cell.index:
+                    continue
+                x = gi - 0.4 + width * (si + 0.5)
+                cap, sat = float(cell.at[s, "capacity_qps"]), bool(cell.at[s, "saturated"])
+                ax.bar(x, cap, width, color=style.scheduler_color(s), hatch="//" if sat else None,
+                       edgecolor="white", label=style.scheduler_label(s))
+                top = max(top, cap)
+            # Reproduced Sarathi/baseline ratio over the group; the paper's value beside it when published.
+            lines = []
+            if "sarathi" in cell.index:
+                for base in ("vllm", "orca"):
+                    if base in cell.index and cell.at[base, "capacity_qps"] > 0:
+                        r = cell.at["sarathi", "capacity_qps"] / cell.at[base, "capacity_qps"]
+                        pub = claims.get((model, parallel, dataset, kind, base))
+                        lines.append(f"{r:.1f}× {style.scheduler_label(base)}" + (f" (paper {pub:g}×)" if pub else ""))
+            if lines:
+                ymax = float(cell["capacity_qps"].max())
+                ax.annotate("\n".join(lines), (gi, ymax), xytext=(0, 4), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=8,
+                            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
+        ax.grid(axis="x", visible=False)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{style.dataset_label(ds)}\n{k} ({t:g} s)" for ds, k, t in groups.itertuples(index=False)])
+        ax.set_xlim(-0.6, len(groups) - 0.4)
+        ax.set_ylim(0, top * 1.35 if top > 0 else 1)
+        ax.set_title(style.deployment_label(model, parallel, gpu, ngpu))
+        ax.set_xlabel("dataset, SLO (P99 TBT)")
+        ax.set_ylabel("capacity (QPS)")
+    _legend(fig, axes, note="hatched: saturated search (capacity is a lower bound)" if rows["saturated"].any() else "")
+    fig.suptitle("Serving capacity under the P99 TBT SLO and median scheduling delay ≤ 2 s (Fig. 10–11 analog)", y=1.02)
+    fig.tight_layout()
+    return fig
+
+
+def _legend(fig: Figure, axes, note: str = "") -> None:
+    handles, labels = {}, []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in handles:
+                handles[lab] = h
+                labels.append(lab)
+    if handles:
+        fig.legend([handles[lab] for lab in labels], labels, loc="upper center", bbox_to_anchor=(0.5, -0.01),
+                   ncol=min(len(labels), 6), frameon=False, title=note or None, title_fontsize=8)
+
+
+# ----------------------------------------------------------------------------- Fig. 12
+def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
+    """Capacity as the P99 TBT SLO loosens, per deployment with at least two SLO values."""
+    if runs.empty:
+        raise MissingResults("no capacity results")
+    runs = capacity_mode(runs)
+    rows = runs[runs["scheduler"].isin(MAIN_SCHEDULERS) & paper_config(runs, paper)]
+    # A line needs two SLOs of one (deployment, dataset, scheduler); single points say nothing here.
+    n_slo = rows.groupby(["model", "parallel", "dataset", "scheduler"])["slo_tbt_s"].transform("nunique")
+    rows = rows[n_slo >= 2]
+    if rows.empty:
+        raise MissingResults("no deployment has capacity results at two or more SLOs "
+                             "(run e.g. experiment=yi34b_tp2_strict and experiment=yi34b_tp2_relaxed)")
+    deps = _deployment_order(rows, paper)
+    fig, axes = style.panels(len(deps))
+    datasets = sorted(rows["dataset"].unique(), reverse=True)
+    dashes = ["-", "--", ":", "-."]
+    for ax, (model, parallel, gpu, ngpu) in zip(axes, deps):
+        d = rows[(rows["model"] == model) & (rows["parallel"] == parallel)]
+        for s in _ordered(d["scheduler"], style.SCHEDULER_ORDER):
+            for di, ds in enumerate(datasets):
+                g = d[(d["scheduler"] == s) & (d["dataset"] == ds)].sort_values("slo_tbt_s")
+                if g.empty:
+                    continue
+                label = style.scheduler_label(s) + (f" · {style.dataset_label(ds)}" if len(datasets) > 1 else "")
+                ax.plot(g["slo_tbt_s"], g["capacity_qps"], dashes[di % len(dashes)], marker="o",
+                        color=style.scheduler_color(s), label=label)
+        style.plain_log(ax, "x")
+        slos = sorted(d["slo_tbt_s"].unique())
+        ax.set_xticks(slos)
+        ax.set_xticklabels([f"{v:g}" for v in slos])
+        ax.set_xlim(slos[0] / 1.4, slos[-1] * 1.4)
+        ax.set_ylim(bottom=0)
+        ax.set_title(style.deployment_label(model, parallel, gpu, ngpu))
+        ax.set_xlabel("P99 TBT SLO (s, log scale)")
+        ax.set_ylabel("capacity (QPS)")
+    _legend(fig, axes)
+    fig.suptitle("Capacity vs P99 TBT SLO (Fig. 12 analog)", y=1.02)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- Fig. 13
+def _pipeline_claim_lines(runs: pd.DataFrame, paper: Paper, model: str, kind: str) -> list[str]:
+    """'4.3× over vLLM TP-8 (paper 4.3×)' for each published cross-deployment claim at this SLO."""
+    from harness.analysis.compare import capacity_ratio_row
+
+    out = []
+    for c in paper.capacity_ratios:
+        n, d = c.numerator, c.denominator
+        if c.match != "cell" or n.model != model or n.slo_kind != kind or not isinstance(d.scheduler, str):
+            continue
+        row = capacity_ratio_row(runs, c)
+        if row["within"] is None:
+            continue
+        out.append(f"{style.scheduler_label(n.scheduler)} {style.parallel_label(n.parallel)}: {row['reproduced']:.1f}× "
+                   f"{style.scheduler_label(d.scheduler)} {style.parallel_label(d.parallel)} (paper {c.value:g}×)")
+    return out
+
+
+def _pp_model(runs: pd.DataFrame) -> str | None:
+    """A model with results on a pipeline-parallel and a TP-only deployment (Falcon-180B preferred)."""
+    both = runs.groupby("model")["pp"].agg(lambda s: s.gt(1).any() and s.eq(1).any())
+    models = list(both[both].index)
+    if not models:
+        return None
+    return "falcon-180b" if "falcon-180b" in models else models[0]
+
+
+def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figure:
+    runs = capacity_mode(runs)
+    model = _pp_model(runs) if not runs.empty else None
+    if model is None:
+        raise MissingResults("no model with results on both a TP-only and a pipeline-parallel deployment "
+                             "(run e.g. experiment=falcon180b_tp4pp2_strict and the same with "
+                             "parallel=tp8 name=falcon180b_tp8_strict scheduler=[vllm])")
+    r = runs[(runs["model"] == model) & runs["scheduler"].isin(MAIN_SCHEDULERS)]
+    r = r[paper_config(r, paper)]
+    fig, axes = style.new_figure(2, width=5.6, height=4.0)
+    ax = axes[0][0]
+    combos = r[["scheduler", "parallel"]].drop_duplicates()
+    combos = combos.assign(_o=[style.SCHEDULER_ORDER.index(s) if s in style.SCHEDULER_ORDER else 99 for s in combos["scheduler"]])
+    combos = [tuple(x) for x in combos.sort_values(["_o", "parallel"])[["scheduler", "parallel"]].itertuples(index=False)]
+    kinds = r[["slo_kind", "slo_tbt_s"]].drop_duplicates().sort_values("slo_tbt_s")
+    width = 0.8 / max(len(combos), 1)
+    claim_lines: list[str] = []
+    for ki, (kind, slo) in enumerate(kinds.itertuples(index=False)):
+        cell = r[r["slo_tbt_s"] == slo]
+        for ci, (s, par) in enumerate(combos):
+            hit = cell[(cell["scheduler"] == s) & (cell["parallel"] == par)]
+            if hit.empty:
+                continue
+            x = ki - 0.4 + width * (ci + 0.5)
+            ax.bar(x, float(hit["capacity_qps"].iloc[0]), width, color=style.scheduler_color(s),
+                   hatch=None if "pp" in par else "..", edgecolor="white",
+                   label=f"{style.scheduler_label(s)} {style.parallel_label(par)}")
+        claim_lines += [f"{kind}: {line}" for line in _pipeline_claim_lines(r, paper, model, kind)]
+    ax.grid(axis="x", visible=False)
+    ax.set_xticks(range(len(kinds)))
+    ax.set_xticklabels([f"{k} ({t:g} s)" for k, t in kinds.itertuples(index=False)])
+    ax.set_xlim(-0.6, len(kinds) - 0.4)
+    ax.set_ylim(0, float(r["capacity_qps"].max()) * 1.5)
+    ax.set_xlabel("SLO (P99 TBT)")
+    ax.set_ylabel("capacity (QPS)")
+    ax.set_title(f"{style.MODEL_LABELS.get(model, model)}: capacity by parallelism")
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))  # label -> handle, one per combo
+    ax.legend(list(handles.values()), list(handles), fontsize=8, title="dotted: TP only", title_fontsize=8,
+              loc="upper center", ncol=2)
+    if claim_lines:  # below the axes: inside, the lines collide with bars and legend at README size
+        ax.text(0.0, -0.3, "\n".join(claim_lines), transform=ax.transAxes, ha="left", va="top", fontsize=8)
+
+    ax = axes[0][1]
+    p = probes[(probes["model"] == model) & probes["scheduler"].isin(MAIN_SCHEDULERS)] if not probes.empty else probes
+    # A probe's latencies depend on the rate, not on the SLO it was judged against: pool both SLOs' searches.
+    for s, par in combos:
+        g = (p[(p["scheduler"] == s) & (p["parallel"] == par)].groupby("qps", as_index=False)["tbt_p50_s"].median())
+        if g.empty:
+            continue
+        ax.plot(g["qps"], g["tbt_p50_s"], "-" if "pp" in par else ":", marker="o", ms=4,
+                color=style.scheduler_color(s), label=f"{style.scheduler_label(s)} {style.parallel_label(par)}")
+    style.plain_log(ax, "x")
+    ax.set_xlabel("load (QPS, log scale)")
+    ax.set_ylabel("median TBT (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("median TBT vs load")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"Pipeline vs cross-node tensor parallelism, {style.MODEL_LABELS.get(model, model)} (Fig. 13 analog)", y=1.02)
+    fig.tight_layout()
+    return fig
