@@ -1,31 +1,47 @@
-"""`python -m harness.profile` writes the documented profile table on CPU."""
+"""`python -m harness.profile` on CPU writes an operator profile that the performance model's
+profile reader (perf=profile) accepts, plus whole-iteration times."""
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness.profile import COLUMNS, OPS, read_table  # noqa: E402
-from harness.profile.cli import main  # noqa: E402
+from harness.profile import OP_COLUMNS, OPS, iterations_path, read_iterations  # noqa: E402
+from harness.profile.cli import linear_grid, main  # noqa: E402
 
 
-def test_profile_table_on_cpu(tmp_path):
+def test_profile_tables_on_cpu(tmp_path):
     out = tmp_path / "profile.csv"
-    rc = main(["--model", "tiny-llama", "--device", "cpu", "--threads", "1", "--num-tokens", "1,16",
-               "--context-lens", "0,32", "--batch-sizes", "1,4", "--repeats", "2", "--warmup", "0",
-               "--out", str(out)])
+    rc = main(["--model", "tiny-llama", "--device", "cpu", "--threads", "1", "--num-tokens", "1,16,128,129",
+               "--chunk-sizes", "2,16", "--context-lens", "0,32", "--batch-sizes", "1,4", "--repeats", "2",
+               "--warmup", "0", "--out", str(out)])
     assert rc == 0
-    assert out.read_text().splitlines()[0].split(",") == list(COLUMNS)
-    rows = read_table(out)
-    assert {r.op for r in rows} == set(OPS)
-    assert all(r.time_s > 0 and r.time_s_min <= r.time_s and r.tp == 1 for r in rows)
-    it = [r for r in rows if r.op == "iteration"]
-    assert {r.phase for r in it} == {"prefill", "decode", "mixed"}
-    assert all(r.layers == 2 for r in it)
-    decode = {(r.batch_size, r.context_len) for r in rows if r.op == "attention" and r.phase == "decode"}
-    assert decode == {(1, 1), (1, 32), (4, 1), (4, 32)}
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",") == list(OP_COLUMNS)
+    ops = {line.split(",")[0] for line in lines[1:]}
+    assert ops == set(OPS)
+    decode = [line.split(",") for line in lines[1:] if line.startswith("attention_decode")]
+    assert all(row[1] == "" and row[3] in ("1", "4") for row in decode)  # num_tokens unused -> empty
+    its = read_iterations(iterations_path(out))
+    assert {r["phase"] for r in its} == {"prefill", "decode", "mixed"}
+    assert all(r["op"] == "iteration" and r["time_s"] > 0 and r["num_layers"] == 2 for r in its)
 
 
-def test_profile_rejects_bad_grid(capsys):
+def test_perf_model_reads_the_profile(tmp_path):
+    profile = pytest.importorskip("engines.perf.profile")
+    from engines.perf import Deployment
+
+    out = tmp_path / "p.csv"
+    assert main(["--model", "tiny-llama", "--device", "cpu", "--threads", "1", "--quick", "--no-iterations",
+                 "--out", str(out)]) == 0
+    model = profile.ProfilePerfModel(Deployment.create(model="tiny-llama", gpu="h200-141g"), out)
+    assert model.iteration_time([64, 1, 1], [0, 100, 200]) > 0
+
+
+def test_linear_grid_samples_both_sides_of_tiles():
+    assert linear_grid(300) == [1, 2, 4, 8, 16, 32, 64, 96, 128, 129, 256, 257]
+
+
+def test_profile_rejects_bad_grid():
     with pytest.raises(SystemExit):
         main(["--num-tokens", "a,b"])

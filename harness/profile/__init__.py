@@ -1,9 +1,11 @@
 """Profiling the torch executor on the present device: `python -m harness.profile --help`.
 
-Writes a profile table CSV (format in table.py) of per-operator and whole-iteration times that
-the performance model can read (`perf=profile`). Importing this package does not import torch;
-running the profiler does.
+Writes the operator profile in the performance model's long format (`perf=profile` reads it;
+engines/perf/profile_format.md) and a table of whole-iteration times; table.py documents both.
+Importing this package does not import torch; running the profiler does.
 """
-from harness.profile.table import COLUMNS, OPS, PHASES, ProfileRow, read_table, write_table
+from harness.profile.table import (ITERATION_COLUMNS, OP_COLUMNS, OPS, PHASES, Measurement, iterations_path,
+                                   read_iterations, write_tables)
 
-__all__ = ["COLUMNS", "OPS", "PHASES", "ProfileRow", "read_table", "write_table"]
+__all__ = ["ITERATION_COLUMNS", "Measurement", "OPS", "OP_COLUMNS", "PHASES", "iterations_path", "read_iterations",
+           "write_tables"]

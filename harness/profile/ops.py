@@ -35,7 +35,7 @@ class LayerOps:
     """One layer of `config` at tensor-parallel degree `tp` (rank 0's shard)."""
 
     def __init__(self, config: ModelConfig, tp: int, dtype: torch.dtype, device: torch.device,
-                 attention_backend: str = "auto", max_tokens: int = 8192) -> None:
+                 attention_backend: str = "auto") -> None:
         saved = get_parallel()
         set_parallel(ParallelState(tp_rank=0, tp_size=tp))  # shard shapes only; no collective is called
         try:
@@ -60,39 +60,40 @@ class LayerOps:
         self.backend = select_backend(attention_backend, device, dtype, self.q_heads, self.kv_heads,
                                       config.head_dim, config.sliding_window)
         self.block_size = 16
-        self.max_tokens = max_tokens
         self.cache: PagedKVCache | None = None
 
     def _rand(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=self.device, dtype=self.dtype)
 
-    def gemm(self, name: str, num_tokens: int) -> Callable[[], object]:
-        w = self.gemms[name].weight
-        x = self._rand(num_tokens, w.shape[1])
-        return lambda: F.linear(x, w)
+    def linear(self, num_tokens: int) -> Callable[[], object]:
+        """All four GEMMs of the layer, each on an input of its own width."""
+        pairs = [(self._rand(num_tokens, m.weight.shape[1]), m.weight) for m in self.gemms.values()]
+
+        def run():
+            for x, w in pairs:
+                F.linear(x, w)
+        return run
 
     def elementwise(self, num_tokens: int) -> Callable[[], object]:
+        """Norms (with the residual add feeding each), rotary on q and k, the MLP activation, and
+        the KV-cache write of the new tokens."""
         c = self.config
         x = self._rand(num_tokens, c.hidden_size)
         q = self._rand(num_tokens, self.q_heads, c.head_dim)
         k = self._rand(num_tokens, self.kv_heads, c.head_dim)
         pos = torch.arange(num_tokens, device=self.device)
         act_in = self._rand(num_tokens, self.gemms["linear.mlp_up"].weight.shape[0])
+        blocks = -(-num_tokens // self.block_size)
+        cache = PagedKVCache(1, blocks, self.block_size, self.kv_heads, c.head_dim, self.dtype, self.device)
+        slots = torch.randperm(blocks * self.block_size, device=self.device)[:num_tokens]
 
         def run():
             for norm in self.norms:
-                norm(x + x)  # the residual add feeds the norm
+                norm(x + x)
             self.rotary(pos, q, k)
             self.act(act_in)
+            cache.write(0, slots, k, k)
         return run
-
-    def embedding(self, num_tokens: int) -> Callable[[], object]:
-        ids = torch.randint(0, self.model.embed.rows, (num_tokens,), device=self.device)
-        return lambda: F.embedding(ids, self.model.embed.weight)
-
-    def lm_head(self, rows: int) -> Callable[[], object]:
-        x = self._rand(rows, self.config.hidden_size)
-        return lambda: F.linear(self.model.norm(x), self.model.lm_head.weight)
 
     def attention(self, batch_size: int, tokens_per_seq: int, context_len: int) -> Callable[[], object]:
         """batch_size sequences, each tokens_per_seq new tokens over context_len cached ones."""
@@ -106,12 +107,9 @@ class LayerOps:
                                        self.config.sliding_window, self.config.head_dim ** -0.5, self.device)
         t = tokens_per_seq * batch_size
         q = self._rand(t, self.q_heads, self.config.head_dim)
-        k = self._rand(t, self.kv_heads, self.config.head_dim)
-        v = self._rand(t, self.kv_heads, self.config.head_dim)
+        kc, vc = self.cache.layer(0)
 
-        def run():
-            meta.scratch.clear()  # per-iteration planning is part of the cost
-            self.cache.write(0, meta.slot_mapping, k, v)
-            kc, vc = self.cache.layer(0)
+        def run():  # the KV-cache write is timed with elementwise
+            meta.scratch.clear()  # per-iteration planning is part of the attention cost
             self.backend.forward(q, kc, vc, meta)
         return run

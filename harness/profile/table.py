@@ -1,43 +1,46 @@
-"""The profile table: measured operator and iteration times of the torch executor on one device.
-Torch-free, so the performance model (`perf=profile`) can read it anywhere.
+"""The profile tables the profiler writes. Torch-free.
 
-CSV, one row per (op, phase, num_tokens, context_len, batch_size, tp), columns:
+1. The operator profile, `<out>.csv`, in the performance model's long format (version 1,
+   engines/perf/profile_format.md is the authority; `perf=profile` reads it): one row per
+   measurement, columns `op, num_tokens, context_len, batch_size, tp, time_s` (median seconds,
+   one layer, one GPU = one TP rank's shard, no collectives), cells a given op does not use left
+   empty, and provenance columns the reader ignores: `time_s_min, repeats, model, device, dtype`.
 
-| column | meaning |
-| --- | --- |
-| op | `linear.qkv`, `linear.attn_out`, `linear.mlp_up`, `linear.mlp_down` (one layer's GEMM on one TP shard, no communication), `attention` (one layer: KV-cache write + paged attention), `elementwise` (one layer: norms, rotary, MLP activation, residual adds), `embedding` (token lookup, one shard), `lm_head` (final norm + LM head for `batch_size` rows, one shard), `iteration` (a whole executor step: input preparation, every layer, TP/PP communication, sampling) |
-| phase | `prefill` (batch_size sequences, each a chunk of num_tokens / batch_size new tokens over context_len cached ones), `decode` (batch_size sequences, one new token each over context_len cached ones), `mixed` (one prefill chunk of num_tokens - batch_size + 1 ... see below), `any` for ops that only depend on the token count |
-| num_tokens | new tokens in the batch (the GEMM M dimension) |
-| context_len | tokens already in each sequence's KV cache before the step |
-| batch_size | sequences in the batch |
-| tp | tensor-parallel degree the shard shapes (and, for `iteration`, the run) belong to |
-| time_s | median seconds over `repeats` timed runs (after warm-up) |
-| time_s_min | fastest run |
-| repeats | timed runs |
-| layers | layers the time covers: 1 for per-layer ops, the model's layer count for `iteration` |
-| model, device, dtype | what was measured |
+   | op | coordinates | what is timed |
+   | --- | --- | --- |
+   | `linear` | num_tokens | the layer's GEMMs: QKV, attention output, MLP up(+gate), MLP down |
+   | `elementwise` | num_tokens | norms with their residual adds, rotary, MLP activation, KV-cache write |
+   | `attention_prefill` | num_tokens, context_len | one sequence's chunk of num_tokens over context_len cached tokens |
+   | `attention_decode` | batch_size, context_len | batch_size sequences decoding one token each over context_len |
 
-A `mixed` iteration holds one prefill chunk over `context_len` cached tokens plus
-`batch_size - 1` decodes at the same context length; `num_tokens` counts the chunk and the
-decodes together (Sarathi-Serve's hybrid batch).
+2. Whole iterations, `<out>.iterations.csv` (for checking the model's end-to-end predictions):
+   `op` (always `iteration`), `phase`, `num_tokens`, `context_len`, `batch_size`, `tp`, `time_s`
+   (median seconds of one executor step: input preparation, every layer of the model, TP/PP
+   communication, LM head, sampling), `time_s_min`, `repeats`, `num_layers`, `model`, `device`,
+   `dtype`. Phases: `prefill` (one chunk of num_tokens over context_len), `decode` (batch_size
+   decodes at context_len each), `mixed` (one chunk plus batch_size - 1 decodes, all at
+   context_len; num_tokens counts them all: Sarathi-Serve's hybrid batch).
 """
 from __future__ import annotations
 
 import csv
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
-COLUMNS = ("op", "phase", "num_tokens", "context_len", "batch_size", "tp", "time_s", "time_s_min", "repeats",
-           "layers", "model", "device", "dtype")
-OPS = ("linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_down", "attention", "elementwise",
-       "embedding", "lm_head", "iteration")
-PHASES = ("prefill", "decode", "mixed", "any")
+OP_COLUMNS = ("op", "num_tokens", "context_len", "batch_size", "tp", "time_s", "time_s_min", "repeats", "model",
+              "device", "dtype")
+OPS = ("linear", "elementwise", "attention_prefill", "attention_decode")
+ITERATION_COLUMNS = ("op", "phase", "num_tokens", "context_len", "batch_size", "tp", "time_s", "time_s_min",
+                     "repeats", "num_layers", "model", "device", "dtype")
+PHASES = ("prefill", "decode", "mixed")
+# Coordinates each op uses; the others stay empty.
+_USES = {"linear": ("num_tokens",), "elementwise": ("num_tokens",),
+         "attention_prefill": ("num_tokens", "context_len"), "attention_decode": ("batch_size", "context_len")}
 
 
 @dataclass(frozen=True)
-class ProfileRow:
-    op: str
-    phase: str
+class Measurement:
+    op: str  # an OPS name, or "iteration"
     num_tokens: int
     context_len: int
     batch_size: int
@@ -45,29 +48,48 @@ class ProfileRow:
     time_s: float
     time_s_min: float
     repeats: int
-    layers: int
     model: str
     device: str
     dtype: str
+    phase: str = ""  # iterations only
+    num_layers: int = 0  # iterations only
 
 
-def write_table(rows: list[ProfileRow], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+def iterations_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.stem + ".iterations.csv")
+
+
+def write_tables(rows: list[Measurement], out: str | Path) -> tuple[Path, Path | None]:
+    """Operator rows to `out`, iteration rows (if any) to iterations_path(out)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ops = [r for r in rows if r.op != "iteration"]
+    its = [r for r in rows if r.op == "iteration"]
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=OP_COLUMNS)
         w.writeheader()
-        for r in rows:
-            w.writerow(asdict(r))
-    return path
+        for r in ops:
+            row = {c: getattr(r, c) for c in OP_COLUMNS}
+            for coord in ("num_tokens", "context_len", "batch_size"):
+                if coord not in _USES[r.op]:
+                    row[coord] = ""
+            w.writerow(row)
+    it_path = None
+    if its:
+        it_path = iterations_path(out)
+        with it_path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=ITERATION_COLUMNS)
+            w.writeheader()
+            for r in its:
+                w.writerow({c: getattr(r, c) for c in ITERATION_COLUMNS})
+    return out, it_path
 
 
-def read_table(path: str | Path) -> list[ProfileRow]:
-    types = {f.name: f.type for f in fields(ProfileRow)}
-    conv = {"int": int, "float": float, "str": str}
+def read_iterations(path: str | Path) -> list[dict]:
+    """Iteration rows with numeric fields converted."""
+    ints = ("num_tokens", "context_len", "batch_size", "tp", "repeats", "num_layers")
+    floats = ("time_s", "time_s_min")
     with Path(path).open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = set(COLUMNS) - set(reader.fieldnames or ())
-        if missing:
-            raise ValueError(f"{path}: profile table lacks columns {sorted(missing)}")
-        return [ProfileRow(**{k: conv[types[k]](row[k]) for k in COLUMNS}) for row in reader]
+        return [{k: int(v) if k in ints else float(v) if k in floats else v for k, v in row.items()}
+                for row in csv.DictReader(f)]
