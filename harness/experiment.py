@@ -84,7 +84,7 @@ def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
 def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     seed = int(cfg["seed"])
     max_model_len = int(cfg["max_model_len"])
-    deployment = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], cfg["backend"], max_model_len)
+    deployment = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], cfg["backend"], max_model_len, cfg.get("perf"))
     slo = resolve_slo(cfg["slo"], deployment.model_name, deployment.perf)
     schedulers = _scheduler_configs(cfg["scheduler"])
     s = cfg["search"]

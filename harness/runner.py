@@ -41,7 +41,10 @@ def run_experiment(cfg: DictConfig) -> Path:
     prov = provenance()
     cache = None
     if cfg.get("cache", True):
-        key = cache_key(OmegaConf.to_container(cfg), f"{prov['git_commit']}/{prov['versions'].get('sarathi-harness')}")
+        # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
+        profile = getattr(plan.deployment.perf, "profile", None)
+        code = f"{prov['git_commit']}/{prov['versions'].get('sarathi-harness')}/{profile.digest if profile else ''}"
+        key = cache_key(OmegaConf.to_container(cfg), code)
         cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
 
     runs: list[SchedulerRun] = []

@@ -75,3 +75,12 @@ def test_multirun_runs_every_job(tmp_path):
     for name in ("yi34b_tp2_strict", "mistral7b_strict"):
         runs = [d for d in (tmp_path / name).iterdir() if not d.name.startswith(".")]
         assert len(runs) == 1 and (runs[0] / "summary.json").exists()
+
+
+def test_measured_profile_drives_the_simulation(tmp_path):
+    p = run("model=llama2-7b", "perf=profile", "perf.path=tests/fixtures/profiles/vidur_llama2_7b_a100", "slo.tbt_s=0.1",
+            "scheduler=[sarathi]", "search.num_requests=32", f"results_dir={tmp_path}", "progress=false")
+    assert p.returncode == 0, p.stderr
+    assert "measured profile" in p.stdout.splitlines()[0]
+    p = run("perf=profile", "search.num_requests=8", f"results_dir={tmp_path / 'x'}")
+    assert p.returncode == 2 and "perf.path" in p.stderr
