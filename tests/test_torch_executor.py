@@ -154,3 +154,16 @@ def test_catalog_model_by_name():
     assert ex.config.num_layers == 2 and ex.config.vocab_size == 32000
     stats, _ = _run(ex, "sarathi", [OfflineRequest(0, None, 4, prompt_len=20)])
     assert len(stats.outputs[0]) == 4
+
+
+def test_realtime_time_limit_stops_and_frees(executor):
+    from engines.executors.torch.loop import run_realtime
+
+    engine = make_engine(SchedulerConfig("sarathi", token_budget=32), executor.kv_capacity_tokens, MAX_LEN)
+    t = iter(range(10**6))
+    reqs = [OfflineRequest(i, None, 50, prompt_len=40, arrival_s=float(i)) for i in range(5)]
+    # A fake clock ticking one second per reading: the limit falls mid-run.
+    stats = run_realtime(engine, executor, reqs, clock=lambda: float(next(t)), sleep=lambda s: None,
+                         time_limit_s=20.0)
+    assert stats.unfinished
+    assert engine.blocks.num_free == engine.blocks.num_blocks and not executor._tokens

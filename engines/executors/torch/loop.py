@@ -34,6 +34,7 @@ class RunStats:
     token_times_s: dict[int, list[float]] = field(default_factory=dict)
     num_preemptions: dict[int, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    unfinished: list[int] = field(default_factory=list)  # stopped by a time limit
 
 
 def _submit(executor, batch):
@@ -53,11 +54,13 @@ def _submit(executor, batch):
 
 def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> RunStats:
+                 sleep: Callable[[float], None] = time.sleep,
+                 time_limit_s: float | None = None) -> RunStats:
     """Serve `requests` as they arrive (arrival_s after the start, on `clock`), recording real
-    token times. With all arrivals at 0 this is an offline batch run."""
+    token times. With all arrivals at 0 this is an offline batch run. With `time_limit_s`, no
+    iteration starts after the limit (those in flight finish); unfinished requests keep the
+    tokens they made and `stats.unfinished` lists them (their KV blocks are freed)."""
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.seq_id)))
-    seqs: dict[int, CoreSequence] = {}
     stats = RunStats()
     depth = max(1, getattr(executor, "pipeline_depth", 1))
     in_flight: deque = deque()
@@ -73,14 +76,18 @@ def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
             seq = CoreSequence(r.seq_id, prompt_len, r.output_len)
             executor.add_request(r.seq_id, list(r.prompt_token_ids) if r.prompt_token_ids else None, r.sampling)
             engine.add(seq)
-            seqs[r.seq_id] = seq
             stats.outputs[r.seq_id] = []
             stats.token_times_s[r.seq_id] = []
             stats.arrival_s[r.seq_id] = r.arrival_s
 
+    limit = float("inf") if time_limit_s is None else time_limit_s
     while pending or engine.has_unfinished or in_flight:
-        admit(now())
-        while len(in_flight) < depth:
+        if now() > limit:
+            if not in_flight:
+                break
+        else:
+            admit(now())
+        while len(in_flight) < depth and now() <= limit:
             batch = engine.schedule()
             if batch is None:
                 break
@@ -89,8 +96,10 @@ def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
                 stats.first_scheduled_s.setdefault(s.seq_id, t)
             in_flight.append((batch, _submit(executor, batch)))
         if not in_flight:
+            if now() > limit:
+                break
             if pending:
-                sleep(max(0.0, pending[0].arrival_s - now()))
+                sleep(max(0.0, min(pending[0].arrival_s, limit) - now()))
                 continue
             if engine.has_unfinished:
                 raise RuntimeError(f"engine stalled: {len(engine.waiting)} waiting, {len(engine.running)} running")
@@ -102,8 +111,9 @@ def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
         stats.tokens_computed += batch.num_tokens
         out = engine.complete(batch)
         stops = []
+        position = {s.seq_id: i for i, s in enumerate(batch.seqs)}
         for seq in out.produced:
-            tok = tokens[batch.seqs.index(seq)]
+            tok = tokens[position[seq.seq_id]]
             stats.outputs[seq.seq_id].append(tok)
             stats.token_times_s[seq.seq_id].append(t)
             if seq not in out.finished and getattr(executor, "should_stop", lambda *_: False)(seq.seq_id, tok):
@@ -115,6 +125,11 @@ def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
                 stats.num_preemptions[seq.seq_id] = seq.num_preemptions
                 executor.free(seq.seq_id)
     stats.wall_s = now()
+    stats.unfinished = sorted(s.seq_id for s in list(engine.waiting) + list(engine.running))
+    for sid in stats.unfinished:
+        engine.abort(sid)
+        executor.free(sid)
+    stats.unfinished += [r.seq_id for r in pending]
     return stats
 
 
