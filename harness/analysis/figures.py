@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from harness.analysis import style
 from harness.analysis.capacity_figs import MissingResults, fig_capacity, fig_capacity_vs_slo, fig_pipeline
 from harness.analysis.latency_figs import fig_stall
-from harness.analysis.loader import load_probes, load_runs
+from harness.analysis.loader import load_results
 from harness.analysis.paper import PAPER_FILE, Paper, load_paper
 
 
@@ -29,7 +29,8 @@ class Inputs:
 
 
 def load_inputs(results_dir: str | Path, paper_path: str | Path = PAPER_FILE) -> Inputs:
-    return Inputs(Path(results_dir), load_runs(results_dir), load_probes(results_dir), load_paper(paper_path))
+    runs, probes = load_results(results_dir)
+    return Inputs(Path(results_dir), runs, probes, load_paper(paper_path))
 
 
 @dataclass(frozen=True)

@@ -73,10 +73,15 @@ def find_runs(results_dir: str | Path) -> list[RunDir]:
     return sorted(out, key=lambda r: (r.order, r.experiment))
 
 
+# libyaml's loader when present: the pure-Python one takes ~50 ms per resolved config, which
+# dominates loading a results tree.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_run(r: RunDir) -> tuple[dict, dict]:
     summary = json.loads((r.path / "summary.json").read_text())
     cfg_path = r.path / "config.yaml"
-    config = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
+    config = yaml.load(cfg_path.read_text(), Loader=_YAML_LOADER) if cfg_path.is_file() else {}
     return summary, config or {}
 
 
@@ -159,38 +164,52 @@ def _latest(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop_duplicates(list(CELL_KEY), keep="last").reset_index(drop=True)
 
 
-def load_runs(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:
-    """One row per (run, scheduler). `latest`: only the newest run of each CELL_KEY."""
-    rows = []
-    for r in find_runs(results_dir):
-        summary, config = _read_run(r)
-        base = _run_fields(r, summary, config)
-        for name, s in (summary.get("schedulers") or {}).items():
-            rows.append({**base, **_scheduler_fields(name, s)})
-    df = _frame(rows, RUN_COLUMNS)
-    return _latest(df) if latest else df
-
-
-def load_probes(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:
-    """One row per probe, with the run's columns and `is_capacity` (the probe the capacity is)."""
-    rows = []
+def _collect(results_dir: str | Path) -> tuple[list[dict], list[dict]]:
+    """Every run read once: (run rows, probe rows), oldest run first."""
+    run_rows, probe_rows = [], []
     for r in find_runs(results_dir):
         summary, config = _read_run(r)
         base = _run_fields(r, summary, config)
         for name, s in (summary.get("schedulers") or {}).items():
             sched = _scheduler_fields(name, s)
+            run_rows.append({**base, **sched})
             seeds = [(base["seed"], s)] + [(x.get("seed"), x) for x in (s.get("repeats") or {}).get("runs", [])]
             for seed, search in seeds:
                 for i, p in enumerate(search.get("probes") or []):
                     probe = {c: _nan_if_none(p.get(c)) for c in PROBE_COLUMNS}
                     is_cap = bool(p.get("passed")) and p.get("qps") == search.get("capacity_qps")
-                    rows.append({**base, **sched, **probe, "seed": seed, "probe_index": i, "is_capacity": is_cap})
-    df = _frame(rows, (*RUN_COLUMNS, *PROBE_COLUMNS, "probe_index", "is_capacity"))
-    if latest and not df.empty:
-        runs = load_runs(results_dir)
+                    probe_rows.append({**base, **sched, **probe, "seed": seed, "run_seed": base["seed"],
+                                       "probe_index": i, "is_capacity": is_cap})
+    return run_rows, probe_rows
+
+
+PROBE_FRAME_COLUMNS = (*RUN_COLUMNS, *PROBE_COLUMNS, "run_seed", "probe_index", "is_capacity")
+
+
+def load_results(results_dir: str | Path, latest: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(load_runs, load_probes) with every file read once."""
+    run_rows, probe_rows = _collect(results_dir)
+    runs = _frame(run_rows, RUN_COLUMNS)
+    probes = _frame(probe_rows, PROBE_FRAME_COLUMNS)
+    if latest and not runs.empty:
+        runs = _latest(runs)
         keep = set(zip(runs["run_dir"], runs["scheduler"]))
-        df = df[[k in keep for k in zip(df["run_dir"], df["scheduler"])]].reset_index(drop=True)
-    return df
+        probes = probes[[k in keep for k in zip(probes["run_dir"], probes["scheduler"])]].reset_index(drop=True)
+    return runs, probes
+
+
+def load_runs(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:
+    """One row per (run, scheduler). `latest`: only the newest run of each CELL_KEY."""
+    return load_results(results_dir, latest)[0]
+
+
+def load_probes(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:
+    """One row per probe, with the run's columns and `is_capacity` (the probe the capacity is).
+
+    A run over several seeds contributes every seed's probes: `seed` is the probe's, `run_seed`
+    the run's first (the seed of its row in load_runs and of its saved token times).
+    """
+    return load_results(results_dir, latest)[1]
 
 
 def load_requests(run_dir: str | Path, scheduler: str | None = None, qps: float | None = None) -> pd.DataFrame:

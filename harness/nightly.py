@@ -1,0 +1,236 @@
+"""Nightly drift check: today's results against a reference results tree.
+
+`compare(current, reference, tolerances)` pairs every cell (experiment x deployment x dataset x
+SLO x mode x scheduler, see analysis.loader.CELL_KEY) of the reference with the current tree and
+judges the relative change of
+
+  capacity searches   capacity_qps                      (default: 5 % relative)
+  fixed-rate runs     P50 TTFT and P99 TBT of the probe (default: 10 % relative)
+
+A cell present in the reference and absent today fails (a silently dropped experiment is a
+regression too) unless `fail_on_missing=False`; cells only present today are listed, never fail.
+
+    python -m harness.nightly [CURRENT=results] [REFERENCE=results/reference] [--out figures/DRIFT.md]
+        [--capacity-rel 0.05] [--latency-rel 0.10] [--allow-missing]
+
+exits 0 when everything is within tolerance, 1 on drift, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness.analysis.loader import CELL_KEY, load_results
+from harness.analysis.tables import fmt, markdown
+
+KEY = tuple(CELL_KEY)
+LATENCY_METRICS = ("ttft_p50_s", "tbt_p99_s")
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    capacity_rel: float = 0.05
+    latency_rel: float = 0.10
+    fail_on_missing: bool = True
+
+    def __post_init__(self):
+        if not (self.capacity_rel >= 0 and self.latency_rel >= 0):
+            raise ValueError(f"tolerances must be >= 0, got {self.capacity_rel}, {self.latency_rel}")
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    cell: tuple  # values of KEY
+    metric: str
+    reference: float
+    current: float
+    rel_change: float  # (current - reference) / reference; nan when either side is missing
+    tolerance: float
+    status: str  # ok | drift | missing | new
+    note: str = ""
+
+    @property
+    def label(self) -> dict:
+        return dict(zip(KEY, self.cell))
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    current_dir: Path
+    reference_dir: Path
+    tolerances: Tolerances
+    rows: tuple[DriftRow, ...] = field(default_factory=tuple)
+
+    @property
+    def failures(self) -> tuple[DriftRow, ...]:
+        bad = {"drift"} | ({"missing"} if self.tolerances.fail_on_missing else set())
+        return tuple(r for r in self.rows if r.status in bad)
+
+    @property
+    def passed(self) -> bool:
+        # An empty reference proves nothing: treat "nothing compared" as a failure, not a pass.
+        return not self.failures and any(r.status == "ok" for r in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([{**r.label, "metric": r.metric, "reference": r.reference, "current": r.current,
+                              "rel_change": r.rel_change, "tolerance": r.tolerance, "status": r.status,
+                              "note": r.note} for r in self.rows])
+
+    def to_markdown(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        counts = {s: sum(r.status == s for r in self.rows) for s in ("ok", "drift", "missing", "new")}
+        head = [
+            f"# Nightly drift report: {verdict}",
+            "",
+            f"Current `{self.current_dir}` vs reference `{self.reference_dir}`. Tolerances: capacity "
+            f"±{self.tolerances.capacity_rel:.1%} relative, fixed-rate latencies ±{self.tolerances.latency_rel:.1%} "
+            f"relative; missing cells {'fail' if self.tolerances.fail_on_missing else 'are reported only'}.",
+            "",
+            f"{counts['ok']} within, {counts['drift']} drifted, {counts['missing']} missing today, {counts['new']} new.",
+            "",
+        ]
+        if not self.rows:
+            return "\n".join(head + ["No results in the reference tree: nothing was compared.", ""])
+        order = {"drift": 0, "missing": 1, "new": 2, "ok": 3}
+        rows = sorted(self.rows, key=lambda r: (order[r.status], r.cell, r.metric))
+        body = [(r.status.upper() if r.status != "ok" else "ok", r.label["experiment"], r.label["model"],
+                 r.label["parallel"], r.label["dataset"], r.label["slo_kind"], r.label["scheduler"],
+                 r.metric, r.reference, r.current,
+                 "—" if math.isnan(r.rel_change) else f"{r.rel_change:+.1%}", f"±{r.tolerance:.1%}", r.note)
+                for r in rows]
+        return "\n".join(head + [markdown(body, ("status", "experiment", "model", "parallel", "dataset", "SLO",
+                                                 "scheduler", "metric", "reference", "current", "change",
+                                                 "tolerance", "note")), ""])
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_markdown())
+        return path
+
+
+def _rel_change(ref: float, cur: float) -> float:
+    if ref == cur:
+        return 0.0  # covers 0 == 0 (nothing passed either time)
+    if ref == 0 or not math.isfinite(ref):
+        return math.inf
+    return (cur - ref) / ref
+
+
+def _judge(cell: tuple, metric: str, ref: float, cur: float, tol: float, note: str = "") -> DriftRow:
+    ch = _rel_change(ref, cur)
+    return DriftRow(cell, metric, ref, cur, ch, tol, "ok" if abs(ch) <= tol else "drift", note)
+
+
+def _cells(df: pd.DataFrame) -> dict[tuple, pd.Series]:
+    # NaN != NaN would break dict lookups on fixed_qps of capacity runs: key on a placeholder.
+    return {tuple("-" if isinstance(v, float) and math.isnan(v) else v for v in row[list(KEY)]): row
+            for _, row in df.iterrows()}
+
+
+def _capacity_rows(ref: pd.DataFrame, cur: pd.DataFrame, tol: Tolerances) -> list[DriftRow]:
+    rc, cc = _cells(ref[ref["mode"] != "fixed_rate"]), _cells(cur[cur["mode"] != "fixed_rate"])
+    out = []
+    for cell, r in rc.items():
+        if cell not in cc:
+            out.append(DriftRow(cell, "capacity_qps", float(r["capacity_qps"]), math.nan, math.nan,
+                                tol.capacity_rel, "missing", "no current result for this cell"))
+            continue
+        c = cc[cell]
+        notes = []
+        if bool(r["saturated"]) != bool(c["saturated"]):
+            notes.append(f"saturated {bool(r['saturated'])} -> {bool(c['saturated'])}")
+        if r["num_requests"] != c["num_requests"]:
+            notes.append(f"requests/probe {r['num_requests']} -> {c['num_requests']}")
+        out.append(_judge(cell, "capacity_qps", float(r["capacity_qps"]), float(c["capacity_qps"]),
+                          tol.capacity_rel, "; ".join(notes)))
+    out += [DriftRow(cell, "capacity_qps", math.nan, float(c["capacity_qps"]), math.nan, tol.capacity_rel, "new")
+            for cell, c in cc.items() if cell not in rc]
+    return out
+
+
+def _fixed_rate_probes(probes: pd.DataFrame) -> pd.DataFrame:
+    if probes.empty:
+        return probes
+    p = probes[probes["mode"] == "fixed_rate"]
+    return p[p["seed"] == p["run_seed"]]  # one probe per cell: the run's first seed
+
+
+def _latency_rows(ref: pd.DataFrame, cur: pd.DataFrame, tol: Tolerances) -> list[DriftRow]:
+    rc, cc = _cells(_fixed_rate_probes(ref)), _cells(_fixed_rate_probes(cur))
+    out = []
+    for cell, r in rc.items():
+        for m in LATENCY_METRICS:
+            if cell not in cc:
+                out.append(DriftRow(cell, m, float(r[m]), math.nan, math.nan, tol.latency_rel, "missing",
+                                    "no current result for this cell"))
+            else:
+                c = cc[cell]
+                note = "" if bool(r["passed"]) == bool(c["passed"]) else f"verdict {'pass' if r['passed'] else 'FAIL'} -> {'pass' if c['passed'] else 'FAIL'}"
+                out.append(_judge(cell, m, float(r[m]), float(c[m]), tol.latency_rel, note))
+    out += [DriftRow(cell, m, math.nan, float(c[m]), math.nan, tol.latency_rel, "new")
+            for cell, c in cc.items() if cell not in rc for m in LATENCY_METRICS]
+    return out
+
+
+def _or_empty(df: pd.DataFrame, columns) -> pd.DataFrame:
+    # An empty tree loads as a frame without columns; comparisons need the columns to exist.
+    return df if not df.empty else pd.DataFrame(columns=columns)
+
+
+def compare(current_results_dir: str | Path, reference_dir: str | Path,
+            tolerances: Tolerances | None = None) -> DriftReport:
+    """Judge every reference cell's capacity (and fixed-rate latencies) against the current tree."""
+    tol = tolerances or Tolerances()
+    (ref_runs, ref_p), (cur_runs, cur_p) = load_results(reference_dir), load_results(current_results_dir)
+    rows: list[DriftRow] = []
+    if not ref_runs.empty or not cur_runs.empty:
+        cols = ref_runs.columns if not ref_runs.empty else cur_runs.columns
+        rows += _capacity_rows(_or_empty(ref_runs, cols), _or_empty(cur_runs, cols), tol)
+        pcols = ref_p.columns if not ref_p.empty else cur_p.columns
+        rows += _latency_rows(_or_empty(ref_p, pcols), _or_empty(cur_p, pcols), tol)
+    return DriftReport(Path(current_results_dir), Path(reference_dir), tol, tuple(rows))
+
+
+def run_nightly(current_results_dir: str | Path = "results", reference_dir: str | Path = "results/reference",
+                out: str | Path = "figures/DRIFT.md", tolerances: Tolerances | None = None) -> int:
+    """compare(), write the markdown report to `out`, print one line; returns the exit status."""
+    ref = Path(reference_dir)
+    if not ref.is_dir():
+        print(f"error: reference results directory {ref} does not exist", file=sys.stderr)
+        return 2
+    report = compare(current_results_dir, reference_dir, tolerances)
+    path = report.write(out)
+    n = len(report.failures)
+    print(f"nightly: {'PASS' if report.passed else 'FAIL'} ({n} failing of {len(report.rows)} checks); report: {path}")
+    return report.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.nightly", description=__doc__.split("\n\n")[0])
+    ap.add_argument("current", nargs="?", default="results")
+    ap.add_argument("reference", nargs="?", default="results/reference")
+    ap.add_argument("--out", default="figures/DRIFT.md")
+    ap.add_argument("--capacity-rel", type=float, default=Tolerances.capacity_rel)
+    ap.add_argument("--latency-rel", type=float, default=Tolerances.latency_rel)
+    ap.add_argument("--allow-missing", action="store_true", help="cells missing today are reported, not failed")
+    a = ap.parse_args(argv)
+    try:
+        tol = Tolerances(a.capacity_rel, a.latency_rel, not a.allow_missing)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return run_nightly(a.current, a.reference, a.out, tol)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
