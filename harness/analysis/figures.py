@@ -38,17 +38,27 @@ class FigureSpec:
     name: str  # file stem under figures/
     title: str
     build: Callable[[Inputs], Figure]
+    caption: str = ""  # what to read off the figure, printed under it in the report
 
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig01_generation_stall", "Generation stalls: one request's tokens, and P99 TBT vs load (Fig. 1 analog)",
-               lambda i: fig_stall(i.runs, i.probes)),
+               lambda i: fig_stall(i.runs, i.probes),
+               "Left: the request with the longest gap between two of its tokens under vLLM (shaded), and the same "
+               "request under Sarathi-Serve (same load when a fixed-rate run exists). Right: P99 TBT of every probe "
+               "of the capacity searches against the SLO (dashed): where a line crosses it is that scheduler's "
+               "TBT-limited capacity."),
     FigureSpec("fig10_11_capacity", "Capacity per deployment, dataset, SLO and scheduler (Fig. 10–11 analog)",
-               lambda i: fig_capacity(i.runs, i.paper)),
+               lambda i: fig_capacity(i.runs, i.paper),
+               "Highest Poisson rate meeting P99 TBT ≤ SLO and median scheduling delay ≤ 2 s. Above each group: "
+               "Sarathi-Serve's reproduced capacity ratio over each baseline, with the paper's where it publishes one."),
     FigureSpec("fig12_capacity_vs_slo", "Capacity vs P99 TBT SLO (Fig. 12 analog)",
-               lambda i: fig_capacity_vs_slo(i.runs, i.paper)),
+               lambda i: fig_capacity_vs_slo(i.runs, i.paper),
+               "How capacity grows as the TBT SLO loosens (strict → relaxed), per deployment with two or more SLOs."),
     FigureSpec("fig13_pipeline_parallel", "Falcon-180B: TP-8 vs TP4-PP2 (Fig. 13 analog)",
-               lambda i: fig_pipeline(i.runs, i.probes, i.paper)),
+               lambda i: fig_pipeline(i.runs, i.probes, i.paper),
+               "Left: capacity of each scheduler × parallelism (dotted bars: tensor parallel only), with the paper's "
+               "cross-deployment ratios below. Right: median TBT against load for each."),
 )
 
 
@@ -58,18 +68,19 @@ class FigureOutcome:
     title: str
     path: Path | None  # None when skipped
     skipped: str | None = None  # why, when skipped
+    caption: str = ""
 
 
 def build_figure(spec: FigureSpec, inputs: Inputs, figures_dir: str | Path) -> FigureOutcome:
     try:
         fig = spec.build(inputs)
     except MissingResults as e:
-        return FigureOutcome(spec.name, spec.title, None, str(e))
+        return FigureOutcome(spec.name, spec.title, None, str(e), spec.caption)
     try:
         path = style.save(fig, Path(figures_dir) / f"{spec.name}.png")
     finally:
         style.close(fig)
-    return FigureOutcome(spec.name, spec.title, path)
+    return FigureOutcome(spec.name, spec.title, path, None, spec.caption)
 
 
 def build_figures(inputs: Inputs, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:

@@ -34,6 +34,8 @@ def _figures_section(outcomes: tuple[FigureOutcome, ...], figures_dir: Path) -> 
             out.append(f"_Skipped: {o.skipped}._")
         else:
             out.append(f"![{o.title}]({_rel(o.path, figures_dir)})")
+            if o.caption:
+                out += ["", o.caption]
         out.append("")
     return out
 
@@ -65,9 +67,10 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
     commits = sorted({str(c)[:10] for c in runs["git_commit"].dropna()}) if not runs.empty else []
     if len(commits) > 1:
         lines += [f"Note: the runs come from {len(commits)} commits ({', '.join(commits)}).", ""]
-    small = runs[runs["num_requests"] < 2048] if not runs.empty else runs
+    # Capacity searches only: Table 4's fixed-rate runs use 128 requests, as the paper does.
+    small = runs[(runs["num_requests"] < 2048) & (runs["mode"] != "fixed_rate")] if not runs.empty else runs
     if not small.empty:
-        lines += [f"Note: {small['run_dir'].nunique()} run(s) used fewer than the paper's 2048 requests per probe "
+        lines += [f"Note: {small['run_dir'].nunique()} capacity search(es) used fewer than the paper's 2048 requests per probe "
                   f"(as few as {int(small['num_requests'].min())}); their capacities are noisier.", ""]
     lines += _figures_section(outcomes, figures_dir)
     lines += ["## Paper vs reproduced", "",
