@@ -201,7 +201,7 @@ class TorchExecutor:
                           str(weights_dir) if weights_dir else None, self.seed, attention_backend, utilization,
                           self.tp, self.pp, f"tcp://127.0.0.1:{_free_port()}",
                           "nccl" if self.device.type == "cuda" else "gloo")
-        ctx = mp.get_context("spawn")
+        ctx = _process_context()
         self._results_q = ctx.Queue()
         self._commands = [ctx.Queue() for _ in range(world)]
         for rank in range(world):
@@ -272,6 +272,18 @@ class TorchExecutor:
             self.close()
         except Exception:
             pass
+
+
+def _process_context():
+    """forkserver where available: one server process imports torch once and forks every worker
+    from that state (fork-safe: it has started no threads and no CUDA context), so a worker starts
+    in a fraction of a second instead of re-importing torch; spawn elsewhere."""
+    try:
+        ctx = mp.get_context("forkserver")
+    except ValueError:
+        return mp.get_context("spawn")
+    ctx.set_forkserver_preload(["engines.executors.torch.workers", "engines.executors.torch.model_runner"])
+    return ctx
 
 
 def _free_port() -> int:

@@ -60,9 +60,11 @@ def worker_main(rank: int, spec: WorkerSpec, commands, results) -> None:
         _serve(rank, spec, runner, commands, results)
     except Exception:
         results.put(("error", rank, traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    # Exit without the interpreter's slow teardown (and without a process-group barrier the
+    # other ranks may never reach after an error); flush what the driver must still read first.
+    results.close()
+    results.join_thread()
+    os._exit(0)
 
 
 def _serve(rank: int, spec: WorkerSpec, runner, commands, results) -> None:
