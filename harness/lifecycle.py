@@ -76,7 +76,24 @@ def _kill_group(pgid: int, sig: int) -> bool:
 
 
 def _group_alive(pgid: int) -> bool:
-    return _kill_group(pgid, 0)
+    """Does the group have a member that is not a zombie? Zombies (dead, not yet reaped by
+    whoever inherited them) still answer killpg(pgid, 0); on Linux /proc tells them apart."""
+    if not _kill_group(pgid, 0):
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold spaces or parens.
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _reap_all() -> None:

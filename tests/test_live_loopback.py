@@ -49,9 +49,15 @@ def _poisson(n, rate, seed, prompt=(100, 800), output=(10, 80)):
     return [RequestSpec(i, float(t[i]), int(rng.integers(*prompt)), int(rng.integers(*output))) for i in range(n)]
 
 
-def test_client_timings_agree_with_the_servers_own(endpoint):
-    reqs = _poisson(150, 15.0, seed=11)
-    res = _run(reqs, endpoint)
+@pytest.fixture(scope="module")
+def twin_run(endpoint):
+    """One Poisson run that both the timing-agreement and the live-vs-sim tests read."""
+    reqs = _poisson(150, 15.0, seed=1)
+    return reqs, _run(reqs, endpoint)
+
+
+def test_client_timings_agree_with_the_servers_own(twin_run):
+    _, res = twin_run
     assert all(r.completed for r in res.records)
     st = res.server_timings
     assert all(s is not None for s in st)
@@ -86,8 +92,8 @@ def test_500_requests_at_a_fixed_rate_lose_nothing(endpoint):
     assert set(res.token_sources) == {"continuous_usage"}
 
 
-def test_live_twin_and_simulator_agree_at_one_rate(endpoint):
-    reqs = _poisson(150, 15.0, seed=1)
+def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
+    reqs, res = twin_run
     perf = PerfModel(Deployment.create(model="tiny", gpu="a100-80g", tp=1))
 
     class Scaled:  # the simulator priced like the server's twin
@@ -95,7 +101,7 @@ def test_live_twin_and_simulator_agree_at_one_rate(endpoint):
             return perf.batch_times(new_tokens, context_lens) * TIME_SCALE
 
     sim = summarize(simulate(reqs, make_engine(SCHED, KV_TOKENS, MAX_LEN), Scaled()))
-    live = summarize(_run(reqs, endpoint).records)
+    live = summarize(res.records)
     assert live.num_completed == sim.num_completed == 150
     assert live.ttft.p50 == pytest.approx(sim.ttft.p50, rel=0.10)
     assert live.tbt.p50 == pytest.approx(sim.tbt.p50, rel=0.10)

