@@ -4,7 +4,7 @@
 SLO x mode x scheduler, see analysis.loader.CELL_KEY) of the reference with the current tree and
 judges the relative change of
 
-  capacity searches   capacity_qps                      (default: 5 % relative)
+  capacity searches   capacity_qps (capacity_mean_qps over seeds when repeated; default: 5 % relative)
   fixed-rate runs     P50 TTFT and P99 TBT of the probe (default: 10 % relative)
 
 A cell present in the reference and absent today fails (a silently dropped experiment is a
@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.loader import CELL_KEY, load_results
-from harness.analysis.tables import fmt, markdown
+from harness.analysis.tables import markdown
 
 KEY = tuple(CELL_KEY)
 LATENCY_METRICS = ("ttft_p50_s", "tbt_p99_s")
@@ -141,21 +141,31 @@ def _capacity_rows(ref: pd.DataFrame, cur: pd.DataFrame, tol: Tolerances) -> lis
     rc, cc = _cells(ref[ref["mode"] != "fixed_rate"]), _cells(cur[cur["mode"] != "fixed_rate"])
     out = []
     for cell, r in rc.items():
+        metric = _capacity_metric(r)
         if cell not in cc:
-            out.append(DriftRow(cell, "capacity_qps", float(r["capacity_qps"]), math.nan, math.nan,
+            out.append(DriftRow(cell, metric, float(r[metric]), math.nan, math.nan,
                                 tol.capacity_rel, "missing", "no current result for this cell"))
             continue
         c = cc[cell]
+        if _capacity_metric(c) != metric:  # one side repeated over seeds, the other not: compare first seeds
+            metric = "capacity_qps"
         notes = []
         if bool(r["saturated"]) != bool(c["saturated"]):
             notes.append(f"saturated {bool(r['saturated'])} -> {bool(c['saturated'])}")
-        if r["num_requests"] != c["num_requests"]:
-            notes.append(f"requests/probe {r['num_requests']} -> {c['num_requests']}")
-        out.append(_judge(cell, "capacity_qps", float(r["capacity_qps"]), float(c["capacity_qps"]),
-                          tol.capacity_rel, "; ".join(notes)))
-    out += [DriftRow(cell, "capacity_qps", math.nan, float(c["capacity_qps"]), math.nan, tol.capacity_rel, "new")
+        for col, what in (("num_requests", "requests/probe"), ("token_budget", "token budget"),
+                          ("max_num_seqs", "max batch"), ("num_seeds", "seeds")):
+            a, b = r[col], c[col]
+            if not (a == b or (pd.isna(a) and pd.isna(b))):
+                notes.append(f"{what} {a} -> {b}")  # a changed setting explains (but does not excuse) drift
+        out.append(_judge(cell, metric, float(r[metric]), float(c[metric]), tol.capacity_rel, "; ".join(notes)))
+    out += [DriftRow(cell, _capacity_metric(c), math.nan, float(c[_capacity_metric(c)]), math.nan, tol.capacity_rel, "new")
             for cell, c in cc.items() if cell not in rc]
     return out
+
+
+def _capacity_metric(row: pd.Series) -> str:
+    # Over several seeds the mean is the steadier number to watch; one seed: its capacity.
+    return "capacity_mean_qps" if row.get("num_seeds", 1) > 1 else "capacity_qps"
 
 
 def _fixed_rate_probes(probes: pd.DataFrame) -> pd.DataFrame:

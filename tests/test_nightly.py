@@ -93,3 +93,20 @@ def test_main_exit_status(current, tmp_path):
     assert "FAIL" in out.read_text()
     assert main([str(current), str(tmp_path / "no_such_reference"), "--out", str(out)]) == 2
     assert main([str(current), str(FIXTURE), "--capacity-rel", "-1"]) == 2
+
+
+def test_reference_inside_the_results_tree_is_not_read_as_current(tmp_path):
+    # The nightly default: results/ (current) holding results/reference/ (the reference).
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE / "mistral7b_strict", results / "mistral7b_strict")
+    shutil.copytree(FIXTURE, results / "reference")
+    report = compare(results, results / "reference", Tolerances(fail_on_missing=False))
+    new = [r for r in report.rows if r.status == "new"]
+    assert not new and {r.label["experiment"] for r in report.rows if r.status == "ok"} == {"mistral7b_strict"}
+
+
+def test_changed_settings_are_noted(current):
+    _edit_summary(current, "yi34b_tp2_strict", lambda s: s["schedulers"]["sarathi"]["config"].update(token_budget=256))
+    (row,) = [r for r in compare(current, FIXTURE).rows
+              if r.label["experiment"] == "yi34b_tp2_strict" and r.label["scheduler"] == "sarathi"]
+    assert row.status == "ok" and "token budget 512.0 -> 256" in row.note

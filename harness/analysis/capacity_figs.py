@@ -6,7 +6,6 @@ when the frames hold nothing it can draw, so the report can say what to run inst
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
