@@ -21,6 +21,8 @@ Examples:
   python -m harness experiment=yi34b_tp2_strict
   python -m harness experiment=mistral7b_relaxed scheduler=[sarathi,vllm] search.num_requests=512
   python -m harness -m experiment=mistral7b_strict,yi34b_tp2_strict dataset=openchat_sharegpt4,arxiv_summarization
+  python -m harness figure=all       # run what the paper's matrix misses, then figures/REPORT.md
+  python -m harness nightly          # re-run results/reference configs, exit 1 on drift
 """
 
 
@@ -62,6 +64,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return multirun(argv[1:])
     try:
+        if argv and argv[0] == "nightly":
+            from harness.commands import nightly_command
+
+            return nightly_command(argv[1:])
+        if any(a.startswith("figure=") for a in argv):
+            from harness.commands import figure_command
+
+            return figure_command(argv)
         run_experiment(compose(argv))
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

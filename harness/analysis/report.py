@@ -46,7 +46,19 @@ def _score(df: pd.DataFrame) -> str:
         f", {len(df) - len(judged)} without results" if len(df) > len(judged) else "")
 
 
-def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_dir: Path) -> str:
+def _perf_figures_section(paths: list[Path], figures_dir: Path) -> list[str]:
+    if not paths:
+        return []
+    out = ["## Performance-model figures", "",
+           "Computed from the analytical model (engines/perf), not from runs: what one iteration costs.", ""]
+    for p in paths:
+        title = p.stem.removeprefix("perf_").replace("_", " ")
+        out += [f"### {title}", "", f"![{title}]({_rel(p, figures_dir)})", ""]
+    return out
+
+
+def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_dir: Path,
+                  perf_figures: list[Path] | None = None) -> str:
     """The markdown text (pure: inputs and figure outcomes in, text out)."""
     paper = inputs.paper
     runs = inputs.runs
@@ -73,6 +85,7 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
         lines += [f"Note: {small['run_dir'].nunique()} capacity search(es) used fewer than the paper's 2048 requests per probe "
                   f"(as few as {int(small['num_requests'].min())}); their capacities are noisier.", ""]
     lines += _figures_section(outcomes, figures_dir)
+    lines += _perf_figures_section(perf_figures or [], figures_dir)
     lines += ["## Paper vs reproduced", "",
               "Ratio = reproduced / published. Tolerances are ours (data/paper/sarathi_serve_osdi24.yaml): "
               "the performance model is built from hardware specs and never fitted to these numbers.", "",
@@ -95,13 +108,17 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
 
 
 def write_report(results_dir: str | Path = "results", figures_dir: str | Path = "figures",
-                 paper_path: str | Path = PAPER_FILE) -> Path:
-    """Build figures/*.png and figures/REPORT.md from results_dir. Returns the report's path."""
+                 paper_path: str | Path = PAPER_FILE, perf_figures: bool = True) -> Path:
+    """Build figures/*.png and figures/REPORT.md from results_dir (plus, with `perf_figures`, the
+    performance model's own figures under figures/perf/). Returns the report's path."""
+    from engines.perf.figures import save_all
+
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)
     inputs = load_inputs(results_dir, paper_path)
     outcomes = build_figures(inputs, figures_dir)
-    text = render_report(inputs, outcomes, figures_dir)
+    perf_paths = save_all(figures_dir / "perf") if perf_figures else []
+    text = render_report(inputs, outcomes, figures_dir, perf_paths)
     # Table 4 alone as well: it is the one table people paste elsewhere.
     (figures_dir / "table4.md").write_text(tables.table4_markdown(table4_frame(inputs.probes, inputs.paper)) + "\n")
     path = figures_dir / REPORT_NAME

@@ -1,0 +1,51 @@
+"""Run many experiment configs, in parallel, skipping those that already have a finished run.
+
+A config is identified by its resolved `config.yaml` (less where output goes): a run directory
+whose saved config is identical is that config's finished run. Used by `figure=all` (run what
+the report misses) and `nightly` (re-run every reference run's saved config).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+OUTPUT_KEYS = ("results_dir", "progress", "cache")
+
+
+def _comparable(cfg: DictConfig) -> dict:
+    d = OmegaConf.to_container(cfg, resolve=True)
+    return {k: v for k, v in d.items() if k not in OUTPUT_KEYS}
+
+
+def find_run(cfg: DictConfig) -> Path | None:
+    """The newest finished run of exactly this config under cfg.results_dir, if any."""
+    base = Path(cfg.results_dir) / str(cfg.name)
+    if not base.is_dir():
+        return None
+    want = _comparable(cfg)
+    for run in sorted((d for d in base.iterdir() if not d.name.startswith(".")), reverse=True):
+        saved = run / "config.yaml"
+        if (run / "summary.json").exists() and saved.exists() and _comparable(OmegaConf.load(saved)) == want:
+            return run
+    return None
+
+
+def _run_one(cfg_yaml: str) -> str:
+    from harness.runner import run_experiment
+
+    return str(run_experiment(OmegaConf.create(cfg_yaml)))
+
+
+def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bool = True) -> list[Path]:
+    """Run every config without a finished run (all of them if not `only_missing`); returns run dirs."""
+    from joblib import Parallel, delayed
+
+    todo = [c for c in configs if not (only_missing and find_run(c) is not None)]
+    done = [find_run(c) for c in configs if c not in todo]
+    print(f"matrix: {len(configs)} configs, {len(configs) - len(todo)} already have results, running {len(todo)}", flush=True)
+    if todo:
+        ran = Parallel(n_jobs=n_jobs, backend="loky")(delayed(_run_one)(OmegaConf.to_yaml(c)) for c in todo)
+        done += [Path(p) for p in ran]
+    return done

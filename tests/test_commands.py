@@ -1,0 +1,47 @@
+"""`python -m harness figure=...` and `python -m harness nightly`, end to end on small results."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "results"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=ROOT, timeout=900)
+
+
+def test_figure_all_from_saved_results(tmp_path):
+    p = run("figure=all", "run_missing=false", f"results_dir={FIXTURE}", f"figures_dir={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "fig10_11_capacity.png" in report and "perf/perf_fig14_chunking_overhead.png" in report
+    assert all((tmp_path / f).stat().st_size > 20_000 for f in ("fig01_generation_stall.png", "fig10_11_capacity.png"))
+    p = run("figure=nope", "run_missing=false")
+    assert p.returncode == 2 and "unknown figure" in p.stderr
+
+
+def test_nightly_passes_unchanged_and_fails_on_drift(tmp_path):
+    ref = tmp_path / "reference"
+    shutil.copytree(FIXTURE / "yi34b_tp2_strict", ref / "yi34b_tp2_strict")
+    p = run("nightly", f"results_dir={tmp_path / 'now'}", f"reference={ref}", f"out={tmp_path / 'DRIFT.md'}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "nightly: PASS" in p.stdout
+
+    summary_path = next(ref.glob("yi34b_tp2_strict/*/summary.json"))
+    summary = json.loads(summary_path.read_text())
+    summary["schedulers"]["sarathi"]["capacity_qps"] *= 1.5  # an injected drift
+    summary_path.write_text(json.dumps(summary))
+    p = run("nightly", f"results_dir={tmp_path / 'now'}", f"reference={ref}", f"out={tmp_path / 'DRIFT.md'}")
+    assert p.returncode == 1 and "nightly: FAIL" in p.stdout
+    assert "sarathi" in (tmp_path / "DRIFT.md").read_text()
+    assert "already have results, running 0" in p.stdout  # the second check re-ran nothing
+
+
+def test_nightly_without_reference_is_bad_input(tmp_path):
+    p = run("nightly", f"reference={tmp_path / 'none'}")
+    assert p.returncode == 2 and p.stderr.startswith("error: no reference runs")
