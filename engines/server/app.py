@@ -139,11 +139,7 @@ class CompletionServer:
 
     async def _stream(self, request: web.Request, state: RequestState, req: CompletionRequest, rid: str):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        # An SSE comment flushes the response head now (aiohttp holds headers back until the first
-        # body write): the client is then already reading the body when the first token comes,
-        # instead of parsing headers at that moment, which would add to the measured TTFT.
-        await resp.write(b": stream open\n\n")
+        await resp.prepare(request)  # a StreamResponse sends its head now, before any token
         head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": self.name}
         sent = 0
         while True:

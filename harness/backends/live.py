@@ -170,6 +170,7 @@ class LiveRunOptions:
     strict: bool = True  # an invalid dispatch verdict raises instead of returning suspect records
     progress: bool = True
     progress_desc: str = "requests"
+    realtime_priority: bool = False  # client threads under SCHED_FIFO (see harness/loadgen/options.py)
 
 
 def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
@@ -182,7 +183,7 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     result = run_load(requests, LoadOptions(
         base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
         time_limit_s=options.time_limit_s, concurrency=options.concurrency, lag=options.lag,
-        progress=options.progress, progress_desc=options.progress_desc,
+        progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
     ))
     verdict = result.verdict
     if verdict.status == "invalid" and options.strict:
@@ -233,6 +234,7 @@ def run_options_from_config(backend: Mapping, *, seed: int, time_limit_s: float 
         request_timeout_s=float(backend.get("request_timeout_s", 600.0)),
         lag=LagPolicy(float(lag.get("quantile", 0.99)), float(lag.get("warn_s", 0.001)), float(lag.get("invalid_s", 0.010))),
         strict=bool(backend.get("strict", True)), progress=progress,
+        realtime_priority=bool(backend.get("client_realtime_priority", False)),
     )
 
 

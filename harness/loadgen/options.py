@@ -21,6 +21,11 @@ class LoadOptions:
     same_clock: bool | None = None
     lag: LagPolicy = field(default_factory=LagPolicy)
     read_bufsize: int = 1 << 20  # large reads: many events per syscall under load
+    # Run the client's event loop and pacer threads under SCHED_FIFO (needs root or CAP_SYS_NICE;
+    # falls back with a warning). On a host shared with other busy processes, the kernel may
+    # otherwise let a woken thread wait milliseconds for a core: that, not the client, is then
+    # the P99 dispatch lag. Children never inherit it (SCHED_RESET_ON_FORK).
+    realtime_priority: bool = False
     progress: bool = True
     progress_desc: str = "requests"
     extra_body: tuple[tuple[str, object], ...] = ()  # extra JSON fields for every request

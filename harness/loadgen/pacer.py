@@ -9,6 +9,7 @@ the due requests to the event loop with `call_soon_threadsafe`. Deadlines are ab
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,14 +17,18 @@ from collections.abc import Callable, Sequence
 
 class Pacer:
     def __init__(self, loop: asyncio.AbstractEventLoop, deadlines: Sequence[float],
-                 fire: Callable[[list[int]], None], clock=time.monotonic) -> None:
+                 fire: Callable[[list[int]], None], clock=time.monotonic, realtime: bool = False) -> None:
         """`deadlines`: absolute times on `clock`, nondecreasing; `fire(indices)` runs on `loop`."""
         self._loop = loop
         self._deadlines = deadlines
         self._fire = fire
         self._clock = clock
+        self._realtime = realtime
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loadgen-pacer", daemon=True)
+        # When each deadline was handed to the loop (NaN: never): separates lateness of the
+        # thread's wake-up (the OS, the GIL) from lateness of the event loop picking it up.
+        self.handed_off = [float("nan")] * len(deadlines)
 
     def start(self) -> None:
         self._thread.start()
@@ -33,6 +38,8 @@ class Pacer:
         self._thread.join()
 
     def _run(self) -> None:
+        if self._realtime:
+            set_realtime_priority()
         deadlines, clock = self._deadlines, self._clock
         i, n = 0, len(deadlines)
         while i < n and not self._stop.is_set():
@@ -47,7 +54,28 @@ class Pacer:
             while i < n and deadlines[i] <= now:  # everything already due goes in one hand-off
                 due.append(i)
                 i += 1
+            for k in due:
+                self.handed_off[k] = now
             try:
                 self._loop.call_soon_threadsafe(self._fire, due)
             except RuntimeError:  # the loop closed under us: the run is over
                 return
+
+
+def set_realtime_priority() -> object | None:
+    """Put the calling thread under SCHED_FIFO (priority 1, not inherited by children); returns
+    the previous (policy, priority) to restore, or None if not permitted here."""
+    try:
+        old = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(1))
+        return old
+    except (AttributeError, PermissionError, OSError):
+        return None
+
+
+def restore_priority(old) -> None:
+    if old is not None:
+        try:
+            os.sched_setscheduler(0, old[0], os.sched_param(old[1]))
+        except OSError:
+            pass
