@@ -1,15 +1,16 @@
 """From a `ServerConfig` to the parts a server runs: executor, tokenizer, engine.
 
-The torch executor is imported only when asked for: the realtime and null executors need no
-torch, and a machine without it must still serve the performance-model twin. Its module is
-expected to expose `make_executor(config: ServerConfig) -> executor`; the executor may carry
-`tokenizer` (encode / decode_token / eos_token_id), `vocab_size`, `max_model_len` and
-`kv_capacity_tokens`, which then take precedence over the performance model's figures.
+The torch executor (engines/executors/torch, real forward passes) is imported only when asked
+for: the realtime and null executors need no torch, and a machine without it must still serve
+the performance-model twin. With it, the model (a Hugging Face directory or a catalog name with
+random weights) decides vocabulary, context length and the KV capacity the executor allocated;
+a directory's tokenizer.json, when the `tokenizers` package is present, tokenizes text prompts.
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from engines.core import Engine
 from engines.schedulers import SchedulerConfig, make_engine
@@ -49,20 +50,49 @@ def _torch_executor(cfg: ServerConfig):
             f"--executor torch needs engines.executors.torch and torch, which failed to import ({e}); "
             "use --executor realtime (performance model in real time) or null"
         ) from None
-    factory = getattr(mod, "make_executor", None)
-    if factory is None:
-        raise ExecutorUnavailable("engines.executors.torch has no make_executor(config); it is not ready yet")
-    return factory(cfg)
+    try:
+        return mod.TorchExecutor.from_config(
+            cfg.model, kv_capacity_tokens=cfg.kv_capacity_tokens, block_size=cfg.block_size, tp=cfg.tp,
+            seed=cfg.seed, gpu_memory_utilization=cfg.gpu_memory_utilization,
+        )
+    except (ValueError, OSError, KeyError) as e:
+        raise ExecutorUnavailable(f"--executor torch cannot load model {cfg.model!r}: {e}") from None
+
+
+class _HfTokenizer:
+    """A model directory's tokenizer.json through the `tokenizers` package (no transformers)."""
+
+    def __init__(self, path: Path, eos_token_id: int | None) -> None:
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(path))
+        self.eos_token_id = eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode_token(self, token_id: int) -> str:
+        return self._tok.decode([token_id], skip_special_tokens=False)
+
+
+def _model_tokenizer(model: str, vocab: int, eos: int | None):
+    path = Path(model) / "tokenizer.json"
+    if path.exists():
+        try:
+            return _HfTokenizer(path, eos)
+        except ImportError:
+            pass
+    return WordTokenizer(vocab)
 
 
 def build_parts(cfg: ServerConfig) -> ServingParts:
     if cfg.executor == "torch":
         executor = _torch_executor(cfg)
-        tokenizer = getattr(executor, "tokenizer", None)
-        vocab = int(getattr(executor, "vocab_size"))
-        tokenizer = tokenizer or WordTokenizer(vocab)
-        max_len = cfg.max_model_len or int(getattr(executor, "max_model_len"))
-        kv_tokens = cfg.kv_capacity_tokens or int(getattr(executor, "kv_capacity_tokens"))
+        vocab = int(executor.config.vocab_size)
+        eos = next(iter(getattr(executor, "eos_token_ids", ()) or ()), None)
+        tokenizer = _model_tokenizer(cfg.model, vocab, eos)
+        max_len = cfg.max_model_len or int(executor.max_model_len)
+        kv_tokens = int(executor.kv_capacity_tokens)  # what the executor allocated: the core must agree
     else:
         arch, perf = _perf_parts(cfg)
         vocab = arch.vocab_size

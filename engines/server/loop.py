@@ -75,6 +75,7 @@ class EngineLoop:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="executor") if self._blocking else None
         self._task: asyncio.Task | None = None
         self._on_idle = getattr(executor, "idle", None)  # the real-time twin restarts its clock chain
+        self._should_stop = getattr(executor, "should_stop", None)  # the torch executor knows its EOS ids
 
     # -- handlers' side ----------------------------------------------------------------------
     def start(self) -> None:
@@ -181,14 +182,18 @@ class EngineLoop:
             state.token_ids.append(tok)
             state.token_times.append(t)
             state.changed.set()
-            if (self.eos_token_id is not None and tok == self.eos_token_id and not state.sampling.ignore_eos
-                    and not seq.is_finished):
+            if not seq.is_finished and self._is_eos(seq.seq_id, tok, state):
                 engine.stop(seq.seq_id)
                 self._retire(state, "stop", t)
         for seq in out.finished:
             state = self._states.get(seq.seq_id)
             if state is not None:
                 self._retire(state, "length", t)
+
+    def _is_eos(self, seq_id: int, tok: int, state: RequestState) -> bool:
+        if self._should_stop is not None:
+            return bool(self._should_stop(seq_id, tok))
+        return self.eos_token_id is not None and tok == self.eos_token_id and not state.sampling.ignore_eos
 
     def _retire(self, state: RequestState, reason: str, t: float) -> None:
         sid = state.seq.seq_id
