@@ -11,7 +11,9 @@ VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PY="${PYTHON:-python3}"
 
-if [[ -x "$DIR/bin/python" ]] && "$DIR/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null 2>&1; then
+# A marker written after the last step below: importing vLLM to check takes ~20 s.
+READY="$DIR/.harness-vllm-ready-${VLLM_VERSION}"
+if [[ -f "$READY" && -x "$DIR/bin/python" ]]; then
   echo "vLLM venv at $DIR is ready"
   exit 0
 fi
@@ -32,4 +34,5 @@ printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_VERSION" > 
 : > "$META/RECORD"
 
 "$DIR/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
+touch "$READY"
 echo "vLLM venv ready: export HARNESS_VLLM_PYTHON=$DIR/bin/python"
