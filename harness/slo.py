@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
+from engines.perf.queries import decode_iteration_time
 
 from harness.errors import HarnessError
 from harness.metrics import Slo
@@ -14,9 +14,7 @@ SLO_KINDS = ("strict", "relaxed")
 
 def derived_tbt_slo(perf, kind: str, multipliers: Mapping, batch: int = 32, context: int = 4096) -> float:
     """Multiplier x the latency of a decode-only iteration of `batch` sequences at `context` tokens."""
-    new = np.ones(batch, dtype=np.int64)
-    ctx = np.full(batch, context, dtype=np.int64)
-    return float(multipliers[kind]) * float(perf.pipeline_latency(new, ctx))
+    return float(multipliers[kind]) * decode_iteration_time(perf, batch, context)
 
 
 def resolve_slo(slo_cfg: Mapping, model_name: str, perf=None) -> Slo:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engines.perf import BREAKDOWN_PARTS, LINEAR_PARTS, Deployment, PerfModel
+from engines.perf.queries import chunked_prefill_time, decode_iteration_time
 from harness.errors import HarnessError
 
 
@@ -25,19 +26,6 @@ LLAMA70 = perf("llama2-70b", "a40", tp=4, pp=2, topology="paper_a40")
 FALCON = perf("falcon-180b", "a100-80g", tp=4, pp=2, topology="paper_a100", gpus_per_node=4)
 
 
-def decode_latency(p, batch=32, context=4096):
-    """One decode iteration through every stage (sum of stages + sends for pp > 1)."""
-    return float(p.pipeline_latency(np.ones(batch, dtype=np.int64), np.full(batch, context)))
-
-
-def prefill_time(p, prompt, chunk):
-    """Total time to prefill `prompt` tokens in chunks of `chunk` (one chunk per iteration)."""
-    total, done = 0.0, 0
-    while done < prompt:
-        k = min(chunk, prompt - done)
-        total += p.iteration_time([k], [done])
-        done += k
-    return total
 
 
 # ----------------------------------------------------------------------------- published facts
@@ -86,7 +74,7 @@ FALCON_DECODE_REASON = (
 @pytest.mark.xfail(strict=True, reason=FALCON_DECODE_REASON)
 def test_falcon_batch32_decode_about_200ms():
     # Paper: a batch-32 decode iteration (4k context each) ~200 ms. Tolerance: +-35 %.
-    assert abs(decode_latency(FALCON) / 0.200 - 1) <= 0.35
+    assert abs(decode_iteration_time(FALCON) / 0.200 - 1) <= 0.35
 
 
 SLO_CASES = [
@@ -106,7 +94,7 @@ SLO_CASES = [
 def test_strict_slo_is_five_decode_iterations(p, slo):
     # Paper: strict P99 TBT SLO = 5 x a decode iteration (batch 32, 4k context, no prefill).
     # Tolerance: +-35 %; for pp = 2 an iteration is the sum of the stages + the send.
-    assert abs(5 * decode_latency(p) / slo - 1) <= 0.35
+    assert abs(5 * decode_iteration_time(p) / slo - 1) <= 0.35
 
 
 @pytest.mark.parametrize("prompt", [2048, 4096, 8192, 16384])
@@ -114,9 +102,9 @@ def test_yi_chunking_overhead(prompt):
     # Paper (Fig. 14, Yi-34B TP2): chunking costs <= ~25 % with chunks of 512, near 0 at 2048.
     # Tolerance (brief): chunks of 512 <= 35 % more than one go, chunks of 2048 <= 10 % more.
     whole = YI.iteration_time([prompt], [0])
-    assert prefill_time(YI, prompt, 512) <= 1.35 * whole
-    assert prefill_time(YI, prompt, 2048) <= 1.10 * whole
-    assert prefill_time(YI, prompt, 512) > whole  # chunking is never free
+    assert chunked_prefill_time(YI, prompt, 512) <= 1.35 * whole
+    assert chunked_prefill_time(YI, prompt, 2048) <= 1.10 * whole
+    assert chunked_prefill_time(YI, prompt, 512) > whole  # chunking is never free
 
 
 # ----------------------------------------------------------------------------- operator behaviour

@@ -31,6 +31,7 @@ from harness.analysis import style
 
 from .deployment import Deployment
 from .model import PerfModel
+from .queries import chunked_prefill_time
 
 _MS, _US = 1e3, 1e6
 
@@ -212,14 +213,6 @@ def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decode
 
 
 # ------------------------------------------------------------------ (d) Fig 14
-def chunked_prefill_time(perf: PerfModel, prompt: int, chunk: int) -> float:
-    """Seconds to prefill `prompt` tokens alone, `chunk` tokens per iteration (each later chunk
-    re-reads the KV cache of the earlier ones)."""
-    starts = np.arange(0, prompt, chunk, dtype=np.int64)
-    sizes = np.minimum(chunk, prompt - starts)
-    return float(perf.batch_times(sizes[:, None], starts[:, None]).sum())
-
-
 def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = None,
                           prompts: Sequence[int] = (2048, 4096, 8192, 16384),
                           chunks: Sequence[int] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)) -> Figure:

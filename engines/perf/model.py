@@ -247,7 +247,6 @@ class PerfModel:
     def _components(self, n: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
         """Per-row costs: per-layer operator times, per-stage extras, and the token counts.
         Every entry is 0 for a row without tokens."""
-        d = self.deployment
         tokens = n.sum(axis=-1)  # whole numbers: exact in any summation order
         seqs = np.count_nonzero(n, axis=-1).astype(np.float64)
         active = seqs > 0

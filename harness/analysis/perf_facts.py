@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from engines.perf.queries import chunked_prefill_time, decode_iteration_time
 from harness.analysis.paper import PerfFact
 
 
@@ -22,18 +23,9 @@ def _model(params: Mapping):
                                        pp=params.get("pp", 1), **kw))
 
 
-def _prefill_in_chunks(p, prompt: int, chunk: int) -> float:
-    total, done = 0.0, 0
-    while done < prompt:
-        k = min(chunk, prompt - done)
-        total += p.iteration_time([k], [done])
-        done += k
-    return total
-
-
 def _chunking_overhead(p, params: Mapping) -> float:
     chunk = int(params["chunk"])
-    return max(_prefill_in_chunks(p, n, chunk) / p.iteration_time([n], [0]) - 1 for n in params["prompts"])
+    return max(chunked_prefill_time(p, n, chunk) / p.iteration_time([n], [0]) - 1 for n in params["prompts"])
 
 
 def _tile_quantization(p, params: Mapping) -> float:
@@ -50,7 +42,7 @@ def _prefill_latency(p, params: Mapping) -> float:
 
 
 def _decode_latency(p, params: Mapping) -> float:
-    return float(p.pipeline_latency(np.ones(32, dtype=np.int64), np.full(32, 4096)))
+    return decode_iteration_time(p)
 
 
 KINDS: dict[str, Callable] = {

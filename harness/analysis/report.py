@@ -66,7 +66,7 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
     lats = latency_ratio_table(inputs.probes, paper)
     t4 = table4_frame(inputs.probes, paper)
     lines = [
-        f"# Sarathi-Serve reproduction report",
+        "# Sarathi-Serve reproduction report",
         "",
         f"Results: `{inputs.results_dir}` ({runs['run_dir'].nunique() if not runs.empty else 0} runs, "
         f"newest per cell), generated {time.strftime('%Y-%m-%d %H:%M:%S')}. Published numbers: "

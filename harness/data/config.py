@@ -6,7 +6,6 @@ mean what they say.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import yaml
 
