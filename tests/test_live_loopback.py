@@ -126,6 +126,14 @@ def test_http_errors_are_recorded_per_request_while_the_run_goes_on(endpoint):
     assert bad.error.startswith("HTTP 400") and "maximum context length" in bad.error and len(bad.token_times_s) == 0
 
 
+def test_a_request_past_its_timeout_is_recorded_and_the_others_finish(endpoint):
+    reqs = [RequestSpec(0, 0.0, 50, 3), RequestSpec(1, 0.0, 50, 2000), RequestSpec(2, 0.05, 50, 3)]
+    res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, request_timeout_s=1.0))
+    fast0, slow, fast2 = res.records
+    assert fast0.completed and fast2.completed
+    assert slow.error == "timed out after 1 s" and 0 < len(slow.token_times_s) < 2000
+
+
 def test_refused_connections_are_errors_not_crashes():
     ep = Endpoint(f"http://127.0.0.1:{free_port()}", "tiny", 32000)
     res = _run([RequestSpec(i, 0.01 * i, 10, 2) for i in range(5)], ep)

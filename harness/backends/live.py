@@ -17,6 +17,7 @@ vocabulary (harness.workload.with_prompt_token_ids): no two prompts share a pref
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import warnings
@@ -269,7 +270,7 @@ def run_live_probe(plan, scheduler: str, qps: float, endpoint: Endpoint, cfg: Ma
         cfg["backend"], seed=plan.seed, time_limit_s=plan.search.time_limit_s,
         concurrency=concurrency_limit(plan.arrival), progress=bool(cfg.get("progress", True)),
     )
-    options = LiveRunOptions(**{**options.__dict__, "progress_desc": f"{scheduler} @ {qps:.3g} QPS"})
+    options = dataclasses.replace(options, progress_desc=f"{scheduler} @ {qps:.3g} QPS")
     records = run_live(requests, endpoint, options)
     frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
     return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
