@@ -58,7 +58,9 @@ class FlexAttention:
                 ok = ok & (k_pos[ki] > q_pos[qi] - window)
             return ok
 
-        block_mask = self._create_block_mask(mask_mod, None, None, len(q_seq), len(k_seq), device=device)
+        # Compiled on a GPU: the eager path materializes the whole [queries, keys] mask first.
+        block_mask = self._create_block_mask(mask_mod, None, None, len(q_seq), len(k_seq), device=device,
+                                             _compile=device.type == "cuda")
         meta.scratch["flex"] = block_mask
         return block_mask
 

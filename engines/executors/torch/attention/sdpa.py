@@ -37,25 +37,33 @@ class SdpaAttention:
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         plan = self._plan(meta)
         out = torch.empty_like(q)
-        gqa = q.shape[1] != k_cache.shape[2]
+        group = q.shape[1] // k_cache.shape[2]
+        # Grouped-query heads are expanded explicitly: SDPA's enable_gqa is served only by its math
+        # and flash kernels, and flash takes no mask, so on a GPU the expansion is what lets the
+        # memory-efficient kernel run these masked calls.
         if "decode_seqs" in plan:
             rows, tables = plan["decode_rows"], plan["decode_tables"]
             b = tables.shape[0]
             # [Bd, blocks, block_size, H, D] -> [Bd, H, L, D]
-            k = k_cache[tables].flatten(1, 2).transpose(1, 2)
-            v = v_cache[tables].flatten(1, 2).transpose(1, 2)
+            k = _expand(k_cache[tables].flatten(1, 2).transpose(1, 2), group, dim=1)
+            v = _expand(v_cache[tables].flatten(1, 2).transpose(1, 2), group, dim=1)
             qd = q[rows].unsqueeze(2)  # [Bd, Hq, 1, D]
-            o = F.scaled_dot_product_attention(qd, k, v, attn_mask=plan["decode_mask"], scale=meta.scale, enable_gqa=gqa)
+            o = F.scaled_dot_product_attention(qd, k, v, attn_mask=plan["decode_mask"], scale=meta.scale)
             out[rows] = o.view(b, q.shape[1], q.shape[2])
         starts = plan["starts"]
         for i in plan["prefills"]:
             n, c = meta.query_lens[i], meta.context_lens[i]
             lo, kv = meta.kv_start(i), c + n
-            k = gather_keys(k_cache, meta.block_tables[i], kv)[lo:].transpose(0, 1)  # [H, kv, D]
-            v = gather_keys(v_cache, meta.block_tables[i], kv)[lo:].transpose(0, 1)
+            k = _expand(gather_keys(k_cache, meta.block_tables[i], kv)[lo:].transpose(0, 1), group, dim=0)  # [Hq, kv, D]
+            v = _expand(gather_keys(v_cache, meta.block_tables[i], kv)[lo:].transpose(0, 1), group, dim=0)
             qi = q[starts[i]:starts[i] + n].transpose(0, 1)  # [Hq, n, D]
             mask = visible_mask(torch.arange(c, kv, device=q.device), torch.arange(lo, kv, device=q.device),
                                 meta.sliding_window)
-            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask, scale=meta.scale, enable_gqa=gqa)
+            o = F.scaled_dot_product_attention(qi, k, v, attn_mask=mask, scale=meta.scale)
             out[starts[i]:starts[i] + n] = o.transpose(0, 1)
         return out
+
+
+def _expand(x: torch.Tensor, group: int, dim: int) -> torch.Tensor:
+    """Repeat each KV head for the `group` query heads that share it."""
+    return x if group == 1 else x.repeat_interleave(group, dim=dim)
