@@ -251,10 +251,14 @@ def plan_server_spec(plan, scheduler: str, cfg: Mapping) -> LiveServerSpec:
     pp = int(cfg["parallel"].get("pp", 1))
     if pp != 1 and str(cfg["backend"].get("server", "inrepo")) == "inrepo":
         raise HarnessError(f"backend=live with the in-repo server runs pp=1 only, got pp={pp}")
-    return spec_from_config(
+    spec = spec_from_config(
         cfg["backend"], plan.schedulers[scheduler], model=str(cfg["model"]["name"]), gpu=str(cfg["hardware"]["gpu"]),
         tp=int(cfg["parallel"]["tp"]), max_model_len=plan.max_model_len, seed=plan.seed,
     )
+    if spec.kind == "inrepo" and spec.executor != "torch" and spec.kv_capacity_tokens is None:
+        # The twin gets exactly the simulator's KV pool, so both backends make the same decisions.
+        spec = dataclasses.replace(spec, kv_capacity_tokens=int(plan.deployment.kv_capacity_tokens))
+    return spec
 
 
 def run_live_probe(plan, scheduler: str, qps: float, endpoint: Endpoint, cfg: Mapping):
