@@ -171,13 +171,17 @@ def search_capacity(
     scheduler: str,
     on_probe: Callable[[Probe], None] | None = None,
     cache: ProbeCache | None = None,
+    run: Callable[[float], ProbeOutcome] | None = None,
 ) -> CapacityResult:
-    """The capacity search for one scheduler; probes found in `cache` are not run again."""
+    """The capacity search for one scheduler (or its one probe at search.fixed_qps); probes found
+    in `cache` are not run again. `run(qps)` runs one probe: the simulator's by default; the live
+    backend passes one that drives its server."""
+    run = run or (lambda qps: run_probe(plan, scheduler, qps))
 
     def probe(qps: float) -> Probe:
         outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
         if outcome is None:
-            outcome = run_probe(plan, scheduler, qps)
+            outcome = run(qps)
             if cache is not None:
                 cache.save(scheduler, outcome)
         return Probe(qps, outcome.verdict.passed, outcome)

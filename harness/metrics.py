@@ -5,7 +5,8 @@
   pooled over all requests, so P99 TBT is the paper's "P99 time between tokens".
 - `tpot`: per-request mean TBT.
 - `scheduling_delay`: first scheduled - arrival; a request that never started counts as +inf
-  (a violation, never an absence).
+  (a violation, never an absence). Servers that do not report when they first scheduled a
+  request (vLLM) leave first_scheduled NaN: its TTFT is then used, an upper bound.
 - `e2e`: finish - arrival.
 - `dispatch_lag` (live only): actual - planned send time.
 """
@@ -70,7 +71,10 @@ def tbt_samples(records: Sequence[RequestRecord]) -> np.ndarray:
 
 
 def scheduling_delays(records: Sequence[RequestRecord]) -> np.ndarray:
-    delays = np.array([r.first_scheduled_s - r.arrival_s for r in records], dtype=np.float64)
+    first = np.array([r.first_scheduled_s for r in records], dtype=np.float64)
+    token = np.array([r.first_token_s for r in records], dtype=np.float64)
+    start = np.where(np.isnan(first), token, first)  # unreported scheduling: TTFT bounds it
+    delays = start - np.array([r.arrival_s for r in records], dtype=np.float64)
     return np.where(np.isnan(delays), np.inf, delays)
 
 

@@ -43,7 +43,8 @@ class RequestRecord:
 
     @property
     def started(self) -> bool:
-        return not np.isnan(self.first_scheduled_s)
+        # A server that does not report scheduling (vLLM) still shows a start by its first token.
+        return not (np.isnan(self.first_scheduled_s) and np.isnan(self.first_token_s))
 
     @property
     def completed(self) -> bool:

@@ -39,8 +39,9 @@ def run_experiment(cfg: DictConfig) -> Path:
     for note in plan.notes:
         print(f"note: {note}", flush=True)
     prov = provenance()
+    backend = str(cfg.backend.get("name", "sim"))
     cache = None
-    if cfg.get("cache", True):
+    if cfg.get("cache", True) and backend == "sim":  # live probes are measurements: never cached
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
         profile = getattr(plan.deployment.perf, "profile", None)
         code = f"{prov['git_commit']}/{prov['versions'].get('sarathi-harness')}/{profile.digest if profile else ''}"
@@ -52,10 +53,11 @@ def run_experiment(cfg: DictConfig) -> Path:
     for r in range(s.repeats):
         seeded = plan if r == 0 else reseed(plan, cfg.dataset, plan.seed + r)
         for name in plan.schedulers:
-            result = _run_scheduler(seeded, name, show, cache)
+            result = _run_scheduler(seeded, name, show, cache, cfg)
             runs.append(SchedulerRun(name, seeded.seed, result))
             shown = _shown_probe(result, fixed=bool(s.fixed_qps))
             if shown is not None:
+                # Cached probes carry no token times; the simulator is deterministic, so re-run it.
                 records = shown.detail.records or run_probe(seeded, name, shown.qps).records
                 token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
 
@@ -72,7 +74,7 @@ def run_experiment(cfg: DictConfig) -> Path:
     return path
 
 
-def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None) -> CapacityResult:
+def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, cfg: DictConfig) -> CapacityResult:
     # A bar on a terminal; one line per probe either way (logs of CI and nightly runs keep them).
     bar = tqdm(desc=f"{name:>12}", unit="probe", disable=not (show and sys.stderr.isatty()), leave=False, file=sys.stderr)
 
@@ -88,6 +90,10 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
             )
 
     try:
+        if cfg.backend.get("name") == "live":
+            from harness.backends.live import search_capacity_live
+
+            return search_capacity_live(plan, name, cfg, on_probe=on_probe)
         return search_capacity(plan, name, on_probe=on_probe, cache=cache)
     finally:
         bar.close()
@@ -155,7 +161,7 @@ def _summary(plan: ExperimentPlan, cfg: DictConfig, runs: list[SchedulerRun], pr
         "experiment": plan.name,
         **prov,
         "seed": plan.seed,
-        "backend": "sim",
+        "backend": str(cfg.backend.get("name", "sim")),
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
         "model": plan.deployment.model_name,

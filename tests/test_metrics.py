@@ -50,3 +50,11 @@ def test_bad_slo():
         Slo(tbt_s=0)
     with pytest.raises(ValueError):
         Slo(tbt_s=1, tbt_quantile=1.5)
+
+
+def test_unreported_scheduling_is_bounded_by_ttft():
+    # vLLM does not report when it first scheduled a request: its first token bounds the delay.
+    r = rec(0, 1.0, np.nan, [1.5, 1.6])
+    assert r.started
+    v = check_slo([r], Slo(tbt_s=1.0))
+    assert v.passed and v.scheduling_delay_s == pytest.approx(0.5)

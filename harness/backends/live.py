@@ -281,20 +281,11 @@ def run_live_probe(plan, scheduler: str, qps: float, endpoint: Endpoint, cfg: Ma
 
 
 def search_capacity_live(plan, scheduler: str, cfg: Mapping, on_probe=None):
-    """The capacity search for one scheduler against one live server it starts and stops."""
-    from harness.capacity import Probe, find_capacity
+    """The capacity search for one scheduler against one live server it starts and stops.
+    No probe cache: live probes are measurements, not reproducible bit for bit."""
+    from harness.experiment import search_capacity
 
-    s = plan.search
     with serve(plan_server_spec(plan, scheduler, cfg)) as endpoint:
-        def probe(qps: float) -> Probe:
-            outcome = run_live_probe(plan, scheduler, qps, endpoint, cfg)
-            return Probe(qps, outcome.verdict.passed, outcome)
-
-        if getattr(s, "fixed_qps", None) is not None:
-            from harness.capacity import CapacityResult
-
-            p = probe(s.fixed_qps)
-            if on_probe is not None:
-                on_probe(p)
-            return CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
-        return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)
+        return search_capacity(
+            plan, scheduler, on_probe=on_probe, run=lambda qps: run_live_probe(plan, scheduler, qps, endpoint, cfg)
+        )
