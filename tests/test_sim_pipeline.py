@@ -1,6 +1,8 @@
 """Pipeline-parallel simulation: the fast-forward replay equals plain stepping, bit for bit."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,7 +72,8 @@ lengths_st = st.lists(
 )
 
 
-@settings(max_examples=int(__import__("os").environ.get("SIM_PP_EXAMPLES", 40)), deadline=None)
+# SIM_PP_EXAMPLES=1000 for a thorough local run (CI: 40).
+@settings(max_examples=int(os.environ.get("SIM_PP_EXAMPLES", 40)), deadline=None)
 @given(
     lengths=lengths_st,
     policy=st.sampled_from(ALL_POLICIES),
@@ -81,12 +84,14 @@ lengths_st = st.lists(
     budget=st.sampled_from([4, 16, 128]),
     max_seqs=st.sampled_from([2, 8, 32]),
     limit=st.sampled_from([None, None, 0.5, 3.0]),
+    first_heavy=st.booleans(),
     seed=st.integers(0, 1000),
 )
-def test_pipelined_fast_forward_equals_plain_stepping(lengths, policy, pp, rate, burst, kv, budget, max_seqs, limit, seed):
+def test_pipelined_fast_forward_equals_plain_stepping(lengths, policy, pp, rate, burst, kv, budget, max_seqs, limit,
+                                                      first_heavy, seed):
     kv = kv if policy not in ("orca", "fastertransformer") else max(kv, 4 * MAX_LEN)
     reqs = _requests(lengths, rate, seed, burst)
-    timer = StageTimer(pp)
+    timer = StageTimer(pp, first_heavy)
     run = lambda ff: simulate(reqs, build(policy, budget, max_seqs, kv, MAX_LEN), timer, pp=pp,
                               fast_forward=ff, time_limit_s=limit)
     _same(run(False), run(True))

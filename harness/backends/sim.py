@@ -221,7 +221,7 @@ class _Pipeline:
         self.idle_epoch = -1  # epoch in which a schedule() with nothing out of flight returned None
         self.repeats = getattr(self.engine.policy, "decode_batch_repeats", None)
         self.tables: dict[tuple[int, ...], _Table] = {}  # priced decode runs of the last replay
-        self.stats = dict.fromkeys(("plain_launches", "replayed_launches", "replays", "priced_rows", "merges",
+        self.stats = dict.fromkeys(("plain_launches", "replayed_launches", "replays", "priced_rows", "table_hits", "merges",
                                     "stop_horizon", "stop_finish", "stop_idle", "stop_merge", "stop_blocks",
                                     "stop_idle_end"), 0)
 
@@ -295,6 +295,7 @@ class _Pipeline:
             if table is not None:
                 row = table.row_for(batch.context_lens)
                 if row is not None:
+                    self.stats["table_hits"] += 1
                     return row, table.send
         new = np.asarray(batch.new_tokens)
         stages = self.timer.stage_times(new, np.asarray(batch.context_lens)).tolist()
@@ -306,24 +307,28 @@ class _Pipeline:
         which the plain loop resumes, with every state it reads exactly as plain stepping leaves it."""
         engine, run = self.engine, self.run_
         if self.inflight_seqs != len(engine.running):
-            return t
+            return t  # a running sequence is out of flight: the policy decides about it
         waiting_empty = not engine.waiting
-        for _, _, batch, cert in self.in_flight:
+        groups, opaque = [], []
+        for entry in self.in_flight:
+            _, _, batch, cert = entry
             if waiting_empty:
-                if not batch.is_decode_only:
-                    return t
-            elif cert is None or cert[0] != self.epoch or not cert[1]:
-                return t
-        horizon = min(self.limit, run.next_arrival) if waiting_empty else self.limit
-        # Not worth pricing tables if the replay would stop within about one round trip.
-        latency = max(e[0] for e in self.in_flight) - t
-        if horizon - t <= 2 * latency:
+                ok = batch.is_decode_only
+            else:
+                ok = cert is not None and cert[0] == self.epoch and cert[1]
+            (groups if ok else opaque).append(entry)
+        if not groups:
             return t
-        if not waiting_empty and min(min(s.remaining_output for s in e[2].seqs) for e in self.in_flight) <= 2:
+        # Another batch in flight (a prefill, say) is not replayed: its completion ends the replay.
+        opaque_end = min((e[0] for e in opaque), default=np.inf)
+        horizon = min(self.limit, opaque_end, run.next_arrival if waiting_empty else np.inf)
+        if min(e[0] for e in groups) >= horizon:
+            return t  # no group would come back before the replay has to stop
+        if not waiting_empty and min(min(s.remaining_output for s in e[2].seqs) for e in groups) <= 2:
             return t
+        latency = max(e[0] for e in groups) - t
         self.stats["replays"] += 1
-        rp = _Replay(self, t, horizon, waiting_empty, latency)
-        return rp.go()
+        return _Replay(self, t, horizon, opaque_end, waiting_empty, latency, groups, opaque).go()
 
 
 class _Table:
@@ -351,12 +356,12 @@ class _Group:
     """A decode-only micro-batch repeating inside the replay. Iteration i has contexts base + i;
     iterations < launched were launched, < done completed (not yet applied to the engine)."""
 
-    __slots__ = ("seqs", "batch", "table", "rem", "launched", "done", "times", "alloc", "cert", "entry")
+    __slots__ = ("seqs", "batch", "table", "off", "rem", "launched", "done", "times", "alloc", "cert", "entry")
 
-    def __init__(self, batch: Batch, table: _Table, launched: int, cert, entry) -> None:
+    def __init__(self, batch: Batch, table: tuple[_Table, int], launched: int, cert, entry) -> None:
         self.seqs = batch.seqs
         self.batch = batch
-        self.table = table
+        self.table, self.off = table  # iteration i is the table's row off + i
         self.rem = min(s.remaining_output for s in batch.seqs)  # iteration rem-1 finishes someone
         self.launched = launched
         self.done = 0
@@ -367,10 +372,14 @@ class _Group:
 
 
 class _Replay:
-    def __init__(self, pipe: _Pipeline, t: float, horizon: float, waiting_empty: bool, latency: float) -> None:
+    def __init__(self, pipe: _Pipeline, t: float, horizon: float, opaque_end: float, waiting_empty: bool,
+                 latency: float, groups: list, opaque: list) -> None:
         self.p = pipe
         self.t = t
         self.horizon = horizon
+        self.opaque_end = opaque_end
+        self.groups = groups
+        self.opaque = opaque
         self.waiting_empty = waiting_empty
         self.latency = latency  # an estimate of one group's round trip, to size tables
         engine = pipe.engine
@@ -384,13 +393,14 @@ class _Replay:
     def _extend(self, g: _Group, upto: int) -> None:
         """Price rows of `g` so that row `upto` exists, and more up to an estimate of the rows the
         replay will use (never past the iteration that finishes a sequence)."""
-        table = g.table
+        table, off = g.table, g.off
         lo = len(table.rows)
-        if upto < lo:
+        if off + upto < lo:
             return
         span = self.horizon - self.t
-        est = int(span / self.latency) + 2 if np.isfinite(span) and self.latency > 0 else g.rem
-        hi = max(upto + 1, min(g.rem, self.cap, max(upto + est, 2 * lo)))
+        # Rows past the replay's estimated end serve the plain loop's next launches (via _price).
+        est = int(span / self.latency) + 8 if np.isfinite(span) and self.latency > 0 else g.rem
+        hi = off + max(upto + 1, min(g.rem, self.cap, max(upto + est, 2 * (lo - off))))
         ctx = table.base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
         table.rows.extend(self.p.timer.stage_times(np.ones_like(ctx), ctx).tolist())
         self.p.stats["priced_rows"] += hi - lo
@@ -401,12 +411,17 @@ class _Replay:
             d = table.d[None, :]
             table.need.extend(np.count_nonzero((i >= d) & ((i - d) % self.bs == 0), axis=1).tolist())
 
-    def _new_table(self, seqs: tuple[Sequence, ...], base: np.ndarray, first: int) -> _Table:
+    def _new_table(self, seqs: tuple[Sequence, ...], base: np.ndarray, first: int) -> tuple[_Table, int]:
+        """The table of a group whose iteration 0 has contexts `base` (rows from `first` on are
+        needed); a table the last replay priced for the same sequences is continued."""
         key = tuple(s.seq_id for s in seqs)
-        old = self.old_tables.get(key)
-        if old is not None and np.array_equal(old.base, base):
+        old = self.p.tables.get(key) or self.old_tables.get(key)
+        off = int(base[0]) - old.base0 if old is not None else -1
+        if (old is not None and 0 <= off <= len(old.rows) and np.array_equal(old.base + off, base)
+                and (off == len(old.rows) or old.rows[off] is not None or first > 0)):
             table = old
         else:
+            off = 0
             table = _Table(base, self.p.timer.pp_send_time(len(seqs)))
             table.rows = [None] * first
             table.need = [0] * first
@@ -414,14 +429,15 @@ class _Replay:
                 have = np.fromiter((len(s.block_table) for s in seqs), dtype=np.int64, count=len(seqs))
                 table.d = have * self.bs - base  # iteration i takes a block for a sequence iff i >= d, bs | i - d
         self.p.tables[key] = table
-        return table
+        return table, off
 
     # the replay loop ----------------------------------------------------------------------
     def go(self) -> float:
         p, engine, run = self.p, self.p.engine, self.p.run_
         pp, stage_free, waiting_empty = p.pp, p.stage_free, self.waiting_empty
         heap: list[tuple[float, int, _Group]] = []
-        for end, no, batch, cert in p.in_flight:
+        slots = pp - len(self.opaque)  # micro-batches the groups may have in flight
+        for end, no, batch, cert in self.groups:
             base = np.asarray(batch.context_lens, dtype=np.int64)
             g = _Group(batch, self._new_table(batch.seqs, base, 1), 1, cert, (end, no, batch, cert))
             heap.append((end, no, g))
@@ -452,7 +468,7 @@ class _Replay:
                     break  # the running set changed: the head of the queue may now be admitted
                 if not waiting_empty:
                     run.admit_arrivals(t)  # joins the queue behind a head that cannot be admitted
-                if len(heap) < pp and stage_free[0] <= t and engine.has_unfinished:
+                if len(heap) < slots and stage_free[0] <= t and engine.has_unfinished:
                     if not out:
                         if not waiting_empty and p.idle_epoch != p.epoch:
                             stop = "stop_idle"
@@ -473,12 +489,12 @@ class _Replay:
                             g = self._merge(out)
                             out = [g]
                             i = 0
-                        need = g.table.need[i]
+                        need = g.table.need[g.off + i]
                         if need > engine.blocks.num_free - self.pending:
                             stop = "stop_blocks"
                             break  # a decode would find no free block: preemption is the policy's
                         out = []
-                        end = p._launch(t, g.table.rows[i], g.table.send)
+                        end = p._launch(t, g.table.rows[g.off + i], g.table.send)
                         heapq.heappush(heap, (end, p.launched, g))
                         p.launched += 1
                         p.stats["replayed_launches"] += 1
@@ -489,6 +505,7 @@ class _Replay:
                         continue
                 wake = min(
                     heap[0][0] if heap else np.inf,
+                    self.opaque_end,
                     run.next_arrival,
                     stage_free[0] if stage_free[0] > t else np.inf,
                 )
@@ -546,8 +563,8 @@ class _Replay:
         for item in out:
             if isinstance(item, _Group):
                 self._apply(item)
-        entries = []
-        inflight = 0
+        entries = list(self.opaque)
+        inflight = sum(len(e[2]) for e in self.opaque)
         for end, no, g in heap:
             inflight += len(g.seqs)
             if g.entry is not None and g.done == 0 and g.launched == 1:
