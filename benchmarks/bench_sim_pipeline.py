@@ -1,8 +1,9 @@
 """Pipelined simulator speed: 2048-request probes of llama2_70b_tp4pp2_strict, plain vs fast-forward.
 
-For each policy and rate, runs the probe with plain stepping (fast_forward=False) and with the
-pipelined replay (fast_forward=True), prints both wall times, the speedup, preemptions, and checks that the records are bit-identical (token times, first-scheduled, finish,
-preemptions).
+For each policy and rate, runs the probe (harness.experiment.run_probe) with plain stepping
+(fast_forward=False) and with the pipelined replay (fast_forward=True), prints both wall times,
+the speedup and the preemptions, and checks that the records are bit-identical (token times,
+first-scheduled and finish times, preemptions).
 
     python benchmarks/bench_sim_pipeline.py [--qps 0.5,4] [--requests 2048] [--no-plain]
 """
