@@ -9,6 +9,8 @@
   request (vLLM) leave first_scheduled NaN: its TTFT is then used, an upper bound.
 - `e2e`: finish - arrival.
 - `dispatch_lag` (live only): actual - planned send time.
+- `goodput`: completed requests per second whose own TPOT <= the TBT SLO and, when a TTFT SLO
+  is set, whose TTFT <= it (DistServe's per-request definition); `goodput_fraction` of all requests.
 """
 from __future__ import annotations
 
@@ -115,12 +117,15 @@ class Slo:
     scheduling_delay_quantile: float = 0.5
     ttft_s: float | None = None  # optional: also require this TTFT quantile (not the paper's)
     ttft_quantile: float = 0.99
+    min_goodput_fraction: float | None = None  # optional: also require this share of good requests
 
     def __post_init__(self) -> None:
         if not self.tbt_s > 0 or not self.scheduling_delay_s > 0 or (self.ttft_s is not None and not self.ttft_s > 0):
             raise ValueError(
                 f"SLO limits must be > 0, got tbt {self.tbt_s}, scheduling delay {self.scheduling_delay_s}, ttft {self.ttft_s}"
             )
+        if self.min_goodput_fraction is not None and not 0 < self.min_goodput_fraction <= 1:
+            raise ValueError(f"min_goodput_fraction must be in (0, 1], got {self.min_goodput_fraction}")
         for q in (self.tbt_quantile, self.scheduling_delay_quantile, self.ttft_quantile):
             if not 0 < q <= 1:
                 raise ValueError(f"SLO quantiles must be in (0, 1], got {q}")
@@ -132,6 +137,20 @@ class SloVerdict:
     tbt_s: float  # the measured TBT quantile
     scheduling_delay_s: float  # the measured scheduling-delay quantile
     reason: str
+    goodput: float = float("nan")  # good requests per second (see module docstring)
+    goodput_fraction: float = float("nan")
+
+
+def good_requests(records: Sequence[RequestRecord], slo: Slo) -> np.ndarray:
+    """Per request: completed, mean TBT <= slo.tbt_s and (if set) TTFT <= slo.ttft_s."""
+    good = np.zeros(len(records), dtype=bool)
+    for i, r in enumerate(records):
+        if not r.completed:
+            continue
+        tpot = float(np.mean(np.diff(r.token_times_s))) if len(r.token_times_s) > 1 else 0.0
+        ttft_ok = slo.ttft_s is None or r.first_token_s - r.arrival_s <= slo.ttft_s
+        good[i] = tpot <= slo.tbt_s and ttft_ok
+    return good
 
 
 def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
@@ -149,4 +168,11 @@ def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
         reasons.append(f"P{slo.tbt_quantile * 100:g} TBT {tbt_q:.3f}s > {slo.tbt_s:g}s")
     if delay_q > slo.scheduling_delay_s:
         reasons.append(f"P{slo.scheduling_delay_quantile * 100:g} scheduling delay {delay_q:.3f}s > {slo.scheduling_delay_s:g}s")
-    return SloVerdict(not reasons, tbt_q, delay_q, "; ".join(reasons) or "ok")
+    good = good_requests(records, slo)
+    fraction = float(good.mean()) if len(good) else float("nan")
+    if slo.min_goodput_fraction is not None and not fraction >= slo.min_goodput_fraction:
+        reasons.append(f"goodput {fraction:.1%} of requests < {slo.min_goodput_fraction:.1%}")
+    ends = [r.finished_s for r in records if r.completed]
+    span = max(ends) - min(r.arrival_s for r in records) if ends else float("nan")
+    rate = float(good.sum() / span) if span > 0 else float("nan")
+    return SloVerdict(not reasons, tbt_q, delay_q, "; ".join(reasons) or "ok", rate, fraction)

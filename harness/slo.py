@@ -45,6 +45,7 @@ def resolve_slo(slo_cfg: Mapping, model_name: str, perf=None) -> Slo:
             scheduling_delay_quantile=float(slo_cfg.get("scheduling_delay_quantile", 0.5)),
             ttft_s=None if slo_cfg.get("ttft_s") is None else float(slo_cfg["ttft_s"]),
             ttft_quantile=float(slo_cfg.get("ttft_quantile", 0.99)),
+            min_goodput_fraction=None if slo_cfg.get("min_goodput_fraction") is None else float(slo_cfg["min_goodput_fraction"]),
         )
     except (TypeError, ValueError) as e:
         raise HarnessError(f"slo: {e}") from None

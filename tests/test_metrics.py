@@ -58,3 +58,12 @@ def test_unreported_scheduling_is_bounded_by_ttft():
     assert r.started
     v = check_slo([r], Slo(tbt_s=1.0))
     assert v.passed and v.scheduling_delay_s == pytest.approx(0.5)
+
+
+def test_goodput_counts_requests_meeting_their_own_slo():
+    fast = [rec(i, 0.0, 0.0, [0.5, 0.6, 0.7]) for i in range(3)]  # TPOT 0.1 s
+    slow = [rec(9, 0.0, 0.0, [0.5, 1.5, 2.5])]  # TPOT 1 s
+    v = check_slo(fast + slow, Slo(tbt_s=0.2))
+    assert v.goodput_fraction == pytest.approx(0.75) and v.goodput == pytest.approx(3 / 2.5)
+    assert not check_slo(fast + slow, Slo(tbt_s=5.0, min_goodput_fraction=1.0, ttft_s=0.4)).passed
+    assert check_slo(fast, Slo(tbt_s=0.2, min_goodput_fraction=1.0, ttft_s=0.5)).passed
