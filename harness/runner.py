@@ -216,3 +216,9 @@ def _print_table(runs: list[SchedulerRun], fixed: bool) -> None:
     if any(len(v) > 1 for v in by_name.values()):
         for name, caps in by_name.items():
             print(f"{name:<18} mean capacity {statistics.fmean(caps):.4g} QPS, std {statistics.stdev(caps):.3g} over {len(caps)} seeds")
+    # The paper's headline: Sarathi-Serve's capacity over each baseline (mean over seeds).
+    mean = {name: statistics.fmean(caps) for name, caps in by_name.items()}
+    if mean.get("sarathi", 0) > 0:
+        ratios = [f"{mean['sarathi'] / cap:.2f}x {name}" for name, cap in mean.items() if name != "sarathi" and cap > 0]
+        if ratios:
+            print("sarathi capacity: " + ", ".join(ratios))

@@ -25,6 +25,9 @@ def test_main_job_small(tmp_path):
         row = next(line for line in lines if line.startswith(name))
         capacity = float(row.split()[2].rstrip("+"))
         assert capacity > 0
+    caps = {name: float(next(line for line in lines if line.startswith(name)).split()[2].rstrip("+")) for name in ("sarathi", "vllm", "orca")}
+    headline = next(line for line in lines if line.startswith("sarathi capacity: "))
+    assert f"{caps['sarathi'] / caps['vllm']:.2f}x vllm" in headline
     run_dir = Path(lines[-1].removeprefix("results: "))
     assert run_dir.parent == tmp_path / "yi34b_tp2_strict"
     summary = json.loads((run_dir / "summary.json").read_text())
