@@ -19,12 +19,18 @@ from harness.errors import HarnessError
 
 
 def _options(argv: list[str], defaults: dict) -> dict:
+    """KEY=VALUE options (harness.data's parser), each typed like its default."""
+    from harness.data.config import parse_args
+
     out = dict(defaults)
-    for a in argv:
-        key, sep, value = a.partition("=")
-        if not sep or key not in defaults:
-            raise HarnessError(f"unknown option {a!r}; known: {', '.join(f'{k}=' for k in defaults)}")
-        out[key] = type(defaults[key])(value) if not isinstance(defaults[key], bool) else value.lower() in ("1", "true", "yes")
+    for key, value in parse_args(argv).items():
+        if key not in defaults:
+            raise HarnessError(f"unknown option {key}={value}; known: {', '.join(f'{k}=' for k in defaults)}")
+        kind = type(defaults[key])
+        try:
+            out[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+        except ValueError:
+            raise HarnessError(f"{key} must be a {kind.__name__}, got {value!r}") from None
     return out
 
 

@@ -18,7 +18,6 @@ class SimDeployment:
     pp: int
     kv_capacity_tokens: int
     block_size: int
-    notes: tuple[str, ...]
 
 
 def build_deployment(
@@ -47,4 +46,4 @@ def build_deployment(
     profile = getattr(perf, "profile", None)
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
-    return SimDeployment(str(model["name"]), desc, perf, perf, pp, kv_tokens, int(backend.get("block_size", 16)), ())
+    return SimDeployment(str(model["name"]), desc, perf, perf, pp, kv_tokens, int(backend.get("block_size", 16)))

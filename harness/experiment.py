@@ -19,7 +19,7 @@ from harness.deployment import SimDeployment, build_deployment
 from harness.errors import HarnessError
 from harness.metrics import Slo, SloVerdict, Summary, check_slo, summarize
 from harness.probe_cache import ProbeCache
-from harness.records import RequestRecord
+from harness.records import RequestRecord, RequestSpec
 from harness.results import records_frame
 from harness.slo import resolve_slo
 from harness.workload import Workload, arrival_offsets, load_workload, make_requests
@@ -126,7 +126,6 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         arrival=cfg["arrival"],
         search=search,
         fast_forward=bool(cfg["backend"].get("fast_forward", True)),
-        notes=deployment.notes,
     )
 
 
@@ -146,11 +145,22 @@ def _check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None
         )
 
 
-def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, on_finished: Callable[[int], None] | None = None) -> ProbeOutcome:
+def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
+    """The requests of one probe: the plan's lengths with arrivals at `qps` (any backend)."""
     if not qps > 0 or not np.isfinite(qps):
         raise HarnessError(f"QPS must be a positive number, got {qps}")
-    arrivals = arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed)
-    requests = make_requests(plan.workload, arrivals)
+    return make_requests(plan.workload, arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed))
+
+
+def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: list[RequestRecord]) -> ProbeOutcome:
+    """A probe's verdict, summary and per-request rows from its records (any backend)."""
+    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
+    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
+
+
+def run_probe(plan: ExperimentPlan, scheduler: str, qps: float) -> ProbeOutcome:
+    """One simulated probe at `qps`."""
+    requests = probe_requests(plan, qps)
     d = plan.deployment
     engine = make_engine(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size)
     records = simulate(
@@ -160,10 +170,8 @@ def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, on_finished: Cal
         pp=d.pp,
         fast_forward=plan.fast_forward,
         time_limit_s=plan.search.time_limit_s,
-        on_progress=on_finished,
     )
-    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
-    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
+    return probe_outcome(plan, scheduler, qps, records)
 
 
 def search_capacity(

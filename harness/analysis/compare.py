@@ -21,6 +21,15 @@ COMPARISON_COLUMNS = ("id", "claim", "source", "published", "reproduced", "ratio
 
 
 # ----------------------------------------------------------------------------- selection
+
+def _claim_row(claim: RatioClaim, reproduced: float, cells: str, note: str = "") -> dict:
+    """One row of a paper-vs-reproduced table."""
+    return {
+        "id": claim.id, "claim": claim.claim, "source": claim.source, "published": claim.value,
+        "reproduced": reproduced, "ratio": reproduced / claim.value, "tolerance": claim.tolerance.describe(),
+        "within": claim.tolerance.within(claim.value, reproduced), "cells": cells, "note": note,
+    }
+
 def capacity_mode(runs: pd.DataFrame) -> pd.DataFrame:
     """Rows of capacity searches. A fixed-rate run (`search.fixed_qps`) records its rate as
     "capacity" when the one probe passed and 0 otherwise: a verdict, not a capacity."""
@@ -116,14 +125,8 @@ def capacity_ratio_row(runs: pd.DataFrame, claim: RatioClaim) -> dict:
         notes.append("denominator saturated: ratio is an upper bound")
     if claim.match == "up_to" and len(p) > 1:
         notes.append(f"best of {len(p)} cells")
-    return {
-        "id": claim.id, "claim": claim.claim, "source": claim.source, "published": claim.value,
-        "reproduced": r, "ratio": r / claim.value, "tolerance": claim.tolerance.describe(),
-        "within": claim.tolerance.within(claim.value, r),
-        "cells": f"{_cell_label(best, '_num')} {best['capacity_qps_num']:.4g} QPS / "
-                 f"{_cell_label(best, '_den')} {best['capacity_qps_den']:.4g} QPS",
-        "note": "; ".join(notes),
-    }
+    return _claim_row(claim, r, f"{_cell_label(best, '_num')} {best['capacity_qps_num']:.4g} QPS / "
+                                f"{_cell_label(best, '_den')} {best['capacity_qps_den']:.4g} QPS", "; ".join(notes))
 
 
 def capacity_ratio_table(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
@@ -191,14 +194,8 @@ def latency_ratio_row(probes: pd.DataFrame, claim: RatioClaim) -> dict:
     vd = float(den.loc[den["qps"] == q, claim.metric].iloc[0])
     r = vn / vd if vd > 0 else math.inf
     a, b = num.iloc[0], den.iloc[0]
-    return {
-        "id": claim.id, "claim": claim.claim, "source": claim.source, "published": claim.value,
-        "reproduced": r, "ratio": r / claim.value, "tolerance": claim.tolerance.describe(),
-        "within": claim.tolerance.within(claim.value, r),
-        "cells": f"{claim.metric} at {q:.4g} QPS: {a['model']} {a['parallel']} {a['scheduler']} {vn:.4g} s / "
-                 f"{b['model']} {b['parallel']} {b['scheduler']} {vd:.4g} s",
-        "note": "",
-    }
+    return _claim_row(claim, r, f"{claim.metric} at {q:.4g} QPS: {a['model']} {a['parallel']} {a['scheduler']} {vn:.4g} s / "
+                                f"{b['model']} {b['parallel']} {b['scheduler']} {vd:.4g} s")
 
 
 def latency_ratio_table(probes: pd.DataFrame, paper: Paper) -> pd.DataFrame:

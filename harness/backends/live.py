@@ -263,21 +263,16 @@ def plan_server_spec(plan, scheduler: str, cfg: Mapping) -> LiveServerSpec:
 
 def run_live_probe(plan, scheduler: str, qps: float, endpoint: Endpoint, cfg: Mapping):
     """One probe at `qps` against a running server: an experiment.ProbeOutcome, like run_probe's."""
-    from harness.experiment import ProbeOutcome
-    from harness.metrics import check_slo, summarize
-    from harness.results import records_frame
-    from harness.workload import arrival_offsets, concurrency_limit, make_requests
+    from harness.experiment import probe_outcome, probe_requests
+    from harness.workload import concurrency_limit
 
-    arrivals = arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed)
-    requests = make_requests(plan.workload, arrivals)
+    requests = probe_requests(plan, qps)
     options = run_options_from_config(
         cfg["backend"], seed=plan.seed, time_limit_s=plan.search.time_limit_s,
         concurrency=concurrency_limit(plan.arrival), progress=bool(cfg.get("progress", True)),
     )
     options = dataclasses.replace(options, progress_desc=f"{scheduler} @ {qps:.3g} QPS")
-    records = run_live(requests, endpoint, options)
-    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
-    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
+    return probe_outcome(plan, scheduler, qps, run_live(requests, endpoint, options))
 
 
 def search_capacity_live(plan, scheduler: str, cfg: Mapping, on_probe=None):
