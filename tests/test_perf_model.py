@@ -166,8 +166,10 @@ def test_kv_capacity():
 
 
 # ----------------------------------------------------------------------------- API contract
-@pytest.mark.parametrize("p", [MISTRAL, YI, FALCON], ids=["mistral", "yi", "falcon"])
+@pytest.mark.parametrize("p", [MISTRAL, YI, LLAMA70, FALCON], ids=["mistral", "yi", "llama70", "falcon"])
 def test_vectorized_equals_row_by_row(p):
+    # One batch at a time takes PerfModel's scalar path; (rows, B) arrays the vectorized one.
+    # The simulator's decode-run fast-forward is exact only if the two agree bit for bit.
     rng = np.random.default_rng(7)
     new = rng.choice([0, 1, 1, 1, 17, 256, 257, 512], size=(40, 24))
     ctx = rng.integers(0, 9000, size=(40, 24))
@@ -177,6 +179,9 @@ def test_vectorized_equals_row_by_row(p):
     assert np.array_equal(whole, rows)  # bit-identical
     assert np.array_equal(p.batch_times(new.reshape(5, 8, 24), ctx.reshape(5, 8, 24)), whole.reshape(5, 8))
     assert p.iteration_time(list(new[3]), list(ctx[3])) == whole[3]
+    stages = p.stage_times(new, ctx)
+    assert stages.shape == (40, p.pp)
+    assert np.array_equal(stages, [p.stage_times(new[i], ctx[i]) for i in range(40)])
     lat = p.pipeline_latency(new, ctx)
     assert np.array_equal(lat, [p.pipeline_latency(new[i], ctx[i]) for i in range(40)])
 
@@ -204,6 +209,16 @@ def test_bad_input_raises():
 
 
 batches = st.lists(st.tuples(st.integers(0, 700), st.integers(0, 9000)), min_size=1, max_size=12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 40000)), min_size=1, max_size=40))
+def test_scalar_path_is_bit_identical(batch):
+    new = np.array([n for n, _ in batch])
+    ctx = np.array([c for _, c in batch])
+    for p in (MISTRAL, YI, LLAMA70, FALCON):
+        assert np.array_equal(p.stage_times(new, ctx), p.stage_times(new[None], ctx[None])[0])
+        assert p.batch_times(new, ctx) == p.batch_times(new[None], ctx[None])[0]
 
 
 @settings(max_examples=60, deadline=None)

@@ -133,10 +133,17 @@ class PerfModel:
         # Stage-to-stage send: hidden states, plus the residual stream Llama-style blocks carry
         # separately (vLLM's PP sends both); Falcon's parallel block has none.
         self._send_bytes_per_token = (1 if m.parallel_attn_mlp else 2) * self._act_bytes_per_token
+        # One batch at a time (the simulator's stepped iterations) takes the scalar path below,
+        # unless a subclass prices the components its own way.
+        self._scalar_rows = type(self)._components is PerfModel._components
+        self._gemm_scalars = [tuple(float(x[g, 0]) for x in (self._gemm_c, self._gemm_w, self._gemm_a))
+                              for g in range(len(self._gemm_shapes))]
 
     # ------------------------------------------------------------ public API
     def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
         """Seconds of one pipeline stage (the slowest) for each batch; shapes (..., B) -> (...)."""
+        if self._scalar_rows and np.ndim(new_tokens) == 1:
+            return np.float64(max(self._row_stage_times(new_tokens, context_lens)))
         n, c, shape = self._prepare(new_tokens, context_lens)
         stages = self._stage_times(self._components(n, c))
         return np.max(stages, axis=0).reshape(shape)
@@ -148,6 +155,8 @@ class PerfModel:
     def stage_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
         """Seconds of each pipeline stage for each batch; shapes (..., B) -> (..., pp).
         Stage 0 carries the embedding, the last stage the LM head and the CPU overhead."""
+        if self._scalar_rows and np.ndim(new_tokens) == 1:
+            return np.array(self._row_stage_times(new_tokens, context_lens))
         n, c, shape = self._prepare(new_tokens, context_lens)
         stages = self._stage_times(self._components(n, c))
         return np.moveaxis(stages, 0, -1).reshape(*shape, self.pp)
@@ -278,6 +287,51 @@ class PerfModel:
         cpu *= active
         comp["cpu_overhead"] = cpu
         return comp
+
+    def _row_stage_times(self, new_tokens, context_lens) -> list[float]:
+        """Stage times of ONE batch, bit-identical to `_stage_times(_components(...))` on a row.
+
+        The simulator prices most iterations one batch at a time, where numpy's per-call
+        overhead on (1, B) arrays costs more than the arithmetic: here every per-batch quantity
+        is a Python float, computed with the same IEEE operations in the same order as the
+        vectorized path (tests/test_perf_model.py checks equality bit for bit), and only the
+        per-sequence attention runs on arrays.
+        """
+        n = np.array(new_tokens, dtype=np.float64)
+        c = np.array(context_lens, dtype=np.float64)
+        if n.shape != c.shape:
+            raise HarnessError(f"new_tokens shape {n.shape} != context_lens shape {c.shape}")
+        if n.size and (n.min() < 0 or c.min() < 0):
+            raise HarnessError("new_tokens and context_lens must be >= 0")
+        seqs = float(np.count_nonzero(n))
+        if seqs == 0:
+            return [0.0] * self.pp
+        tokens = float(n.sum())
+        tiled = float(math.ceil(tokens / self._tile) * self._tile)
+        g = [max(tiled * per_tiled, weights + tokens * per_row) for per_tiled, weights, per_row in self._gemm_scalars]
+        linear = g[0] + g[1] + g[2] + g[3]
+        units = ops.attention_units(
+            n[None], c[None], window=self.model.sliding_window, flops_per_pair=self._attn_flops_per_pair,
+            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
+            flops=self._attn_flops, bandwidth=self.gpu.mem_bandwidth, scratch=_SCRATCH.views((1, n.size), 2, 3))
+        attention = float(units[0]) * ops.TIME_QUANTUM_S
+        allreduce = tokens * self._ar_per_token + self._ar_fixed
+        layer = linear + attention + tokens * self._elementwise_per_token + self._allreduces_per_layer * allreduce
+        seqs_tiled = float(math.ceil(seqs / self._tile) * self._tile)
+        lm_head = (seqs * self._lm_norm_per_row
+                   + max(seqs_tiled * self._lm_c, self._lm_w + seqs * self._lm_a)
+                   + (seqs * self._ag_per_row + self._ag_fixed))
+        cpu = seqs * self._cpu_per_seq + self._cpu_fixed
+        last = self.pp - 1
+        stages = []
+        for s, layers in enumerate(self.stage_layers):
+            t = layers * layer
+            if s == 0:
+                t = t + (tokens * self._embedding_per_token + allreduce)
+            if s == last:
+                t = t + lm_head + cpu
+            stages.append(t)
+        return stages
 
     def _stage_times(self, comp: dict[str, np.ndarray]) -> np.ndarray:
         """(pp, rows) seconds of each stage (0 for rows without tokens: every part is 0 there)."""
