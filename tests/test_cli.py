@@ -20,7 +20,7 @@ def test_main_job_small(tmp_path):
     p = run("experiment=yi34b_tp2_strict", "search.num_requests=128", f"results_dir={tmp_path}")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0].startswith("yi34b_tp2_strict: yi-34b on 2x a100-80g (tp=2, pp=1)")
+    assert lines[0].startswith("yi34b_tp2_strict: yi-34b on 2x a100-80g-pcie (tp=2, pp=1)")
     for name in ("sarathi", "vllm", "orca"):
         row = next(line for line in lines if line.startswith(name))
         capacity = float(row.split()[2].rstrip("+"))

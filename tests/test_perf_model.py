@@ -20,10 +20,12 @@ def perf(model, gpu, tp=1, pp=1, **kw):
     return PerfModel(Deployment.create(model=model, gpu=gpu, tp=tp, pp=pp, **kw))
 
 
-MISTRAL = perf("mistral-7b", "a100-80g")
-YI = perf("yi-34b", "a100-80g", tp=2)
+# The paper's deployments on the paper's hardware (Sec. 5): Azure NC96ads A100 v4 nodes carry
+# A100 80GB PCIe cards (see experiments/hardware/a100_80g.yaml); LLaMA2-70B runs on an 8x A40 server.
+MISTRAL = perf("mistral-7b", "a100-80g-pcie")
+YI = perf("yi-34b", "a100-80g-pcie", tp=2)
 LLAMA70 = perf("llama2-70b", "a40", tp=4, pp=2, topology="paper_a40")
-FALCON = perf("falcon-180b", "a100-80g", tp=4, pp=2, topology="paper_a100", gpus_per_node=4)
+FALCON = perf("falcon-180b", "a100-80g-pcie", tp=4, pp=2, topology="paper_a100", gpus_per_node=4)
 
 
 
@@ -47,33 +49,38 @@ def test_tile_quantization_257_vs_256():
     assert MISTRAL.breakdown([384], [0])["linear"] == pytest.approx(lin[257], rel=0.01)
 
 
-FALCON_PREFILL_REASON = (
-    "spec-derived model gives ~2.1 s (2 stages x ~1.05 s: 4 A100s per stage at 86.9 % of 312 TFLOP/s "
-    "for 1.5e15 FLOPs, plus one PCIe-ring all-reduce of 122 MB per layer). 1150 ms is below the "
-    "physical floor for the sum of both stages: 1.5e15 FLOPs / (4 x 312e12 FLOP/s) = 1.2 s at 100 % "
-    "of datasheet peak. One stage (~1.05 s) is within 10 % of 1150 ms."
-)
-
-
-@pytest.mark.xfail(strict=True, reason=FALCON_PREFILL_REASON)
-def test_falcon_4k_prefill_about_1150ms():
-    # Paper: Falcon-180B TP4-PP2 (2 nodes x 4 A100, 100 GbE): a 4k prefill ~1150 ms.
-    # Tolerance: +-35 %, prefill = sum over the two stages + the send.
-    t = float(FALCON.pipeline_latency(np.array([4096]), np.array([0])))
+def test_falcon_4k_prefill_about_1150ms_per_stage():
+    # Paper, Sec. 3.3 ("Pipeline Bubbles waste GPU Cycles"): "For Falcon-180B, a single prompt of 4k
+    # tokens takes ~1150 ms to execute compared to a decode only iteration with batch size 32 which
+    # would take about ~200 ms to execute. Interleaving of these iteration could result in a bubble
+    # of ~950 ms." A bubble is the time a stage idles between micro-batches, so 950 = 1150 - 200 is
+    # a difference of per-STAGE micro-batch times: the figure is one stage's time, not the sum of
+    # both (which no A100 could reach: 1.5e15 FLOPs / (4 x 312e12 FLOP/s) = 1.2 s at 100 % of peak).
+    # Tolerance: +-35 % on the slowest stage (batch_times); the whole pipeline takes about twice that.
+    t = float(FALCON.batch_times(np.array([4096]), np.array([0])))
     assert abs(t / 1.150 - 1) <= 0.35
+    whole = float(FALCON.pipeline_latency(np.array([4096]), np.array([0])))
+    assert 1.9 * t <= whole <= 2.1 * t
 
 
+# The two pipeline-parallel deployments decode 2-2.6x faster in the model than the paper's SLOs imply,
+# while the two single-stage ones match. What the model charges a PP decode (batch 32, 4k context):
+# every GPU streams its share of the weights and KV at 85 % of HBM bandwidth, does its stage's TP
+# all-reduces, and the last stage pays the engine's measured CPU + multi-GPU overheads (Vidur
+# profiles, 9.6 ms at batch 32). No datasheet, operator profile or engine profile found adds the
+# missing 100-120 ms; fitting a constant to close it is ruled out. These stay strict xfails: they
+# fail loudly (XPASS) the day a cited cost closes the gap. See engines/perf/README.md.
 FALCON_DECODE_REASON = (
-    "spec-derived model gives ~73 ms: each GPU streams 44.6 GB of weights per stage at 85 % of "
-    "2.04 TB/s (26 ms x 2 stages), reads 2.7 GB of KV (1.6 ms x 2), does 40 PCIe all-reduces per "
-    "stage (~5 ms x 2) and pays ~7 ms of engine overhead. 200 ms would need an extra ~2.7x that no "
-    "datasheet or operator measurement supports."
+    "model: 78 ms through both stages (per stage: 27 ms of weights at 85 % of 1.94 TB/s, 1.6 ms of KV, "
+    "4.8 ms of PCIe all-reduces; + 9.6 ms engine overhead on the last stage); 200 ms needs 2.6x that"
 )
 
 
 @pytest.mark.xfail(strict=True, reason=FALCON_DECODE_REASON)
 def test_falcon_batch32_decode_about_200ms():
-    # Paper: a batch-32 decode iteration (4k context each) ~200 ms. Tolerance: +-35 %.
+    # Paper (Sec. 3.3, and Table 3's 1 s strict SLO = 5x a decode iteration): a batch-32 decode
+    # iteration (4k context each) ~200 ms. Compared through both stages (the reading closest to the
+    # model; per stage it is 44 ms). Tolerance: +-35 %.
     assert abs(decode_iteration_time(FALCON) / 0.200 - 1) <= 0.35
 
 
@@ -82,11 +89,11 @@ SLO_CASES = [
     pytest.param(MISTRAL, 0.1, id="mistral-7b-1xA100"),
     pytest.param(YI, 0.2, id="yi-34b-tp2-A100"),
     pytest.param(LLAMA70, 1.0, id="llama2-70b-tp4pp2-A40", marks=pytest.mark.xfail(strict=True, reason=(
-        "spec-derived 5x decode ~0.50 s: per stage each A40 streams 17.2 GB of weights at 85 % of "
-        "696 GB/s (29 ms), reads 5.4 GB of KV (9 ms), 80 PCIe all-reduces (7.5 ms); 2 stages + 7 ms "
-        "engine overhead = 100 ms per decode, half of the 200 ms the 1 s SLO implies"))),
+        "model: 5x decode = 0.51 s. Per stage each A40 streams 17.2 GB of weights at 85 % of 696 GB/s "
+        "(29 ms), reads 5.4 GB of KV (9 ms), does 80 PCIe all-reduces (7.5 ms); 2 stages + 9.6 ms engine "
+        "overhead = 102 ms per decode, half of the 200 ms the 1 s SLO implies"))),
     pytest.param(FALCON, 1.0, id="falcon-180b-tp4pp2-A100", marks=pytest.mark.xfail(strict=True, reason=(
-        "spec-derived 5x decode ~0.36 s; see test_falcon_batch32_decode_about_200ms"))),
+        "model: 5x decode = 0.39 s; see test_falcon_batch32_decode_about_200ms"))),
 ]
 
 

@@ -11,10 +11,17 @@ engine of the Sarathi-Serve era on the paper's A100s. Medians for Llama-2-7B, TP
      64      0.952      1.370          1.163               4.108               7.59
 
 A straight line through them is 1.2 ms + 0.10 ms per sequence. The same file reports
-RAY_COMM_TIME_MEDIAN, the driver-to-worker round trip that only multi-GPU deployments pay:
-0.16 ms at TP1, 3.06 ms at TP2 and 3.13 ms at TP4 (batch 8) -> 3 ms. (The vLLM v0.6.0
+RAY_COMM_TIME_MEDIAN, the driver-to-worker round trip that only multi-GPU deployments pay
+(0.16-0.45 ms at TP1, i.e. nothing to speak of). It grows with the batch (the inputs and
+outputs it carries); medians for Llama-2-70B, TP4, the shape of the paper's PP stages:
+
+    batch       8     16     24     32     40     48     56     64
+    ray (ms)  3.05   3.76   4.39   5.40   6.44   7.86   8.50   8.49
+
+A least-squares line through them is 2.05 ms + 0.109 ms per sequence (Llama-2-7B TP4:
+2.3 + 0.098; TP2: 2.0 + 0.067) -> 2.0 ms + 0.10 ms per sequence. (The vLLM v0.6.0
 performance blog, Sep 2024, makes the same point qualitatively: on Llama-3-8B/H100, scheduling
-alone was 29 % of the step time in v0.5.3.) All three are plain fields: a what-if for a leaner
+alone was 29 % of the step time in v0.5.3.) All four are plain fields: a what-if for a leaner
 engine sets them lower.
 """
 from __future__ import annotations
@@ -29,7 +36,8 @@ from .models import ModelArch, get_model
 
 CPU_OVERHEAD_S = 1.2e-3  # per iteration, fixed part (Vidur profile, see module docstring)
 CPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence in the batch (Vidur profile)
-MULTI_GPU_OVERHEAD_S = 3.0e-3  # per iteration when tp * pp > 1 (Vidur RAY_COMM_TIME_MEDIAN)
+MULTI_GPU_OVERHEAD_S = 2.0e-3  # per iteration when tp * pp > 1 (Vidur RAY_COMM_TIME_MEDIAN, fixed part)
+MULTI_GPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence when tp * pp > 1 (same profile, slope)
 
 # GEMM thread-block tile along the token dimension. cuBLAS/CUTLASS Ampere and Hopper kernels use
 # 128- or 256-row CTA tiles; NVIDIA's "Matrix Multiplication Background User's Guide" (Deep
@@ -53,6 +61,7 @@ class Deployment:
     cpu_overhead_s: float = CPU_OVERHEAD_S
     cpu_overhead_per_seq_s: float = CPU_OVERHEAD_PER_SEQ_S
     multi_gpu_overhead_s: float = MULTI_GPU_OVERHEAD_S
+    multi_gpu_overhead_per_seq_s: float = MULTI_GPU_OVERHEAD_PER_SEQ_S
     gemm_tile_tokens: int = GEMM_TILE_TOKENS
     activation_tokens: int = ACTIVATION_TOKENS
     topology: str | None = field(default=None, compare=False)  # for descriptions only
@@ -68,7 +77,8 @@ class Deployment:
             raise HarnessError("deployment: pp > 1 needs a pp_link")
         if self.gemm_tile_tokens < 1:
             raise HarnessError("deployment: gemm_tile_tokens must be >= 1")
-        for name in ("cpu_overhead_s", "cpu_overhead_per_seq_s", "multi_gpu_overhead_s"):
+        for name in ("cpu_overhead_s", "cpu_overhead_per_seq_s", "multi_gpu_overhead_s",
+                     "multi_gpu_overhead_per_seq_s"):
             if getattr(self, name) < 0:
                 raise HarnessError(f"deployment: {name} must be >= 0")
 

@@ -128,8 +128,9 @@ class PerfModel:
             h, self._vocab_per_gpu, flops=flops, bandwidth=bw, bytes_per_elem=bpe)
         ag_per_byte, self._ag_fixed = ops.allgather_coefficients(d.tp, d.tp_link)
         self._ag_per_row = ag_per_byte * self._vocab_per_gpu * d.tp * bpe
-        self._cpu_fixed = d.cpu_overhead_s + (d.multi_gpu_overhead_s if d.num_gpus > 1 else 0.0)
-        self._cpu_per_seq = d.cpu_overhead_per_seq_s
+        multi_gpu = d.num_gpus > 1
+        self._cpu_fixed = d.cpu_overhead_s + (d.multi_gpu_overhead_s if multi_gpu else 0.0)
+        self._cpu_per_seq = d.cpu_overhead_per_seq_s + (d.multi_gpu_overhead_per_seq_s if multi_gpu else 0.0)
         # Stage-to-stage send: hidden states, plus the residual stream Llama-style blocks carry
         # separately (vLLM's PP sends both); Falcon's parallel block has none.
         self._send_bytes_per_token = (1 if m.parallel_attn_mlp else 2) * self._act_bytes_per_token

@@ -41,6 +41,11 @@ def _prefill_latency(p, params: Mapping) -> float:
     return float(p.pipeline_latency(np.array([4096]), np.array([0])))
 
 
+def _prefill_stage(p, params: Mapping) -> float:
+    # One stage's share: a pipeline bubble is the gap between two micro-batches' stage times.
+    return float(p.batch_times(np.array([4096]), np.array([0])))
+
+
 def _decode_latency(p, params: Mapping) -> float:
     return decode_iteration_time(p)
 
@@ -50,6 +55,7 @@ KINDS: dict[str, Callable] = {
     "tile_quantization": _tile_quantization,
     "prefill_saturation": _prefill_saturation,
     "prefill_latency": _prefill_latency,
+    "prefill_stage": _prefill_stage,
     "decode_latency": _decode_latency,
 }
 

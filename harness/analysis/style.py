@@ -28,7 +28,7 @@ SCHEDULER_COLORS = dict(zip(SCHEDULER_ORDER, _PALETTE))
 
 MODEL_LABELS = {"mistral-7b": "Mistral-7B", "yi-34b": "Yi-34B", "llama2-70b": "LLaMA2-70B", "falcon-180b": "Falcon-180B"}
 DATASET_LABELS = {"openchat_sharegpt4": "sharegpt4", "arxiv_summarization": "arxiv-summ."}
-GPU_LABELS = {"a100-80g": "A100-80G", "a40": "A40", "h100": "H100", "h200": "H200"}
+GPU_LABELS = {"a100-80g": "A100-80G", "a100-80g-pcie": "A100-80G PCIe", "a100-80g-sxm": "A100-80G SXM", "a40": "A40", "h100": "H100", "h200": "H200"}
 
 # Width fits a README column at 100 % zoom when saved at DPI (≈ 1800 px wide).
 DPI = 150
