@@ -1,7 +1,9 @@
 """Simulator speed: one 2048-request openchat_sharegpt4 probe on Yi-34B TP2 (2x A100-80G), per policy.
 
-Prints wall time, simulated requests and iterations per second of wall time, and how many of the
-iterations the decode-run fast-forward priced in bulk. Then times one whole capacity search.
+Prints wall time, simulated requests and iterations per second of wall time, how many of the
+iterations the decode-run fast-forward priced in bulk, and the share of the wall time spent in the
+performance model (the rest is the engine's scheduling and bookkeeping). Then times one whole
+capacity search.
 
     python benchmarks/bench_sim.py [--qps 1.0] [--requests 2048]
 """
@@ -18,15 +20,19 @@ from harness.experiment import plan_experiment, run_probe, search_capacity
 
 
 class CountingTimer:
-    """Wraps the deployment's timer to count iterations priced (one row = one iteration)."""
+    """Wraps the deployment's timer to count iterations priced (one row = one iteration) and the
+    seconds spent pricing them."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
         self.calls = 0
         self.iterations = 0
+        self.seconds = 0.0
 
     def batch_times(self, new_tokens, context_lens):
+        t0 = time.perf_counter()
         out = self.inner.batch_times(new_tokens, context_lens)
+        self.seconds += time.perf_counter() - t0
         self.calls += 1
         self.iterations += int(np.size(out))
         return out
@@ -42,7 +48,7 @@ def main() -> None:
                    "scheduler=[sarathi,vllm,orca,fastertransformer,hybrid_only,chunked_only]"])
     plan = plan_experiment(cfg)
     print(f"{plan.deployment.description}, {args.requests} requests at {args.qps} QPS")
-    print(f"{'policy':<18}{'wall s':>8}{'req/s':>10}{'iter/s':>12}{'iterations':>12}{'bulk %':>8}{'P99 TBT':>9}")
+    print(f"{'policy':<18}{'wall s':>8}{'req/s':>10}{'iter/s':>12}{'iterations':>12}{'bulk %':>8}{'model %':>8}{'P99 TBT':>9}")
     for name in plan.schedulers:
         timer = CountingTimer(plan.deployment.timer)
         counted = replace(plan, deployment=replace(plan.deployment, timer=timer))
@@ -51,7 +57,7 @@ def main() -> None:
         wall = time.perf_counter() - t0
         bulk = 100 * (timer.iterations - timer.calls) / max(timer.iterations, 1)
         print(f"{name:<18}{wall:>8.2f}{args.requests / wall:>10.0f}{timer.iterations / wall:>12.0f}"
-              f"{timer.iterations:>12}{bulk:>7.0f}%{out.verdict.tbt_s:>8.3f}s")
+              f"{timer.iterations:>12}{bulk:>7.0f}%{100 * timer.seconds / wall:>7.0f}%{out.verdict.tbt_s:>8.3f}s")
     for name in ("sarathi", "vllm", "orca"):
         t0 = time.perf_counter()
         r = search_capacity(plan, name)

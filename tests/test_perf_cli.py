@@ -31,7 +31,17 @@ def test_json_and_repeated_items():
     assert out["iteration_s"] > max(out["stage_times_s"])
 
 
-@pytest.mark.parametrize("args", [["--model", "gpt-9"], ["--batch", "12"], ["--batch", "0:5"], ["--gpu", "tpu"]])
+def test_set_overrides_engine_overheads():
+    base = json.loads(run("--model", "yi-34b", "--tp", "2", "--batch", "32x1:4096", "--json").stdout)
+    lean = json.loads(run("--model", "yi-34b", "--tp", "2", "--batch", "32x1:4096", "--json",
+                          "--set", "cpu_overhead_s=0", "--set", "cpu_overhead_per_seq_s=0",
+                          "--set", "multi_gpu_overhead_s=0", "--set", "multi_gpu_overhead_per_seq_s=0").stdout)
+    assert lean["breakdown_s"]["cpu_overhead"] == 0.0 < base["breakdown_s"]["cpu_overhead"]
+    assert lean["iteration_s"] == pytest.approx(base["iteration_s"] - base["breakdown_s"]["cpu_overhead"], rel=1e-9)
+
+
+@pytest.mark.parametrize("args", [["--model", "gpt-9"], ["--batch", "12"], ["--batch", "0:5"], ["--gpu", "tpu"],
+                                  ["--set", "hbm=1"], ["--set", "gemm_tile_tokens=x"], ["--set", "cpu_overhead_s=-1"]])
 def test_bad_input_exit_2(args):
     p = run(*args)
     assert p.returncode == 2 and p.stderr.startswith("error: ")

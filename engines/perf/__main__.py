@@ -3,6 +3,7 @@
     python -m engines.perf --model yi-34b --gpu a100-80g --tp 2 --batch 4096:0
     python -m engines.perf --model llama2-70b --gpu a40 --tp 4 --pp 2 --batch 32x1:4096 --json
     python -m engines.perf --model path/to/config.json --gpu h100 --batch 512:0 --batch 64x1:2048
+    python -m engines.perf --model yi-34b --tp 2 --batch 32x1:4096 --set cpu_overhead_s=0 --set multi_gpu_overhead_s=0
 
 Each `--batch` item is `new_tokens:context_len` (tokens computed this iteration over tokens
 already cached), optionally repeated as `Nxnew:ctx`. The last line is the iteration time in ms
@@ -37,6 +38,24 @@ def parse_batch(items: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(new), np.array(ctx)
 
 
+# Deployment fields a what-if may override with --set (engine overheads, kernel tile, reserve).
+SETTABLE = {"cpu_overhead_s": float, "cpu_overhead_per_seq_s": float, "multi_gpu_overhead_s": float,
+            "multi_gpu_overhead_per_seq_s": float, "gemm_tile_tokens": int, "activation_tokens": int}
+
+
+def parse_sets(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in SETTABLE:
+            raise HarnessError(f"--set {item!r}: expected NAME=VALUE with NAME one of {', '.join(SETTABLE)}")
+        try:
+            out[name] = SETTABLE[name](value)
+        except ValueError:
+            raise HarnessError(f"--set {item!r}: {value!r} is not a {SETTABLE[name].__name__}") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engines.perf", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="yi-34b", help=f"catalog name ({', '.join(known_models())}) or a HF config.json")
@@ -47,12 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=None)
     ap.add_argument("--batch", action="append", default=[], metavar="NEW:CTX", help="a batch item; repeatable")
     ap.add_argument("--mem-util", type=float, default=0.9, help="GPU memory utilization for the KV capacity")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help=f"override a deployment field ({', '.join(SETTABLE)}); repeatable")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = ap.parse_args(argv)
     try:
         model = ModelArch.from_hf_config(args.model) if Path(args.model).suffix == ".json" else args.model
         d = Deployment.create(model=model, gpu=args.gpu, tp=args.tp, pp=args.pp, topology=args.topology,
-                              gpus_per_node=args.gpus_per_node)
+                              gpus_per_node=args.gpus_per_node, **parse_sets(args.set))
         perf = PerfModel(d)
         new, ctx = parse_batch(args.batch or ["1:0"])
         parts = perf.breakdown(new, ctx)
