@@ -87,3 +87,15 @@ def test_measured_profile_drives_the_simulation(tmp_path):
     assert "measured profile" in p.stdout.splitlines()[0]
     p = run("perf=profile", "search.num_requests=8", f"results_dir={tmp_path / 'x'}")
     assert p.returncode == 2 and "perf.path" in p.stderr
+
+
+@pytest.mark.parametrize("hardware,gpu", [("a100_80g", "a100-80g-pcie"), ("a100_80g_sxm", "a100-80g-sxm"),
+                                          ("a40", "a40-48g"), ("h100_80g", "h100-80g-sxm"), ("h200", "h200-141g")])
+def test_every_hardware_preset_plans(hardware, gpu):
+    from harness.cli import compose
+    from harness.experiment import plan_experiment
+
+    plan = plan_experiment(compose(["experiment=llama2_70b_tp4pp2_strict", f"hardware={hardware}"]))
+    d = plan.deployment.timer.deployment
+    assert d.gpu.name == gpu and d.tp == 4 and d.pp == 2
+    assert plan.deployment.kv_capacity_tokens > 0
