@@ -39,6 +39,21 @@ CPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence in the batch (Vidur profile)
 MULTI_GPU_OVERHEAD_S = 2.0e-3  # per iteration when tp * pp > 1 (Vidur RAY_COMM_TIME_MEDIAN, fixed part)
 MULTI_GPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence when tp * pp > 1 (same profile, slope)
 
+# The defaults above were measured on the A100 servers. The A40 server has its own host CPU and
+# its own profile (Vidur data/profiling/a40/cpu_overheads.csv, Llama-2-70B TP4 medians, ms):
+#
+#    batch   schedule + sampler_e2e + prepare_inputs_e2e + process_model_outputs   ray_comm
+#      8        0.27   +   1.68    +   0.47             +   1.00  =  3.43          3.92
+#     32        0.89   +   2.05    +   1.05             +   3.16  =  7.14          6.56
+#     64        1.24   +   2.09    +   1.82             +   5.74  = 10.89          9.31
+#
+# Least-squares lines: 2.6 ms + 0.13 ms per sequence, and 3.3 ms + 0.096 ms per sequence.
+# Keyed by topology name (a server's host goes with its GPUs); explicit overrides win.
+HOST_OVERHEADS: dict[str, dict[str, float]] = {
+    "paper-a40": dict(cpu_overhead_s=2.6e-3, cpu_overhead_per_seq_s=0.13e-3,
+                      multi_gpu_overhead_s=3.3e-3, multi_gpu_overhead_per_seq_s=0.096e-3),
+}
+
 # GEMM thread-block tile along the token dimension. cuBLAS/CUTLASS Ampere and Hopper kernels use
 # 128- or 256-row CTA tiles; NVIDIA's "Matrix Multiplication Background User's Guide" (Deep
 # Learning Performance docs, section "Tile Quantization") shows the step a tile boundary causes.
@@ -133,5 +148,6 @@ class Deployment:
             pp_link = min(paths, key=lambda link: (link.effective_bandwidth, -link.latency_s))
         fields = dict(model=arch, gpu=spec, tp=tp, pp=pp, tp_link=tp_link, pp_link=pp_link,
                       topology=f"{topo.name}/{topo.gpus_per_node}-per-node")
+        fields.update(HOST_OVERHEADS.get(topo.name, {}))
         fields.update(overrides)
         return cls(**fields)

@@ -26,6 +26,16 @@ Abbreviations used in the source comments:
              as Sarathi-Serve, collected on the paper's clusters):
              data/profiling/network/a100_pairwise_nvlink/{all_reduce,send_recv}.csv and
              data/profiling/a40/all_reduce.csv, data/device_configs/a40.yml.
+  [VIDUR-MLP] The same repository's linear-layer profiles of Llama-2-70B at TP4, 32 tokens (a
+             decode batch: the GEMMs stream their weights), median ms per layer:
+             data/profiling/compute/{a40,a100}/meta-llama/Llama-2-70b-hf/mlp.csv
+                              attn_pre_proj  attn_post_proj  mlp_up_proj  mlp_down_proj   sum
+               weight bytes      41.9 MB        33.5 MB        234.9 MB     117.4 MB    427.7 MB
+               A40               0.087          0.069          0.456        0.226       0.838 ms
+               A100 ("a100")     0.035          0.028          0.159        0.079       0.301 ms
+             -> 510 GB/s = 0.733 of the A40's 696 GB/s; 1,421 GB/s = 0.734 of the A100 PCIe's
+             1,935 GB/s (Vidur's "a100" has 4 GPUs a node with pairwise NVLink: the paper's Azure
+             NC A100 v4 PCIe servers). Both give 0.73.
 """
 from __future__ import annotations
 
@@ -47,6 +57,8 @@ class GpuSpec:
     matmul_efficiency: float  # achievable fraction of peak_flops for large GEMMs
     attention_efficiency: float  # achievable fraction of peak_flops for prefill attention kernels
     hbm_efficiency: float  # achievable fraction of hbm_bandwidth for streaming kernels
+    # achievable fraction of hbm_bandwidth while a GEMM streams its weights for a few rows (decode)
+    weight_stream_efficiency: float = 0.73
 
     @property
     def matmul_flops(self) -> float:
@@ -59,6 +71,10 @@ class GpuSpec:
     @property
     def mem_bandwidth(self) -> float:
         return self.hbm_bandwidth * self.hbm_efficiency
+
+    @property
+    def weight_bandwidth(self) -> float:
+        return self.hbm_bandwidth * self.weight_stream_efficiency
 
 
 @dataclass(frozen=True)
@@ -76,10 +92,12 @@ class LinkSpec:
         return self.bandwidth * self.efficiency
 
 
-# HBM fraction used for every streaming kernel (weights in GEMMs, KV reads in attention,
-# elementwise ops): 0.85, a little under the 88-90 % best case of [HBM-RD], because serving
-# kernels (GEMV-like GEMMs, paged attention) are not hand-tuned copy kernels.
+# HBM fraction used for streaming kernels (KV reads in attention, elementwise ops): 0.85, a
+# little under the 88-90 % best case of [HBM-RD], because serving kernels are not hand-tuned
+# copy kernels. GEMMs streaming their weights at decode batch sizes reach less: 0.73, measured
+# on A40 and A100 [VIDUR-MLP]; H100/H200 have no such profile here and assume the same fraction.
 _HBM_EFF = 0.85
+_WEIGHT_STREAM_EFF = 0.73
 
 _GPUS: dict[str, GpuSpec] = {
     "a100-80g-sxm": GpuSpec(
@@ -91,6 +109,7 @@ _GPUS: dict[str, GpuSpec] = {
         attention_efficiency=0.60,  # [FA2] up to 0.73 at head_dim 128, long sequences; 0.60 for
         # the chunk sizes and head dims of serving (FA2 Fig. 4: lower at short seqlen / hdim 64)
         hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "a100-80g-pcie": GpuSpec(
         name="a100-80g-pcie",
@@ -100,6 +119,7 @@ _GPUS: dict[str, GpuSpec] = {
         matmul_efficiency=0.811,  # [MAMF] A100 PCIe 252.9 / 312 (300 W power cap)
         attention_efficiency=0.60,  # [FA2], as for the SXM part
         hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "a40-48g": GpuSpec(
         name="a40-48g",
@@ -111,6 +131,7 @@ _GPUS: dict[str, GpuSpec] = {
         # board, A100 PCIe ([MAMF] 81.1 %)
         attention_efficiency=0.60,  # [FA2] Ampere figure, as for A100
         hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "h100-80g-sxm": GpuSpec(
         name="h100-80g-sxm",
@@ -120,6 +141,7 @@ _GPUS: dict[str, GpuSpec] = {
         matmul_efficiency=0.803,  # [MAMF] H100 SXM 794.5 / 989
         attention_efficiency=0.34,  # [FA2] 335 / 989 (FlashAttention-2, the paper-era kernel)
         hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "h200-141g": GpuSpec(
         name="h200-141g",
@@ -129,6 +151,7 @@ _GPUS: dict[str, GpuSpec] = {
         matmul_efficiency=0.803,  # same GH100 die and 700 W limit as H100 SXM: [MAMF] 80.3 %
         attention_efficiency=0.34,  # [FA2] as H100
         hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
 }
 

@@ -90,6 +90,7 @@ class PerfModel:
         hd = m.head_dim
         inter = m.intermediate_size // d.tp
         flops, bw = gpu.matmul_flops, gpu.mem_bandwidth
+        weight_bw = gpu.weight_bandwidth  # GEMMs stream weights slower than copies (hardware.py)
         self._tile = d.gemm_tile_tokens
         # The four GEMMs of a layer on one GPU (column-parallel QKV and MLP-up, row-parallel
         # attention-out and MLP-down), as (G, 1) coefficient columns evaluated together.
@@ -99,7 +100,7 @@ class PerfModel:
             ("linear.mlp_up", h, m.mlp_in_width // d.tp),
             ("linear.mlp_down", inter, h),
         )
-        coeffs = np.array([ops.gemm_coefficients(k, n, flops=flops, bandwidth=bw, bytes_per_elem=bpe)
+        coeffs = np.array([ops.gemm_coefficients(k, n, flops=flops, bandwidth=weight_bw, bytes_per_elem=bpe)
                            for _, k, n in self._gemm_shapes])
         self._gemm_c, self._gemm_w, self._gemm_a = (coeffs[:, i:i + 1] for i in range(3))
         # Bytes moved per token per layer by bandwidth-bound kernels on one GPU.
@@ -125,7 +126,7 @@ class PerfModel:
         self._vocab_per_gpu = math.ceil(m.vocab_size / d.tp)
         self._lm_norm_per_row = 4 * h * bpe / bw
         self._lm_c, self._lm_w, self._lm_a = ops.gemm_coefficients(
-            h, self._vocab_per_gpu, flops=flops, bandwidth=bw, bytes_per_elem=bpe)
+            h, self._vocab_per_gpu, flops=flops, bandwidth=weight_bw, bytes_per_elem=bpe)
         ag_per_byte, self._ag_fixed = ops.allgather_coefficients(d.tp, d.tp_link)
         self._ag_per_row = ag_per_byte * self._vocab_per_gpu * d.tp * bpe
         multi_gpu = d.num_gpus > 1
