@@ -114,6 +114,22 @@ def test_from_hf_config_mistral_and_falcon_spellings():
     assert (m.num_layers, m.num_attention_heads, m.num_kv_heads, m.intermediate_size) == (60, 128, 8, 4 * 8192)
 
 
+def test_untied_embeddings_unless_the_family_ties_them():
+    # transformers' defaults when config.json omits the flag: LlamaConfig/MistralConfig do not tie,
+    # FalconConfig (PretrainedConfig) does. The torch engine reads its shapes through this parser.
+    from engines.models.config import ModelConfig
+
+    llama = {k: v for k, v in LLAMA_CFG.items() if k != "tie_word_embeddings"}
+    assert not ModelArch.from_hf_config(llama).tie_word_embeddings
+    assert not ModelConfig.from_hf_dict(llama).tie_word_embeddings
+    falcon = {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 2,
+              "num_kv_heads": 2, "new_decoder_architecture": True, "vocab_size": 1000}
+    assert ModelArch.from_hf_config(falcon).tie_word_embeddings
+    torch_cfg = ModelConfig.from_hf_dict(falcon)
+    assert torch_cfg.tie_word_embeddings and torch_cfg.family == "falcon" and torch_cfg.falcon_qkv_layout == "grouped"
+    assert (torch_cfg.num_heads, torch_cfg.num_kv_heads, torch_cfg.intermediate_size) == (8, 2, 1024)
+
+
 def test_from_hf_config_errors(tmp_path):
     with pytest.raises(HarnessError, match="hidden_size"):
         ModelArch.from_hf_config({"model_type": "llama", "vocab_size": 10})

@@ -98,6 +98,11 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, cfg: Mapping[str, Any], name: str | None = None) -> ModelConfig:
+        """Shapes come from the performance model's parser (engines.perf.models: the one reader
+        of Hugging Face spellings); this adds what only the torch code needs (rotary base, norm
+        epsilon, Falcon's fused-QKV layout, special tokens) and refuses what it cannot run."""
+        from engines.perf.models import ModelArch
+
         cfg = dict(cfg)
         mtype = str(cfg.get("model_type", "")).lower()
         name = name or str(cfg.get("_name_or_path") or mtype or "model")
@@ -106,71 +111,33 @@ class ModelConfig:
         rope_type = rope.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
         if rope_type != "default":
             raise HarnessError(f"model {name}: rope type {rope_type!r} is not supported (only plain rotary)")
-        theta = float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0)
         eos = cfg.get("eos_token_id", 2)
-        eos_ids = tuple(int(e) for e in (eos if isinstance(eos, list) else [eos])) if eos is not None else ()
-        common = dict(
-            vocab_size=int(cfg["vocab_size"]),
-            hidden_size=int(cfg["hidden_size"]),
-            rope_theta=theta,
+        torch_only: dict[str, Any] = dict(
+            rope_theta=float(cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0),
             bos_token_id=cfg.get("bos_token_id"),
-            eos_token_ids=eos_ids,
+            eos_token_ids=tuple(int(e) for e in (eos if isinstance(eos, list) else [eos])) if eos is not None else (),
             name=name,
             extra=cfg,
         )
         if mtype in _FALCON_TYPES:
             if cfg.get("alibi"):
                 raise HarnessError(f"model {name}: Falcon with ALiBi (falcon-rw) is not supported")
-            heads = int(cfg.get("num_attention_heads") or cfg["n_head"])
             new_arch = bool(cfg.get("new_decoder_architecture"))
-            if new_arch:
-                kv, layout = int(cfg.get("num_kv_heads") or cfg.get("n_head_kv") or heads), "grouped"
-            elif cfg.get("multi_query", True):
-                kv, layout = 1, "mqa"
-            else:
-                kv, layout = heads, "interleaved"
-            hidden = common["hidden_size"]
-            n_ln = cfg.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
-            return cls(
-                family="falcon",
-                num_layers=int(cfg.get("num_hidden_layers") or cfg["n_layer"]),
-                num_heads=heads,
-                num_kv_heads=kv,
-                head_dim=hidden // heads,
-                intermediate_size=int(cfg.get("ffn_hidden_size") or 4 * hidden),
-                max_position_embeddings=int(cfg.get("max_position_embeddings") or 2048),
-                norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
-                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-                attention_bias=bool(cfg.get("bias", False)),
-                # HF adds the attention output into the MLP output for the new architecture
-                # whatever parallel_attn says, so it is parallel there.
-                parallel_attn=bool(cfg.get("parallel_attn", True)) or new_arch,
-                num_ln_in_parallel_attn=int(n_ln),
+            layout = "grouped" if new_arch else "mqa" if cfg.get("multi_query", True) else "interleaved"
+            torch_only.update(
                 falcon_qkv_layout=layout,
-                **common,
+                num_ln_in_parallel_attn=int(cfg.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)),
+                norm_eps=float(cfg.get("layer_norm_epsilon", 1e-5)),
+                max_position_embeddings=int(cfg.get("max_position_embeddings") or 2048),
             )
-        if mtype not in _LLAMA_TYPES and mtype:
-            raise HarnessError(f"model {name}: model_type {mtype!r} not supported (llama, mistral, yi, falcon)")
-        if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias"):
-            raise HarnessError(f"model {name}: only SiLU-gated MLPs without bias are supported")
-        heads = int(cfg["num_attention_heads"])
-        window = cfg.get("sliding_window")
-        if cfg.get("use_sliding_window") is False or not window:
-            window = None
-        return cls(
-            family="llama",
-            num_layers=int(cfg["num_hidden_layers"]),
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or common["hidden_size"] // heads),
-            intermediate_size=int(cfg["intermediate_size"]),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-            norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            sliding_window=int(window) if window else None,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            attention_bias=bool(cfg.get("attention_bias", False)),
-            **common,
-        )
+        else:
+            if mtype not in _LLAMA_TYPES and mtype:
+                raise HarnessError(f"model {name}: model_type {mtype!r} not supported (llama, mistral, yi, falcon)")
+            if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias"):
+                raise HarnessError(f"model {name}: only SiLU-gated MLPs without bias are supported")
+            torch_only.update(norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                              max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)))
+        return cls.from_arch(ModelArch.from_hf_config(cfg, name=name)).with_changes(**torch_only)
 
     @classmethod
     def from_arch(cls, arch: Any) -> ModelConfig:

@@ -188,6 +188,7 @@ def _first(cfg: dict, keys: tuple[str, ...], source: str, default: Any = ...) ->
 # Families whose MLP is gated (SwiGLU/GeGLU) whatever `hidden_act` says.
 _GATED_FAMILIES = {"llama", "mistral", "mixtral", "yi", "qwen2", "gemma", "gemma2", "internlm2", "baichuan"}
 _FALCON_TYPES = {"falcon", "refinedweb", "refinedwebmodel"}
+_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "yi", "qwen2", "internlm2", "baichuan"}
 
 
 def _arch_from_config(cfg: dict, name: str | None, source: str) -> ModelArch:
@@ -220,7 +221,9 @@ def _arch_from_config(cfg: dict, name: str | None, source: str) -> ModelArch:
         window = None
     max_pos = int(_first(cfg, ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
                          source, 2048))
-    tied = bool(cfg.get("tie_word_embeddings", True))  # transformers' PretrainedConfig default
+    # transformers' defaults: PretrainedConfig ties (Falcon, Gemma, GPT-2 keep that), the Llama-style
+    # configs (LlamaConfig, MistralConfig, Qwen2Config, ...) do not.
+    tied = bool(cfg.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT))
     layer_norm = "rms_norm_eps" not in cfg and (falcon or "layer_norm_epsilon" in cfg or "layer_norm_eps" in cfg)
     qkv_bias = bool(cfg.get("attention_bias") or cfg.get("qkv_bias") or model_type == "qwen2"
                     or (falcon and cfg.get("bias", False)))
