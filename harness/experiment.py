@@ -135,7 +135,10 @@ def reseed(plan: ExperimentPlan, dataset: Mapping, seed: int) -> ExperimentPlan:
 
 
 def _check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None:
-    total = workload.prompt_lens + workload.output_lens - 1  # the last token is never fed back
+    # The OpenAI-style servers (ours and vLLM) refuse prompt + max_tokens > max_model_len, one token
+    # stricter than what the KV cache must hold (the last token is never fed back). Plan by the
+    # servers' rule so a workload the simulator accepts is one the live backend can send.
+    total = workload.prompt_lens + workload.output_lens
     bad = np.flatnonzero(total > max_model_len)
     if bad.size:
         i = int(bad[0])

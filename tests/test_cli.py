@@ -99,3 +99,20 @@ def test_every_hardware_preset_plans(hardware, gpu):
     d = plan.deployment.timer.deployment
     assert d.gpu.name == gpu and d.tp == 4 and d.pp == 2
     assert plan.deployment.kv_capacity_tokens > 0
+
+
+def test_planning_refuses_what_the_server_would_refuse():
+    # prompt + output == max_model_len + 1 fits the KV cache (the last token is never fed back), but
+    # an OpenAI-style server (ours, vLLM) answers 400 to prompt + max_tokens > max_model_len.
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from harness.errors import HarnessError
+    from harness.experiment import _check_lengths
+
+    ok = SimpleNamespace(prompt_lens=np.array([100, 28]), output_lens=np.array([28, 100]))
+    _check_lengths(ok, 128, "w")
+    edge = SimpleNamespace(prompt_lens=np.array([100, 100]), output_lens=np.array([28, 29]))
+    with pytest.raises(HarnessError, match="request 1 has prompt 100 \\+ output 29 tokens, over max_model_len 128"):
+        _check_lengths(edge, 128, "w")
