@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from engines.perf.models import FALCON_MODEL_TYPES, ModelArch, get_model
 from harness.errors import HarnessError
 
 FAMILIES = ("llama", "falcon")
 _LLAMA_TYPES = {"llama", "mistral", "yi", "codellama"}
-_FALCON_TYPES = {"falcon", "refinedweb", "refinedwebmodel"}
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,6 @@ class ModelConfig:
         """Shapes come from the performance model's parser (engines.perf.models: the one reader
         of Hugging Face spellings); this adds what only the torch code needs (rotary base, norm
         epsilon, Falcon's fused-QKV layout, special tokens) and refuses what it cannot run."""
-        from engines.perf.models import ModelArch
-
         cfg = dict(cfg)
         mtype = str(cfg.get("model_type", "")).lower()
         name = name or str(cfg.get("_name_or_path") or mtype or "model")
@@ -119,7 +117,7 @@ class ModelConfig:
             name=name,
             extra=cfg,
         )
-        if mtype in _FALCON_TYPES:
+        if mtype in FALCON_MODEL_TYPES:
             if cfg.get("alibi"):
                 raise HarnessError(f"model {name}: Falcon with ALiBi (falcon-rw) is not supported")
             new_arch = bool(cfg.get("new_decoder_architecture"))
@@ -140,7 +138,7 @@ class ModelConfig:
         return cls.from_arch(ModelArch.from_hf_config(cfg, name=name)).with_changes(**torch_only)
 
     @classmethod
-    def from_arch(cls, arch: Any) -> ModelConfig:
+    def from_arch(cls, arch: ModelArch) -> ModelConfig:
         """From the performance model's catalog entry (engines.perf.models.ModelArch): the same
         shapes, so a random-weight model costs on a GPU what the real one would."""
         falcon = not arch.gated_mlp
@@ -180,6 +178,4 @@ def resolve_model_config(model: str | Path | ModelConfig) -> tuple[ModelConfig, 
         directory = path if path.is_dir() else path.parent
         has_weights = any(directory.glob("*.safetensors"))
         return cfg, directory if has_weights else None
-    from engines.perf.models import get_model  # lazy: the catalog is only needed for names
-
     return ModelConfig.from_arch(get_model(str(model))), None

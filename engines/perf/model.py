@@ -71,6 +71,14 @@ class _Scratch(threading.local):
 _SCRATCH = _Scratch()
 
 
+def _check_counts(n: np.ndarray, c: np.ndarray) -> None:
+    """new_tokens and context_lens: the same shape, no negative counts."""
+    if n.shape != c.shape:
+        raise HarnessError(f"new_tokens shape {n.shape} != context_lens shape {c.shape}")
+    if n.size and (n.min() < 0 or c.min() < 0):
+        raise HarnessError("new_tokens and context_lens must be >= 0")
+
+
 class PerfModel:
     """Iteration times of one deployment. Stateless after construction; thread-safe."""
 
@@ -242,12 +250,9 @@ class PerfModel:
         far below 2**53, so float64 is exact, and it avoids numpy's slow mixed int/float loops."""
         n = np.asarray(new_tokens)
         c = np.asarray(context_lens)
-        if n.shape != c.shape:
-            raise HarnessError(f"new_tokens shape {n.shape} != context_lens shape {c.shape}")
+        _check_counts(n, c)
         if n.ndim == 0:
             raise HarnessError("batch_times needs arrays of shape (..., B), got scalars")
-        if n.size and (n.min() < 0 or c.min() < 0):
-            raise HarnessError("new_tokens and context_lens must be >= 0")
         shape = n.shape[:-1]
         flat = (int(np.prod(shape, dtype=np.int64)), n.shape[-1])
         nf, cf = _SCRATCH.views(flat, 0, 2)
@@ -301,10 +306,7 @@ class PerfModel:
         """
         n = np.array(new_tokens, dtype=np.float64)
         c = np.array(context_lens, dtype=np.float64)
-        if n.shape != c.shape:
-            raise HarnessError(f"new_tokens shape {n.shape} != context_lens shape {c.shape}")
-        if n.size and (n.min() < 0 or c.min() < 0):
-            raise HarnessError("new_tokens and context_lens must be >= 0")
+        _check_counts(n, c)
         seqs = float(np.count_nonzero(n))
         if seqs == 0:
             return [0.0] * self.pp

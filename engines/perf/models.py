@@ -187,13 +187,13 @@ def _first(cfg: dict, keys: tuple[str, ...], source: str, default: Any = ...) ->
 
 # Families whose MLP is gated (SwiGLU/GeGLU) whatever `hidden_act` says.
 _GATED_FAMILIES = {"llama", "mistral", "mixtral", "yi", "qwen2", "gemma", "gemma2", "internlm2", "baichuan"}
-_FALCON_TYPES = {"falcon", "refinedweb", "refinedwebmodel"}
+FALCON_MODEL_TYPES = {"falcon", "refinedweb", "refinedwebmodel"}  # HF model_type spellings of Falcon
 _UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "yi", "qwen2", "internlm2", "baichuan"}
 
 
 def _arch_from_config(cfg: dict, name: str | None, source: str) -> ModelArch:
     model_type = str(cfg.get("model_type", "")).lower()
-    falcon = model_type in _FALCON_TYPES
+    falcon = model_type in FALCON_MODEL_TYPES
     hidden = int(_first(cfg, ("hidden_size", "n_embd", "d_model"), source))
     layers = int(_first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), source))
     heads = int(_first(cfg, ("num_attention_heads", "n_head", "num_heads"), source))
