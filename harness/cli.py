@@ -9,7 +9,7 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.paths import CONFIG_DIR
 from harness.runner import run_experiment
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 def _options(argv: list[str], defaults: dict) -> dict:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from engines.perf import Deployment, PerfModel
 from engines.perf.profile import build_perf_model
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 @dataclass(frozen=True)

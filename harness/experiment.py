@@ -16,7 +16,7 @@ from engines.schedulers import POLICIES, SchedulerConfig, make_engine
 from harness.backends.sim import simulate
 from harness.capacity import CapacityResult, Probe, find_capacity
 from harness.deployment import SimDeployment, build_deployment
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.metrics import Slo, SloVerdict, Summary, check_slo, summarize
 from harness.probe_cache import ProbeCache
 from harness.records import RequestRecord, RequestSpec

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 _LIVE_GROUPS: set[int] = set()
 _PR_SET_PDEATHSIG = 1

@@ -12,7 +12,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.paths import CONFIG_DIR
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from engines.perf.queries import decode_iteration_time
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.metrics import Slo
 
 SLO_KINDS = ("strict", "relaxed")

@@ -108,7 +108,7 @@ def test_planning_refuses_what_the_server_would_refuse():
 
     import numpy as np
 
-    from harness.errors import HarnessError
+    from common.errors import HarnessError
     from harness.experiment import _check_lengths
 
     ok = SimpleNamespace(prompt_lens=np.array([100, 28]), output_lens=np.array([28, 100]))

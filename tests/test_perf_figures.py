@@ -1,4 +1,4 @@
-"""engines.perf.figures: every figure is labelled and has data; save_all writes the PNGs."""
+"""harness.analysis.perf_figures: every figure is labelled and has data; save_all writes the PNGs."""
 from pathlib import Path
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from engines.perf import Deployment
-from engines.perf import figures as pf
+from harness.analysis import perf_figures as pf
 from engines.perf.profile import ProfilePerfModel
 from harness.analysis import style
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from engines.perf import BREAKDOWN_PARTS, LINEAR_PARTS, Deployment, PerfModel
 from engines.perf.queries import chunked_prefill_time, decode_iteration_time
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 def perf(model, gpu, tp=1, pp=1, **kw):

@@ -11,7 +11,7 @@ from engines.perf import LINEAR_PARTS, Deployment, PerfModel
 from engines.perf.profile import (
     LONG_COLUMNS, Curve, CurveFamily, OperatorProfile, ProfilePerfModel, build_perf_model, load_profile,
 )
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 ROOT = Path(__file__).resolve().parent.parent
 VIDUR = ROOT / "tests" / "fixtures" / "profiles" / "vidur_llama2_7b_a100"

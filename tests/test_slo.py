@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from engines.perf import Deployment, PerfModel
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.slo import resolve_slo
 
 PAPER = {"source": "paper", "table": {"yi-34b": {"strict": 0.2, "relaxed": 1.0}}}

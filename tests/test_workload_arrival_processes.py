@@ -7,7 +7,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.workload import arrival_offsets, concurrency_limit, load_workload
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.records import RequestSpec
 from harness.workload import arrival_offsets, load_workload, make_requests
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.workload import Workload, load_workload
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.workload import arrival_offsets, load_workload, make_requests, prompt_token_ids, with_prompt_token_ids
 
 

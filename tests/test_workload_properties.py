@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.workload import arrival_offsets, load_workload, make_requests
 
 import pytest

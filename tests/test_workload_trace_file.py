@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.workload import load_workload
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engines.perf.models import FALCON_MODEL_TYPES, ModelArch, get_model
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 FAMILIES = ("llama", "falcon")
 _LLAMA_TYPES = {"llama", "mistral", "yi", "codellama"}

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from engines.perf import Deployment, ModelArch, PerfModel, known_gpus, known_models, known_topologies
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 def parse_batch(items: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_topology
 from .models import ModelArch, get_model

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 GiB = 1024**3
 

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from . import operators as ops
 from .deployment import Deployment

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 @dataclass(frozen=True)

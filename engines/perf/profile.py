@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from . import operators as ops
 from .deployment import Deployment

@@ -17,3 +17,31 @@ def decode_iteration_time(perf, batch: int = 32, context: int = 4096) -> float:
     """Seconds of one decode-only iteration of `batch` sequences at `context` tokens each, without
     prefill interference (with pp > 1: one micro-batch through every stage): the paper's SLO unit."""
     return float(perf.pipeline_latency(np.ones(batch, dtype=np.int64), np.full(batch, context, dtype=np.int64)))
+
+
+def single_prefill_times(perf, lengths: np.ndarray, context: np.ndarray | int = 0) -> np.ndarray:
+    """Seconds of one iteration holding just one chunk of each length (vectorized)."""
+    n = np.asarray(lengths, dtype=np.int64)[:, None]
+    c = np.broadcast_to(np.asarray(context, dtype=np.int64), n.shape[:1])[:, None]
+    return perf.batch_times(n, c)
+
+
+def decode_with_chunk_times(perf, decodes: int, decode_context: int, chunks: np.ndarray,
+                            chunk_context: int = 0) -> np.ndarray:
+    """Seconds of iterations with `decodes` decodes at `decode_context` plus one chunk of each size."""
+    chunks = np.asarray(chunks, dtype=np.int64)
+    n = np.ones((chunks.size, decodes + 1), dtype=np.int64)
+    c = np.full(n.shape, decode_context, dtype=np.int64)
+    n[:, -1] = chunks
+    c[:, -1] = chunk_context
+    return perf.batch_times(n, c)
+
+
+def decode_only_time(perf, decodes: int, context: int) -> float:
+    """Seconds of one decode-only iteration of `decodes` sequences at `context` tokens (0 for none)."""
+    return perf.iteration_time([1] * decodes, [context] * decodes) if decodes else 0.0
+
+
+def linear_time_per_layer(perf, tokens: np.ndarray) -> np.ndarray:
+    """Seconds of one layer's linear layers (QKV, attention-out, MLP) on one GPU for each token count."""
+    return np.array([perf.breakdown([int(t)], [0])["linear"] for t in tokens]) / perf.stage_layers[0]

@@ -111,7 +111,7 @@ def write_report(results_dir: str | Path = "results", figures_dir: str | Path = 
                  paper_path: str | Path = PAPER_FILE, perf_figures: bool = True) -> Path:
     """Build figures/*.png and figures/REPORT.md from results_dir (plus, with `perf_figures`, the
     performance model's own figures under figures/perf/). Returns the report's path."""
-    from engines.perf.figures import save_all
+    from harness.analysis.perf_figures import save_all
 
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)

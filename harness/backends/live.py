@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engines.schedulers import SchedulerConfig
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
 from harness.records import RequestRecord, RequestSpec

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from .sources import RECIPES, load_records
 from .tokenizer import load_token_counter

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.workload import load_workload
 from harness.workload.paths import REPO_ROOT
 from harness.workload.trace_file import read_trace

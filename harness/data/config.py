@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import yaml
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.workload.paths import REPO_ROOT, resolve_path
 
 DATASET_DIR = REPO_ROOT / "experiments" / "dataset"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 def _ints(text: str) -> list[int]:

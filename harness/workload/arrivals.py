@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from .seeding import ARRIVALS, check_seed, rng_for
 from .trace_file import read_trace

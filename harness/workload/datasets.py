@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from .embedded import sample_embedded
 from .lengths import Workload

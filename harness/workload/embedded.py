@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from .fitted import load_fit, sample_fit
 from .joint_table import load_joint_table, sample_joint

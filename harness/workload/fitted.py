@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 
 @dataclass(frozen=True)

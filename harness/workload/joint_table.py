@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 COLUMNS = ["prompt_lo", "prompt_hi", "output_lo", "output_hi", "count"]
 

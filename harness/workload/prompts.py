@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.records import RequestSpec
 
 from .seeding import PROMPTS, check_seed, rng_for

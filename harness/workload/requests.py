@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 from harness.records import RequestSpec
 
 from .lengths import Workload

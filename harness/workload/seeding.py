@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 LENGTHS, ARRIVALS, PROMPTS = 1, 2, 3
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.errors import HarnessError
+from common.errors import HarnessError
 
 from .paths import display_path, resolve_path
 

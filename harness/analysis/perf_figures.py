@@ -1,0 +1,300 @@
+"""Figures of the performance model itself (not of serving results): the operator-level facts
+Sarathi-Serve's design rests on, drawn from the numbers `engines.perf.queries` computes with a
+PerfModel (analytical by default; pass a ProfilePerfModel to plot a measured profile the same way).
+
+    from harness.analysis.perf_figures import save_all
+    save_all("figures/perf")          # -> list of PNG paths
+    python -m harness.analysis.perf_figures figures/perf
+
+| function | shows | paper analog |
+| --- | --- | --- |
+| fig_per_token_times | per-token prefill time vs prompt length; per-token decode time vs batch size | Figs 3/4 |
+| fig_piggyback_cost | incremental cost of a prefill chunk added to a decode batch | Sec. 4 (piggybacking) |
+| fig_hybrid_vs_separate | one hybrid iteration (decodes + chunk) vs a decode and a prefill iteration | Fig 9 |
+| fig_chunking_overhead | total prefill time with chunking vs without, Yi-34B TP-2 | Fig 14 |
+| fig_tile_quantization | linear-layer time vs tokens 1..1024 (tile sawtooth) | Sec. 4.3 (tile quantization) |
+
+Every function returns a matplotlib Figure (Agg backend, the harness's seaborn style from
+harness.analysis.style); close it with harness.analysis.style.close when done.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from engines.perf import Deployment, PerfModel
+from engines.perf.queries import (
+    chunked_prefill_time, decode_only_time, decode_with_chunk_times, linear_time_per_layer, single_prefill_times,
+)
+from harness.analysis import style
+
+_MS, _US = 1e3, 1e6
+
+
+def default_models() -> dict[str, PerfModel]:
+    """The paper's two single-node deployments (Sarathi-Serve Sec. 5): Mistral-7B on one A100,
+    Yi-34B TP-2 on an NVLink pair of A100s."""
+    return {
+        "Mistral-7B · 1× A100": PerfModel(Deployment.create(model="mistral-7b", gpu="a100-80g")),
+        "Yi-34B TP-2 · 2× A100": PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2)),
+    }
+
+
+def _models(models: Mapping[str, PerfModel] | None) -> dict[str, PerfModel]:
+    return dict(models) if models is not None else default_models()
+
+
+def _colors(n: int):
+    import seaborn as sns
+    return sns.color_palette("colorblind", max(n, 3))
+
+
+def _plain_log_axis(ax, axis: str = "x", base: int = 2) -> None:
+    """Log axis with plain-number tick labels (256, 1024, 4096 rather than 2^8 ...)."""
+    fmt = FuncFormatter(lambda v, _: f"{v:g}" if v < 1e5 else f"{v:.0e}")
+    if axis == "x":
+        ax.set_xscale("log", base=base)
+        ax.xaxis.set_major_formatter(fmt)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.set_yscale("log", base=base)
+        ax.yaxis.set_major_locator(LogLocator(base=base))
+        ax.yaxis.set_major_formatter(fmt)
+        ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _plain_log_y(ax) -> None:
+    """Log y axis labelled 0.1, 0.2, 0.5, 1, 2, 5, ... (no 10^k / 3x10^2 mathtext)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+# ------------------------------------------------------------------ (a) Figs 3/4
+def fig_per_token_times(models: Mapping[str, PerfModel] | None = None, decode_context: int = 1024) -> Figure:
+    """Left: one prompt of L tokens in one iteration, time per prompt token vs L. Right: b
+    sequences decoding at `decode_context` tokens each, time per generated token vs b. Prefill
+    saturates the GPU within a few hundred tokens; decode needs batches in the hundreds to
+    approach the same per-token cost."""
+    models = _models(models)
+    colors = _colors(len(models))
+    fig, axes = style.new_figure(2, width=5.2, height=3.9)
+    ax_p, ax_d = axes[0]
+    prompts = np.arange(16, 16385, 8)
+    batches = np.unique(np.round(np.geomspace(1, 512, 40)).astype(np.int64))
+    for (label, perf), color in zip(models.items(), colors):
+        per_prompt_token = single_prefill_times(perf, prompts) / prompts * _MS
+        ax_p.plot(prompts, per_prompt_token, color=color, lw=2, label=label)
+        per_decode_token = np.array([decode_only_time(perf, int(b), decode_context) / b for b in batches]) * _MS
+        ax_d.plot(batches, per_decode_token, color=color, lw=2, label=f"{label}: decode")
+        saturated = float(single_prefill_times(perf, [4096])[0]) / 4096 * _MS
+        ax_d.axhline(saturated, color=color, ls="--", lw=1.2, label=f"{label}: prefill, 4k prompt")
+    _plain_log_axis(ax_p, "x")
+    _plain_log_y(ax_p)
+    ax_p.set_xlabel("prompt length (tokens)")
+    ax_p.set_ylabel("time per prompt token (ms)")
+    ax_p.set_title("Prefill: per-token time vs prompt length")
+    ax_p.legend(fontsize=8, loc="upper right")
+    _plain_log_axis(ax_d, "x")
+    _plain_log_y(ax_d)
+    ax_d.set_xlabel("decode batch size (sequences)")
+    ax_d.set_ylabel("time per generated token (ms)")
+    ax_d.set_title(f"Decode: per-token time vs batch size ({decode_context} context)")
+    ax_d.legend(fontsize=7.5, loc="upper right")
+    fig.suptitle("Per-token cost of prefill and decode iterations (Sarathi-Serve Figs 3/4 analog)", fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------ (b) piggybacking
+def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
+                       decode_batches: Sequence[int] = (8, 32, 128), decode_context: int = 1024,
+                       max_chunk: int = 2048) -> Figure:
+    """Incremental time of adding a prefill chunk of c tokens to an iteration that already runs
+    b decodes (t(b decodes + chunk) - t(b decodes)), against running the chunk on its own.
+    The decodes already pay for streaming the weights, so small chunks ride along cheaply:
+    Sarathi-Serve's piggybacking argument."""
+    if perf is None:
+        label, perf = next(iter(default_models().items()))
+    label = label or perf.deployment.describe()
+    chunks = np.unique(np.concatenate([np.arange(1, 64, 4), np.arange(64, max_chunk + 1, 16)]))
+    colors = _colors(len(decode_batches) + 1)
+    fig, axes = style.new_figure(2, width=5.2, height=3.9)
+    ax_t, ax_u = axes[0]
+    alone = single_prefill_times(perf, chunks) * _MS
+    ax_t.plot(chunks, alone, color="0.25", lw=2, ls="--", label="chunk alone (prefill-only iteration)")
+    ax_u.plot(chunks, alone / chunks * 1e3, color="0.25", lw=2, ls="--", label="chunk alone")
+    for b, color in zip(decode_batches, colors):
+        base = decode_only_time(perf, int(b), decode_context) * _MS
+        extra = decode_with_chunk_times(perf, int(b), decode_context, chunks) * _MS - base
+        ax_t.plot(chunks, extra, color=color, lw=1.8, label=f"added to {b} decodes ({base:.1f} ms alone)")
+        ax_u.plot(chunks, extra / chunks * 1e3, color=color, lw=1.8, label=f"added to {b} decodes")
+    ax_t.set_xlabel("prefill chunk size (tokens)")
+    ax_t.set_ylabel("added iteration time (ms)")
+    ax_t.set_title("Incremental time of a piggybacked chunk")
+    ax_t.set_xlim(0, max_chunk)
+    ax_t.set_ylim(bottom=0)
+    ax_t.legend(fontsize=7.5, loc="upper left")
+    ax_u.set_xlabel("prefill chunk size (tokens)")
+    ax_u.set_ylabel("added time per prompt token (µs)")
+    ax_u.set_title("... per prompt token")
+    _plain_log_axis(ax_u, "x")
+    _plain_log_y(ax_u)
+    ax_u.legend(fontsize=7.5, loc="upper right")
+    fig.suptitle(f"Piggybacking prefill chunks on decodes: {label}, decodes at {decode_context} context", fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------ (c) Fig 9
+def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decodes: int = 32,
+                           decode_context: int = 2048, max_chunk: int = 4096) -> Figure:
+    """Per deployment (columns): one hybrid iteration (b decodes + a prefill chunk) vs the same
+    work as two iterations (the decode batch, then the chunk alone), against the chunk size (top),
+    and the share of time the hybrid iteration saves (bottom). The rise of the hybrid line above
+    the decode-only line is the stall a chunk of that size adds to every decode's
+    time-between-tokens: the trade-off Sarathi-Serve's token budget sets."""
+    models = _models(models)
+    chunks = np.unique(np.round(np.geomspace(16, max_chunk, 120)).astype(np.int64))
+    fig, axes = style.new_figure(len(models), 2, width=5.0, height=2.9, sharex=True)
+    colors = _colors(3)
+    for col, (label, perf) in enumerate(models.items()):
+        ax, ax_s = axes[0][col], axes[1][col]
+        dec = decode_only_time(perf, decodes, decode_context) * _MS
+        hybrid = decode_with_chunk_times(perf, decodes, decode_context, chunks) * _MS
+        separate = dec + single_prefill_times(perf, chunks) * _MS
+        ax.plot(chunks, separate, color=colors[1], lw=2, label="separate: decode iteration + prefill iteration")
+        ax.plot(chunks, hybrid, color=colors[0], lw=2, label="hybrid: decodes + chunk in one iteration")
+        ax.axhline(dec, color="0.3", ls=":", lw=1.4, label=f"decode iteration alone ({dec:.1f} ms)")
+        _plain_log_y(ax)
+        ax.set_ylabel("time (ms)")
+        ax.set_title(label)
+        ax.legend(fontsize=7.5, loc="upper left")
+        saved = (1 - hybrid / separate) * 100
+        ax_s.plot(chunks, saved, color=colors[2], lw=2)
+        ax_s.fill_between(chunks, 0, saved, color=colors[2], alpha=0.15)
+        ax_s.set_ylim(0, max(5.0, float(saved.max()) * 1.15))
+        ax_s.set_ylabel("time saved by hybrid (%)")
+        ax_s.set_xlabel("prefill chunk size (tokens)")
+        _plain_log_axis(ax_s, "x")
+        ax_s.set_xlim(chunks[0], chunks[-1])
+    fig.suptitle(f"Hybrid batching vs separate iterations: {decodes} decodes at {decode_context} context "
+                 "+ one prefill chunk (Fig 9 analog)", fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------ (d) Fig 14
+def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = None,
+                          prompts: Sequence[int] = (2048, 4096, 8192, 16384),
+                          chunks: Sequence[int] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)) -> Figure:
+    """Total prefill time of one prompt split into chunks, relative to prefilling it in one
+    iteration, against the chunk size (Sarathi-Serve Fig 14 analog: Yi-34B TP-2)."""
+    if perf is None:
+        label, perf = "Yi-34B TP-2 · 2× A100", PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
+    label = label or perf.deployment.describe()
+    fig, axes = style.new_figure(1, width=6.4, height=4.2)
+    ax = axes[0][0]
+    colors = _colors(len(prompts))
+    for p, color in zip(prompts, colors):
+        whole = chunked_prefill_time(perf, p, p)
+        over = [(chunked_prefill_time(perf, p, c) / whole - 1) * 100 for c in chunks]
+        ax.plot(chunks, over, marker="o", ms=4, lw=1.8, color=color, label=f"{p // 1024}k-token prompt")
+    _plain_log_axis(ax, "x")
+    ax.set_xticks(list(chunks))
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_xlabel("chunk size (tokens)")
+    ax.set_ylabel("prefill time overhead vs no chunking (%)")
+    ax.set_title(f"Chunked-prefill overhead: {label} (Fig 14 analog)")
+    ax.legend(fontsize=8.5, loc="upper right")
+    ax.set_ylim(bottom=min(-1.0, ax.get_ylim()[0]))
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------ (e) tile quantization
+def fig_tile_quantization(perf: PerfModel | None = None, label: str | None = None, max_tokens: int = 1024) -> Figure:
+    """Linear-layer time of one layer vs tokens in the batch: GEMMs run on whole 128-row tiles,
+    so time steps up just past every multiple of the tile (257 tokens pay for 384) and the cost
+    per token is a sawtooth. The dashed line is the same roofline without tiles (analytical
+    models only)."""
+    if perf is None:
+        label, perf = next(iter(default_models().items()))
+    label = label or perf.deployment.describe()
+    tokens = np.arange(1, max_tokens + 1)
+    tiled = linear_time_per_layer(perf, tokens) * _US
+    reference = None
+    if type(perf) is PerfModel and perf.deployment.gemm_tile_tokens > 1:
+        reference = linear_time_per_layer(PerfModel(perf.deployment.with_changes(gemm_tile_tokens=1)), tokens) * _US
+    tile = perf.deployment.gemm_tile_tokens
+    colors = _colors(2)
+    fig, axes = style.new_figure(2, width=5.2, height=3.9)
+    ax_t, ax_u = axes[0]
+    ax_t.plot(tokens, tiled, color=colors[0], lw=1.6, drawstyle="steps-post", label=f"{tile}-token GEMM tiles")
+    ax_u.plot(tokens, tiled / tokens, color=colors[0], lw=1.4, label=f"{tile}-token GEMM tiles")
+    if reference is not None:
+        ax_t.plot(tokens, reference, color="0.3", lw=1.2, ls="--", label="no tile quantization")
+        ax_u.plot(tokens, reference / tokens, color="0.3", lw=1.2, ls="--", label="no tile quantization")
+    if max_tokens >= 2 * tile + 1:
+        a, b = tiled[2 * tile - 1], tiled[2 * tile]
+        ax_t.annotate(f"{2 * tile}→{2 * tile + 1} tokens: +{(b / a - 1) * 100:.0f}%", xy=(2 * tile + 1, b),
+                      xytext=(2 * tile + 60, b * 0.55), fontsize=8.5,
+                      arrowprops=dict(arrowstyle="->", color="0.3", lw=0.8))
+    for ax in (ax_t, ax_u):
+        ax.set_xlim(0, max_tokens)
+        ax.set_xticks(np.arange(0, max_tokens + 1, 2 * tile if max_tokens > 8 * tile else tile))
+        ax.set_xlabel("tokens in the batch")
+        ax.legend(fontsize=8, loc="upper left" if ax is ax_t else "upper right")
+    ax_t.set_ylim(bottom=0)
+    ax_t.set_ylabel("linear-layer time per layer (µs)")
+    ax_t.set_title("Linear layers (QKV, attn-out, MLP): one layer")
+    floor = float(np.min(tiled[tile - 1:] / tokens[tile - 1:])) if max_tokens >= tile else float(np.min(tiled / tokens))
+    ax_u.set_ylim(0, 4 * floor)  # small batches (weight streaming, ~1/tokens) run off the top
+    ax_u.set_ylabel("time per token (µs)")
+    ax_u.set_title("... per token (small batches off scale)")
+    fig.suptitle(f"Tile quantization: {label}", fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------ all
+FIGURES = (
+    ("perf_fig03_04_per_token_times", fig_per_token_times),
+    ("perf_piggyback_cost", fig_piggyback_cost),
+    ("perf_fig09_hybrid_vs_separate", fig_hybrid_vs_separate),
+    ("perf_fig14_chunking_overhead", fig_chunking_overhead),
+    ("perf_tile_quantization", fig_tile_quantization),
+)
+
+
+def save_all(out_dir: str | Path) -> list[Path]:
+    """Build every figure with the default deployments and save it as OUT_DIR/<name>.png."""
+    out = Path(out_dir)
+    paths = []
+    for name, build in FIGURES:
+        fig = build()
+        try:
+            paths.append(style.save(fig, out / f"{name}.png"))
+        finally:
+            style.close(fig)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print("usage: python -m harness.analysis.perf_figures OUT_DIR")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    for p in save_all(argv[0]):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
