@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.lifecycle import LaunchSpec, ServerProcess, free_port  # noqa: E402
+from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port  # noqa: E402
 from harness.loadgen import LoadOptions, run_load  # noqa: E402
 from harness.metrics import summarize  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402

@@ -15,8 +15,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from harness.cli import compose
-from harness.experiment import plan_experiment, run_probe, search_capacity
+from harness.config import compose
+from harness.backends import open_backend
+from harness.search.plan import plan_experiment
+from harness.search.probe import run_probe, search_capacity
 
 
 class CountingTimer:
@@ -53,14 +55,16 @@ def main() -> None:
         timer = CountingTimer(plan.deployment.timer)
         counted = replace(plan, deployment=replace(plan.deployment, timer=timer))
         t0 = time.perf_counter()
-        out = run_probe(counted, name, args.qps)
+        with open_backend(counted.job(name, progress=False)) as backend:
+            out = run_probe(counted, name, args.qps, backend.run)
         wall = time.perf_counter() - t0
         bulk = 100 * (timer.iterations - timer.calls) / max(timer.iterations, 1)
         print(f"{name:<18}{wall:>8.2f}{args.requests / wall:>10.0f}{timer.iterations / wall:>12.0f}"
               f"{timer.iterations:>12}{bulk:>7.0f}%{100 * timer.seconds / wall:>7.0f}%{out.verdict.tbt_s:>8.3f}s")
     for name in ("sarathi", "vllm", "orca"):
         t0 = time.perf_counter()
-        r = search_capacity(plan, name)
+        with open_backend(plan.job(name, progress=False)) as backend:
+            r = search_capacity(plan, name, backend.run)
         print(f"capacity search {name}: {time.perf_counter() - t0:.1f} s wall, {len(r.probes)} probes, "
               f"capacity {r.capacity_qps:.3g} QPS")
 

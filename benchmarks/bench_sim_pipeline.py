@@ -1,6 +1,6 @@
 """Pipelined simulator speed: 2048-request probes of llama2_70b_tp4pp2_strict, plain vs fast-forward.
 
-For each policy and rate, runs the probe (harness.experiment.run_probe) with plain stepping
+For each policy and rate, runs the probe (harness.search.probe.run_probe on the sim backend) with plain stepping
 (fast_forward=False) and with the pipelined replay (fast_forward=True), prints both wall times,
 the speedup and the preemptions, and checks that the records are bit-identical (token times,
 first-scheduled and finish times, preemptions).
@@ -15,13 +15,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from harness.cli import compose
-from harness.experiment import plan_experiment, run_probe
+from harness.config import compose
+from harness.backends import open_backend
+from harness.search.plan import plan_experiment
+from harness.search.probe import run_probe
 
 
 def probe(plan, name: str, qps: float, fast: bool):
     t0 = time.perf_counter()
-    out = run_probe(replace(plan, fast_forward=fast), name, qps)
+    planned = replace(plan, backend=replace(plan.backend, fast_forward=fast))
+    with open_backend(planned.job(name, progress=False)) as backend:
+        out = run_probe(planned, name, qps, backend.run)
     return time.perf_counter() - t0, out.records
 
 

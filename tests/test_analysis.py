@@ -28,7 +28,7 @@ from harness.analysis.paper import Tolerance, load_paper
 from harness.analysis.report import write_report
 from harness.analysis.trim import trim_run
 from harness.records import RequestRecord
-from harness.results import RunWriter, records_frame, token_frame
+from harness.results.store import RunWriter, records_frame, token_frame
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.capacity import Probe, find_capacity
+from harness.search.capacity import Probe, find_capacity
 
 
 def oracle(true_capacity: float, calls: list | None = None):

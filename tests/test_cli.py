@@ -92,8 +92,8 @@ def test_measured_profile_drives_the_simulation(tmp_path):
 @pytest.mark.parametrize("hardware,gpu", [("a100_80g", "a100-80g-pcie"), ("a100_80g_sxm", "a100-80g-sxm"),
                                           ("a40", "a40-48g"), ("h100_80g", "h100-80g-sxm"), ("h200", "h200-141g")])
 def test_every_hardware_preset_plans(hardware, gpu):
-    from harness.cli import compose
-    from harness.experiment import plan_experiment
+    from harness.config import compose
+    from harness.search.plan import plan_experiment
 
     plan = plan_experiment(compose(["experiment=llama2_70b_tp4pp2_strict", f"hardware={hardware}"]))
     d = plan.deployment.timer.deployment
@@ -109,7 +109,7 @@ def test_planning_refuses_what_the_server_would_refuse():
     import numpy as np
 
     from common.errors import HarnessError
-    from harness.experiment import _check_lengths
+    from harness.search.plan import _check_lengths
 
     ok = SimpleNamespace(prompt_lens=np.array([100, 28]), output_lens=np.array([28, 100]))
     _check_lengths(ok, 128, "w")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.lifecycle import LaunchSpec, ServerProcess, ServerStartError, free_port
+from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, ServerStartError, free_port
 
 # A server that spawns a grandchild (as vLLM spawns its engine core), writes both pids to a file,
 # and answers /health: what matters is that stopping it leaves neither process behind.
@@ -122,7 +122,7 @@ def test_a_killed_harness_leaves_no_server_behind(tmp_path):
     harness = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
-        from harness.lifecycle import LaunchSpec, ServerProcess, free_port
+        from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
         port = free_port()
         spec = LaunchSpec([sys.executable, "-c", {FAKE_SERVER!r}, str(port), {str(pids)!r}], f"http://127.0.0.1:{{port}}")
         with ServerProcess(spec) as srv:

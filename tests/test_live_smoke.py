@@ -7,20 +7,25 @@ import warnings
 
 import numpy as np
 
-from harness.backends.live import plan_server_spec, search_capacity_live
-from harness.cli import compose
-from harness.experiment import plan_experiment
+from harness.backends import open_backend
+from harness.backends.live import LiveBackend
+from harness.config import compose
+from harness.search.plan import plan_experiment
+from harness.search.probe import search_capacity
 
 
 def test_live_smoke_capacity_search_runs_quickly():
     cfg = compose(["experiment=live_smoke", "progress=false"])
     plan = plan_experiment(cfg)
-    spec = plan_server_spec(plan, "sarathi", cfg)
+    backend = open_backend(plan.job("sarathi", progress=False))
+    assert isinstance(backend, LiveBackend)
+    spec = backend.spec
     assert spec.kind == "inrepo" and spec.executor == "realtime" and spec.model == "tiny" and spec.host == "127.0.0.1"
+    assert spec.kv_capacity_tokens == 65536 and spec.time_scale == 4.0
     t0 = time.monotonic()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), backend:
         warnings.simplefilter("ignore")
-        result = search_capacity_live(plan, "sarathi", cfg)
+        result = search_capacity(plan, "sarathi", backend.run)
     wall = time.monotonic() - t0
     assert wall < 120
     assert len(result.probes) >= 2

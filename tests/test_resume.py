@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import compose
-from harness.experiment import plan_experiment, search_capacity
-from harness.probe_cache import ProbeCache
+from harness.config import compose
+from harness.backends import open_backend
+from harness.search.cache import ProbeCache
+from harness.search.plan import plan_experiment
+from harness.search.probe import search_capacity
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +23,8 @@ class Interrupt(Exception):
 
 def test_interrupted_search_resumes_without_rerunning(tmp_path):
     plan = plan_experiment(compose(["experiment=yi34b_tp2_strict", "scheduler=[vllm]", "search.num_requests=64"]))
-    fresh = search_capacity(plan, "vllm")
+    run = open_backend(plan.job("vllm", progress=False)).run  # the simulator starts nothing
+    fresh = search_capacity(plan, "vllm", run)
 
     cache = ProbeCache(tmp_path)
     seen = []
@@ -32,10 +35,10 @@ def test_interrupted_search_resumes_without_rerunning(tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        search_capacity(plan, "vllm", on_probe=interrupt_after_three, cache=cache)
+        search_capacity(plan, "vllm", run, on_probe=interrupt_after_three, cache=cache)
 
     reran = []
-    resumed = search_capacity(plan, "vllm", on_probe=lambda p: reran.append(p.detail.records is not None), cache=cache)
+    resumed = search_capacity(plan, "vllm", run, on_probe=lambda p: reran.append(p.detail.records is not None), cache=cache)
     assert reran[:3] == [False, False, False] and all(reran[3:])  # the 3 finished probes came from disk
     assert resumed.bracket == fresh.bracket
     assert [(p.qps, p.passed) for p in resumed.probes] == [(p.qps, p.passed) for p in fresh.probes]

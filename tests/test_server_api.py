@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from harness.lifecycle import LaunchSpec, ServerProcess, free_port
+from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_MODEL_LEN = 1024

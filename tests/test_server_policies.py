@@ -15,7 +15,7 @@ import pytest
 
 from engines.schedulers import POLICIES, SchedulerConfig
 from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result
-from harness.lifecycle import free_port
+from harness.backends.live.lifecycle import free_port
 from harness.records import RequestSpec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import pytest
 
 from engines.perf import Deployment, PerfModel
 from common.errors import HarnessError
-from harness.slo import resolve_slo
+from harness.search.slo import resolve_slo
 
 PAPER = {"source": "paper", "table": {"yi-34b": {"strict": 0.2, "relaxed": 1.0}}}
 DERIVED = {"source": "derived", "multipliers": {"strict": 5, "relaxed": 25}, "decode_batch": 32, "decode_context": 4096}

@@ -18,7 +18,7 @@ import pytest
 
 from engines.schedulers import SchedulerConfig
 from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result
-from harness.lifecycle import ServerProcess
+from harness.backends.live.lifecycle import ServerProcess
 from harness.records import RequestSpec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,6 +24,12 @@ class Batch:
             is_prefill=tuple(s.is_prefill for s in seqs),
         )
 
+    @staticmethod
+    def decodes(seqs: tuple[Sequence, ...]) -> Batch:
+        """One decode token for each sequence (all past their prefill)."""
+        n = len(seqs)
+        return Batch(seqs, (1,) * n, tuple(s.num_computed for s in seqs), (False,) * n)
+
     def __len__(self) -> int:
         return len(self.seqs)
 

@@ -7,6 +7,8 @@ needs another block and is never preempted.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence as Sequence_
+
 from engines.core.sequence import Sequence
 
 DEFAULT_BLOCK_SIZE = 16  # tokens per block, vLLM's default
@@ -51,6 +53,18 @@ class BlockManager:
 
     def admit(self, seq: Sequence) -> None:
         self._take(seq, self.admission_blocks(seq))
+
+    def decode_headroom(self, seq: Sequence) -> int:
+        """Decode tokens `seq` can still add before it needs a new block: its k-th next decode
+        (k = 1, 2, ...) takes one iff k > headroom and (k - 1 - headroom) is a multiple of the block
+        size. The one statement of "the blocks a decode needs" (schedulers, decode runs, the
+        simulator's replay)."""
+        return len(seq.block_table) * self.block_size - seq.num_computed
+
+    def decode_blocks_needed(self, headrooms: Sequence_[int], k: int) -> int:
+        """Blocks that `k` more decode tokens of each sequence need, given their `decode_headroom`s."""
+        bs = self.block_size
+        return sum(-(-(k - h) // bs) for h in headrooms if k > h)
 
     def blocks_to_grow(self, seq: Sequence, num_tokens: int) -> int:
         """Blocks `seq` still needs so that its table covers `num_tokens` tokens."""

@@ -121,6 +121,25 @@ class Engine:
         return StepOutput(tuple(produced), tuple(finished))
 
     # -- runs of identical decode-only iterations -------------------------------------------
+    def decode_batch_repeats(self) -> bool:
+        """Would the policy return the decode-only batch it just returned again, with the same
+        sequences, while nothing arrives or finishes? (The policy's optional hook; yes without it.)"""
+        repeats = getattr(self.policy, "decode_batch_repeats", None)
+        return repeats is None or repeats(self)
+
+    @property
+    def free_blocks(self) -> int:
+        return self.blocks.num_free
+
+    @property
+    def kv_paged(self) -> bool:
+        """Paged KV (blocks grow with decodes), not reserved for the maximum length up front."""
+        return self.blocks.reserve_tokens is None
+
+    def decode_headroom(self, seqs) -> list[int]:
+        """Per sequence, decode tokens it can add before needing a new KV block (BlockManager)."""
+        return [self.blocks.decode_headroom(s) for s in seqs]
+
     def decode_run_limit(self, batch: Batch) -> int:
         """How many times `batch` (decode-only) can repeat with the same sequences.
 
@@ -131,38 +150,41 @@ class Engine:
         fixed, so a request that could not be admitted at the start cannot be admitted inside
         the run; the caller still stops the run at an arrival when the waiting queue is empty.
         """
-        repeats = getattr(self.policy, "decode_batch_repeats", None)
-        if repeats is not None and not repeats(self):
+        if not self.decode_batch_repeats():
             return 1
         seqs = batch.seqs
         limit = min(s.remaining_output for s in seqs)
-        if self.blocks.reserve_tokens is not None:
+        if not self.kv_paged:
             return limit
-
-        bs = self.blocks.block_size
-        ctx = [s.num_computed for s in seqs]
-        have = [len(s.block_table) * bs for s in seqs]
-
-        def blocks_needed(k: int) -> int:  # blocks to cover num_computed + k tokens, summed
-            return sum(-(-(c + k - h) // bs) for c, h in zip(ctx, have) if c + k > h)
-
-        # The first iteration's slots were already allocated by the policy.
+        # The first iteration's slots were already allocated by the policy: headroom counts
+        # from the sequences' state before it.
+        headroom = self.decode_headroom(seqs)
         free = self.blocks.num_free
-        if blocks_needed(limit) <= free:
+        needed = self.blocks.decode_blocks_needed
+        if needed(headroom, limit) <= free:
             return limit
-        lo, hi = 1, limit  # blocks_needed(lo) <= free < blocks_needed(hi)
+        lo, hi = 1, limit  # needed(lo) <= free < needed(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if blocks_needed(mid) <= free:
+            if needed(headroom, mid) <= free:
                 lo = mid
             else:
                 hi = mid
         return lo
 
+    def launch_decodes(self, seqs: tuple[Sequence, ...]) -> Batch:
+        """Put running sequences in flight for one decode iteration, allocating its KV slots, as
+        schedule() would for a decode-only batch (the simulator's replay hands back with it)."""
+        for seq in seqs:
+            self.blocks.grow(seq, seq.num_computed + 1)
+            seq.in_flight = True
+        return Batch.decodes(seqs)
+
     def complete_decode_run(self, batch: Batch, k: int) -> tuple[Sequence, ...]:
         """Complete `k` repetitions of a decode-only batch at once; returns the finished sequences.
 
         Exactly what k alternating schedule()/complete() calls would do, given k <= decode_run_limit.
+        With k = 0 it only takes the batch out of flight.
         """
         finished = []
         for seq in batch.seqs:

@@ -79,6 +79,11 @@ def _check_counts(n: np.ndarray, c: np.ndarray) -> None:
         raise HarnessError("new_tokens and context_lens must be >= 0")
 
 
+# Share of HBM for weights, activations and the KV cache: vLLM's `--gpu-memory-utilization` default
+# (vllm/config.py, CacheConfig.gpu_memory_utilization = 0.9).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
 class PerfModel:
     """Iteration times of one deployment. Stateless after construction; thread-safe."""
 
@@ -185,7 +190,7 @@ class PerfModel:
         t = self._send(np.asarray(num_tokens, dtype=np.float64))
         return float(t) if np.ndim(t) == 0 else t
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> int:
         """KV-cache tokens the deployment holds: per stage, (HBM x util - weights - activation
         reserve) / KV bytes per token on one GPU; the smallest stage bounds the deployment."""
         if not 0 < gpu_memory_utilization <= 1:

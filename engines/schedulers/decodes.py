@@ -15,7 +15,6 @@ def schedule_decodes(engine: Engine) -> tuple[list[Sequence], list[Sequence]]:
     """
     pending = [s for s in engine.running if not s.in_flight]
     blocks = engine.blocks
-    block_size = blocks.block_size
     decodes: list[Sequence] = []
     prefills: list[Sequence] = []
     i = 0
@@ -26,7 +25,7 @@ def schedule_decodes(engine: Engine) -> tuple[list[Sequence], list[Sequence]]:
             prefills.append(seq)
             continue
         # The new token's slot is at position num_computed: a new block only at a block boundary.
-        if seq.num_computed < len(seq.block_table) * block_size:
+        if blocks.decode_headroom(seq) > 0:
             decodes.append(seq)
             continue
         while blocks.num_free == 0:

@@ -1,4 +1,4 @@
-"""Saved results -> tidy DataFrames. Reads the store harness.results writes; never runs anything.
+"""Saved results -> tidy DataFrames. Reads the store harness.results.store writes; never runs anything.
 
 results/<experiment>/<timestamp>/{config.yaml, summary.json, requests.parquet, token_times.parquet}
 
@@ -22,6 +22,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from harness.results.schema import PROBE_COLUMNS
+
 # One capacity measurement is identified by these columns. Finer than the experiment name on
 # purpose: `experiment=yi34b_tp2_strict dataset=arxiv_summarization` writes to the same
 # experiment directory as the sharegpt run, and "latest per experiment" would silently drop one.
@@ -34,13 +36,6 @@ RUN_COLUMNS = (
     "slo_delay_s", "scheduler", "policy", "token_budget", "max_num_seqs", "capacity_qps",
     "bracket_lo_qps", "bracket_hi_qps", "saturated", "num_probes", "num_seeds", "capacity_mean_qps",
     "capacity_std_qps", "mode", "fixed_qps", "seed", "git_commit", "backend",
-)
-
-# Columns a probe row may carry; older runs lack some (read as NaN), newer may add more (ignored).
-PROBE_COLUMNS = (
-    "qps", "passed", "reason", "tbt_quantile_s", "scheduling_delay_quantile_s", "ttft_p50_s",
-    "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "e2e_p50_s", "request_throughput",
-    "output_token_throughput", "num_completed", "num_preemptions",
 )
 
 _STAMP = re.compile(r"^(\d{8}-\d{6})(?:-(\d+))?$")

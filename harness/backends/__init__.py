@@ -1,1 +1,27 @@
-"""Backends turn RequestSpecs into RequestRecords: `sim` (virtual clock) and, later, `live` (HTTP)."""
+"""Backends turn a probe's `RequestSpec`s into `RequestRecord`s (contract: `base.Backend`):
+`sim` (discrete-event simulation on a virtual clock) and `live` (servers the harness starts,
+driven over HTTP). Chosen by `backend.name`; imported only when chosen (live needs aiohttp)."""
+from __future__ import annotations
+
+from importlib import import_module
+
+from common.errors import HarnessError
+
+# name -> module holding `Backend`, the class implementing harness.backends.base.Backend
+BACKENDS = {
+    "sim": "harness.backends.sim",
+    "live": "harness.backends.live",
+}
+
+
+def backend_class(name: str):
+    """The backend class registered under `name` (a clear error for an unknown one)."""
+    if name not in BACKENDS:
+        raise HarnessError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+    return import_module(BACKENDS[name]).Backend
+
+
+def open_backend(job):
+    """The backend for a `harness.backends.base.BackendJob` (chosen by its settings' name), ready
+    for `with open_backend(job) as backend: backend.run(requests)`."""
+    return backend_class(job.settings.name)(job)

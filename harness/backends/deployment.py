@@ -1,28 +1,35 @@
-"""The simulated deployment: a model on GPUs with TP/PP, priced by the performance model."""
+"""The deployment a backend serves: a model on GPUs with TP/PP, priced by the performance model.
+
+Planned once from the config; the simulator prices iterations with `timer`, the live backend
+starts servers for `model_name` on `gpu` with `tp` and gives its twin the same KV pool.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
 from engines.perf.profile import build_perf_model
-from common.errors import HarnessError
 
 
 @dataclass(frozen=True)
-class SimDeployment:
+class DeploymentPlan:
     model_name: str
+    gpu: str
+    tp: int
+    pp: int
     description: str
     perf: PerfModel
     timer: object  # batch_times(new_tokens, context_lens) -> seconds of one stage; pp_send_time(tokens)
-    pp: int
     kv_capacity_tokens: int
     block_size: int
 
 
 def build_deployment(
-    model: Mapping, hardware: Mapping, parallel: Mapping, backend: Mapping, max_model_len: int, perf_cfg: Mapping | None = None
-) -> SimDeployment:
+    model: Mapping, hardware: Mapping, parallel: Mapping, *, gpu_memory_utilization: float, block_size: int,
+    max_model_len: int, perf_cfg: Mapping | None = None,
+) -> DeploymentPlan:
     tp, pp = int(parallel["tp"]), int(parallel["pp"])
     if tp < 1 or pp < 1:
         raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
@@ -35,15 +42,14 @@ def build_deployment(
         gpus_per_node=hardware.get("gpus_per_node"),
     )
     perf = build_perf_model(deployment, perf_cfg)
-    util = float(backend.get("gpu_memory_utilization", 0.9))
-    kv_tokens = perf.kv_capacity_tokens(util)
+    kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization)
     if kv_tokens < max_model_len:
         raise HarnessError(
             f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp}) leaves KV room for "
-            f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={util}: not one sequence of {max_model_len}"
+            f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
         )
     desc = f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp})"
     profile = getattr(perf, "profile", None)
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
-    return SimDeployment(str(model["name"]), desc, perf, perf, pp, kv_tokens, int(backend.get("block_size", 16)))
+    return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size))

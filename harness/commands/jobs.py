@@ -33,7 +33,7 @@ def find_run(cfg: DictConfig) -> Path | None:
 
 
 def _run_one(cfg_yaml: str) -> str:
-    from harness.runner import run_experiment
+    from harness.commands.run import run_experiment
 
     return str(run_experiment(OmegaConf.create(cfg_yaml)))
 

@@ -5,17 +5,20 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from harness.capacity import CapacityResult, Probe
-from harness.experiment import ExperimentPlan, plan_experiment, reseed, run_probe, search_capacity
-from harness.probe_cache import ProbeCache, cache_key
-from harness.results import RunWriter, provenance, token_frame
+from harness.backends import backend_class, open_backend
+from harness.results.schema import ProbeRow
+from harness.results.store import RunWriter, provenance, token_frame
+from harness.search.cache import ProbeCache, cache_key
+from harness.search.capacity import CapacityResult, Probe
+from harness.search.plan import ExperimentPlan, plan_experiment, reseed
+from harness.search.probe import probe_requests, search_capacity
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ def run_experiment(cfg: DictConfig) -> Path:
     s = plan.search
     what = f"one probe at {s.fixed_qps:g} QPS" if s.fixed_qps else "capacity search"
     print(
-        f"{plan.name}: {plan.deployment.description}, {cfg.dataset.name} ({s.num_requests} requests), {what}; "
+        f"{plan.name}: {plan.deployment.description}, {plan.dataset['name']} ({s.num_requests} requests), {what}; "
         f"SLO P{plan.slo.tbt_quantile * 100:g} TBT <= {plan.slo.tbt_s:.3g} s and "
         f"P{plan.slo.scheduling_delay_quantile * 100:g} scheduling delay <= {plan.slo.scheduling_delay_s:g} s",
         flush=True,
@@ -39,9 +42,9 @@ def run_experiment(cfg: DictConfig) -> Path:
     for note in plan.notes:
         print(f"note: {note}", flush=True)
     prov = provenance()
-    backend = str(cfg.backend.get("name", "sim"))
+    backend = backend_class(plan.backend.name)
     cache = None
-    if cfg.get("cache", True) and backend == "sim":  # live probes are measurements: never cached
+    if cfg.get("cache", True) and backend.deterministic:  # measurements (live probes) are never cached
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
         profile = getattr(plan.deployment.perf, "profile", None)
         code = f"{prov['git_commit']}/{prov['versions'].get('sarathi-harness')}/{profile.digest if profile else ''}"
@@ -51,18 +54,22 @@ def run_experiment(cfg: DictConfig) -> Path:
     runs: list[SchedulerRun] = []
     token_frames = []
     for r in range(s.repeats):
-        seeded = plan if r == 0 else reseed(plan, cfg.dataset, plan.seed + r)
+        seeded = plan if r == 0 else reseed(plan, plan.seed + r)
         for name in plan.schedulers:
-            result = _run_scheduler(seeded, name, show, cache, cfg)
+            with open_backend(seeded.job(name, progress=show)) as serving:
+                result = _run_scheduler(seeded, name, show, cache, serving.run)
+                shown = _shown_probe(result, fixed=bool(s.fixed_qps))
+                records = shown.detail.records if shown is not None else None
+                if shown is not None and records is None:
+                    # Cached probes carry no token times; the backend is deterministic (only then
+                    # is there a cache), so running the probe again gives the same records.
+                    records = serving.run(probe_requests(seeded, shown.qps), f"{name} @ {shown.qps:.3g} QPS").records
             runs.append(SchedulerRun(name, seeded.seed, result))
-            shown = _shown_probe(result, fixed=bool(s.fixed_qps))
             if shown is not None:
-                # Cached probes carry no token times; the simulator is deterministic, so re-run it.
-                records = shown.detail.records or run_probe(seeded, name, shown.qps).records
                 token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
 
     requests = pd.concat([p.detail.requests for run in runs for p in run.result.probes], ignore_index=True)
-    summary = _summary(plan, cfg, runs, prov)
+    summary = _summary(plan, runs, prov)
     path = RunWriter(cfg.results_dir, plan.name).write(
         OmegaConf.to_yaml(cfg),
         summary,
@@ -74,7 +81,7 @@ def run_experiment(cfg: DictConfig) -> Path:
     return path
 
 
-def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, cfg: DictConfig) -> CapacityResult:
+def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, run) -> CapacityResult:
     # A bar on a terminal; one line per probe either way (logs of CI and nightly runs keep them).
     bar = tqdm(desc=f"{name:>12}", unit="probe", disable=not (show and sys.stderr.isatty()), leave=False, file=sys.stderr)
 
@@ -90,11 +97,7 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
             )
 
     try:
-        if cfg.backend.get("name") == "live":
-            from harness.backends.live import search_capacity_live
-
-            return search_capacity_live(plan, name, cfg, on_probe=on_probe)
-        return search_capacity(plan, name, on_probe=on_probe, cache=cache)
+        return search_capacity(plan, name, run, on_probe=on_probe, cache=cache)
     finally:
         bar.close()
 
@@ -107,6 +110,10 @@ def _shown_probe(result: CapacityResult, fixed: bool) -> Probe | None:
     return passing[0] if passing else None
 
 
+def _plain(node) -> dict:
+    return OmegaConf.to_container(node) if OmegaConf.is_config(node) else dict(node)
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -114,24 +121,24 @@ def _finite(x: float) -> float | None:
 def _probe_row(p: Probe) -> dict:
     o = p.detail
     s = o.summary
-    return {
-        "qps": p.qps,
-        "passed": p.passed,
-        "reason": o.verdict.reason,
-        "tbt_quantile_s": o.verdict.tbt_s,
-        "scheduling_delay_quantile_s": _finite(o.verdict.scheduling_delay_s),
-        "ttft_p50_s": s.ttft.p50,
-        "ttft_p99_s": s.ttft.p99,
-        "tbt_p50_s": s.tbt.p50,
-        "tbt_p99_s": s.tbt.p99,
-        "e2e_p50_s": s.e2e.p50,
-        "request_throughput": s.request_throughput,
-        "goodput": o.verdict.goodput,
-        "goodput_fraction": o.verdict.goodput_fraction,
-        "output_token_throughput": s.output_token_throughput,
-        "num_completed": s.num_completed,
-        "num_preemptions": s.num_preemptions,
-    }
+    return asdict(ProbeRow(
+        qps=p.qps,
+        passed=p.passed,
+        reason=o.verdict.reason,
+        tbt_quantile_s=o.verdict.tbt_s,
+        scheduling_delay_quantile_s=_finite(o.verdict.scheduling_delay_s),
+        ttft_p50_s=s.ttft.p50,
+        ttft_p99_s=s.ttft.p99,
+        tbt_p50_s=s.tbt.p50,
+        tbt_p99_s=s.tbt.p99,
+        e2e_p50_s=s.e2e.p50,
+        request_throughput=s.request_throughput,
+        goodput=o.verdict.goodput,
+        goodput_fraction=o.verdict.goodput_fraction,
+        output_token_throughput=s.output_token_throughput,
+        num_completed=s.num_completed,
+        num_preemptions=s.num_preemptions,
+    ))
 
 
 def _capacity_fields(result: CapacityResult) -> dict:
@@ -143,12 +150,12 @@ def _capacity_fields(result: CapacityResult) -> dict:
     }
 
 
-def _summary(plan: ExperimentPlan, cfg: DictConfig, runs: list[SchedulerRun], prov: dict) -> dict:
+def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict:
     w = plan.workload
     schedulers = {}
     for name in plan.schedulers:
         mine = [r for r in runs if r.scheduler == name]
-        entry = {"config": OmegaConf.to_container(cfg.scheduler[name]), **_capacity_fields(mine[0].result)}
+        entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result)}
         if len(mine) > 1:
             caps = [r.result.capacity_qps for r in mine]
             entry["repeats"] = {
@@ -163,7 +170,7 @@ def _summary(plan: ExperimentPlan, cfg: DictConfig, runs: list[SchedulerRun], pr
         "experiment": plan.name,
         **prov,
         "seed": plan.seed,
-        "backend": str(cfg.backend.get("name", "sim")),
+        "backend": plan.backend.name,
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
         "model": plan.deployment.model_name,
@@ -177,16 +184,16 @@ def _summary(plan: ExperimentPlan, cfg: DictConfig, runs: list[SchedulerRun], pr
             "ttft_s": plan.slo.ttft_s,
             "ttft_quantile": plan.slo.ttft_quantile,
             "min_goodput_fraction": plan.slo.min_goodput_fraction,
-            "kind": cfg.slo.kind,
-            "source": cfg.slo.source,
+            "kind": plan.slo_kind,
+            "source": plan.slo_source,
         },
         "workload": {
-            "dataset": cfg.dataset.name,
+            "dataset": plan.dataset["name"],
             "source": w.source,
             "num_requests": int(len(w.prompt_lens)),
             "prompt_median": float(pd.Series(w.prompt_lens).median()),
             "output_median": float(pd.Series(w.output_lens).median()),
-            "arrival": OmegaConf.to_container(cfg.arrival),
+            "arrival": _plain(plan.arrival),
         },
         "schedulers": schedulers,
     }

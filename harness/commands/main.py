@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import DictConfig, OmegaConf
-
 from common.errors import HarnessError
 from harness.paths import CONFIG_DIR
-from harness.runner import run_experiment
+from harness.commands.run import run_experiment
+from harness.config import compose
 
 USAGE = """usage: python -m harness experiment=NAME [group=option ...] [key=value ...]
 
@@ -26,33 +25,6 @@ Examples:
 """
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            cfg = hydra_compose("config", overrides=overrides)
-        OmegaConf.resolve(cfg)
-        return cfg
-    except MissingConfigException as e:
-        raise HarnessError(_missing_config_line(e)) from None
-    except (HydraException, OmegaConfBaseException) as e:
-        raise HarnessError(str(e).strip().splitlines()[0]) from None
-
-
-def _missing_config_line(e) -> str:
-    first = str(e).strip().splitlines()[0].removeprefix("In 'config': ")
-    options = getattr(e, "options", None)
-    if options:
-        return f"{first}; known: {', '.join(options)}"
-    group = (getattr(e, "missing_cfg_file", "") or "").rpartition("/")[0]
-    known = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) if group else []
-    return f"{first}; known: {', '.join(known)}" if known else first
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
@@ -60,16 +32,16 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE.format(experiments=", ".join(names)))
         return 0
     if argv and argv[0] in ("-m", "--multirun"):
-        from harness.multirun import multirun
+        from harness.commands.multirun import multirun
 
         return multirun(argv[1:])
     try:
         if argv and argv[0] == "nightly":
-            from harness.commands import nightly_command
+            from harness.commands.nightly import nightly_command
 
             return nightly_command(argv[1:])
         if any(a.startswith("figure=") for a in argv):
-            from harness.commands import figure_command
+            from harness.commands.figure import figure_command
 
             return figure_command(argv)
         run_experiment(compose(argv))

@@ -18,7 +18,7 @@ from harness.paths import CONFIG_DIR
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
 def _job(cfg: DictConfig) -> None:
-    from harness.runner import run_experiment
+    from harness.commands.run import run_experiment
 
     OmegaConf.resolve(cfg)
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.metrics import Distribution, SloVerdict, Summary
+from harness.search.probe import ProbeOutcome
 
 NOT_IN_KEY = ("results_dir", "progress", "cache")
 
@@ -37,8 +38,6 @@ class ProbeCache:
         return stem.parent / f"{stem.name}.json", stem.parent / f"{stem.name}.parquet"
 
     def load(self, scheduler: str, seed: int, qps: float):
-        from harness.experiment import ProbeOutcome
-
         meta, rows = self._paths(scheduler, seed, qps)
         if not (meta.exists() and rows.exists()):
             return None
@@ -46,7 +45,7 @@ class ProbeCache:
         summary = Summary(**{k: Distribution(**v) if isinstance(v, dict) else v for k, v in d["summary"].items()})
         return ProbeOutcome(d["qps"], d["seed"], SloVerdict(**d["verdict"]), summary, pd.read_parquet(rows), None)
 
-    def save(self, scheduler: str, outcome) -> None:
+    def save(self, scheduler: str, outcome: ProbeOutcome) -> None:
         meta_path, rows_path = self._paths(scheduler, outcome.seed, outcome.qps)
         meta_path.parent.mkdir(parents=True, exist_ok=True)
         # Rows first: a probe counts as cached only once its JSON exists.

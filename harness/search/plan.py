@@ -1,28 +1,26 @@
-"""One experiment: a deployment, a workload, an SLO, and a capacity search per scheduler.
+"""One experiment, planned: a deployment, a workload, an SLO, a backend's settings and a capacity
+search per scheduler.
 
 `plan_experiment` resolves and validates everything from the config before anything runs (bad
-input fails fast, nothing written); `run_probe` simulates one rate for one scheduler;
-`search_capacity` runs the paper's capacity search for one scheduler.
+input fails fast, nothing written); the plan is typed and complete, so nothing downstream reads
+the raw config. `ExperimentPlan.job(scheduler)` is what a backend serves.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import pandas as pd
+from omegaconf import OmegaConf
 
-from engines.schedulers import POLICIES, SchedulerConfig, make_engine
-from harness.backends.sim import simulate
-from harness.capacity import CapacityResult, Probe, find_capacity
-from harness.deployment import SimDeployment, build_deployment
 from common.errors import HarnessError
-from harness.metrics import Slo, SloVerdict, Summary, check_slo, summarize
-from harness.probe_cache import ProbeCache
-from harness.records import RequestRecord, RequestSpec
-from harness.results import records_frame
-from harness.slo import resolve_slo
-from harness.workload import Workload, arrival_offsets, load_workload, make_requests
+from engines.schedulers import POLICIES, SchedulerConfig, make_engine
+from harness.backends.base import BackendJob, BackendSettings
+from harness.backends.deployment import DeploymentPlan, build_deployment
+from harness.backends.settings import backend_settings
+from harness.metrics import Slo
+from harness.search.slo import resolve_slo
+from harness.workload import Workload, concurrency_limit, load_workload
 
 
 @dataclass(frozen=True)
@@ -41,25 +39,27 @@ class SearchSettings:
 class ExperimentPlan:
     name: str
     seed: int
-    deployment: SimDeployment
+    deployment: DeploymentPlan
     max_model_len: int
     slo: Slo
+    slo_kind: str  # strict | relaxed
+    slo_source: str  # paper | derived
     schedulers: dict[str, SchedulerConfig]
+    scheduler_knobs: dict[str, dict]  # each scheduler's config as written (saved in summary.json)
     workload: Workload
     arrival: Mapping
     search: SearchSettings
-    fast_forward: bool
+    backend: BackendSettings
+    dataset: Mapping  # the dataset config: reseed() loads the same dataset with another seed
     notes: tuple[str, ...] = field(default=())
 
-
-@dataclass(frozen=True)
-class ProbeOutcome:
-    qps: float
-    seed: int
-    verdict: SloVerdict
-    summary: Summary
-    requests: pd.DataFrame = field(repr=False)  # one row per request (harness.results.records_frame)
-    records: list[RequestRecord] | None = field(repr=False)  # None when loaded from the probe cache
+    def job(self, scheduler: str, progress: bool = True) -> BackendJob:
+        """What a backend needs to serve `scheduler` of this plan."""
+        return BackendJob(
+            scheduler_name=scheduler, scheduler=self.schedulers[scheduler], deployment=self.deployment,
+            max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
+            time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
+        )
 
 
 def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
@@ -84,7 +84,11 @@ def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
 def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     seed = int(cfg["seed"])
     max_model_len = int(cfg["max_model_len"])
-    deployment = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], cfg["backend"], max_model_len, cfg.get("perf"))
+    backend = backend_settings(cfg["backend"])
+    deployment = build_deployment(
+        cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
+        block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"),
+    )
     slo = resolve_slo(cfg["slo"], deployment.model_name, deployment.perf)
     schedulers = _scheduler_configs(cfg["scheduler"])
     s = cfg["search"]
@@ -122,16 +126,24 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         max_model_len=max_model_len,
         slo=slo,
         schedulers=schedulers,
+        scheduler_knobs={name: _plain(cfg["scheduler"][name]) for name in schedulers},
+        slo_kind=str(cfg["slo"].get("kind")),
+        slo_source=str(cfg["slo"].get("source")),
         workload=workload,
         arrival=cfg["arrival"],
         search=search,
-        fast_forward=bool(cfg["backend"].get("fast_forward", True)),
+        backend=backend,
+        dataset=cfg["dataset"],
     )
 
 
-def reseed(plan: ExperimentPlan, dataset: Mapping, seed: int) -> ExperimentPlan:
+def _plain(node) -> dict:
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
+
+
+def reseed(plan: ExperimentPlan, seed: int) -> ExperimentPlan:
     """The same experiment with another seed: new lengths and arrival gaps."""
-    return replace(plan, seed=seed, workload=load_workload(dataset, plan.search.num_requests, seed))
+    return replace(plan, seed=seed, workload=load_workload(plan.dataset, plan.search.num_requests, seed))
 
 
 def _check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None:
@@ -146,61 +158,3 @@ def _check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None
             f"{dataset}: request {i} has prompt {workload.prompt_lens[i]} + output {workload.output_lens[i]} tokens, "
             f"over max_model_len {max_model_len} ({bad.size} such requests)"
         )
-
-
-def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
-    """The requests of one probe: the plan's lengths with arrivals at `qps` (any backend)."""
-    if not qps > 0 or not np.isfinite(qps):
-        raise HarnessError(f"QPS must be a positive number, got {qps}")
-    return make_requests(plan.workload, arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed))
-
-
-def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: list[RequestRecord]) -> ProbeOutcome:
-    """A probe's verdict, summary and per-request rows from its records (any backend)."""
-    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
-    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
-
-
-def run_probe(plan: ExperimentPlan, scheduler: str, qps: float) -> ProbeOutcome:
-    """One simulated probe at `qps`."""
-    requests = probe_requests(plan, qps)
-    d = plan.deployment
-    engine = make_engine(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size)
-    records = simulate(
-        requests,
-        engine,
-        d.timer,
-        pp=d.pp,
-        fast_forward=plan.fast_forward,
-        time_limit_s=plan.search.time_limit_s,
-    )
-    return probe_outcome(plan, scheduler, qps, records)
-
-
-def search_capacity(
-    plan: ExperimentPlan,
-    scheduler: str,
-    on_probe: Callable[[Probe], None] | None = None,
-    cache: ProbeCache | None = None,
-    run: Callable[[float], ProbeOutcome] | None = None,
-) -> CapacityResult:
-    """The capacity search for one scheduler (or its one probe at search.fixed_qps); probes found
-    in `cache` are not run again. `run(qps)` runs one probe: the simulator's by default; the live
-    backend passes one that drives its server."""
-    run = run or (lambda qps: run_probe(plan, scheduler, qps))
-
-    def probe(qps: float) -> Probe:
-        outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
-        if outcome is None:
-            outcome = run(qps)
-            if cache is not None:
-                cache.save(scheduler, outcome)
-        return Probe(qps, outcome.verdict.passed, outcome)
-
-    s = plan.search
-    if s.fixed_qps is not None:
-        p = probe(s.fixed_qps)
-        if on_probe is not None:
-            on_probe(p)
-        return CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
-    return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)

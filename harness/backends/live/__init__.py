@@ -1,0 +1,124 @@
+"""The live backend: one real server per scheduler, started and stopped by the harness
+(`server`, `lifecycle`), driven over HTTP by the load generator (`client`). Its settings are
+`LiveSettings`, the schema of experiments/backend/live.yaml. Not deterministic: probes are
+measurements, never cached."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from common.errors import HarnessError
+from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.live.client import LiveRunOptions, run_live, run_live_result
+from harness.backends.live.server import SERVER_KINDS, Endpoint, LiveServerSpec, model_vocabulary, serve
+from harness.loadgen import LagPolicy
+from harness.records import RequestSpec
+
+__all__ = [
+    "Backend", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "VllmSettings",
+    "model_vocabulary", "run_live", "run_live_result", "serve", "server_spec",
+]
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """How to run `vllm serve` (it lives in its own venv: scripts/setup_vllm_cpu.sh)."""
+
+    command: list[str] = field(default_factory=list)  # e.g. [python, -m, vllm.entrypoints.openai.api_server]
+    model_path: str | None = None  # a local model dir; None: model.name (a hub id)
+    served_model_name: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LiveSettings(BackendSettings):
+    name: str = "live"
+    server: str = "inrepo"  # inrepo: python -m engines.server | vllm: vllm serve
+    executor: str = "realtime"  # inrepo: realtime (perf model in real time) | null | torch
+    time_scale: float = 1.0  # realtime: stretch every predicted iteration
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port per server
+    kv_capacity_tokens: int | None = None  # inrepo: None -> the plan's KV pool (realtime, null) or measured (torch)
+    ready_timeout_s: float = 180.0
+    stop_timeout_s: float = 15.0
+    request_timeout_s: float = 600.0
+    strict: bool = True  # a probe whose dispatch lag is "invalid" fails the run
+    lag: LagPolicy = field(default_factory=LagPolicy)
+    client_realtime_priority: bool = False
+    log_dir: str | None = None
+    vllm: VllmSettings = field(default_factory=VllmSettings)
+
+    def __post_init__(self) -> None:
+        if self.server not in SERVER_KINDS:
+            raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.server!r}")
+
+
+def server_spec(job: BackendJob) -> LiveServerSpec:
+    """The server that serves `job`: its scheduler on the planned deployment."""
+    s: LiveSettings = job.settings  # type: ignore[assignment]
+    d = job.deployment
+    if d.pp != 1 and s.server == "inrepo":
+        raise HarnessError(f"backend=live with the in-repo server runs pp=1 only, got pp={d.pp}")
+    model = d.model_name
+    if s.server == "vllm":
+        model = s.vllm.model_path or model
+        if not s.vllm.command:
+            raise HarnessError("backend.vllm.command is empty: say how to run vLLM (e.g. HARNESS_VLLM_PYTHON)")
+    kv = s.kv_capacity_tokens
+    if kv is None and s.server == "inrepo" and s.executor != "torch":
+        kv = int(d.kv_capacity_tokens)  # the twin gets the simulator's KV pool: both make the same decisions
+    return LiveServerSpec(
+        kind=s.server, scheduler=job.scheduler, model=str(model), max_model_len=int(job.max_model_len),
+        host=s.host, port=s.port, served_model_name=s.vllm.served_model_name if s.server == "vllm" else None,
+        seed=int(job.seed), executor=s.executor, gpu=d.gpu, tp=d.tp, time_scale=s.time_scale,
+        kv_capacity_tokens=kv, gpu_memory_utilization=s.gpu_memory_utilization, block_size=s.block_size,
+        vllm_command=tuple(s.vllm.command), vllm_env=tuple(s.vllm.env.items()), vllm_extra_args=tuple(s.vllm.extra_args),
+        ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir,
+    )
+
+
+class LiveBackend:
+    """One server for every probe of one scheduler's search (a vLLM start costs about a minute);
+    probes run back to back, each after the previous one's requests have finished or been aborted."""
+
+    name: ClassVar[str] = "live"
+    settings: ClassVar[type[BackendSettings]] = LiveSettings
+    deterministic: ClassVar[bool] = False
+
+    def __init__(self, job: BackendJob) -> None:
+        if not isinstance(job.settings, LiveSettings):
+            raise HarnessError(f"backend live got {type(job.settings).__name__} settings")
+        self.job = job
+        self.spec = server_spec(job)
+        self._serving = None
+        self.endpoint: Endpoint | None = None
+
+    def __enter__(self) -> LiveBackend:
+        self._serving = serve(self.spec)
+        self.endpoint = self._serving.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        serving, self._serving, self.endpoint = self._serving, None, None
+        if serving is not None:
+            serving.__exit__(*exc)
+
+    def options(self, label: str = "") -> LiveRunOptions:
+        s: LiveSettings = self.job.settings  # type: ignore[assignment]
+        return LiveRunOptions(
+            seed=self.job.seed, time_limit_s=self.job.time_limit_s, concurrency=self.job.concurrency,
+            request_timeout_s=s.request_timeout_s, lag=s.lag, strict=s.strict, progress=self.job.progress,
+            progress_desc=label or "requests", realtime_priority=s.client_realtime_priority,
+        )
+
+    def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
+        if self.endpoint is None:
+            raise RuntimeError("LiveBackend.run outside `with`: the server is not started")
+        result = run_live_result(requests, self.endpoint, self.options(label))
+        return BackendRun(result.records, {"dispatch": dataclasses.asdict(result.verdict)})
+
+
+Backend = LiveBackend

@@ -1,0 +1,52 @@
+"""One probe against a live server: the load generator sends the requests, and the run is judged
+for how far the client kept its schedule (dispatch lag)."""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from common.errors import HarnessError
+from harness.backends.live.server import Endpoint, LiveServerSpec, serve
+from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
+from harness.records import RequestRecord, RequestSpec
+from harness.workload import with_prompt_token_ids
+
+
+@dataclass(frozen=True)
+class LiveRunOptions:
+    seed: int = 0  # prompt token ids
+    time_limit_s: float | None = None
+    concurrency: int | None = None
+    request_timeout_s: float = 600.0
+    lag: LagPolicy = field(default_factory=LagPolicy)
+    strict: bool = True  # an invalid dispatch verdict raises instead of returning suspect records
+    progress: bool = True
+    progress_desc: str = "requests"
+    realtime_priority: bool = False  # client threads under SCHED_FIFO (see harness/loadgen/options.py)
+
+
+def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
+                    options: LiveRunOptions = LiveRunOptions()) -> LoadResult:
+    if isinstance(server, LiveServerSpec):
+        with serve(server) as endpoint:
+            return run_live_result(requests, endpoint, options)
+    if any(r.prompt_token_ids is None for r in requests):
+        requests = with_prompt_token_ids(requests, server.vocab_size, options.seed, server.special_ids)
+    result = run_load(requests, LoadOptions(
+        base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
+        time_limit_s=options.time_limit_s, concurrency=options.concurrency, lag=options.lag,
+        progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
+    ))
+    verdict = result.verdict
+    if verdict.status == "invalid" and options.strict:
+        raise HarnessError(f"live run invalid: {verdict.message}")
+    if verdict.status != "ok":
+        warnings.warn(f"live run: {verdict.message}", stacklevel=2)
+    return result
+
+
+def run_live(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
+             options: LiveRunOptions = LiveRunOptions()) -> list[RequestRecord]:
+    """One probe: `requests` against a running `Endpoint`, or against a server started for it."""
+    return run_live_result(requests, server, options).records

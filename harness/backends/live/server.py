@@ -1,0 +1,159 @@
+"""Servers the live backend starts: what to launch (`LiveServerSpec`), and where it answers once up
+(`Endpoint`).
+
+    from harness.backends.live import LiveServerSpec, run_live, serve
+    spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig("sarathi"), model="tiny", max_model_len=4096)
+    records = run_live(requests, spec)            # starts the server, runs, stops it
+
+    with serve(spec) as endpoint:                 # one server for many probes (a capacity search)
+        for qps in ...:
+            records = run_live(requests_at(qps), endpoint)
+
+Server kinds: `inrepo` (`python -m engines.server`, executor realtime | null | torch) and `vllm`
+(`vllm serve`, flags from engines/external/vllm.py, command from config so vLLM lives in its own
+venv). Records have the simulator's schema; see harness/loadgen/run.py for what each time means
+live (first_scheduled_s is NaN for vLLM: it does not report it).
+
+Requests without prompt token ids get seeded random non-special ids from the served model's
+vocabulary (harness.workload.with_prompt_token_ids): no two prompts share a prefix block.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.errors import HarnessError
+from engines.core.block_manager import DEFAULT_BLOCK_SIZE
+from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
+from engines.schedulers import SchedulerConfig
+from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
+from harness.paths import ROOT as REPO_ROOT
+SERVER_KINDS = ("inrepo", "vllm")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A server that is up: where it is and what it serves."""
+
+    base_url: str
+    model: str  # the name clients send
+    vocab_size: int
+    special_ids: tuple[int, ...] = (0, 1, 2)
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveServerSpec:
+    kind: str  # inrepo | vllm
+    scheduler: SchedulerConfig
+    model: str  # inrepo: engines.perf catalog name (or a model dir for torch); vllm: model dir or name
+    max_model_len: int
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port
+    served_model_name: str | None = None
+    seed: int = 0
+    # in-repo server
+    executor: str = "realtime"
+    gpu: str = "a100-80g"
+    tp: int = 1
+    time_scale: float = 1.0
+    kv_capacity_tokens: int | None = None
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    block_size: int = DEFAULT_BLOCK_SIZE
+    # vLLM
+    vllm_command: tuple[str, ...] = ()
+    vllm_env: tuple[tuple[str, str], ...] = ()
+    vllm_extra_args: tuple[str, ...] = ()
+    # lifecycle
+    ready_timeout_s: float = 180.0
+    stop_timeout_s: float = 15.0
+    log_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in SERVER_KINDS:
+            raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.kind!r}")
+
+    @property
+    def name(self) -> str:
+        return self.served_model_name or (Path(self.model).name if Path(self.model).is_dir() else self.model)
+
+    def command(self, port: int) -> list[str]:
+        if self.kind == "vllm":
+            from engines.external.vllm import UnsupportedPolicy, serve_command
+
+            try:
+                return serve_command(
+                    self.vllm_command, self.model, scheduler=self.scheduler, max_model_len=self.max_model_len,
+                    host=self.host, port=port, served_model_name=self.name, seed=self.seed,
+                    extra_args=self.vllm_extra_args,
+                )
+            except (UnsupportedPolicy, ValueError) as e:
+                raise HarnessError(str(e)) from None
+        s = self.scheduler
+        cmd = [
+            sys.executable, "-m", "engines.server",
+            "--host", self.host, "--port", str(port), "--model", self.model, "--served-model-name", self.name,
+            "--policy", s.policy, "--token-budget", str(s.token_budget), "--max-num-seqs", str(s.max_num_seqs),
+            "--max-model-len", str(self.max_model_len), "--executor", self.executor, "--gpu", self.gpu,
+            "--tp", str(self.tp), "--time-scale", repr(self.time_scale),
+            "--gpu-memory-utilization", repr(self.gpu_memory_utilization), "--block-size", str(self.block_size),
+            "--seed", str(self.seed),
+        ]
+        if s.max_num_batched_tokens is not None:
+            cmd += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
+        if self.kv_capacity_tokens is not None:
+            cmd += ["--kv-capacity-tokens", str(self.kv_capacity_tokens)]
+        return cmd
+
+    def launch(self) -> tuple[LaunchSpec, Endpoint]:
+        port = self.port or free_port(self.host)
+        base_url = f"http://{self.host}:{port}"
+        if self.kind == "vllm":
+            from engines.external.vllm import DEFAULT_ENV
+
+            env = {**DEFAULT_ENV, **dict(self.vllm_env)}
+        else:
+            env = {"PYTHONPATH": str(REPO_ROOT)}
+        log = None
+        if self.log_dir is not None:
+            log = str(Path(self.log_dir) / f"server-{self.kind}-{self.scheduler.policy}-{port}.log")
+        vocab, specials = model_vocabulary(self.model)
+        launch = LaunchSpec(
+            command=self.command(port), base_url=base_url, model=self.name, env=env, cwd=str(REPO_ROOT),
+            ready_timeout_s=self.ready_timeout_s, stop_timeout_s=self.stop_timeout_s, log_path=log,
+        )
+        return launch, Endpoint(base_url, self.name, vocab, specials, self.max_model_len)
+
+
+def model_vocabulary(model: str) -> tuple[int, tuple[int, ...]]:
+    """(vocab size, special ids) from a model directory's config.json, else the perf catalog."""
+    cfg_path = Path(model) / "config.json"
+    if cfg_path.exists():
+        cfg = json.loads(cfg_path.read_text())
+        specials = set()
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            v = cfg.get(key)
+            specials.update(v if isinstance(v, list) else [v] if isinstance(v, int) else [])
+        tok_cfg = Path(model) / "tokenizer_config.json"
+        if tok_cfg.exists():  # added special tokens (<unk>, ...) sit at ids listed here
+            decoder = json.loads(tok_cfg.read_text()).get("added_tokens_decoder") or {}
+            specials.update(int(k) for k in decoder)
+        return int(cfg["vocab_size"]), tuple(sorted(specials))
+    from engines.perf import get_model
+
+    try:
+        return get_model(model).vocab_size, (0, 1, 2)
+    except Exception as e:
+        raise HarnessError(f"model {model!r}: neither a model directory with config.json nor a catalog model ({e})") from None
+
+
+@contextmanager
+def serve(spec: LiveServerSpec) -> Iterator[Endpoint]:
+    """Start the server, yield its endpoint once healthy and warmed up, stop its process group."""
+    launch, endpoint = spec.launch()
+    with ServerProcess(launch):
+        yield endpoint

@@ -1,0 +1,50 @@
+"""The simulated backend: the engine core on a virtual clock, iterations priced by the
+performance model (`loop`: the event loop; `pipeline` and `replay`: pipeline parallelism and its
+exact fast-forward). Deterministic: identical requests give bit-identical records."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from common.errors import HarnessError
+from engines.schedulers import make_engine
+from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.sim.loop import IterationTimer, simulate
+from harness.records import RequestSpec
+
+__all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate"]
+
+
+@dataclass(frozen=True)
+class SimSettings(BackendSettings):
+    name: str = "sim"
+    fast_forward: bool = True  # advance runs of identical decode iterations in one exact step
+
+
+class SimBackend:
+    name: ClassVar[str] = "sim"
+    settings: ClassVar[type[BackendSettings]] = SimSettings
+    deterministic: ClassVar[bool] = True
+
+    def __init__(self, job: BackendJob) -> None:
+        if not isinstance(job.settings, SimSettings):
+            raise HarnessError(f"backend sim got {type(job.settings).__name__} settings")
+        self.job = job
+
+    def __enter__(self) -> SimBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
+        job, d = self.job, self.job.deployment
+        engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
+        stats: dict[str, int] = {}
+        records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=job.settings.fast_forward,
+                           time_limit_s=job.time_limit_s, stats=stats)
+        return BackendRun(records, stats)
+
+
+Backend = SimBackend

@@ -1,0 +1,218 @@
+"""The simulator's event loop: arrivals and batch completions on a virtual clock.
+
+The engine core decides every batch; an iteration timer (the performance model) says how long it
+takes; a virtual clock advances by that much. An iteration starts as soon as the previous one
+ends (or, if the engine is idle, at the next arrival) and sees every request that arrived by its
+start. A token's time is the end of the iteration that produced it.
+
+Speed: between events a decode-only batch repeats with the same sequences, its cost growing only
+with context. Such a run is advanced in one step (`fast_forward`): the timer prices all of its
+iterations in one vectorized call and every token time is recorded. It is exact, which
+tests/test_sim.py proves against plain stepping on the same workloads.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence as Seq
+from typing import Protocol
+
+import numpy as np
+
+from engines.core import Batch, Engine, Sequence
+from harness.backends.sim.pipeline import Pipeline
+from harness.records import RequestRecord, RequestSpec
+
+
+class IterationTimer(Protocol):
+    def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+        """Seconds of one iteration per batch row (used without pipeline parallelism)."""
+        ...
+
+    def stage_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+        """Seconds of each pipeline stage, shape (..., pp) (used with pipeline parallelism)."""
+        ...
+
+    def pp_send_time(self, num_tokens: int) -> float:
+        """Seconds to send a micro-batch's activations to the next pipeline stage."""
+        ...
+
+
+class _Timeline:
+    """Per request: first scheduled, token times, finish."""
+
+    def __init__(self, n: int) -> None:
+        self.first_scheduled = np.full(n, np.nan)
+        self.finished = np.full(n, np.nan)
+        self.tokens: list[list[float]] = [[] for _ in range(n)]
+
+    def token(self, i: int, t: float) -> None:
+        self.tokens[i].append(t)
+
+    def tokens_run(self, i: int, times: list[float]) -> None:
+        self.tokens[i].extend(times)
+
+    def token_times(self, i: int) -> np.ndarray:
+        return np.array(self.tokens[i], dtype=np.float64)
+
+
+def simulate(
+    requests: Seq[RequestSpec],
+    engine: Engine,
+    timer: IterationTimer,
+    *,
+    pp: int = 1,
+    fast_forward: bool = True,
+    time_limit_s: float | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    stats: dict[str, int] | None = None,
+) -> list[RequestRecord]:
+    """Run `requests` through `engine` on a virtual clock; one record per request, input order.
+
+    With `pp` > 1, `timer.stage_times` prices each pipeline stage and `timer.pp_send_time(tokens)`
+    the hop between stages; up to `pp` micro-batches are in flight (`_run_pipelined`). With
+    `time_limit_s`, the run stops at the first iteration boundary at or after it: requests not
+    finished then carry `error="unfinished at time limit"` (never dropped), and those never
+    started have NaN first-scheduled and first-token times. `stats`, if given, receives counters
+    of the pipelined loop (launches stepped and replayed, replays, rows priced in bulk).
+    """
+    run = SimRun(requests, engine, on_progress)
+    limit = np.inf if time_limit_s is None else float(time_limit_s)
+    if pp > 1:
+        pipe = Pipeline(run, timer, pp, fast_forward, limit)
+        try:
+            pipe.run()
+        finally:
+            if stats is not None:
+                stats.update(pipe.stats)
+    else:
+        _run_serial(run, timer, fast_forward, limit)
+    return run.records()
+
+
+class SimRun:
+    """The state both loops share: arrivals in order, the engine, the timeline of every request."""
+
+    def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress) -> None:
+        n = len(requests)
+        self.requests = requests
+        self.order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
+        self.arrivals = np.array([requests[i].arrival_s for i in self.order], dtype=np.float64)
+        # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
+        self.seqs = [Sequence(rank, requests[i].prompt_len, requests[i].output_len) for rank, i in enumerate(self.order)]
+        self.engine = engine
+        self.line = _Timeline(n)
+        self.next = 0  # next arrival not yet given to the engine
+        self.on_progress = on_progress
+
+    @property
+    def next_arrival(self) -> float:
+        return float(self.arrivals[self.next]) if self.next < len(self.arrivals) else np.inf
+
+    def admit_arrivals(self, t: float) -> None:
+        while self.next < len(self.arrivals) and self.arrivals[self.next] <= t:
+            self.engine.add(self.seqs[self.next])
+            self.next += 1
+
+    def started(self, batch: Batch, t: float) -> None:
+        first = self.line.first_scheduled
+        for seq, prefill in zip(batch.seqs, batch.is_prefill):
+            if prefill and np.isnan(first[seq.seq_id]):
+                first[seq.seq_id] = t
+
+    def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
+        for seq in seqs:
+            self.line.finished[seq.seq_id] = t
+        if seqs and self.on_progress is not None:
+            self.on_progress(len(seqs))
+
+    def stalled(self, t: float) -> RuntimeError:
+        return RuntimeError(f"engine stalled at t={t:.3f}s with {len(self.engine.waiting)} waiting requests")
+
+    def records(self) -> list[RequestRecord]:
+        out: list[RequestRecord] = [None] * len(self.order)  # type: ignore[list-item]
+        for rank, i in enumerate(self.order):
+            spec = self.requests[i]
+            times = self.line.token_times(rank)
+            finished_s = float(self.line.finished[rank])
+            out[i] = RequestRecord(
+                request_id=spec.request_id,
+                arrival_s=spec.arrival_s,
+                prompt_len=spec.prompt_len,
+                output_len=spec.output_len,
+                first_scheduled_s=float(self.line.first_scheduled[rank]),
+                first_token_s=float(times[0]) if len(times) else float("nan"),
+                finished_s=finished_s,
+                token_times_s=times,
+                num_preemptions=self.seqs[rank].num_preemptions,
+                error=None if not np.isnan(finished_s) else "unfinished at time limit",
+            )
+        return out
+
+
+def _run_serial(run: SimRun, timer: IterationTimer, fast_forward: bool, limit: float) -> None:
+    engine = run.engine
+    t = 0.0
+    while t < limit:
+        run.admit_arrivals(t)
+        if not engine.has_unfinished:
+            if run.next_arrival == np.inf:
+                return
+            t = run.next_arrival
+            continue
+        preemptions_before = engine.num_preemptions
+        batch = engine.schedule()
+        if batch is None:
+            if run.next_arrival == np.inf:
+                raise run.stalled(t)
+            t = run.next_arrival
+            continue
+        run.started(batch, t)
+        # A schedule() that preempted freed blocks a prefill-first policy had not seen when it
+        # decided not to admit: the next decision may differ, so that iteration is stepped.
+        if fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
+            t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, limit)
+        else:
+            t, finished = _one_iteration(engine, batch, timer, run.line, t)
+        run.finished(finished, t)
+
+
+def _one_iteration(engine: Engine, batch: Batch, timer: IterationTimer, line: _Timeline, t: float):
+    dt = float(timer.batch_times(np.asarray(batch.new_tokens), np.asarray(batch.context_lens)))
+    t_end = t + dt
+    out = engine.complete(batch)
+    for seq in out.produced:
+        line.token(seq.seq_id, t_end)
+    return t_end, out.finished
+
+
+def _decode_run(
+    engine: Engine,
+    batch: Batch,
+    timer: IterationTimer,
+    line: _Timeline,
+    t: float,
+    next_arrival: float,
+    limit: float,
+):
+    """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
+    k = engine.decode_run_limit(batch)
+    ctx0 = np.asarray(batch.context_lens, dtype=np.int64)
+    ones = np.ones((1, len(ctx0)), dtype=np.int64)
+    dt0 = float(timer.batch_times(ones[0], ctx0))
+    horizon = min(next_arrival, limit) if not engine.waiting else limit
+    if np.isfinite(horizon):
+        # Iterations only get longer as contexts grow, so at most this many start before horizon.
+        k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
+    k = max(k, 1)
+    ctx = ctx0[None, :] + np.arange(k, dtype=np.int64)[:, None]
+    dts = timer.batch_times(np.broadcast_to(ones, ctx.shape), ctx)
+    # Summed from t in order, as plain stepping would (bit-identical clock).
+    ends = np.cumsum(np.concatenate(([t], dts)))[1:]
+    if np.isfinite(horizon) and k > 1:
+        starts = ends - dts
+        k = max(1, int(np.searchsorted(starts, horizon, side="left")))
+        ends = ends[:k]
+    finished = engine.complete_decode_run(batch, k)
+    times = ends.tolist()
+    for seq in batch.seqs:
+        line.tokens_run(seq.seq_id, times)
+    return float(ends[-1]), finished

@@ -1,0 +1,35 @@
+"""`python -m harness nightly [results_dir=results/nightly] [reference=results/reference]
+[out=figures/DRIFT.md] [capacity_rel=0.05] [latency_rel=0.10] [n_jobs=2]`
+
+Re-runs every reference run's saved config into results_dir, compares (harness.results.drift),
+writes the drift report, exits 1 on drift (2 on bad input).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from common.errors import HarnessError
+from harness.commands.options import parse_options
+
+
+def nightly_command(argv: list[str]) -> int:
+    from harness.commands.jobs import run_configs
+    from harness.results.drift import Tolerances, run_nightly
+
+    opts = parse_options(argv, {"results_dir": "results/nightly", "reference": "results/reference", "out": "figures/DRIFT.md",
+                           "capacity_rel": 0.05, "latency_rel": 0.10, "n_jobs": 2})
+    ref = Path(opts["reference"])
+    saved = sorted(ref.glob("*/*/config.yaml"))
+    if not saved:
+        raise HarnessError(f"no reference runs under {ref} (expected {ref}/<experiment>/<run>/config.yaml)")
+    configs = []
+    for path in saved:
+        cfg = OmegaConf.load(path)
+        cfg.results_dir = opts["results_dir"]
+        cfg.progress = False
+        configs.append(cfg)
+    run_configs(configs, n_jobs=opts["n_jobs"])
+    tol = Tolerances(capacity_rel=opts["capacity_rel"], latency_rel=opts["latency_rel"])
+    return run_nightly(opts["results_dir"], ref, opts["out"], tol)

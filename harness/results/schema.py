@@ -1,0 +1,29 @@
+"""The one schema of what summary.json holds per probe: the writer (harness.commands.run) builds
+`ProbeRow`s, the analysis loader reads `PROBE_COLUMNS`. Older runs may lack newer columns
+(read as NaN)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    qps: float
+    passed: bool
+    reason: str
+    tbt_quantile_s: float  # the SLO's TBT quantile (P99 for the paper)
+    scheduling_delay_quantile_s: float | None  # the SLO's delay quantile (median); None: never started
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tbt_p50_s: float
+    tbt_p99_s: float
+    e2e_p50_s: float
+    request_throughput: float
+    goodput: float
+    goodput_fraction: float
+    output_token_throughput: float
+    num_completed: int
+    num_preemptions: int
+
+
+PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))

@@ -1,0 +1,82 @@
+"""Probes: one rate's requests sent through a backend and judged against the SLO, and the
+capacity search built from them. The search sees only a function that runs requests: it knows no
+backend by name, and the backends never call back into it."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from common.errors import HarnessError
+from harness.backends.base import BackendRun
+from harness.metrics import SloVerdict, Summary, check_slo, summarize
+from harness.records import RequestRecord, RequestSpec
+from harness.results.store import records_frame
+from harness.search.capacity import CapacityResult, Probe, find_capacity
+from harness.search.plan import ExperimentPlan
+from harness.workload import arrival_offsets, make_requests
+
+if TYPE_CHECKING:
+    from harness.search.cache import ProbeCache
+
+RunRequests = Callable[[Sequence[RequestSpec], str], BackendRun]  # a backend's run(requests, label)
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    qps: float
+    seed: int
+    verdict: SloVerdict
+    summary: Summary
+    requests: pd.DataFrame = field(repr=False)  # one row per request (harness.results.store.records_frame)
+    records: list[RequestRecord] | None = field(repr=False)  # None when loaded from the probe cache
+
+
+def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
+    """The requests of one probe: the plan's lengths with arrivals at `qps` (any backend)."""
+    if not qps > 0 or not np.isfinite(qps):
+        raise HarnessError(f"QPS must be a positive number, got {qps}")
+    return make_requests(plan.workload, arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed))
+
+
+def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: list[RequestRecord]) -> ProbeOutcome:
+    """A probe's verdict, summary and per-request rows from its records (any backend)."""
+    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
+    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
+
+
+def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests) -> ProbeOutcome:
+    """One probe at `qps` through a backend's `run`."""
+    out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
+    return probe_outcome(plan, scheduler, qps, out.records)
+
+
+def search_capacity(
+    plan: ExperimentPlan,
+    scheduler: str,
+    run: RunRequests,
+    on_probe: Callable[[Probe], None] | None = None,
+    cache: ProbeCache | None = None,
+) -> CapacityResult:
+    """The capacity search for one scheduler (or its one probe at search.fixed_qps), each probe
+    through `run`; probes found in `cache` are not run again."""
+
+    def probe(qps: float) -> Probe:
+        outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
+        if outcome is None:
+            outcome = run_probe(plan, scheduler, qps, run)
+            if cache is not None:
+                cache.save(scheduler, outcome)
+        return Probe(qps, outcome.verdict.passed, outcome)
+
+    s = plan.search
+    if s.fixed_qps is not None:
+        p = probe(s.fixed_qps)
+        if on_probe is not None:
+            on_probe(p)
+        return CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
+    return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)
+
