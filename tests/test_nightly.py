@@ -1,4 +1,4 @@
-"""harness.results.drift: passes on an unchanged tree, catches injected drift, missing cells and
+"""harness.analysis.drift: passes on an unchanged tree, catches injected drift, missing cells and
 fixed-rate latency changes (fixture: tests/fixtures/results)."""
 import json
 import shutil
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results.drift import DriftReport, Tolerances, compare, main
+from harness.analysis.drift import DriftReport, Tolerances, compare, main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 

@@ -8,10 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from engines.perf import LINEAR_PARTS, Deployment, PerfModel
-from engines.perf.profile import (
-    LONG_COLUMNS, Curve, CurveFamily, OperatorProfile, ProfilePerfModel, build_perf_model, load_profile,
-)
 from common.errors import HarnessError
+from engines.perf.curves import Curve, CurveFamily
+from engines.perf.factory import build_perf_model
+from engines.perf.measured import LONG_COLUMNS, OperatorProfile, ProfilePerfModel, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 VIDUR = ROOT / "tests" / "fixtures" / "profiles" / "vidur_llama2_7b_a100"

@@ -28,7 +28,7 @@ def test_profile_tables_on_cpu(tmp_path):
 
 
 def test_perf_model_reads_the_profile(tmp_path):
-    profile = pytest.importorskip("engines.perf.profile")
+    profile = pytest.importorskip("engines.perf.measured")
     from engines.perf import Deployment
 
     out = tmp_path / "p.csv"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from engines.perf.models import FALCON_MODEL_TYPES, ModelArch, get_model
+from engines.perf.architectures import FALCON_MODEL_TYPES, ModelArch, get_model
 from common.errors import HarnessError
 
 FAMILIES = ("llama", "falcon")
@@ -98,7 +98,7 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, cfg: Mapping[str, Any], name: str | None = None) -> ModelConfig:
-        """Shapes come from the performance model's parser (engines.perf.models: the one reader
+        """Shapes come from the performance model's parser (engines.perf.architectures: the one reader
         of Hugging Face spellings); this adds what only the torch code needs (rotary base, norm
         epsilon, Falcon's fused-QKV layout, special tokens) and refuses what it cannot run."""
         cfg = dict(cfg)
@@ -139,7 +139,7 @@ class ModelConfig:
 
     @classmethod
     def from_arch(cls, arch: ModelArch) -> ModelConfig:
-        """From the performance model's catalog entry (engines.perf.models.ModelArch): the same
+        """From the performance model's catalog entry (engines.perf.architectures.ModelArch): the same
         shapes, so a random-weight model costs on a GPU what the real one would."""
         falcon = not arch.gated_mlp
         return cls(

@@ -8,8 +8,8 @@ Pure numpy; importable without torch or hydra.
 """
 from .deployment import Deployment
 from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_link, get_topology, known_gpus, known_links, known_topologies
-from .model import BREAKDOWN_PARTS, DEFAULT_GPU_MEMORY_UTILIZATION, LINEAR_PARTS, PerfModel
-from .models import ModelArch, get_model, known_models
+from .analytical import BREAKDOWN_PARTS, DEFAULT_GPU_MEMORY_UTILIZATION, LINEAR_PARTS, PerfModel
+from .architectures import ModelArch, get_model, known_models
 
 __all__ = [
     "BREAKDOWN_PARTS", "DEFAULT_GPU_MEMORY_UTILIZATION", "LINEAR_PARTS", "Deployment", "GpuSpec", "LinkSpec", "ModelArch", "PerfModel", "Topology",

@@ -16,40 +16,19 @@ import sys
 
 from aiohttp import web
 
-from engines.schedulers import POLICIES
 from engines.server.app import SERVER_KEY, make_app
 from engines.server.build import ExecutorUnavailable, build_parts
-from engines.server.config import EXECUTORS, ServerConfig
+from engines.server.config import ServerConfig, add_flags, from_flags
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
-    d = ServerConfig()
     p = argparse.ArgumentParser(prog="python -m engines.server", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=d.model, help="engines.perf model name (realtime/null) or model path (torch)")
-    p.add_argument("--served-model-name", default=None, help="name clients send as 'model' (default: --model)")
-    p.add_argument("--host", default=d.host)
-    p.add_argument("--port", type=int, default=d.port, help="0 picks a free port")
-    p.add_argument("--policy", choices=POLICIES, default=d.policy)
-    p.add_argument("--token-budget", type=int, default=d.token_budget, help="sarathi/chunked_only/hybrid_only")
-    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="vllm policy (default: max model len)")
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--executor", choices=EXECUTORS, default=d.executor)
-    p.add_argument("--gpu", default=d.gpu, help="performance model's GPU (realtime)")
-    p.add_argument("--tp", type=int, default=d.tp)
-    p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
-    p.add_argument("--kv-capacity-tokens", type=int, default=None)
-    p.add_argument("--block-size", type=int, default=d.block_size)
-    p.add_argument("--time-scale", type=float, default=d.time_scale, help="realtime: stretch predicted times")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
-    p.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s)
+    add_flags(p)
     p.add_argument("--log-level", default="WARNING")
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    fields = {k: v for k, v in vars(a).items() if k != "log_level"}
     try:
-        return ServerConfig(**fields)
+        return from_flags(a)
     except ValueError as e:
         p.error(str(e))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.core import Engine
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import make_engine
 from engines.server.config import ServerConfig
 from engines.server.tokenizer import WordTokenizer
 
@@ -109,6 +109,5 @@ def build_parts(cfg: ServerConfig) -> ServingParts:
             from engines.executors.null import NullExecutor
 
             executor = NullExecutor(vocab, seed=cfg.seed)
-    sched = SchedulerConfig(cfg.policy, cfg.max_num_seqs, cfg.token_budget, cfg.max_num_batched_tokens)
-    engine = make_engine(sched, kv_tokens, max_len, cfg.block_size)
+    engine = make_engine(cfg.scheduler, kv_tokens, max_len, cfg.block_size)
     return ServingParts(engine, executor, tokenizer, vocab, max_len)

@@ -1,32 +1,41 @@
-"""Everything a server process is started with, as one frozen value (the CLI fills it)."""
+"""Everything a server process is started with, as one frozen value. Its command-line flags are
+derived from the fields (`add_flags`, `from_flags`), and a client that starts a server turns a
+config back into flags with `server_flags`: one list of knobs and defaults, never restated."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+
+from engines.core.block_manager import DEFAULT_BLOCK_SIZE
+from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
+from engines.schedulers import POLICIES, SchedulerConfig
 
 EXECUTORS = ("realtime", "null", "torch")
 
 
+def _help(text: str, **more) -> dict:
+    return {"help": text, **more}
+
+
 @dataclass(frozen=True)
 class ServerConfig:
-    model: str = "tiny"  # engines.perf catalog name (realtime, null) or a model path (torch)
-    served_model_name: str | None = None  # the name clients send; default: `model`
-    host: str = "127.0.0.1"  # loopback unless told otherwise: a benchmark server is not a service
-    port: int = 8000
-    policy: str = "sarathi"
-    token_budget: int = 512
-    max_num_seqs: int = 128
-    max_num_batched_tokens: int | None = None
-    max_model_len: int | None = None  # default: the model's max_position_embeddings
-    executor: str = "realtime"
-    gpu: str = "a100-80g"
+    model: str = field(default="tiny", metadata=_help("engines.perf model name (realtime, null) or a model path (torch)"))
+    served_model_name: str | None = field(default=None, metadata=_help("name clients send as 'model' (default: --model)"))
+    host: str = field(default="127.0.0.1", metadata=_help("loopback unless told otherwise: a benchmark server is not a service"))
+    port: int = field(default=8000, metadata=_help("0 picks a free port"))
+    scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig("sarathi"))  # flags: its own fields
+    max_model_len: int | None = field(default=None, metadata=_help("default: the model's max_position_embeddings"))
+    executor: str = field(default="realtime", metadata=_help("realtime: the perf model in real time; null: zero time; torch", choices=EXECUTORS))
+    gpu: str = field(default="a100-80g", metadata=_help("the performance model's GPU (realtime)"))
     tp: int = 1
-    gpu_memory_utilization: float = 0.9
-    kv_capacity_tokens: int | None = None  # default: the performance model's KV arithmetic
-    block_size: int = 16
-    time_scale: float = 1.0  # realtime executor: stretch every predicted iteration by this factor
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    kv_capacity_tokens: int | None = field(default=None, metadata=_help("default: the performance model's KV arithmetic"))
+    block_size: int = DEFAULT_BLOCK_SIZE
+    time_scale: float = field(default=1.0, metadata=_help("realtime executor: stretch every predicted iteration"))
     seed: int = 0
-    max_body_bytes: int = 4 << 20  # 4 MiB: a 16k-token prompt as a JSON id list is ~100 KB
-    shutdown_grace_s: float = 5.0  # on SIGTERM, how long running requests may finish
+    max_body_bytes: int = field(default=4 << 20, metadata=_help("4 MiB: a 16k-token prompt as a JSON id list is ~100 KB"))
+    shutdown_grace_s: float = field(default=5.0, metadata=_help("on SIGTERM, how long running requests may finish"))
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -41,3 +50,63 @@ class ServerConfig:
     @property
     def name(self) -> str:
         return self.served_model_name or self.model
+
+    @property
+    def policy(self) -> str:
+        return self.scheduler.policy
+
+
+# Flags of the scheduler's fields (SchedulerConfig has no metadata: it is slots-only).
+_SCHEDULER_HELP = {
+    "policy": _help("scheduling policy", choices=POLICIES),
+    "max_num_seqs": _help("most sequences running at once"),
+    "token_budget": _help("tokens per iteration, decodes included (sarathi, chunked_only, hybrid_only)"),
+    "max_num_batched_tokens": _help("vllm policy: tokens of whole prompts in one prefill batch (default: max model len)"),
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _knobs():
+    """(owner class, field, help) for every flag: the server's fields, then the scheduler's."""
+    for f in fields(ServerConfig):
+        if f.name != "scheduler":
+            yield ServerConfig, f, dict(f.metadata)
+    for f in fields(SchedulerConfig):
+        yield SchedulerConfig, f, _SCHEDULER_HELP.get(f.name, {})
+
+
+def _scalar(owner, f) -> type:
+    hint = typing.get_type_hints(owner)[f.name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per field (`--max-num-seqs` for max_num_seqs), typed and defaulted by the field."""
+    for owner, f, meta in _knobs():
+        default = f.default if f.default is not MISSING else None
+        if owner is SchedulerConfig and f.name == "policy":
+            default = ServerConfig().scheduler.policy
+        kind = _scalar(owner, f)
+        parser.add_argument(_flag(f.name), type=kind, default=default, choices=meta.get("choices"),
+                            help=meta.get("help"), dest=f.name)
+
+
+def from_flags(args: argparse.Namespace) -> ServerConfig:
+    """The config the parsed flags describe (ValueError names a bad value)."""
+    values = vars(args)
+    scheduler = SchedulerConfig(**{f.name: values[f.name] for f in fields(SchedulerConfig)})
+    return ServerConfig(scheduler=scheduler, **{f.name: values[f.name] for f in fields(ServerConfig) if f.name != "scheduler"})
+
+
+def server_flags(cfg: ServerConfig) -> list[str]:
+    """The command-line flags that give back `cfg` (fields left at None are omitted)."""
+    out: list[str] = []
+    for owner, f, _ in _knobs():
+        value = getattr(cfg.scheduler if owner is SchedulerConfig else cfg, f.name)
+        if value is not None:
+            out += [_flag(f.name), repr(value) if isinstance(value, float) else str(value)]
+    return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
-from engines.perf.profile import build_perf_model
+from engines.perf.factory import build_perf_model
 
 
 @dataclass(frozen=True)

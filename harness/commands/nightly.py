@@ -1,7 +1,7 @@
 """`python -m harness nightly [results_dir=results/nightly] [reference=results/reference]
 [out=figures/DRIFT.md] [capacity_rel=0.05] [latency_rel=0.10] [n_jobs=2]`
 
-Re-runs every reference run's saved config into results_dir, compares (harness.results.drift),
+Re-runs every reference run's saved config into results_dir, compares (harness.analysis.drift),
 writes the drift report, exits 1 on drift (2 on bad input).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from harness.commands.options import parse_options
 
 def nightly_command(argv: list[str]) -> int:
     from harness.commands.jobs import run_configs
-    from harness.results.drift import Tolerances, run_nightly
+    from harness.analysis.drift import Tolerances, run_nightly
 
     opts = parse_options(argv, {"results_dir": "results/nightly", "reference": "results/reference", "out": "figures/DRIFT.md",
                            "capacity_rel": 0.05, "latency_rel": 0.10, "n_jobs": 2})

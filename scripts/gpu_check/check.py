@@ -183,7 +183,7 @@ def perf_model(a, executor):
         return None, None
     model = a.model if not Path(a.model).is_dir() else None
     if model is None:
-        from engines.perf.models import ModelArch
+        from engines.perf.architectures import ModelArch
 
         model = ModelArch.from_hf_config(a.model)
     return PerfModel(Deployment.create(model=model, gpu=gpu)), gpu

@@ -7,7 +7,7 @@
     tokens = executor.execute(engine.schedule())   # or submit(batch).result() to pipeline
 
 `model` is a Hugging Face directory (config.json + *.safetensors), a catalog name from
-engines.perf.models (random weights of that shape), or a ModelConfig. The executor keeps every
+engines.perf.architectures (random weights of that shape), or a ModelConfig. The executor keeps every
 request's token ids (prompt + sampled); the core only knows lengths, so a preempted request is
 recomputed from these ids. Block ids come from the core's block tables; the executor allocates
 exactly kv_capacity_tokens // block_size blocks, as make_engine does.

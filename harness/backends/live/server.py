@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import HarnessError
-from engines.core.block_manager import DEFAULT_BLOCK_SIZE
-from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.schedulers import SchedulerConfig
+from engines.server.config import ServerConfig, server_flags
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.paths import ROOT as REPO_ROOT
 SERVER_KINDS = ("inrepo", "vllm")
+_SERVER = ServerConfig()  # the in-repo server's defaults
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,14 @@ class LiveServerSpec:
     port: int | None = None  # None: a free port
     served_model_name: str | None = None
     seed: int = 0
-    # in-repo server
-    executor: str = "realtime"
-    gpu: str = "a100-80g"
-    tp: int = 1
-    time_scale: float = 1.0
+    # in-repo server (defaults: the server's own)
+    executor: str = _SERVER.executor
+    gpu: str = _SERVER.gpu
+    tp: int = _SERVER.tp
+    time_scale: float = _SERVER.time_scale
     kv_capacity_tokens: int | None = None
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    block_size: int = DEFAULT_BLOCK_SIZE
+    gpu_memory_utilization: float = _SERVER.gpu_memory_utilization
+    block_size: int = _SERVER.block_size
     # vLLM
     vllm_command: tuple[str, ...] = ()
     vllm_env: tuple[tuple[str, str], ...] = ()
@@ -93,21 +93,19 @@ class LiveServerSpec:
                 )
             except (UnsupportedPolicy, ValueError) as e:
                 raise HarnessError(str(e)) from None
-        s = self.scheduler
-        cmd = [
-            sys.executable, "-m", "engines.server",
-            "--host", self.host, "--port", str(port), "--model", self.model, "--served-model-name", self.name,
-            "--policy", s.policy, "--token-budget", str(s.token_budget), "--max-num-seqs", str(s.max_num_seqs),
-            "--max-model-len", str(self.max_model_len), "--executor", self.executor, "--gpu", self.gpu,
-            "--tp", str(self.tp), "--time-scale", repr(self.time_scale),
-            "--gpu-memory-utilization", repr(self.gpu_memory_utilization), "--block-size", str(self.block_size),
-            "--seed", str(self.seed),
-        ]
-        if s.max_num_batched_tokens is not None:
-            cmd += ["--max-num-batched-tokens", str(s.max_num_batched_tokens)]
-        if self.kv_capacity_tokens is not None:
-            cmd += ["--kv-capacity-tokens", str(self.kv_capacity_tokens)]
-        return cmd
+        return [sys.executable, "-m", "engines.server", *server_flags(self.server_config(port))]
+
+    def server_config(self, port: int) -> ServerConfig:
+        """The in-repo server's config for this spec."""
+        try:
+            return ServerConfig(
+                model=self.model, served_model_name=self.name, host=self.host, port=port, scheduler=self.scheduler,
+                max_model_len=self.max_model_len, executor=self.executor, gpu=self.gpu, tp=self.tp,
+                gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
+                block_size=self.block_size, time_scale=self.time_scale, seed=self.seed,
+            )
+        except ValueError as e:
+            raise HarnessError(f"backend: {e}") from None
 
     def launch(self) -> tuple[LaunchSpec, Endpoint]:
         port = self.port or free_port(self.host)

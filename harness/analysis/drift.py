@@ -10,7 +10,7 @@ judges the relative change of
 A cell present in the reference and absent today fails (a silently dropped experiment is a
 regression too) unless `fail_on_missing=False`; cells only present today are listed, never fail.
 
-    python -m harness.results.drift [CURRENT=results] [REFERENCE=results/reference] [--out figures/DRIFT.md]
+    python -m harness.analysis.drift [CURRENT=results] [REFERENCE=results/reference] [--out figures/DRIFT.md]
         [--capacity-rel 0.05] [--latency-rel 0.10] [--allow-missing]
 
 exits 0 when everything is within tolerance, 1 on drift, 2 on bad input.
@@ -226,7 +226,7 @@ def run_nightly(current_results_dir: str | Path = "results", reference_dir: str 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.results.drift", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.analysis.drift", description=__doc__.split("\n\n")[0])
     ap.add_argument("current", nargs="?", default="results")
     ap.add_argument("reference", nargs="?", default="results/reference")
     ap.add_argument("--out", default="figures/DRIFT.md")

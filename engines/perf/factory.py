@@ -1,0 +1,30 @@
+"""The performance model an experiment asks for (`perf.kind`): analytical, or a measured profile."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from common.errors import HarnessError
+
+from .analytical import PerfModel
+from .deployment import Deployment
+from .measured import ProfilePerfModel
+
+
+def build_perf_model(deployment: Deployment, perf_cfg: Mapping | None = None) -> PerfModel:
+    """The `perf` config group: {kind: analytical} (default) or {kind: profile, path: FILE_OR_DIR}."""
+    try:
+        kind = str((perf_cfg or {}).get("kind", "analytical"))
+    except Exception as e:  # omegaconf errors on interpolation / missing values
+        raise HarnessError(f"perf: {e}") from None
+    if kind == "analytical":
+        return PerfModel(deployment)
+    if kind == "profile":
+        try:
+            path = perf_cfg.get("path")
+        except Exception:  # omegaconf MissingMandatoryValue for `???`
+            path = None
+        if path in (None, "", "???"):
+            raise HarnessError("perf=profile needs perf.path=<profile CSV or Vidur profile directory>")
+        return ProfilePerfModel(deployment, Path(str(path)))
+    raise HarnessError(f"perf.kind must be 'analytical' or 'profile', got {kind!r}")
