@@ -13,7 +13,14 @@ def chunked_prefill_time(perf, prompt: int, chunk: int) -> float:
     return float(perf.batch_times(sizes[:, None], starts[:, None]).sum())
 
 
-def decode_iteration_time(perf, batch: int = 32, context: int = 4096) -> float:
+# The paper's SLO unit (Sarathi-Serve Sec. 5, Table 3): a decode-only iteration of 32 requests at
+# 4k context each, without prefill interference; strict = 5x, relaxed = 25x it.
+SLO_DECODE_BATCH = 32
+SLO_DECODE_CONTEXT = 4096
+SLO_MULTIPLIERS = {"strict": 5.0, "relaxed": 25.0}
+
+
+def decode_iteration_time(perf, batch: int = SLO_DECODE_BATCH, context: int = SLO_DECODE_CONTEXT) -> float:
     """Seconds of one decode-only iteration of `batch` sequences at `context` tokens each, without
     prefill interference (with pp > 1: one micro-batch through every stage): the paper's SLO unit."""
     return float(perf.pipeline_latency(np.ones(batch, dtype=np.int64), np.full(batch, context, dtype=np.int64)))

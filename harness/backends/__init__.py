@@ -25,3 +25,11 @@ def open_backend(job):
     """The backend for a `harness.backends.base.BackendJob` (chosen by its settings' name), ready
     for `with open_backend(job) as backend: backend.run(requests)`."""
     return backend_class(job.settings.name)(job)
+
+
+def backend_settings(node):
+    """`cfg.backend` as the chosen backend's settings dataclass (its `name` picks the backend)."""
+    from harness.typed import typed
+
+    name = str(node.get("name", "sim"))
+    return typed(backend_class(name).settings, node, "backend")

@@ -13,7 +13,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError
+from harness.config import register
 from harness.paths import CONFIG_DIR
+
+register()  # the structured schema the YAML presets fill in
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)

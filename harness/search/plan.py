@@ -17,22 +17,40 @@ from common.errors import HarnessError
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
 from harness.backends.base import BackendJob, BackendSettings
 from harness.backends.deployment import DeploymentPlan, build_deployment
-from harness.backends.settings import backend_settings
+from harness.backends import backend_settings
 from harness.metrics import Slo
-from harness.search.slo import resolve_slo
+from harness.search.slo import SloSettings, resolve_slo
+from harness.typed import typed
 from harness.workload import Workload, concurrency_limit, load_workload
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    num_requests: int
-    start_qps: float
-    rel_tol: float
-    min_qps: float
-    max_qps: float
-    time_limit_s: float | None
+    """The capacity search; the defaults are the paper's (Sarathi-Serve Sec. 5: 2048 requests per
+    probe, binary search on QPS to ~2.5 %). The schema of experiments/search/*.yaml."""
+
+    num_requests: int = 2048
+    start_qps: float = 1.0
+    rel_tol: float = 0.025
+    min_qps: float = 0.01
+    max_qps: float = 1000.0
+    time_limit_s: float | None = None  # stop a probe at this time; unfinished requests count against it
     repeats: int = 1  # capacity searches with seeds seed, seed+1, ...
     fixed_qps: float | None = None  # run one probe at this rate instead of a search
+
+    def __post_init__(self) -> None:
+        if self.num_requests < 1:
+            raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.fixed_qps is not None and not (self.fixed_qps > 0 and np.isfinite(self.fixed_qps)):
+            raise ValueError(f"fixed_qps must be a positive rate, got {self.fixed_qps}")
+        if not (0 < self.min_qps <= self.start_qps <= self.max_qps):
+            raise ValueError(f"need 0 < min_qps <= start_qps <= max_qps, got {self.min_qps}, {self.start_qps}, {self.max_qps}")
+        if not 0 < self.rel_tol < 1:
+            raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
 
 
 @dataclass(frozen=True)
@@ -89,29 +107,10 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
         block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"),
     )
-    slo = resolve_slo(cfg["slo"], deployment.model_name, deployment.perf)
+    slo_settings = typed(SloSettings, cfg["slo"], "slo")
+    slo = resolve_slo(slo_settings, deployment.model_name, deployment.perf)
     schedulers = _scheduler_configs(cfg["scheduler"])
-    s = cfg["search"]
-    search = SearchSettings(
-        num_requests=int(s["num_requests"]),
-        start_qps=float(s["start_qps"]),
-        rel_tol=float(s["rel_tol"]),
-        min_qps=float(s["min_qps"]),
-        max_qps=float(s["max_qps"]),
-        time_limit_s=None if s.get("time_limit_s") is None else float(s["time_limit_s"]),
-        repeats=int(s.get("repeats", 1)),
-        fixed_qps=None if s.get("fixed_qps") is None else float(s["fixed_qps"]),
-    )
-    if search.num_requests < 1:
-        raise HarnessError(f"search.num_requests must be >= 1, got {search.num_requests}")
-    if search.repeats < 1:
-        raise HarnessError(f"search.repeats must be >= 1, got {search.repeats}")
-    if search.fixed_qps is not None and not (search.fixed_qps > 0 and np.isfinite(search.fixed_qps)):
-        raise HarnessError(f"search.fixed_qps must be a positive rate, got {search.fixed_qps}")
-    if not (0 < search.min_qps <= search.start_qps <= search.max_qps):
-        raise HarnessError(
-            f"search: need 0 < min_qps <= start_qps <= max_qps, got {search.min_qps}, {search.start_qps}, {search.max_qps}"
-        )
+    search = typed(SearchSettings, cfg["search"], "search")
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
@@ -127,8 +126,8 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         slo=slo,
         schedulers=schedulers,
         scheduler_knobs={name: _plain(cfg["scheduler"][name]) for name in schedulers},
-        slo_kind=str(cfg["slo"].get("kind")),
-        slo_source=str(cfg["slo"].get("source")),
+        slo_kind=slo_settings.kind,
+        slo_source=slo_settings.source,
         workload=workload,
         arrival=cfg["arrival"],
         search=search,

@@ -35,20 +35,22 @@ class VllmSettings:
 
 @dataclass(frozen=True)
 class LiveSettings(BackendSettings):
+    """The schema of experiments/backend/live.yaml."""
+
     name: str = "live"
-    server: str = "inrepo"  # inrepo: python -m engines.server | vllm: vllm serve
-    executor: str = "realtime"  # inrepo: realtime (perf model in real time) | null | torch
-    time_scale: float = 1.0  # realtime: stretch every predicted iteration
-    host: str = "127.0.0.1"
+    server: str = "inrepo"  # inrepo: python -m engines.server | vllm: vllm serve (flags from the policy)
+    executor: str = "realtime"  # inrepo: realtime (perf model in real time) | null (zero time) | torch
+    time_scale: float = 1.0  # realtime: stretch every predicted iteration (slow hosts; executors/realtime.py)
+    host: str = "127.0.0.1"  # servers bind loopback only unless told otherwise
     port: int | None = None  # None: a free port per server
     kv_capacity_tokens: int | None = None  # inrepo: None -> the plan's KV pool (realtime, null) or measured (torch)
-    ready_timeout_s: float = 180.0
-    stop_timeout_s: float = 15.0
-    request_timeout_s: float = 600.0
-    strict: bool = True  # a probe whose dispatch lag is "invalid" fails the run
-    lag: LagPolicy = field(default_factory=LagPolicy)
-    client_realtime_priority: bool = False
-    log_dir: str | None = None
+    ready_timeout_s: float = 180.0  # /health must answer 200 by then (vLLM on 2 CPU cores: ~60 s)
+    stop_timeout_s: float = 15.0  # SIGTERM grace before the server's process group is SIGKILLed
+    request_timeout_s: float = 600.0  # per request, connect to last byte
+    strict: bool = True  # a probe whose dispatch lag is "invalid" fails the run instead of being used
+    lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
+    client_realtime_priority: bool = False  # SCHED_FIFO for the client's threads (root): steadier dispatch
+    log_dir: str | None = None  # server logs; None: temporary files (the path is in any start error)
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
     def __post_init__(self) -> None:

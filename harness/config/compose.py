@@ -6,6 +6,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError
 from harness.paths import CONFIG_DIR
+from harness.typed import did_you_mean
 
 
 def compose(overrides: list[str]) -> DictConfig:
@@ -22,7 +23,33 @@ def compose(overrides: list[str]) -> DictConfig:
     except MissingConfigException as e:
         raise HarnessError(_missing_config_line(e)) from None
     except (HydraException, OmegaConfBaseException) as e:
-        raise HarnessError(str(e).strip().splitlines()[0]) from None
+        raise HarnessError(_schema_line(e, overrides)) from None
+
+
+def _schema_line(e: Exception, overrides: list[str]) -> str:
+    """One line naming the key: a wrong type says which key and value, an unknown key suggests
+    the closest known one at the same place."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    cause = e.__cause__ or e
+    key = getattr(cause, "full_key", None)
+    if isinstance(cause, ValidationError) and key:
+        return f"{key}: {str(cause).strip().splitlines()[0]}"
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:
+        parent, _, leaf = key.rpartition(".")
+        known = _known_keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
+        hint = did_you_mean(leaf, known) if known else ""
+        return f"{key}: unknown key{hint}" + ("" if hint else f"; known: {', '.join(known)}" if known else "")
+    return str(e).strip().splitlines()[0]
+
+
+def _known_keys(parent: str, overrides: list[str]) -> list[str]:
+    try:
+        cfg = compose(overrides)
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        return sorted(str(k) for k in node.keys()) if OmegaConf.is_dict(node) else []
+    except HarnessError:
+        return []
 
 
 def _missing_config_line(e) -> str:

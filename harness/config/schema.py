@@ -1,0 +1,118 @@
+"""The config schema: Hydra structured configs registered in the ConfigStore, which the YAML presets
+in experiments/ fill in (each group file lists its schema first in `defaults`). A typo'd key or a
+wrong type fails composition with the key named.
+
+The typed values the harness plans with are frozen dataclasses, declared once where they are used
+(SearchSettings, SloSettings, the backends' settings); Hydra needs writable nodes, so the schema
+registered here is a mechanical non-frozen copy of each (`schema_of`), defaults included.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import MISSING, dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING as REQUIRED  # "???": the config must set it
+
+from harness.backends.live import LiveSettings
+from harness.backends.sim import SimSettings
+from harness.search.plan import SearchSettings
+from harness.search.slo import SloSettings
+
+_SCHEMAS: dict[type, type] = {}
+
+
+def schema_of(cls: type) -> type:
+    """A non-frozen dataclass with `cls`'s fields, types and defaults (nested dataclasses too)."""
+    if cls in _SCHEMAS:
+        return _SCHEMAS[cls]
+    hints = typing.get_type_hints(cls)
+    spec = []
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            inner = schema_of(kind)
+            kind, default = inner, field(default_factory=inner)
+        elif f.default_factory is not MISSING:
+            default = field(default_factory=f.default_factory)
+        elif f.default is not MISSING:
+            default = field(default=f.default)
+        else:
+            default = field(default=REQUIRED)
+        spec.append((f.name, kind, default))
+    schema = dataclasses.make_dataclass(f"{cls.__name__}Schema", spec)
+    _SCHEMAS[cls] = schema
+    return schema
+
+
+@dataclass
+class ModelSchema:
+    name: str = REQUIRED  # engines.perf catalog name (engines/perf/architectures.py)
+
+
+@dataclass
+class HardwareSchema:
+    gpu: str = REQUIRED  # engines.perf catalog name (engines/perf/hardware.py)
+    gpus_per_node: int | None = None
+    topology: str | None = None
+
+
+@dataclass
+class ParallelSchema:
+    tp: int = 1
+    pp: int = 1
+
+
+@dataclass
+class DatasetSchema:
+    name: str = REQUIRED
+    trace_file: str | None = None  # None: the embedded length table (data/lengths)
+    max_total_tokens: int | None = None  # requests with prompt + output over this are dropped
+    sampling: str = "shuffle"  # shuffle | sequential (file order, for trace replay)
+
+
+@dataclass
+class PerfSchema:
+    kind: str = "analytical"  # analytical | profile
+    path: str | None = None  # profile: a long-format CSV or a Vidur profile directory
+
+
+@dataclass
+class ConfigSchema:
+    """The primary config (experiments/config.yaml); groups whose options differ in shape
+    (scheduler, arrival) are checked when the experiment is planned."""
+
+    model: ModelSchema = REQUIRED
+    hardware: HardwareSchema = REQUIRED
+    parallel: ParallelSchema = REQUIRED
+    dataset: DatasetSchema = REQUIRED
+    arrival: Any = REQUIRED
+    slo: Any = REQUIRED
+    backend: Any = REQUIRED
+    perf: PerfSchema = REQUIRED
+    search: Any = REQUIRED
+    scheduler: Any = REQUIRED
+    experiment: Any = None
+    name: str = "custom"  # results go to ${results_dir}/${name}/<timestamp>/
+    seed: int = 0  # workload lengths and arrival gaps
+    results_dir: str = "results"
+    max_model_len: int = REQUIRED
+    progress: bool = True  # progress bars on stderr
+    cache: bool = True  # reuse probes of an identical config and code (interrupted searches resume)
+
+
+def register() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=ConfigSchema)
+    cs.store(group="model", name="model_schema", node=ModelSchema)
+    cs.store(group="hardware", name="hardware_schema", node=HardwareSchema)
+    cs.store(group="parallel", name="parallel_schema", node=ParallelSchema)
+    cs.store(group="dataset", name="dataset_schema", node=DatasetSchema)
+    cs.store(group="perf", name="perf_schema", node=PerfSchema)
+    cs.store(group="search", name="search_schema", node=schema_of(SearchSettings))
+    cs.store(group="slo", name="slo_schema", node=schema_of(SloSettings))
+    cs.store(group="backend", name="sim_schema", node=schema_of(SimSettings))
+    cs.store(group="backend", name="live_schema", node=schema_of(LiveSettings))
