@@ -8,7 +8,7 @@ the raw config. `ExperimentPlan.job(scheduler)` is what a backend serves.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -20,7 +20,7 @@ from harness.backends.deployment import DeploymentPlan, build_deployment
 from harness.backends import backend_settings
 from harness.metrics import Slo
 from harness.search.slo import SloSettings, resolve_slo
-from harness.typed import typed
+from harness.typed import did_you_mean, typed
 from harness.workload import Workload, concurrency_limit, load_workload
 
 
@@ -87,11 +87,14 @@ def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
     for name, sc in (cfg or {}).items():
         if sc is None or "policy" not in sc:
             continue
-        fields = {k: v for k, v in sc.items()}
+        knobs = {k: v for k, v in sc.items()}
         try:
-            out[name] = SchedulerConfig(**fields)
-        except TypeError as e:
-            raise HarnessError(f"scheduler {name}: {e} (known fields: policy, max_num_seqs, token_budget, max_num_batched_tokens)") from None
+            out[name] = SchedulerConfig(**knobs)
+        except TypeError:
+            known = [f.name for f in fields(SchedulerConfig)]
+            bad = next((k for k in knobs if k not in known), "?")
+            raise HarnessError(f"scheduler.{name}.{bad}: unknown key{did_you_mean(str(bad), known)}; "
+                               f"known: {', '.join(known)}") from None
         except ValueError as e:
             raise HarnessError(f"scheduler {name}: {e}") from None
     if not out:
