@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -124,3 +125,63 @@ def test_pipelined_fast_forward_leaves_engine_as_plain_stepping():
                 (s.seq_id, s.status.value, s.num_computed, s.num_generated, len(s.block_table), s.in_flight)
                 for s in list(engine.running) + list(engine.waiting)) + [engine.blocks.num_free, engine.num_preemptions])
         assert states[0] == states[1], policy
+
+
+class ConstantStageTimer:
+    """Every micro-batch takes `stages[s]` seconds on stage s and `send` seconds per hop, whatever
+    its size: token times can be worked out by hand."""
+
+    def __init__(self, stages, send: float) -> None:
+        self.stages = np.asarray(stages, dtype=np.float64)
+        self.send = send
+
+    def stage_times(self, new_tokens, context_lens):
+        shape = np.shape(new_tokens)[:-1] + self.stages.shape
+        return np.broadcast_to(self.stages, shape).copy()
+
+    def batch_times(self, new_tokens, context_lens):
+        return np.max(self.stage_times(new_tokens, context_lens), axis=-1)
+
+    def pp_send_time(self, num_tokens):
+        return self.send
+
+
+@pytest.mark.parametrize("fast_forward", [False, True])
+@pytest.mark.parametrize("policy", ["sarathi", "vllm", "orca"])
+def test_a_stage_runs_one_micro_batch_at_a_time_by_hand(policy, fast_forward):
+    # pp=2, stage 0 takes 1 s, stage 1 takes 3 s, a hop 0.5 s. A (prompt 4, 3 tokens) arrives at
+    # 0, B (prompt 4, 2 tokens) at 0.25. Stage 1 is the bottleneck, so B waits for it:
+    #   A prefill: s0 0-1,       s1 1.5-4.5               -> A token 1 at 4.5
+    #   B prefill: s0 1-2,       s1 max(2.5, 4.5)-7.5     -> B token 1 at 7.5
+    #   A decode:  s0 4.5-5.5,   s1 max(6, 7.5)-10.5      -> A token 2 at 10.5
+    #   B decode:  s0 7.5-8.5,   s1 max(9, 10.5)-13.5     -> B token 2 at 13.5 (B done)
+    #   A decode:  s0 10.5-11.5, s1 max(12, 13.5)-16.5    -> A token 3 at 16.5 (A done)
+    # (A stage that took two micro-batches at once would give B its first token at 5.5.)
+    reqs = [RequestSpec(0, 0.0, 4, 3), RequestSpec(1, 0.25, 4, 2)]
+    a, b = simulate(reqs, build(policy, 128, 8, 4096, MAX_LEN), ConstantStageTimer([1.0, 3.0], 0.5), pp=2,
+                    fast_forward=fast_forward)
+    assert a.token_times_s.tolist() == [4.5, 10.5, 16.5]
+    assert b.token_times_s.tolist() == [7.5, 13.5]
+    assert (a.first_scheduled_s, a.finished_s) == (0.0, 16.5)
+    assert (b.first_scheduled_s, b.finished_s) == (1.0, 13.5)
+
+
+@pytest.mark.parametrize("fast_forward", [False, True])
+@pytest.mark.parametrize("pp", [2, 4])
+@pytest.mark.parametrize("policy", ALL_POLICIES)
+def test_the_last_stage_never_overlaps_two_micro_batches(policy, pp, fast_forward):
+    # Invariant: with a constant last-stage time that is the bottleneck, every micro-batch ends
+    # a busy interval of exactly that length on the last stage, and the stage runs one at a
+    # time, so distinct completion times (token times) are at least that far apart.
+    last = 4e-3
+    stages = [1e-3, 2.5e-3, 1.5e-3, last][-pp:]
+    rng = np.random.default_rng(11)
+    lengths = [(int(p), int(o)) for p, o in zip(rng.integers(5, 200, 40), rng.integers(5, 120, 40))]
+    reqs = _requests(lengths, 150.0, 12, burst=0.3)
+    kv = 4096 if policy not in ("orca", "fastertransformer") else 8 * MAX_LEN
+    records = simulate(reqs, build(policy, 64, 8, kv, MAX_LEN), ConstantStageTimer(stages, 2e-4), pp=pp,
+                       fast_forward=fast_forward)
+    assert all(r.error is None and len(r.token_times_s) == r.output_len for r in records)
+    ends = np.unique(np.concatenate([r.token_times_s for r in records]))
+    assert len(ends) > 100
+    assert np.min(np.diff(ends)) >= last * (1 - 1e-9), np.min(np.diff(ends))
