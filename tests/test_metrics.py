@@ -67,3 +67,33 @@ def test_goodput_counts_requests_meeting_their_own_slo():
     assert v.goodput_fraction == pytest.approx(0.75) and v.goodput == pytest.approx(3 / 2.5)
     assert not check_slo(fast + slow, Slo(tbt_s=5.0, min_goodput_fraction=1.0, ttft_s=0.4)).passed
     assert check_slo(fast, Slo(tbt_s=0.2, min_goodput_fraction=1.0, ttft_s=0.5)).passed
+
+
+def _p99_fails_p90_passes():
+    """One request, 100 TBT samples: 95 of 10 ms, 5 of 500 ms. P90 = 10 ms, P99 = 500 ms."""
+    gaps = np.r_[np.full(95, 0.01), np.full(5, 0.5)]
+    times = 1.0 + np.concatenate([[0.0], np.cumsum(gaps)])
+    r = rec(0, 0.0, 0.0, times)
+    assert np.quantile(tbt_samples([r]), 0.9) == pytest.approx(0.01)
+    assert np.quantile(tbt_samples([r]), 0.99) == pytest.approx(0.5)
+    return [r]
+
+
+def test_slo_is_judged_on_p99_tbt_by_default():
+    # P90 would pass this 100 ms SLO; the paper's criterion, P99, does not.
+    rs = _p99_fails_p90_passes()
+    v = check_slo(rs, Slo(tbt_s=0.1))
+    assert not v.passed and v.tbt_s == pytest.approx(0.5)
+    assert Slo(tbt_s=0.1).tbt_quantile == 0.99
+    assert v.reason == "P99 TBT 0.500s > 0.1s"
+    # ... and a SLO above the P99 passes.
+    assert check_slo(rs, Slo(tbt_s=0.6)).passed
+
+
+def test_slo_uses_its_own_tbt_quantile():
+    rs = _p99_fails_p90_passes()
+    v = check_slo(rs, Slo(tbt_s=0.1, tbt_quantile=0.9))
+    assert v.passed and v.tbt_s == pytest.approx(0.01) and v.reason == "ok"
+    v = check_slo(rs, Slo(tbt_s=0.03, tbt_quantile=0.95))  # P95 interpolates: 0.01 + 0.05 * 0.49
+    assert not v.passed and v.tbt_s == pytest.approx(0.0345) and v.reason.startswith("P95 TBT 0.034s")
+    assert not check_slo(rs, Slo(tbt_s=0.1, tbt_quantile=0.99)).passed

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 
 from engines.perf import Deployment, PerfModel
+from harness.config import compose
 from common.errors import HarnessError
+from harness.metrics import check_slo
+from harness.records import RequestRecord
 from harness.search.slo import resolve_slo
 
 PAPER = {"source": "paper", "table": {"yi-34b": {"strict": 0.2, "relaxed": 1.0}}}
@@ -30,3 +33,28 @@ def test_derived_is_5x_and_25x_a_decode_iteration():
     assert strict == pytest.approx(5 * decode) and relaxed == pytest.approx(25 * decode)
     # The paper's own strict SLO for this deployment is 0.2 s: the derivation lands near it (±35 %).
     assert 0.65 * 0.2 <= strict <= 1.35 * 0.2
+
+
+def _records_p99_above_p90_below(slo_s):
+    """One request whose P90 TBT is 0.1 x and P99 TBT 5 x `slo_s`."""
+    gaps = np.r_[np.full(95, 0.1 * slo_s), np.full(5, 5 * slo_s)]
+    times = np.concatenate([[1.0], 1.0 + np.cumsum(gaps)])
+    return [RequestRecord(0, 0.0, 10, len(times), 0.0, float(times[0]), float(times[-1]), times)]
+
+
+def test_config_without_tbt_quantile_judges_p99():
+    slo = resolve_slo({**PAPER, "kind": "strict"}, "yi-34b")  # no tbt_quantile key
+    assert slo.tbt_quantile == 0.99
+    v = check_slo(_records_p99_above_p90_below(0.2), slo)
+    assert not v.passed and v.tbt_s == pytest.approx(1.0) and v.reason.startswith("P99 TBT")
+    slo90 = resolve_slo({**PAPER, "kind": "strict", "tbt_quantile": 0.9}, "yi-34b")
+    assert check_slo(_records_p99_above_p90_below(0.2), slo90).passed
+
+
+@pytest.mark.parametrize("slo_group", ["paper", "derived"])
+def test_shipped_slo_configs_judge_p99(slo_group):
+    cfg = compose([f"slo={slo_group}", "model=yi-34b", "parallel=tp2"])
+    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
+    slo = resolve_slo(cfg.slo, "yi-34b", perf)
+    assert slo.tbt_quantile == 0.99 and slo.scheduling_delay_quantile == 0.5 and slo.scheduling_delay_s == 2.0
+    assert not check_slo(_records_p99_above_p90_below(slo.tbt_s), slo).passed
