@@ -21,17 +21,18 @@ def test_main_job_small(tmp_path):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith("yi34b_tp2_strict: yi-34b on 2x a100-80g-pcie (tp=2, pp=1)")
-    for name in ("sarathi", "vllm", "orca"):
-        row = next(line for line in lines if line.startswith(name))
-        capacity = float(row.split()[2].rstrip("+"))
-        assert capacity > 0
-    caps = {name: float(next(line for line in lines if line.startswith(name)).split()[2].rstrip("+")) for name in ("sarathi", "vllm", "orca")}
-    headline = next(line for line in lines if line.startswith("sarathi capacity: "))
-    assert f"{caps['sarathi'] / caps['vllm']:.2f}x vllm" in headline
     run_dir = Path(lines[-1].removeprefix("results: "))
     assert run_dir.parent == tmp_path / "yi34b_tp2_strict"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(summary["schedulers"]) == {"sarathi", "vllm", "orca"}
+    # The printed table and headline are the saved capacities (full precision), formatted.
+    caps = {name: s["capacity_qps"] for name, s in summary["schedulers"].items()}
+    assert all(c > 0 for c in caps.values()), caps
+    for name, cap in caps.items():
+        row = next(line for line in lines if line.startswith(name)).split()
+        assert row[2] == f"{cap:.4g}" + ("+" if summary["schedulers"][name]["saturated"] else ""), row
+    headline = next(line for line in lines if line.startswith("sarathi capacity: "))
+    assert headline == f"sarathi capacity: {caps['sarathi'] / caps['vllm']:.2f}x vllm, {caps['sarathi'] / caps['orca']:.2f}x orca"
     assert summary["slo"]["tbt_s"] == 0.2 and summary["seed"] == 0
     for s in summary["schedulers"].values():
         passing = [p["qps"] for p in s["probes"] if p["passed"]]
