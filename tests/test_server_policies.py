@@ -85,7 +85,7 @@ def test_missing_torch_model_directory_is_a_clear_error(tmp_path):
     missing = tmp_path / "no-such-model"
     proc = subprocess.run([sys.executable, "-m", "engines.server", "--executor", "torch", "--port", "0",
                            "--model", str(missing)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0, proc.stdout
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
     assert "serving" not in proc.stdout
-    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
-    assert f"unknown model '{missing}'" in last, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"unknown model '{missing}'" in lines[0], proc.stderr[-2000:]

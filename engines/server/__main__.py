@@ -16,6 +16,7 @@ import sys
 
 from aiohttp import web
 
+from common.errors import HarnessError
 from engines.server.app import SERVER_KEY, make_app
 from engines.server.build import ExecutorUnavailable, build_parts
 from engines.server.config import ServerConfig, add_flags, from_flags
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         asyncio.run(serve(cfg))
-    except ExecutorUnavailable as e:
+    except (ExecutorUnavailable, HarnessError) as e:  # a model or executor that cannot be had: one line
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # port in use, address not available
