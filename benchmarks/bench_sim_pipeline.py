@@ -1,7 +1,7 @@
 """Pipelined simulator speed: 2048-request probes of llama2_70b_tp4pp2_strict, plain vs fast-forward.
 
-For each policy and rate, runs the probe (harness.search.probe.run_probe on the sim backend) with plain stepping
-(fast_forward=False) and with the pipelined replay (fast_forward=True), prints both wall times,
+For each policy and rate, runs the probe (harness.search.probe.run_probe on the sim backend) with
+plain stepping (fast_forward=False) and with the pipelined replay (fast_forward=True), prints both wall times,
 the speedup and the preemptions, and checks that the records are bit-identical (token times,
 first-scheduled and finish times, preemptions).
 

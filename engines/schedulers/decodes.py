@@ -15,6 +15,7 @@ def schedule_decodes(engine: Engine) -> tuple[list[Sequence], list[Sequence]]:
     """
     pending = [s for s in engine.running if not s.in_flight]
     blocks = engine.blocks
+    block_size = blocks.block_size
     decodes: list[Sequence] = []
     prefills: list[Sequence] = []
     i = 0
@@ -24,8 +25,10 @@ def schedule_decodes(engine: Engine) -> tuple[list[Sequence], list[Sequence]]:
         if seq.num_computed < seq.prefill_target:
             prefills.append(seq)
             continue
-        # The new token's slot is at position num_computed: a new block only at a block boundary.
-        if blocks.decode_headroom(seq) > 0:
+        # The new token's slot is at position num_computed: a new block only at a block boundary
+        # (BlockManager.decode_headroom(seq) > 0, inlined: this runs for every decode of every
+        # stepped iteration).
+        if seq.num_computed < len(seq.block_table) * block_size:
             decodes.append(seq)
             continue
         while blocks.num_free == 0:
