@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from harness.config import compose
 from harness.backends import open_backend
+from harness.config import compose
 from harness.search.plan import plan_experiment
 from harness.search.probe import run_probe
 

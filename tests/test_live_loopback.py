@@ -16,8 +16,8 @@ import pytest
 from engines.perf import Deployment, PerfModel
 from engines.schedulers import SchedulerConfig, make_engine
 from harness.backends.live import Endpoint, LiveRunOptions, LiveServerSpec, run_live_result, serve
-from harness.backends.sim import simulate
 from harness.backends.live.lifecycle import free_port
+from harness.backends.sim import simulate
 from harness.loadgen import NOT_SENT, UNFINISHED
 from harness.metrics import summarize
 from harness.records import RequestSpec

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from harness.config import compose
 from harness.commands.run import run_experiment
+from harness.config import compose
 
 # Measured on yi34b_tp2_strict (openchat_sharegpt4, paper SLO 0.2 s P99 TBT), Sarathi / vLLM and
 # Sarathi / Orca capacity: 3.25x and 3.35x at 512 requests (seed 0; seeds 1, 2: 3.20-3.30x and

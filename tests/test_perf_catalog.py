@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from engines.perf import Deployment, ModelArch, get_gpu, get_model, get_topology, known_gpus, known_models
 from common.errors import HarnessError
+from engines.perf import Deployment, ModelArch, get_gpu, get_model, get_topology, known_gpus, known_models
 
 # (model, exact parameter count, KV bytes per token in fp16 over all layers).
 # Parameter counts are the totals of the public checkpoints (safetensors metadata / model cards:

@@ -6,8 +6,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from engines.perf import Deployment
-from harness.analysis import perf_figures as pf
 from engines.perf.measured import ProfilePerfModel
+from harness.analysis import perf_figures as pf
 from harness.analysis import style
 
 VIDUR = Path(__file__).resolve().parent / "fixtures" / "profiles" / "vidur_llama2_7b_a100"

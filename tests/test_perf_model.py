@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import HarnessError
 from engines.perf import BREAKDOWN_PARTS, LINEAR_PARTS, Deployment, PerfModel
 from engines.perf.queries import chunked_prefill_time, decode_iteration_time
-from common.errors import HarnessError
 
 
 def perf(model, gpu, tp=1, pp=1, **kw):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from engines.perf import LINEAR_PARTS, Deployment, PerfModel
 from common.errors import HarnessError
+from engines.perf import LINEAR_PARTS, Deployment, PerfModel
 from engines.perf.curves import Curve, CurveFamily
 from engines.perf.factory import build_perf_model
 from engines.perf.measured import LONG_COLUMNS, OperatorProfile, ProfilePerfModel, load_profile

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import compose
 from harness.backends import open_backend
+from harness.config import compose
 from harness.search.cache import ProbeCache
 from harness.search.plan import plan_experiment
 from harness.search.probe import search_capacity

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
 from harness.config import compose
-from common.errors import HarnessError
 from harness.metrics import check_slo
 from harness.records import RequestRecord
 from harness.search.slo import resolve_slo

@@ -1,5 +1,6 @@
 """Property checks over random rates, seeds, limits (hypothesis)."""
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -8,8 +9,6 @@ from harness.workload import arrival_offsets, load_workload, make_requests
 from harness.workload.embedded import EMBEDDED
 from harness.workload.joint_table import load_joint_table
 from harness.workload.paths import DATA_DIR
-
-import pytest
 
 rates = st.floats(min_value=1e-3, max_value=1e4, allow_nan=False, allow_infinity=False)
 seeds = st.integers(min_value=0, max_value=2**32)

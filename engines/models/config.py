@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from engines.perf.architectures import FALCON_MODEL_TYPES, ModelArch, get_model
 from common.errors import HarnessError
+from engines.perf.architectures import FALCON_MODEL_TYPES, ModelArch, get_model
 
 FAMILIES = ("llama", "falcon")
 _LLAMA_TYPES = {"llama", "mistral", "yi", "codellama"}

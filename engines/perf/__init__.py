@@ -6,10 +6,20 @@ Pure numpy; importable without torch or hydra.
     perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
     perf.iteration_time([512, 1, 1], [0, 1000, 2000])
 """
-from .deployment import Deployment
-from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_link, get_topology, known_gpus, known_links, known_topologies
 from .analytical import BREAKDOWN_PARTS, DEFAULT_GPU_MEMORY_UTILIZATION, LINEAR_PARTS, PerfModel
 from .architectures import ModelArch, get_model, known_models
+from .deployment import Deployment
+from .hardware import (
+    GpuSpec,
+    LinkSpec,
+    Topology,
+    get_gpu,
+    get_link,
+    get_topology,
+    known_gpus,
+    known_links,
+    known_topologies,
+)
 
 __all__ = [
     "BREAKDOWN_PARTS", "DEFAULT_GPU_MEMORY_UTILIZATION", "LINEAR_PARTS", "Deployment", "GpuSpec", "LinkSpec", "ModelArch", "PerfModel", "Topology",

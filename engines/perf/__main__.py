@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.perf import Deployment, ModelArch, PerfModel, known_gpus, known_models, known_topologies
 from common.errors import HarnessError
+from engines.perf import Deployment, ModelArch, PerfModel, known_gpus, known_models, known_topologies
 
 
 def parse_batch(items: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -31,8 +31,8 @@ from typing import Any
 
 from common.errors import HarnessError
 
-from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_topology
 from .architectures import ModelArch, get_model
+from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_topology
 
 CPU_OVERHEAD_S = 1.2e-3  # per iteration, fixed part (Vidur profile, see module docstring)
 CPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence in the batch (Vidur profile)

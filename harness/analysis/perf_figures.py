@@ -29,7 +29,11 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from engines.perf import Deployment, PerfModel
 from engines.perf.queries import (
-    chunked_prefill_time, decode_only_time, decode_with_chunk_times, linear_time_per_layer, single_prefill_times,
+    chunked_prefill_time,
+    decode_only_time,
+    decode_with_chunk_times,
+    linear_time_per_layer,
+    single_prefill_times,
 )
 from harness.analysis import style
 

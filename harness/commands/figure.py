@@ -14,8 +14,8 @@ def figure_command(argv: list[str]) -> int:
     from harness.analysis.figures import FIGURES, build_figures, load_inputs
     from harness.analysis.matrix import paper_matrix
     from harness.analysis.report import write_report
-    from harness.config import compose
     from harness.commands.jobs import run_configs
+    from harness.config import compose
 
     opts = parse_options(argv, {"figure": "all", "results_dir": "results", "figures_dir": "figures", "run_missing": True, "n_jobs": 2})
     names = [f.name for f in FIGURES]

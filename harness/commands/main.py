@@ -1,16 +1,16 @@
 """`python -m harness [overrides...]`: compose the Hydra config, run the experiment, save results.
 
-Bad input (unknown experiment or scheduler, missing trace, invalid numbers) prints one line
-naming the problem and exits with status 2, before anything is written.
+Bad input (unknown experiment or scheduler, missing trace, invalid numbers, a mistyped key)
+prints one line naming the problem and exits with status 2, before anything is written.
 """
 from __future__ import annotations
 
 import sys
 
 from common.errors import HarnessError
-from harness.paths import CONFIG_DIR
 from harness.commands.run import run_experiment
 from harness.config import compose
+from harness.paths import CONFIG_DIR
 
 USAGE = """usage: python -m harness experiment=NAME [group=option ...] [key=value ...]
 

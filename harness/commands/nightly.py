@@ -15,8 +15,8 @@ from harness.commands.options import parse_options
 
 
 def nightly_command(argv: list[str]) -> int:
-    from harness.commands.jobs import run_configs
     from harness.analysis.drift import Tolerances, run_nightly
+    from harness.commands.jobs import run_configs
 
     opts = parse_options(argv, {"results_dir": "results/nightly", "reference": "results/reference", "out": "figures/DRIFT.md",
                            "capacity_rel": 0.05, "latency_rel": 0.10, "n_jobs": 2})

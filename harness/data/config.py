@@ -6,7 +6,6 @@ mean what they say.
 """
 from __future__ import annotations
 
-
 import yaml
 
 from common.errors import HarnessError

@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 
 from common.errors import HarnessError
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
+from harness.backends import backend_settings
 from harness.backends.base import BackendJob, BackendSettings
 from harness.backends.deployment import DeploymentPlan, build_deployment
-from harness.backends import backend_settings
 from harness.metrics import Slo
 from harness.search.slo import SloSettings, resolve_slo
 from harness.typed import did_you_mean, typed

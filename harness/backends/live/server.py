@@ -31,6 +31,7 @@ from engines.schedulers import SchedulerConfig
 from engines.server.config import ServerConfig, server_flags
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.paths import ROOT as REPO_ROOT
+
 SERVER_KINDS = ("inrepo", "vllm")
 _SERVER = ServerConfig()  # the in-repo server's defaults
 

@@ -12,7 +12,8 @@ tests/test_sim.py proves against plain stepping on the same workloads.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence as Seq
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from typing import Protocol
 
 import numpy as np
