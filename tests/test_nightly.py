@@ -87,12 +87,14 @@ def test_empty_reference_does_not_pass(tmp_path):
 
 def test_main_exit_status(current, tmp_path):
     out = tmp_path / "DRIFT.md"
-    assert main([str(FIXTURE), str(FIXTURE), "--out", str(out)]) == 0 and out.is_file()
+    assert main([f"current={FIXTURE}", f"reference={FIXTURE}", f"out={out}"]) == 0 and out.is_file()
     _edit_summary(current, "yi34b_tp2_relaxed", lambda s: s["schedulers"]["orca"].update(capacity_qps=0.1))
-    assert main([str(current), str(FIXTURE), "--out", str(out)]) == 1
+    assert main([f"current={current}", f"reference={FIXTURE}", f"out={out}"]) == 1
+    assert main([str(current), str(FIXTURE), "--out", str(out)]) == 1  # the old spelling still works
     assert "FAIL" in out.read_text()
-    assert main([str(current), str(tmp_path / "no_such_reference"), "--out", str(out)]) == 2
-    assert main([str(current), str(FIXTURE), "--capacity-rel", "-1"]) == 2
+    assert main([f"current={current}", f"reference={tmp_path / 'no_such_reference'}", f"out={out}"]) == 2
+    assert main([f"current={current}", f"reference={FIXTURE}", "capacity_rel=-1"]) == 2
+    assert main([f"current={current}", "capacity_rell=0.1"]) == 2  # unknown key: one line, exit 2
 
 
 def test_reference_inside_the_results_tree_is_not_read_as_current(tmp_path):

@@ -12,9 +12,8 @@ from harness.profile.cli import linear_grid, main  # noqa: E402
 
 def test_profile_tables_on_cpu(tmp_path):
     out = tmp_path / "profile.csv"
-    rc = main(["--model", "tiny-llama", "--device", "cpu", "--threads", "1", "--num-tokens", "1,16,128,129",
-               "--chunk-sizes", "2,16", "--context-lens", "0,32", "--batch-sizes", "1,4", "--repeats", "2",
-               "--warmup", "0", "--out", str(out)])
+    rc = main(["model=tiny-llama", "device=cpu", "threads=1", "num_tokens=1,16,128,129", "chunk_sizes=2,16",
+               "context_lens=0,32", "batch_sizes=1,4", "repeats=2", "warmup=0", f"out={out}"])
     assert rc == 0
     lines = out.read_text().splitlines()
     assert lines[0].split(",") == list(OP_COLUMNS)
@@ -32,8 +31,7 @@ def test_perf_model_reads_the_profile(tmp_path):
     from engines.perf import Deployment
 
     out = tmp_path / "p.csv"
-    assert main(["--model", "tiny-llama", "--device", "cpu", "--threads", "1", "--quick", "--no-iterations",
-                 "--out", str(out)]) == 0
+    assert main(["model=tiny-llama", "device=cpu", "threads=1", "quick=true", "no_iterations=true", f"out={out}"]) == 0
     model = profile.ProfilePerfModel(Deployment.create(model="tiny-llama", gpu="h200-141g"), out)
     assert model.iteration_time([64, 1, 1], [0, 100, 200]) > 0
 
@@ -44,4 +42,11 @@ def test_linear_grid_samples_both_sides_of_tiles():
 
 def test_profile_rejects_bad_grid():
     with pytest.raises(SystemExit):
-        main(["--num-tokens", "a,b"])
+        main(["num_tokens=a,b"])
+    with pytest.raises(SystemExit):
+        main(["--num-tokens", "a,b"])  # the old spelling is read the same way
+
+
+def test_profile_unknown_key_is_one_line(capsys):
+    assert main(["max_token=64"]) == 2
+    assert "did you mean 'max_tokens'" in capsys.readouterr().err

@@ -3,5 +3,5 @@ numbers `engines.perf.queries` returns (engines never imports the harness)."""
 import sys
 
 if __name__ == "__main__":
-    print("engines.perf.figures has moved: run `python -m harness.analysis.perf_figures OUT_DIR`", file=sys.stderr)
+    print("engines.perf.figures has moved: run `python -m harness.analysis.perf_figures out_dir=OUT_DIR`", file=sys.stderr)
     raise SystemExit(2)

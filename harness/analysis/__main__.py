@@ -1,20 +1,25 @@
-"""python -m harness.analysis [RESULTS=results] [FIGURES=figures]: write figures/*.png and REPORT.md."""
+"""python -m harness.analysis [results_dir=results] [figures_dir=figures]: write figures/*.png and REPORT.md
+from saved results (the same as `python -m harness figure=all run_missing=false`)."""
 from __future__ import annotations
 
 import sys
 
+from common.errors import HarnessError
 from harness.analysis.report import write_report
+from harness.overrides import options
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args) or len(args) > 2:
+    if any(a in ("-h", "--help") for a in args):
         print(__doc__.strip())
-        return 0 if len(args) <= 2 else 2
-    results = args[0] if args else "results"
-    figures = args[1] if len(args) > 1 else "figures"
-    path = write_report(results, figures)
-    print(f"report: {path}")
+        return 0
+    try:
+        opts = options(args, {"results_dir": "results", "figures_dir": "figures"})
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {write_report(opts['results_dir'], opts['figures_dir'])}")
     return 0
 
 

@@ -10,7 +10,7 @@ judges the relative change of
 A cell present in the reference and absent today fails (a silently dropped experiment is a
 regression too) unless `fail_on_missing=False`; cells only present today are listed, never fail.
 
-    python -m harness.analysis.drift [CURRENT=results] [REFERENCE=results/reference] [--out figures/DRIFT.md]
+    python -m harness.analysis.drift [current=results] [reference=results/reference] [out=figures/DRIFT.md]
         [--capacity-rel 0.05] [--latency-rel 0.10] [--allow-missing]
 
 exits 0 when everything is within tolerance, 1 on drift, 2 on bad input.
@@ -25,8 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from common.errors import HarnessError
 from harness.analysis.loader import CELL_KEY, load_results
 from harness.analysis.tables import markdown
+from harness.overrides import parse as parse_overrides
 
 KEY = tuple(CELL_KEY)
 LATENCY_METRICS = ("ttft_p50_s", "tbt_p99_s")
@@ -233,10 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capacity-rel", type=float, default=Tolerances.capacity_rel)
     ap.add_argument("--latency-rel", type=float, default=Tolerances.latency_rel)
     ap.add_argument("--allow-missing", action="store_true", help="cells missing today are reported, not failed")
-    a = ap.parse_args(argv)
     try:
+        a = parse_overrides(ap, sys.argv[1:] if argv is None else argv)
         tol = Tolerances(a.capacity_rel, a.latency_rel, not a.allow_missing)
-    except ValueError as e:
+    except (ValueError, HarnessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return run_nightly(a.current, a.reference, a.out, tol)

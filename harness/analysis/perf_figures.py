@@ -4,7 +4,7 @@ PerfModel (analytical by default; pass a ProfilePerfModel to plot a measured pro
 
     from harness.analysis.perf_figures import save_all
     save_all("figures/perf")          # -> list of PNG paths
-    python -m harness.analysis.perf_figures figures/perf
+    python -m harness.analysis.perf_figures out_dir=figures/perf
 
 | function | shows | paper analog |
 | --- | --- | --- |
@@ -35,7 +35,9 @@ from engines.perf.queries import (
     linear_time_per_layer,
     single_prefill_times,
 )
+from common.errors import HarnessError
 from harness.analysis import style
+from harness.overrides import options
 
 _MS, _US = 1e3, 1e6
 
@@ -292,10 +294,15 @@ def save_all(out_dir: str | Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: python -m harness.analysis.perf_figures OUT_DIR")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    for p in save_all(argv[0]):
+    if any(a in ("-h", "--help") for a in argv):
+        print("usage: python -m harness.analysis.perf_figures [out_dir=figures/perf]")
+        return 0
+    try:
+        opts = options(argv, {"out_dir": "figures/perf"})
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for p in save_all(opts["out_dir"]):
         print(p)
     return 0
 

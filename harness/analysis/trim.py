@@ -6,7 +6,7 @@ indentation). Cut: requests.parquet to the rows of each scheduler's capacity pro
 a fixed-rate run), token_times.parquet to the few requests with the longest stalls, kept under
 every scheduler so the Fig. 1 timeline picks the same request from the trimmed copy.
 
-    python -m harness.analysis.trim SRC DST [--keep-requests 4] [--request-rows N] [--runs EXP/RUN,...]
+    python -m harness.analysis.trim src=SRC dst=DST [keep_requests=4] [request_rows=N] [runs=EXP/RUN,...]
 """
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common.errors import HarnessError
 from harness.analysis.latency_figs import MIN_TOKENS
 from harness.analysis.loader import find_runs, load_runs
+from harness.overrides import parse as parse_overrides
 
 
 def stall_request_ids(tokens: pd.DataFrame, k: int) -> set:
@@ -80,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--request-rows", type=int, default=None, help="requests.parquet rows kept per scheduler")
     ap.add_argument("--runs", default=None, help="comma-separated experiment/run names to keep (default: all)")
     ap.add_argument("--all-runs", action="store_true", help="trim superseded runs too")
-    a = ap.parse_args(argv)
+    try:
+        a = parse_overrides(ap, sys.argv[1:] if argv is None else argv)
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     runs = set(a.runs.split(",")) if a.runs else None
     paths = trim_tree(a.src, a.dst, a.keep_requests, latest=not a.all_runs, request_rows=a.request_rows, runs=runs)
     size = sum(f.stat().st_size for p in paths for f in p.iterdir())

@@ -7,7 +7,7 @@ yet (harness.analysis.matrix).
 from __future__ import annotations
 
 from common.errors import HarnessError
-from harness.commands.options import parse_options
+from harness.overrides import options as parse_options
 
 
 def figure_command(argv: list[str]) -> int:

@@ -6,6 +6,7 @@ prints one line naming the problem and exits with status 2, before anything is w
 from __future__ import annotations
 
 import sys
+from importlib import import_module
 
 from common.errors import HarnessError
 from harness.commands.run import run_experiment
@@ -22,11 +23,24 @@ Examples:
   python -m harness -m experiment=mistral7b_strict,yi34b_tp2_strict dataset=openchat_sharegpt4,arxiv_summarization
   python -m harness figure=all       # run what the paper's matrix misses, then figures/REPORT.md
   python -m harness nightly          # re-run results/reference configs, exit 1 on drift
+  python -m harness data stats dataset=openchat_sharegpt4      # dataset tools (python -m harness data --help)
+  python -m harness profile model=tiny-llama quick=true        # operator profile on this device
+Every command reads key=value words.
 """
+
+# Tools with their own commands, reachable from the one entry point (also as python -m MODULE).
+TOOLS = {
+    "data": "harness.data.cli:main",
+    "profile": "harness.profile.cli:main",
+    "report": "harness.analysis.__main__:main",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in TOOLS:  # each reads key=value words and answers --help itself
+        module, _, func = TOOLS[argv[0]].partition(":")
+        return getattr(import_module(module), func)(argv[1:])
     if any(a in ("-h", "--help") for a in argv):
         names = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
         print(USAGE.format(experiments=", ".join(names)))

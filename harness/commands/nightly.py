@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.errors import HarnessError
-from harness.commands.options import parse_options
+from harness.overrides import options as parse_options
 
 
 def nightly_command(argv: list[str]) -> int:

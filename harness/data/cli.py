@@ -1,4 +1,4 @@
-"""`python -m harness.data COMMAND KEY=VALUE ...`
+"""`python -m harness data COMMAND KEY=VALUE ...` (also `python -m harness.data ...`)
 
   stats  dataset=NAME [dataset.KEY=VALUE ...] [n=100000] [seed=0]
          median/P90/std/mean of prompt, output and P:D ratio, next to the card's published
@@ -83,7 +83,7 @@ COMMANDS = {"stats": cmd_stats, "sample": cmd_sample, "build": cmd_build}
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    if not argv or any(a in ("-h", "--help", "help") for a in argv):
         print(__doc__)
         return 0 if argv else 2
     try:

@@ -9,20 +9,11 @@ from __future__ import annotations
 import yaml
 
 from common.errors import HarnessError
+from harness.overrides import split as parse_args  # noqa: F401  (the data CLI's KEY=VALUE words)
 from harness.workload.paths import REPO_ROOT, resolve_path
 
 DATASET_DIR = REPO_ROOT / "experiments" / "dataset"
 CARD_DIR = REPO_ROOT / "data" / "cards"
-
-
-def parse_args(argv: list[str]) -> dict[str, str]:
-    args = {}
-    for a in argv:
-        key, sep, value = a.partition("=")
-        if not sep or not key:
-            raise HarnessError(f"expected KEY=VALUE, got {a!r}")
-        args[key] = value
-    return args
 
 
 def parse_value(text: str):

@@ -1,12 +1,12 @@
 """`python -m harness.profile`: operator and iteration times of the torch executor on this device.
 
-    python -m harness.profile --model mistral-7b --device cuda --dtype float16 --out profiles/h200_mistral7b.csv
-    python -m harness.profile --model tiny-llama --device cpu --quick --out /tmp/tiny.csv
+    python -m harness.profile model=mistral-7b device=cuda dtype=float16 out=profiles/h200_mistral7b.csv
+    python -m harness.profile model=tiny-llama device=cpu quick=true out=/tmp/tiny.csv
 
 Writes the operator profile (the performance model's long format; perf=profile reads it) to
---out and whole-iteration times next to it (<out>.iterations.csv); harness/profile/table.py
+out= and whole-iteration times next to it (<out>.iterations.csv); harness/profile/table.py
 documents both. Default grids follow engines/perf/profile_format.md's recommendation, up to
---max-tokens, --max-context and --max-batch.
+max_tokens=, max_context= and max_batch=.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from common.errors import HarnessError
+from harness.overrides import parse as parse_overrides
 
 
 def _ints(text: str) -> list[int]:
@@ -72,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = parse_overrides(build_parser(), sys.argv[1:] if argv is None else argv)
         rows = run(args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

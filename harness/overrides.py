@@ -1,0 +1,98 @@
+"""`key=value` command lines, one style for every entry point (as Hydra's overrides read).
+
+`split` turns the words into a mapping; `options` types them like a dict of defaults (the
+`figure=` and `nightly` commands); `parse` reads them with an argparse parser's declared options,
+so a tool keeps argparse's types, defaults and checks while its users write `max_tokens=2048
+quick=true` (the old `--max-tokens 2048 --quick` still works, with a note that it is the old
+spelling).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+
+from common.errors import HarnessError
+from harness.typed import did_you_mean
+
+
+def split(argv: list[str]) -> dict[str, str]:
+    """KEY=VALUE words -> {KEY: VALUE} (a word without '=' is an error naming it)."""
+    args = {}
+    for a in argv:
+        key, sep, value = a.partition("=")
+        if not sep or not key:
+            raise HarnessError(f"expected KEY=VALUE, got {a!r}")
+        args[key] = value
+    return args
+
+
+def options(argv: list[str], defaults: Mapping) -> dict:
+    """KEY=VALUE options, each typed like its default; an unknown key suggests the closest."""
+    out = dict(defaults)
+    for key, value in split(argv).items():
+        if key not in defaults:
+            raise HarnessError(f"unknown option {key}={value}{did_you_mean(key, defaults)}; "
+                               f"known: {', '.join(f'{k}=' for k in defaults)}")
+        kind = type(defaults[key])
+        try:
+            out[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+        except ValueError:
+            raise HarnessError(f"{key} must be a {kind.__name__}, got {value!r}") from None
+    return out
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`key=value` words through `parser`: `key` is an option's name (`max_tokens` for
+    `--max-tokens`) or a positional's; booleans take true/false. `-h` prints the key=value help."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage(parser))
+        raise SystemExit(0)
+    by_key, positionals = {}, []
+    for action in parser._actions:
+        if action.option_strings:
+            long = max(action.option_strings, key=len)
+            by_key[long.lstrip("-").replace("-", "_")] = (action, long)
+        elif action.dest != "help":
+            positionals.append(action)
+            by_key[action.dest] = (action, None)
+    words, pos, old = [], {}, []
+    for a in argv:
+        key, sep, value = a.partition("=")
+        if a.startswith("-") or not sep:  # the old spelling: --flag [value], a bare positional
+            old.append(a)
+            words.append(a)
+            continue
+        key = key.replace("-", "_")
+        if key not in by_key:
+            known = sorted(k for k in by_key if k != "help")
+            raise HarnessError(f"unknown option {a!r}{did_you_mean(key, known)}; known: {', '.join(f'{k}=' for k in known)}")
+        action, flag = by_key[key]
+        if flag is None:
+            pos[key] = value
+        elif isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            on = value.lower() in ("1", "true", "yes")
+            if on == isinstance(action, argparse._StoreTrueAction):
+                words.append(flag)
+        else:
+            words += [flag, value]
+    flags = [w for w in old if w.startswith("--")]
+    if flags:
+        print(f"note: {' '.join(flags)}: the old spelling; write key=value "
+              f"(e.g. {flags[0].lstrip('-').replace('-', '_')}=...)", file=sys.stderr)
+    for action in positionals:  # in declaration order, as argparse expects them
+        if action.dest in pos:
+            words.append(pos[action.dest])
+    return parser.parse_args(words)
+
+
+def usage(parser: argparse.ArgumentParser) -> str:
+    lines = [f"usage: {parser.prog} [key=value ...]", "", (parser.description or "").strip(), ""]
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        key = max(action.option_strings, key=len).lstrip("-").replace("-", "_") if action.option_strings else action.dest
+        default = "" if action.default in (None, argparse.SUPPRESS) else f" (default {action.default})"
+        kind = "true|false" if isinstance(action, argparse._StoreTrueAction) else "VALUE"
+        lines.append(f"  {key}={kind}{default}  {action.help or ''}".rstrip())
+    return "\n".join(lines)
