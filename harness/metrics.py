@@ -15,11 +15,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from harness.records import RequestRecord
+from harness.records import CUT_OFF_KINDS, RequestRecord, error_kind
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -125,6 +125,9 @@ class Slo:
     ttft_s: float | None = None  # optional: also require this TTFT quantile (not the paper's)
     ttft_quantile: float = PAPER_TBT_QUANTILE
     min_goodput_fraction: float | None = None  # optional: also require this share of good requests
+    # Requests that failed (any error kind but a time limit's cut-off) may be at most this share of
+    # the probe: 0 by default, so one failed request fails the probe, and the verdict says why.
+    max_error_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.tbt_s > 0 or not self.scheduling_delay_s > 0 or (self.ttft_s is not None and not self.ttft_s > 0):
@@ -133,6 +136,8 @@ class Slo:
             )
         if self.min_goodput_fraction is not None and not 0 < self.min_goodput_fraction <= 1:
             raise ValueError(f"min_goodput_fraction must be in (0, 1], got {self.min_goodput_fraction}")
+        if not 0 <= self.max_error_fraction <= 1:
+            raise ValueError(f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}")
         for q in (self.tbt_quantile, self.scheduling_delay_quantile, self.ttft_quantile):
             if not 0 < q <= 1:
                 raise ValueError(f"SLO quantiles must be in (0, 1], got {q}")
@@ -146,6 +151,18 @@ class SloVerdict:
     reason: str
     goodput: float = float("nan")  # good requests per second (see module docstring)
     goodput_fraction: float = float("nan")
+    num_errors: int = 0  # failed requests (a time limit's cut-off not counted)
+    errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
+
+
+def error_counts(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Failed requests by kind, a time limit's cut-off (unfinished, not sent) left out."""
+    out: dict[str, int] = {}
+    for r in records:
+        kind = error_kind(r.error)
+        if kind is not None and kind not in CUT_OFF_KINDS:
+            out[kind] = out.get(kind, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def good_requests(records: Sequence[RequestRecord], slo: Slo) -> np.ndarray:
@@ -175,6 +192,11 @@ def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
         reasons.append(f"P{slo.tbt_quantile * 100:g} TBT {tbt_q:.3f}s > {slo.tbt_s:g}s")
     if delay_q > slo.scheduling_delay_s:
         reasons.append(f"P{slo.scheduling_delay_quantile * 100:g} scheduling delay {delay_q:.3f}s > {slo.scheduling_delay_s:g}s")
+    errors = error_counts(records)
+    num_errors = sum(errors.values())
+    if records and num_errors / len(records) > slo.max_error_fraction:
+        kinds = ", ".join(f"{n} {k}" for k, n in errors.items())
+        reasons.append(f"{num_errors} of {len(records)} requests failed ({kinds})")
     good = good_requests(records, slo)
     fraction = float(good.mean()) if len(good) else float("nan")
     if slo.min_goodput_fraction is not None and not fraction >= slo.min_goodput_fraction:
@@ -182,4 +204,4 @@ def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
     ends = [r.finished_s for r in records if r.completed]
     span = max(ends) - min(r.arrival_s for r in records) if ends else float("nan")
     rate = float(good.sum() / span) if span > 0 else float("nan")
-    return SloVerdict(not reasons, tbt_q, delay_q, "; ".join(reasons) or "ok", rate, fraction)
+    return SloVerdict(not reasons, tbt_q, delay_q, "; ".join(reasons) or "ok", rate, fraction, num_errors, errors)

@@ -49,3 +49,36 @@ class RequestRecord:
     @property
     def completed(self) -> bool:
         return self.error is None and len(self.token_times_s) == self.output_len
+
+
+# What went wrong with a request, by kind (RequestRecord.error is the message; both backends and
+# the load generator write messages these prefixes recognise). `unfinished` and `not_sent` are a
+# time-limited probe's cut-off, judged by the latency criteria, not counted as errors.
+ERROR_KINDS = ("connect", "http_status", "stream_cut", "timeout", "short_output", "aborted", "unfinished",
+               "not_sent", "other")
+CUT_OFF_KINDS = ("unfinished", "not_sent")
+_PREFIXES = (
+    ("unfinished at time limit", "unfinished"),
+    ("not sent before time limit", "not_sent"),
+    ("aborted: ", "aborted"),
+    ("HTTP ", "http_status"),
+    ("timed out", "timeout"),
+    ("received ", "short_output"),
+    ("stream ended early", "stream_cut"),
+    ("ClientPayloadError", "stream_cut"),
+    ("ServerDisconnectedError", "stream_cut"),
+    ("ClientConnectorError", "connect"),
+    ("ClientConnectionError", "connect"),
+    ("ClientOSError", "connect"),
+    ("ServerTimeoutError", "timeout"),
+)
+
+
+def error_kind(error: str | None) -> str | None:
+    """The kind of a request's error message (ERROR_KINDS), None for a request without one."""
+    if error is None:
+        return None
+    for prefix, kind in _PREFIXES:
+        if error.startswith(prefix):
+            return kind
+    return "other"

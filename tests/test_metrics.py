@@ -97,3 +97,29 @@ def test_slo_uses_its_own_tbt_quantile():
     v = check_slo(rs, Slo(tbt_s=0.03, tbt_quantile=0.95))  # P95 interpolates: 0.01 + 0.05 * 0.49
     assert not v.passed and v.tbt_s == pytest.approx(0.0345) and v.reason.startswith("P95 TBT 0.034s")
     assert not check_slo(rs, Slo(tbt_s=0.1, tbt_quantile=0.99)).passed
+
+
+def _record(i: int, error: str | None = None, n: int = 5) -> RequestRecord:
+    times = np.arange(1, n + 1, dtype=np.float64) * 0.01 + i
+    if error is not None:
+        times = times[:2]
+    return RequestRecord(i, float(i), 10, n, float(i), float(times[0]), float(times[-1]) if error is None else np.nan,
+                         times, error=error)
+
+
+def test_failed_requests_fail_the_probe_by_default_and_say_why():
+    from harness.records import error_kind
+
+    records = [_record(i) for i in range(8)] + [_record(8, "HTTP 500: boom"), _record(9, "ClientPayloadError: cut")]
+    assert [error_kind(r.error) for r in records[-2:]] == ["http_status", "stream_cut"]
+    v = check_slo(records, Slo(tbt_s=1.0))
+    assert not v.passed and v.num_errors == 2 and v.errors == {"http_status": 1, "stream_cut": 1}
+    assert "2 of 10 requests failed (1 http_status, 1 stream_cut)" in v.reason
+    assert check_slo(records, Slo(tbt_s=1.0, max_error_fraction=0.2)).passed  # 2/10 allowed
+    assert not check_slo(records, Slo(tbt_s=1.0, max_error_fraction=0.1)).passed
+
+
+def test_a_time_limit_cut_off_is_judged_by_latency_not_counted_as_failed():
+    records = [_record(i) for i in range(9)] + [_record(9, "unfinished at time limit")]
+    v = check_slo(records, Slo(tbt_s=1.0))
+    assert v.num_errors == 0 and v.errors == {}

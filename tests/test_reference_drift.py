@@ -110,7 +110,9 @@ def test_every_probe_matches_the_reference(nightly):
     mismatches = []
     for key, r in ref_s.items():
         c = cur_s[key]
-        assert r["slo"] == c["slo"] and r["kv_capacity_tokens"] == c["kv_capacity_tokens"], key
+        # Keys added to the summary since the reference was made are new fields, not drift.
+        assert {k: c["slo"].get(k) for k in r["slo"]} == r["slo"], key
+        assert r["kv_capacity_tokens"] == c["kv_capacity_tokens"], key
         assert list(r["schedulers"]) == list(c["schedulers"]), key
         for name, rs in r["schedulers"].items():
             cs = c["schedulers"][name]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from importlib import import_module
 
-from common.errors import HarnessError
+from common.errors import HarnessError, RunBroken
 from harness.commands.run import run_experiment
 from harness.config import compose
 from harness.paths import CONFIG_DIR
@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RunBroken as e:
+        print(f"error: the run broke, nothing it measured is a result: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
-        print("interrupted: nothing saved for this run", file=sys.stderr)
+        print("interrupted: the run stays partial", file=sys.stderr)
         return 130
     return 0

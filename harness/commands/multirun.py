@@ -12,7 +12,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from common.errors import HarnessError
+from common.errors import HarnessError, RunBroken
 from harness.config import register
 from harness.paths import CONFIG_DIR
 
@@ -29,6 +29,9 @@ def _job(cfg: DictConfig) -> None:
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RunBroken as e:
+        print(f"error: the run broke, nothing it measured is a result: {e}", file=sys.stderr)
+        raise SystemExit(3) from None
 
 
 def multirun(argv: list[str]) -> int:

@@ -12,9 +12,10 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from common.errors import RunBroken
 from harness.backends import backend_class, open_backend
 from harness.results.schema import ProbeRow
-from harness.results.store import RunWriter, provenance, token_frame
+from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.plan import ExperimentPlan, plan_experiment, reseed
@@ -51,34 +52,51 @@ def run_experiment(cfg: DictConfig) -> Path:
         key = cache_key(OmegaConf.to_container(cfg), code)
         cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
 
+    for where, reason in broken_runs(cfg.results_dir, plan.name)[:1]:
+        print(f"note: an earlier run of {plan.name} broke ({reason.splitlines()[0]}); its partial results: {where}",
+              flush=True)
+
+    writer = RunWriter(cfg.results_dir, plan.name)  # claims the run's directory (kept partial until done)
     runs: list[SchedulerRun] = []
     token_frames = []
-    for r in range(s.repeats):
-        seeded = plan if r == 0 else reseed(plan, plan.seed + r)
-        for name in plan.schedulers:
-            with open_backend(seeded.job(name, progress=show)) as serving:
-                result = _run_scheduler(seeded, name, show, cache, serving.run)
-                shown = _shown_probe(result, fixed=bool(s.fixed_qps))
-                records = shown.detail.records if shown is not None else None
-                if shown is not None and records is None:
-                    # Cached probes carry no token times; the backend is deterministic (only then
-                    # is there a cache), so running the probe again gives the same records.
-                    records = serving.run(probe_requests(seeded, shown.qps), f"{name} @ {shown.qps:.3g} QPS").records
-            runs.append(SchedulerRun(name, seeded.seed, result))
-            if shown is not None:
-                token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
+    try:
+        for r in range(s.repeats):
+            seeded = plan if r == 0 else reseed(plan, plan.seed + r)
+            for name in plan.schedulers:
+                with open_backend(seeded.job(name, progress=show)) as serving:
+                    result = _run_scheduler(seeded, name, show, cache, serving.run)
+                    shown = _shown_probe(result, fixed=bool(s.fixed_qps))
+                    records = shown.detail.records if shown is not None else None
+                    if shown is not None and records is None:
+                        # Cached probes carry no token times; the backend is deterministic (only
+                        # then is there a cache), so running the probe again gives the same records.
+                        label = f"{name} @ {shown.qps:.3g} QPS"
+                        records = serving.run(probe_requests(seeded, shown.qps), label).records
+                runs.append(SchedulerRun(name, seeded.seed, result))
+                if shown is not None:
+                    token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
+    except (RunBroken, KeyboardInterrupt) as e:
+        reason = str(e) if isinstance(e, RunBroken) else "interrupted"
+        summary = {**_summary(plan, runs, prov), "status": "broken", "reason": reason}
+        writer.fail(reason, OmegaConf.to_yaml(cfg), summary, _requests(runs))
+        print(f"partial results (not a finished run): {writer.partial}", file=sys.stderr)
+        raise
 
-    requests = pd.concat([p.detail.requests for run in runs for p in run.result.probes], ignore_index=True)
     summary = _summary(plan, runs, prov)
-    path = RunWriter(cfg.results_dir, plan.name).write(
+    path = writer.write(
         OmegaConf.to_yaml(cfg),
         summary,
-        requests,
+        _requests(runs),
         pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([]),
     )
     _print_table(runs, fixed=bool(s.fixed_qps))
     print(f"results: {path}")
     return path
+
+
+def _requests(runs: list[SchedulerRun]) -> pd.DataFrame | None:
+    frames = [p.detail.requests for run in runs for p in run.result.probes]
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, run) -> CapacityResult:
@@ -90,9 +108,10 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
         if show:
             v = p.detail.verdict
             cached = " (cached)" if p.detail.records is None else ""
+            errors = f", {v.num_errors} FAILED REQUESTS ({v.reason})" if v.num_errors else ""
             bar.write(
                 f"  {name:<16}seed {plan.seed}{p.qps:>10.4g} QPS  {'pass' if p.passed else 'FAIL'}  "
-                f"P99 TBT {v.tbt_s:.3f} s, median scheduling delay {v.scheduling_delay_s:.3f} s{cached}",
+                f"P99 TBT {v.tbt_s:.3f} s, median scheduling delay {v.scheduling_delay_s:.3f} s{errors}{cached}",
                 file=sys.stderr,
             )
 
@@ -138,6 +157,8 @@ def _probe_row(p: Probe) -> dict:
         output_token_throughput=s.output_token_throughput,
         num_completed=s.num_completed,
         num_preemptions=s.num_preemptions,
+        num_errors=o.verdict.num_errors,
+        errors=dict(o.verdict.errors),
     ))
 
 
@@ -155,6 +176,8 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
     schedulers = {}
     for name in plan.schedulers:
         mine = [r for r in runs if r.scheduler == name]
+        if not mine:  # a run that broke before this scheduler finished
+            continue
         entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result)}
         if len(mine) > 1:
             caps = [r.result.capacity_qps for r in mine]
@@ -184,6 +207,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
             "ttft_s": plan.slo.ttft_s,
             "ttft_quantile": plan.slo.ttft_quantile,
             "min_goodput_fraction": plan.slo.min_goodput_fraction,
+            "max_error_fraction": plan.slo.max_error_fraction,
             "kind": plan.slo_kind,
             "source": plan.slo_source,
         },
@@ -199,16 +223,30 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
     }
 
 
+def _warn_failed(runs: list[SchedulerRun]) -> None:
+    """Failed requests are never quiet: one line per probe that had any (the column `failed`)."""
+    for r in runs:
+        for p in r.result.probes:
+            v = p.detail.verdict
+            if v.num_errors:
+                kinds = ", ".join(f"{n} {k}" for k, n in v.errors.items())
+                print(f"WARNING: {r.scheduler} seed {r.seed} at {p.qps:.4g} QPS: {v.num_errors} requests failed ({kinds})")
+
+
 def _print_table(runs: list[SchedulerRun], fixed: bool) -> None:
     if fixed:
-        print(f"{'scheduler':<18}{'seed':>5}{'QPS':>9}  {'verdict':<7}{'P50 TTFT':>10}{'P99 TBT':>10}{'median delay':>14}")
+        print(f"{'scheduler':<18}{'seed':>5}{'QPS':>9}  {'verdict':<7}{'P50 TTFT':>10}{'P99 TBT':>10}{'median delay':>14}"
+              f"{'failed':>8}")
         for r in runs:
             p = r.result.probes[0]
             o = p.detail
             print(f"{r.scheduler:<18}{r.seed:>5}{p.qps:>9.4g}  {'pass' if p.passed else 'FAIL':<7}"
-                  f"{o.summary.ttft.p50:>8.3f} s{o.verdict.tbt_s:>8.3f} s{o.verdict.scheduling_delay_s:>12.3f} s")
+                  f"{o.summary.ttft.p50:>8.3f} s{o.verdict.tbt_s:>8.3f} s{o.verdict.scheduling_delay_s:>12.3f} s"
+                  f"{o.verdict.num_errors:>8}")
+        _warn_failed(runs)
         return
-    print(f"{'scheduler':<18}{'seed':>5}{'capacity (QPS)':>16}  {'bracket (pass, fail)':<22}{'probes':>7}  {'P99 TBT':>9}  {'median delay':>12}")
+    print(f"{'scheduler':<18}{'seed':>5}{'capacity (QPS)':>16}  {'bracket (pass, fail)':<22}{'probes':>7}  {'P99 TBT':>9}  "
+          f"{'median delay':>12}{'failed':>8}")
     for r in runs:
         res = r.result
         cap = _shown_probe(res, fixed=False)
@@ -216,7 +254,10 @@ def _print_table(runs: list[SchedulerRun], fixed: bool) -> None:
         cap_str = f"{res.capacity_qps:.4g}" + ("+" if res.saturated else "")
         tbt = f"{cap.detail.verdict.tbt_s:.3f} s" if cap else "-"
         delay = f"{cap.detail.verdict.scheduling_delay_s:.3f} s" if cap else "-"
-        print(f"{r.scheduler:<18}{r.seed:>5}{cap_str:>16}  {f'[{res.capacity_qps:.4g}, {hi})':<22}{len(res.probes):>7}  {tbt:>9}  {delay:>12}")
+        failed = sum(p.detail.verdict.num_errors for p in res.probes)
+        print(f"{r.scheduler:<18}{r.seed:>5}{cap_str:>16}  {f'[{res.capacity_qps:.4g}, {hi})':<22}{len(res.probes):>7}  {tbt:>9}  "
+              f"{delay:>12}{failed:>8}")
+    _warn_failed(runs)
     by_name: dict[str, list[float]] = {}
     for r in runs:
         by_name.setdefault(r.scheduler, []).append(r.result.capacity_qps)

@@ -6,10 +6,10 @@ See run.py for the timing model (absolute deadlines, per-event timestamps, where
 first_scheduled_s comes from) and tokens.py for how tokens are counted.
 """
 from harness.loadgen.options import LoadOptions
-from harness.loadgen.run import NOT_SENT, UNFINISHED, LoadResult, ServerTiming, run_load, run_load_async
+from harness.loadgen.run import ABORTED, NOT_SENT, UNFINISHED, LoadResult, ServerTiming, run_load, run_load_async
 from harness.loadgen.validity import DispatchVerdict, LagPolicy, judge_dispatch
 
 __all__ = [
-    "DispatchVerdict", "LagPolicy", "LoadOptions", "LoadResult", "NOT_SENT", "ServerTiming", "UNFINISHED",
+    "ABORTED", "DispatchVerdict", "LagPolicy", "LoadOptions", "LoadResult", "NOT_SENT", "ServerTiming", "UNFINISHED",
     "judge_dispatch", "run_load", "run_load_async",
 ]

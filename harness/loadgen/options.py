@@ -1,6 +1,7 @@
 """How a load-generation run talks to its server, as one frozen value."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.loadgen.validity import LagPolicy
@@ -29,6 +30,10 @@ class LoadOptions:
     progress: bool = True
     progress_desc: str = "requests"
     extra_body: tuple[tuple[str, object], ...] = ()  # extra JSON fields for every request
+    # Polled every `abort_poll_s` during the run: a reason (e.g. "server exited with status -9")
+    # stops the run at once; requests not finished are recorded as aborted, never dropped.
+    abort_check: Callable[[], str | None] | None = field(default=None, compare=False)
+    abort_poll_s: float = 0.25
 
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:

@@ -45,6 +45,7 @@ from harness.records import RequestRecord, RequestSpec
 
 UNFINISHED = "unfinished at time limit"
 NOT_SENT = "not sent before time limit"
+ABORTED = "aborted: "  # + the reason the run was stopped
 START_LEAD_S = 0.05  # the first deadline lies this far after setup, never in the past
 # While a run is on, the pacer thread must get the GIL within well under a millisecond when its
 # deadline comes; CPython's default switch interval (5 ms) would let the event loop's thread
@@ -73,6 +74,7 @@ class LoadResult:
     num_events: np.ndarray
     wall_s: float
     notes: tuple[str, ...] = ()
+    aborted: str | None = None  # why the run was stopped early (LoadOptions.abort_check), if it was
 
 
 class _Attempt:
@@ -145,6 +147,15 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     tasks: set[asyncio.Task] = set()
     all_done = asyncio.Event()
     left = [n]
+    aborted: list[str | None] = [None]
+
+    async def watch() -> None:  # stops the run when the caller says the server is gone
+        while not all_done.is_set():
+            await asyncio.sleep(opts.abort_poll_s)
+            reason = opts.abort_check()
+            if reason:
+                aborted[0] = reason
+                all_done.set()
     if n == 0:
         all_done.set()
 
@@ -224,6 +235,7 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
             await asyncio.sleep(max(0.0, t0 - clock()))
             for _ in range(min(opts.concurrency, n)):
                 next_closed()
+        watchdog = loop.create_task(watch()) if opts.abort_check is not None else None
         try:
             limit = None if opts.time_limit_s is None else max(0.0, t0 + opts.time_limit_s - clock())
             try:
@@ -231,6 +243,8 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
             except TimeoutError:
                 pass
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             next_closed = None
             if pacer is not None:
                 pacer.stop()
@@ -243,11 +257,11 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
             restore_priority(old_priority)
             bar.close()
     wall = clock() - t0
-    return _result(requests, attempts, t0, wall, opts)
+    return _result(requests, attempts, t0, wall, opts, aborted[0])
 
 
 def _result(requests: Sequence[RequestSpec], attempts: list[_Attempt], t0: float, wall: float,
-            opts: LoadOptions) -> LoadResult:
+            opts: LoadOptions, aborted: str | None = None) -> LoadResult:
     same_clock = _is_loopback(opts.base_url) if opts.same_clock is None else opts.same_clock
     records, sources, timings, events = [], [], [], []
     prompt_mismatch = 0
@@ -261,6 +275,8 @@ def _result(requests: Sequence[RequestSpec], attempts: list[_Attempt], t0: float
             error = "stream ended early"
         if error is None and len(times) != spec.output_len:
             error = f"received {len(times)} of {spec.output_len} tokens (finish_reason {p.finish_reason})"
+        if aborted is not None and error in (UNFINISHED, NOT_SENT):
+            error = ABORTED + aborted
         if p.prompt_tokens is not None and p.prompt_tokens != spec.prompt_len:
             prompt_mismatch += 1
         st = _server_timing(p.server_timing, a, t0, same_clock)
@@ -286,7 +302,8 @@ def _result(requests: Sequence[RequestSpec], attempts: list[_Attempt], t0: float
     if prompt_mismatch:
         notes.append(f"{prompt_mismatch} requests: server counted a different prompt length than sent")
     verdict = judge_dispatch(lags, opts.lag)
-    return LoadResult(records, lags, verdict, tuple(sources), tuple(timings), np.array(events), wall, tuple(notes))
+    return LoadResult(records, lags, verdict, tuple(sources), tuple(timings), np.array(events), wall, tuple(notes),
+                      aborted)
 
 
 def _server_timing(raw: dict | None, a: _Attempt, t0: float, same_clock: bool) -> ServerTiming | None:

@@ -3,7 +3,7 @@
 (read as NaN)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class ProbeRow:
     output_token_throughput: float
     num_completed: int
     num_preemptions: int
+    num_errors: int = 0  # failed requests (a time limit's cut-off not counted)
+    errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
 
 
 PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.records import RequestRecord
+from harness.records import RequestRecord, error_kind
 
 PACKAGES = ("numpy", "pandas", "pyarrow", "hydra-core", "sarathi-harness")
 
@@ -60,6 +60,7 @@ def records_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
             "tbt_max_s": tbt_max,
             "num_preemptions": [r.num_preemptions for r in records],
             "error": [r.error for r in records],
+            "error_kind": [error_kind(r.error) for r in records],
         }
     )
     for i, (k, v) in enumerate(columns.items()):
@@ -76,26 +77,60 @@ def token_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
     return df
 
 
+FAILED_FILE = "FAILED.txt"  # in a partial run directory: why the run broke
+
+
 class RunWriter:
+    """Claims the run's directory when created: `.<stamp>[-n].partial`, made with an exclusive
+    mkdir, so two runs started in the same second never share it. `write` fills it and renames it
+    to `<stamp>[-n]`; `fail` leaves it partial with what was measured and the reason."""
+
     def __init__(self, results_dir: str | Path, experiment: str) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path(results_dir) / experiment
-        final = base / stamp
-        n = 1
-        while final.exists():  # two runs in the same second
-            final = base / f"{stamp}-{n}"
+        base.mkdir(parents=True, exist_ok=True)
+        n = 0
+        while True:
+            name = stamp if n == 0 else f"{stamp}-{n}"
+            final, partial = base / name, base / f".{name}.partial"
             n += 1
-        self.final = final
-        self.partial = base / f".{final.name}.partial"
+            if final.exists():
+                continue
+            try:
+                partial.mkdir()
+            except FileExistsError:
+                continue
+            break
+        self.final, self.partial = final, partial
 
     def write(self, config_yaml: str, summary: dict, requests: pd.DataFrame, tokens: pd.DataFrame) -> Path:
-        self.partial.mkdir(parents=True, exist_ok=False)
-        (self.partial / "config.yaml").write_text(config_yaml)
-        (self.partial / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
-        requests.to_parquet(self.partial / "requests.parquet", index=False)
-        tokens.to_parquet(self.partial / "token_times.parquet", index=False)
+        self._fill(config_yaml, summary, requests, tokens)
         os.rename(self.partial, self.final)
         return self.final
+
+    def fail(self, reason: str, config_yaml: str, summary: dict | None = None,
+             requests: pd.DataFrame | None = None) -> Path:
+        """Keep the directory partial (never read as a result) with the reason and what was measured."""
+        self._fill(config_yaml, summary, requests, None)
+        (self.partial / FAILED_FILE).write_text(reason.rstrip() + "\n")
+        return self.partial
+
+    def _fill(self, config_yaml: str, summary: dict | None, requests: pd.DataFrame | None,
+              tokens: pd.DataFrame | None) -> None:
+        (self.partial / "config.yaml").write_text(config_yaml)
+        if summary is not None:
+            (self.partial / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+        if requests is not None:
+            requests.to_parquet(self.partial / "requests.parquet", index=False)
+        if tokens is not None:
+            tokens.to_parquet(self.partial / "token_times.parquet", index=False)
+
+
+def broken_runs(results_dir: str | Path, experiment: str) -> list[tuple[Path, str]]:
+    """Partial run directories of `experiment` that broke, newest first, with their reasons."""
+    base = Path(results_dir) / experiment
+    found = [(d, (d / FAILED_FILE).read_text()) for d in base.glob(".*.partial") if (d / FAILED_FILE).is_file()]
+    return sorted(found, key=lambda x: x[0].name, reverse=True)
 
 
 def _json_default(o):

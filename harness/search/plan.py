@@ -37,6 +37,7 @@ class SearchSettings:
     time_limit_s: float | None = None  # stop a probe at this time; unfinished requests count against it
     repeats: int = 1  # capacity searches with seeds seed, seed+1, ...
     fixed_qps: float | None = None  # run one probe at this rate instead of a search
+    max_error_fraction: float = 0.0  # a probe with more failed requests than this share fails (and says why)
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -49,6 +50,8 @@ class SearchSettings:
             raise ValueError(f"need 0 < min_qps <= start_qps <= max_qps, got {self.min_qps}, {self.start_qps}, {self.max_qps}")
         if not 0 < self.rel_tol < 1:
             raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol}")
+        if not 0 <= self.max_error_fraction <= 1:
+            raise ValueError(f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
 
@@ -111,9 +114,10 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"),
     )
     slo_settings = typed(SloSettings, cfg["slo"], "slo")
-    slo = resolve_slo(slo_settings, deployment.model_name, deployment.perf)
-    schedulers = _scheduler_configs(cfg["scheduler"])
     search = typed(SearchSettings, cfg["search"], "search")
+    slo = replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
+                  max_error_fraction=search.max_error_fraction)
+    schedulers = _scheduler_configs(cfg["scheduler"])
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
     for name, sc in schedulers.items():  # fail now, not in the middle of the search

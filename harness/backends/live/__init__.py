@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from common.errors import HarnessError
+from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.live.client import LiveRunOptions, run_live, run_live_result
+from harness.backends.live.lifecycle import ServerProcess
 from harness.backends.live.server import SERVER_KINDS, Endpoint, LiveServerSpec, model_vocabulary, serve
 from harness.loadgen import LagPolicy
 from harness.records import RequestSpec
@@ -95,18 +96,32 @@ class LiveBackend:
             raise HarnessError(f"backend live got {type(job.settings).__name__} settings")
         self.job = job
         self.spec = server_spec(job)
-        self._serving = None
+        self._process: ServerProcess | None = None
         self.endpoint: Endpoint | None = None
 
     def __enter__(self) -> LiveBackend:
-        self._serving = serve(self.spec)
-        self.endpoint = self._serving.__enter__()
+        launch, endpoint = self.spec.launch()
+        process = ServerProcess(launch)
+        process.__enter__()  # started, healthy and warmed up (or it raised, nothing left running)
+        self._process, self.endpoint = process, endpoint
         return self
 
     def __exit__(self, *exc: object) -> None:
-        serving, self._serving, self.endpoint = self._serving, None, None
-        if serving is not None:
-            serving.__exit__(*exc)
+        process, self._process, self.endpoint = self._process, None, None
+        if process is not None:
+            process.__exit__(*exc)
+
+    def server_gone(self) -> str | None:
+        """Why the server can no longer be measured (it exited), or None while it runs."""
+        proc = self._process.proc if self._process is not None else None
+        code = proc.poll() if proc is not None else None
+        return None if code is None else f"server exited with status {code}"
+
+    def _broken(self, reason: str) -> RunBroken:
+        p = self._process
+        where = f"{self.spec.kind} server for {self.job.scheduler_name} at {self.spec.host} (pid {p.pid if p else '?'})"
+        tail = f"\n--- last lines of {p.log_path} ---\n{p.log_tail(12)}" if p is not None else ""
+        return RunBroken(f"{where}: {reason}{tail}")
 
     def options(self, label: str = "") -> LiveRunOptions:
         s: LiveSettings = self.job.settings  # type: ignore[assignment]
@@ -114,12 +129,17 @@ class LiveBackend:
             seed=self.job.seed, time_limit_s=self.job.time_limit_s, concurrency=self.job.concurrency,
             request_timeout_s=s.request_timeout_s, lag=s.lag, strict=s.strict, progress=self.job.progress,
             progress_desc=label or "requests", realtime_priority=s.client_realtime_priority,
+            abort_check=self.server_gone,
         )
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         if self.endpoint is None:
             raise RuntimeError("LiveBackend.run outside `with`: the server is not started")
+        if gone := self.server_gone():
+            raise self._broken(gone)
         result = run_live_result(requests, self.endpoint, self.options(label))
+        if gone := result.aborted or self.server_gone():  # a probe against a dead server measures nothing
+            raise self._broken(gone)
         return BackendRun(result.records, {"dispatch": dataclasses.asdict(result.verdict)})
 
 

@@ -3,10 +3,10 @@ for how far the client kept its schedule (dispatch lag)."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from common.errors import HarnessError
+from common.errors import RunBroken
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
 from harness.records import RequestRecord, RequestSpec
@@ -24,6 +24,7 @@ class LiveRunOptions:
     progress: bool = True
     progress_desc: str = "requests"
     realtime_priority: bool = False  # client threads under SCHED_FIFO (see harness/loadgen/options.py)
+    abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
 
 
 def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
@@ -37,10 +38,11 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
         base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
         time_limit_s=options.time_limit_s, concurrency=options.concurrency, lag=options.lag,
         progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
+        abort_check=options.abort_check,
     ))
     verdict = result.verdict
     if verdict.status == "invalid" and options.strict:
-        raise HarnessError(f"live run invalid: {verdict.message}")
+        raise RunBroken(f"live run invalid: the client did not keep its schedule: {verdict.message}")
     if verdict.status != "ok":
         warnings.warn(f"live run: {verdict.message}", stacklevel=2)
     return result
