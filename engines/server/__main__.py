@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import ipaddress
 import logging
+import os
 import signal
 import sys
 
@@ -19,7 +22,7 @@ from aiohttp import web
 from common.errors import HarnessError
 from engines.server.app import SERVER_KEY, make_app
 from engines.server.build import ExecutorUnavailable, build_parts
-from engines.server.config import ServerConfig, add_flags, from_flags
+from engines.server.config import API_KEY_ENV, ServerConfig, add_flags, from_flags
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
@@ -29,9 +32,12 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return from_flags(a)
+        cfg = from_flags(a)
     except ValueError as e:
         p.error(str(e))
+    if cfg.api_key is None and os.environ.get(API_KEY_ENV):
+        cfg = dataclasses.replace(cfg, api_key=os.environ[API_KEY_ENV])
+    return cfg
 
 
 async def serve(cfg: ServerConfig, ready=None) -> None:
@@ -48,6 +54,9 @@ async def serve(cfg: ServerConfig, ready=None) -> None:
     await site.start()
     port = runner.addresses[0][1]
     print(f"serving {cfg.name} on http://{cfg.host}:{port} (policy {cfg.policy}, executor {cfg.executor})", flush=True)
+    if cfg.api_key is None and not _loopback(cfg.host):
+        print(f"WARNING: serving on {cfg.host} without an API key: anyone who can reach it may use it "
+              f"(--api-key or ${API_KEY_ENV})", file=sys.stderr, flush=True)
     if ready is not None:
         ready(port)
     stop = asyncio.Event()
@@ -62,6 +71,13 @@ async def serve(cfg: ServerConfig, ready=None) -> None:
             await asyncio.sleep(0.05)
     finally:
         await runner.cleanup()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,9 @@
     GET  /health           200 when serving, 503 while shutting down
     GET  /metrics          Prometheus text (engine:* metrics, see stats.py)
 
+With an API key (--api-key or $ENGINES_SERVER_API_KEY), /v1/* answer 401 without
+`Authorization: Bearer KEY`; /health and /metrics stay open (as vLLM's --api-key does).
+
 Streams: one SSE event per batch of new tokens the handler finds (one token when it keeps up,
 several when it falls behind, as vLLM does), `data: [DONE]` last. The final data event carries
 `server_timing` (arrival, first_scheduled, token_times, finished, num_preemptions on this
@@ -17,6 +20,7 @@ the request in the engine and frees its KV blocks.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import time
 import uuid
@@ -60,7 +64,7 @@ class CompletionServer:
             "object": "list",
             "data": [{
                 "id": self.name, "object": "model", "created": self.created, "owned_by": "sarathi-harness",
-                "root": self.cfg.model, "max_model_len": self.parts.max_model_len,
+                "root": self.name, "max_model_len": self.parts.max_model_len,  # a name, never a filesystem path
             }],
         })
 
@@ -196,13 +200,29 @@ async def _json_errors(request: web.Request, handler):
         return ApiError(e.status, f"{e.reason}: {request.method} {request.path}").response()
 
 
+def _require_key(key: str):
+    """OpenAI's (and vLLM's --api-key) rule: /v1/* needs `Authorization: Bearer KEY`; 401 otherwise."""
+    expected = f"Bearer {key}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if request.path.startswith("/v1/"):
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return ApiError(401, "Incorrect API key provided.").response()
+        return await handler(request)
+
+    return check
+
+
 SERVER_KEY = web.AppKey("server", CompletionServer)
 
 
 def make_app(cfg: ServerConfig, parts: ServingParts) -> web.Application:
     server = CompletionServer(cfg, parts)
     # aiohttp enforces client_max_size when reading the body; we check Content-Length first.
-    app = web.Application(middlewares=[_json_errors], client_max_size=cfg.max_body_bytes)
+    middlewares = [_json_errors] + ([_require_key(cfg.api_key)] if cfg.api_key else [])
+    app = web.Application(middlewares=middlewares, client_max_size=cfg.max_body_bytes)
     app[SERVER_KEY] = server
     app.router.add_post("/v1/completions", server.completions)
     app.router.add_get("/v1/models", server.models)

@@ -12,6 +12,7 @@ from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.schedulers import POLICIES, SchedulerConfig
 
 EXECUTORS = ("realtime", "null", "torch")
+API_KEY_ENV = "ENGINES_SERVER_API_KEY"  # the key from the environment (not visible in `ps`), as vLLM's VLLM_API_KEY
 
 
 def _help(text: str, **more) -> dict:
@@ -36,6 +37,8 @@ class ServerConfig:
     seed: int = 0
     max_body_bytes: int = field(default=4 << 20, metadata=_help("4 MiB: a 16k-token prompt as a JSON id list is ~100 KB"))
     shutdown_grace_s: float = field(default=5.0, metadata=_help("on SIGTERM, how long running requests may finish"))
+    api_key: str | None = field(default=None, repr=False, metadata=_help(
+        f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}); /health and /metrics stay open"))
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:

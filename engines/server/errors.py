@@ -13,6 +13,7 @@ from aiohttp import web
 
 _TYPES = {
     400: "invalid_request_error",
+    401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",

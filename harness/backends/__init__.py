@@ -1,6 +1,6 @@
 """Backends turn a probe's `RequestSpec`s into `RequestRecord`s (contract: `base.Backend`):
-`sim` (discrete-event simulation on a virtual clock) and `live` (servers the harness starts,
-driven over HTTP). Chosen by `backend.name`; imported only when chosen (live needs aiohttp)."""
+`sim` (discrete-event simulation on a virtual clock), `live` (servers the harness starts, driven
+over HTTP) and `endpoint` (a server already running, anywhere). Chosen by `backend.name`; imported only when chosen (live needs aiohttp)."""
 from __future__ import annotations
 
 from importlib import import_module
@@ -11,6 +11,7 @@ from common.errors import HarnessError
 BACKENDS = {
     "sim": "harness.backends.sim",
     "live": "harness.backends.live",
+    "endpoint": "harness.backends.endpoint",
 }
 
 

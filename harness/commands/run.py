@@ -12,7 +12,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from common.errors import RunBroken
+from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, open_backend
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
@@ -42,6 +42,10 @@ def run_experiment(cfg: DictConfig) -> Path:
     )
     for note in plan.notes:
         print(f"note: {note}", flush=True)
+    where = getattr(plan.backend, "base_url", None)
+    if where:
+        print(f"backend {plan.backend.name}: the server at {where} (the deployment above prices the SLO and "
+              f"the prompts' vocabulary only)", flush=True)
     prov = provenance()
     backend = backend_class(plan.backend.name)
     cache = None
@@ -75,16 +79,23 @@ def run_experiment(cfg: DictConfig) -> Path:
                 runs.append(SchedulerRun(name, seeded.seed, result))
                 if shown is not None:
                     token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
+    except HarnessError:
+        if not runs:  # bad input found by a backend before anything was measured: leave nothing behind
+            writer.discard()
+        else:
+            writer.fail("stopped by bad input after some schedulers finished", _saved_config(cfg),
+                        {**_summary(plan, runs, prov), "status": "broken"}, _requests(runs))
+        raise
     except (RunBroken, KeyboardInterrupt) as e:
         reason = str(e) if isinstance(e, RunBroken) else "interrupted"
         summary = {**_summary(plan, runs, prov), "status": "broken", "reason": reason}
-        writer.fail(reason, OmegaConf.to_yaml(cfg), summary, _requests(runs))
+        writer.fail(reason, _saved_config(cfg), summary, _requests(runs))
         print(f"partial results (not a finished run): {writer.partial}", file=sys.stderr)
         raise
 
     summary = _summary(plan, runs, prov)
     path = writer.write(
-        OmegaConf.to_yaml(cfg),
+        _saved_config(cfg),
         summary,
         _requests(runs),
         pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([]),
@@ -92,6 +103,14 @@ def run_experiment(cfg: DictConfig) -> Path:
     _print_table(runs, fixed=bool(s.fixed_qps))
     print(f"results: {path}")
     return path
+
+
+def _saved_config(cfg: DictConfig) -> str:
+    """The resolved config as saved with the run: secrets (an API key) never reach the disk."""
+    saved = OmegaConf.to_container(cfg)
+    if (saved.get("backend") or {}).get("api_key"):
+        saved["backend"]["api_key"] = "<redacted>"
+    return OmegaConf.to_yaml(saved)
 
 
 def _requests(runs: list[SchedulerRun]) -> pd.DataFrame | None:

@@ -16,6 +16,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
+from harness.backends.endpoint import EndpointSettings
 from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
 from harness.search.plan import SearchSettings
@@ -116,3 +117,4 @@ def register() -> None:
     cs.store(group="slo", name="slo_schema", node=schema_of(SloSettings))
     cs.store(group="backend", name="sim_schema", node=schema_of(SimSettings))
     cs.store(group="backend", name="live_schema", node=schema_of(LiveSettings))
+    cs.store(group="backend", name="endpoint_schema", node=schema_of(EndpointSettings))

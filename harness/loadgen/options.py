@@ -30,6 +30,7 @@ class LoadOptions:
     progress: bool = True
     progress_desc: str = "requests"
     extra_body: tuple[tuple[str, object], ...] = ()  # extra JSON fields for every request
+    api_key: str | None = field(default=None, repr=False)  # sent as `Authorization: Bearer KEY`
     # Polled every `abort_poll_s` during the run: a reason (e.g. "server exited with status -9")
     # stops the run at once; requests not finished are recorded as aborted, never dropped.
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)

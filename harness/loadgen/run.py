@@ -109,6 +109,10 @@ def _payload(spec: RequestSpec, opts: LoadOptions) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def _error_message(status: int, text: str) -> str:
     try:
         msg = json.loads(text)["error"]["message"]
@@ -137,7 +141,7 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     payloads = [_payload(r, opts) for r in requests]  # serialized before the clock starts
     attempts = [_Attempt() for _ in range(n)]
     url = opts.base_url.rstrip("/") + "/v1/completions"
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **auth_headers(opts.api_key)}
     clock = time.monotonic
     loop = asyncio.get_running_loop()
     timeout = aiohttp.ClientTimeout(total=opts.request_timeout_s, sock_connect=opts.connect_timeout_s)
@@ -213,7 +217,7 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     pacer = None
     next_closed = None
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=opts.read_bufsize) as session:
-        await _warm(session, opts.base_url)
+        await _warm(session, opts.base_url)  # /health: open without a key
         t0 = clock() + START_LEAD_S
         if opts.concurrency is None:
             order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))

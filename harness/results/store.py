@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -114,6 +115,10 @@ class RunWriter:
         self._fill(config_yaml, summary, requests, None)
         (self.partial / FAILED_FILE).write_text(reason.rstrip() + "\n")
         return self.partial
+
+    def discard(self) -> None:
+        """Give the claimed directory back (nothing was measured)."""
+        shutil.rmtree(self.partial, ignore_errors=True)
 
     def _fill(self, config_yaml: str, summary: dict | None, requests: pd.DataFrame | None,
               tokens: pd.DataFrame | None) -> None:

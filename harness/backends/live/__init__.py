@@ -11,10 +11,9 @@ from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
-from harness.backends.live.client import LiveRunOptions, run_live, run_live_result
+from harness.backends.live.client import ClientSettings, LiveRunOptions, run_live, run_live_result, run_options
 from harness.backends.live.lifecycle import ServerProcess
 from harness.backends.live.server import SERVER_KINDS, Endpoint, LiveServerSpec, model_vocabulary, serve
-from harness.loadgen import LagPolicy
 from harness.records import RequestSpec
 
 __all__ = [
@@ -35,7 +34,7 @@ class VllmSettings:
 
 
 @dataclass(frozen=True)
-class LiveSettings(BackendSettings):
+class LiveSettings(ClientSettings):
     """The schema of experiments/backend/live.yaml."""
 
     name: str = "live"
@@ -47,11 +46,8 @@ class LiveSettings(BackendSettings):
     kv_capacity_tokens: int | None = None  # inrepo: None -> the plan's KV pool (realtime, null) or measured (torch)
     ready_timeout_s: float = 180.0  # /health must answer 200 by then (vLLM on 2 CPU cores: ~60 s)
     stop_timeout_s: float = 15.0  # SIGTERM grace before the server's process group is SIGKILLed
-    request_timeout_s: float = 600.0  # per request, connect to last byte
-    strict: bool = True  # a probe whose dispatch lag is "invalid" fails the run instead of being used
-    lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
-    client_realtime_priority: bool = False  # SCHED_FIFO for the client's threads (root): steadier dispatch
     log_dir: str | None = None  # server logs; None: temporary files (the path is in any start error)
+    api_key: str | None = field(default=None, repr=False)  # the server requires it, the client sends it
     vllm: VllmSettings = field(default_factory=VllmSettings)
 
     def __post_init__(self) -> None:
@@ -79,7 +75,7 @@ def server_spec(job: BackendJob) -> LiveServerSpec:
         seed=int(job.seed), executor=s.executor, gpu=d.gpu, tp=d.tp, time_scale=s.time_scale,
         kv_capacity_tokens=kv, gpu_memory_utilization=s.gpu_memory_utilization, block_size=s.block_size,
         vllm_command=tuple(s.vllm.command), vllm_env=tuple(s.vllm.env.items()), vllm_extra_args=tuple(s.vllm.extra_args),
-        ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir,
+        ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir, api_key=s.api_key,
     )
 
 
@@ -124,13 +120,7 @@ class LiveBackend:
         return RunBroken(f"{where}: {reason}{tail}")
 
     def options(self, label: str = "") -> LiveRunOptions:
-        s: LiveSettings = self.job.settings  # type: ignore[assignment]
-        return LiveRunOptions(
-            seed=self.job.seed, time_limit_s=self.job.time_limit_s, concurrency=self.job.concurrency,
-            request_timeout_s=s.request_timeout_s, lag=s.lag, strict=s.strict, progress=self.job.progress,
-            progress_desc=label or "requests", realtime_priority=s.client_realtime_priority,
-            abort_check=self.server_gone,
-        )
+        return run_options(self.job, self.job.settings, label, abort_check=self.server_gone)
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         if self.endpoint is None:

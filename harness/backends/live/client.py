@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import RunBroken
+from harness.backends.base import BackendJob, BackendSettings
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
 from harness.records import RequestRecord, RequestSpec
@@ -27,6 +28,27 @@ class LiveRunOptions:
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
 
 
+@dataclass(frozen=True)
+class ClientSettings(BackendSettings):
+    """What the load generator takes from any live backend's settings (managed or endpoint)."""
+
+    request_timeout_s: float = 600.0  # per request, connect to last byte
+    strict: bool = True  # a probe whose dispatch lag is "invalid" breaks the run instead of being used
+    lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
+    client_realtime_priority: bool = False  # SCHED_FIFO for the client's threads (root): steadier dispatch
+
+
+def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
+                abort_check: Callable[[], str | None] | None = None) -> LiveRunOptions:
+    """The options of one probe of `job`."""
+    return LiveRunOptions(
+        seed=job.seed, time_limit_s=job.time_limit_s, concurrency=job.concurrency,
+        request_timeout_s=settings.request_timeout_s, lag=settings.lag, strict=settings.strict,
+        progress=job.progress, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
+        abort_check=abort_check,
+    )
+
+
 def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
                     options: LiveRunOptions = LiveRunOptions()) -> LoadResult:
     if isinstance(server, LiveServerSpec):
@@ -38,7 +60,7 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
         base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
         time_limit_s=options.time_limit_s, concurrency=options.concurrency, lag=options.lag,
         progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
-        abort_check=options.abort_check,
+        abort_check=options.abort_check, api_key=server.api_key,
     ))
     verdict = result.verdict
     if verdict.status == "invalid" and options.strict:

@@ -62,6 +62,7 @@ class LaunchSpec:
     log_path: str | None = None  # default: a temporary file, kept after exit for inspection
     warmup_prompt: tuple[int, ...] = (10, 11, 12, 13, 14, 15, 16, 17)
     warmup_max_tokens: int = 2
+    api_key: str | None = field(default=None, repr=False)  # the server's key, for the warm-up request
 
 
 def _kill_group(pgid: int, sig: int) -> bool:
@@ -188,8 +189,10 @@ class ServerProcess:
     def warm_up(self) -> None:
         body = json.dumps({"model": self.spec.model, "prompt": list(self.spec.warmup_prompt),
                            "max_tokens": self.spec.warmup_max_tokens, "temperature": 0.0}).encode()
-        req = urllib.request.Request(self.base_url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if self.spec.api_key:
+            headers["Authorization"] = f"Bearer {self.spec.api_key}"
+        req = urllib.request.Request(self.base_url + "/v1/completions", data=body, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.spec.ready_timeout_s) as r:
                 r.read()

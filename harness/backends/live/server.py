@@ -23,12 +23,12 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import HarnessError
 from engines.schedulers import SchedulerConfig
-from engines.server.config import ServerConfig, server_flags
+from engines.server.config import API_KEY_ENV, ServerConfig, server_flags
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.paths import ROOT as REPO_ROOT
 
@@ -45,6 +45,7 @@ class Endpoint:
     vocab_size: int
     special_ids: tuple[int, ...] = (0, 1, 2)
     max_model_len: int | None = None
+    api_key: str | None = field(default=None, repr=False)  # sent as `Authorization: Bearer KEY`
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class LiveServerSpec:
     vllm_command: tuple[str, ...] = ()
     vllm_env: tuple[tuple[str, str], ...] = ()
     vllm_extra_args: tuple[str, ...] = ()
+    api_key: str | None = field(default=None, repr=False)  # the server requires it; the client sends it
     # lifecycle
     ready_timeout_s: float = 180.0
     stop_timeout_s: float = 15.0
@@ -115,8 +117,12 @@ class LiveServerSpec:
             from engines.external.vllm import DEFAULT_ENV
 
             env = {**DEFAULT_ENV, **dict(self.vllm_env)}
+            key_env = "VLLM_API_KEY"  # vLLM's own spelling of --api-key
         else:
             env = {"PYTHONPATH": str(REPO_ROOT)}
+            key_env = API_KEY_ENV
+        if self.api_key:
+            env[key_env] = self.api_key  # by environment: a command line is visible to every user
         log = None
         if self.log_dir is not None:
             log = str(Path(self.log_dir) / f"server-{self.kind}-{self.scheduler.policy}-{port}.log")
@@ -124,8 +130,9 @@ class LiveServerSpec:
         launch = LaunchSpec(
             command=self.command(port), base_url=base_url, model=self.name, env=env, cwd=str(REPO_ROOT),
             ready_timeout_s=self.ready_timeout_s, stop_timeout_s=self.stop_timeout_s, log_path=log,
+            api_key=self.api_key,
         )
-        return launch, Endpoint(base_url, self.name, vocab, specials, self.max_model_len)
+        return launch, Endpoint(base_url, self.name, vocab, specials, self.max_model_len, self.api_key)
 
 
 def model_vocabulary(model: str) -> tuple[int, tuple[int, ...]]:

@@ -1,0 +1,143 @@
+"""The endpoint backend: a capacity search or fixed-rate probe against an OpenAI-compatible server
+the harness did not start (vLLM, SGLang, TGI, the in-repo server; a deployment on your own GPUs).
+
+    python -m harness experiment=yi34b_tp2_strict backend=endpoint \\
+        backend.base_url=http://HOST:PORT/v1 backend.served_model=NAME [backend.api_key=KEY]
+
+Before the first probe it checks that the server answers (/health, or /v1/models where there is
+no /health), accepts the key, serves the model and takes requests as long as the plan's: each is a
+one-line error otherwise. Prompts are token ids (exact lengths; the server's `usage` counts are
+checked against them by the load generator), drawn from the vocabulary of `vocab_model` (default:
+the experiment's model). Only /v1/completions for now. Not deterministic: never cached.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from common.errors import HarnessError, RunBroken
+from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.live.client import ClientSettings, run_live_result, run_options
+from harness.backends.live.server import Endpoint, model_vocabulary
+from harness.records import RequestSpec, error_kind
+
+API_KEY_ENV = "OPENAI_API_KEY"  # the OpenAI SDK's variable: used when backend.api_key is not set
+
+
+@dataclass(frozen=True)
+class EndpointSettings(ClientSettings):
+    """The schema of experiments/backend/endpoint.yaml."""
+
+    name: str = "endpoint"
+    base_url: str = ""  # e.g. http://127.0.0.1:8000/v1 (a trailing /v1 is optional)
+    served_model: str | None = None  # the model name to send; None: the one model the server lists
+    api_key: str | None = field(default=None, repr=False)  # None: $OPENAI_API_KEY, if set
+    vocab_model: str | None = None  # catalog name or model dir for prompt token ids; None: model.name
+    ready_timeout_s: float = 10.0  # how long to wait for the server to answer before giving up
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"backend.base_url must be an http(s) URL of the server, got {self.base_url!r}")
+
+
+def _root(url: str) -> str:
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class EndpointBackend:
+    name: ClassVar[str] = "endpoint"
+    settings: ClassVar[type[BackendSettings]] = EndpointSettings
+    deterministic: ClassVar[bool] = False
+
+    def __init__(self, job: BackendJob) -> None:
+        if not isinstance(job.settings, EndpointSettings):
+            raise HarnessError(f"backend endpoint got {type(job.settings).__name__} settings")
+        self.job = job
+        s = job.settings
+        self.base_url = _root(s.base_url)
+        self.api_key = s.api_key or os.environ.get(API_KEY_ENV) or None
+        self.endpoint: Endpoint | None = None
+
+    # -- checks before the first probe -----------------------------------------------------
+    def _get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.base_url + path)
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def _wait_until_answering(self) -> None:
+        s: EndpointSettings = self.job.settings  # type: ignore[assignment]
+        deadline = time.monotonic() + s.ready_timeout_s
+        while True:
+            try:
+                status, _ = self._get("/health")
+                if status == 200 or status == 404:  # 404: no /health here; /v1/models decides
+                    return
+                problem = f"/health answered HTTP {status}"
+            except (urllib.error.URLError, OSError) as e:
+                problem = str(getattr(e, "reason", e))
+            if time.monotonic() > deadline:
+                raise HarnessError(f"endpoint {self.base_url} does not answer ({problem}) after {s.ready_timeout_s:g} s")
+            time.sleep(0.5)
+
+    def _served_model(self) -> tuple[str, int | None]:
+        s: EndpointSettings = self.job.settings  # type: ignore[assignment]
+        status, body = self._get("/v1/models")
+        if status == 401:
+            how = "no API key was sent (backend.api_key or $OPENAI_API_KEY)" if not self.api_key else "the API key was refused"
+            raise HarnessError(f"endpoint {self.base_url}: HTTP 401 on /v1/models: {how}")
+        if status != 200:
+            raise HarnessError(f"endpoint {self.base_url}: /v1/models answered HTTP {status}: {body[:200]!r}")
+        try:
+            models = {m["id"]: m for m in json.loads(body)["data"]}
+        except (ValueError, KeyError, TypeError):
+            raise HarnessError(f"endpoint {self.base_url}: /v1/models is not an OpenAI model list: {body[:200]!r}") from None
+        name = s.served_model
+        if name is None:
+            if len(models) != 1:
+                raise HarnessError(f"endpoint {self.base_url} serves {', '.join(models) or 'no model'}: "
+                                   f"say which with backend.served_model=NAME")
+            name = next(iter(models))
+        if name not in models:
+            raise HarnessError(f"endpoint {self.base_url} does not serve model {name!r}; it serves: {', '.join(models)}")
+        limit = models[name].get("max_model_len")
+        return name, int(limit) if isinstance(limit, int) else None
+
+    def __enter__(self) -> EndpointBackend:
+        self._wait_until_answering()
+        model, limit = self._served_model()
+        if limit is not None and limit < self.job.max_model_len:
+            raise HarnessError(f"endpoint {self.base_url} takes requests of at most {limit} tokens ({model}); "
+                               f"the plan's are up to {self.job.max_model_len}: lower max_model_len or "
+                               f"dataset.max_total_tokens")
+        s: EndpointSettings = self.job.settings  # type: ignore[assignment]
+        vocab, specials = model_vocabulary(s.vocab_model or self.job.deployment.model_name)
+        self.endpoint = Endpoint(self.base_url, model, vocab, specials, limit, self.api_key)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.endpoint = None
+
+    def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
+        if self.endpoint is None:
+            raise RuntimeError("EndpointBackend.run outside `with`: the endpoint was not checked")
+        result = run_live_result(requests, self.endpoint, run_options(self.job, self.job.settings, label))
+        kinds = [error_kind(r.error) for r in result.records]
+        if kinds and all(k == "connect" for k in kinds):  # the server went away: nothing was measured
+            raise RunBroken(f"endpoint {self.base_url} stopped answering: none of {len(kinds)} requests connected "
+                            f"({result.records[0].error})")
+        return BackendRun(result.records, {"dispatch": dict(status=result.verdict.status, message=result.verdict.message)})
+
+
+Backend = EndpointBackend
