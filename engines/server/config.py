@@ -37,6 +37,7 @@ class ServerConfig:
     seed: int = 0
     max_body_bytes: int = field(default=4 << 20, metadata=_help("4 MiB: a 16k-token prompt as a JSON id list is ~100 KB"))
     shutdown_grace_s: float = field(default=5.0, metadata=_help("on SIGTERM, how long running requests may finish"))
+    body_timeout_s: float = field(default=30.0, metadata=_help("a request body not received by then: 408 (slow senders)"))
     api_key: str | None = field(default=None, repr=False, metadata=_help(
         f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}); /health and /metrics stay open"))
 
@@ -47,6 +48,8 @@ class ServerConfig:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if not self.time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if not self.body_timeout_s > 0:
+            raise ValueError(f"body_timeout_s must be > 0, got {self.body_timeout_s}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
 

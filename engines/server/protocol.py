@@ -57,6 +57,10 @@ def _prompt(value: object, vocab_size: int) -> tuple[tuple[int, ...] | None, str
     if isinstance(value, str):
         if not value:
             raise _bad("'prompt' must not be empty", "prompt")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate (JSON allows "\ud800"; UTF-8 does not)
+            raise _bad(f"'prompt' is not valid Unicode: {e.reason} at position {e.start}", "prompt") from None
         return None, value
     if isinstance(value, list):
         if not value:
