@@ -27,6 +27,18 @@ def split(argv: list[str]) -> dict[str, str]:
     return args
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def boolean(key: str, value: str) -> bool:
+    """true/false (1/0, yes/no, on/off); anything else is an error, never a silent False."""
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise HarnessError(f"{key} must be true or false, got {value!r}")
+
+
 def options(argv: list[str], defaults: Mapping) -> dict:
     """KEY=VALUE options, each typed like its default; an unknown key suggests the closest."""
     out = dict(defaults)
@@ -36,7 +48,7 @@ def options(argv: list[str], defaults: Mapping) -> dict:
                                f"known: {', '.join(f'{k}=' for k in defaults)}")
         kind = type(defaults[key])
         try:
-            out[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+            out[key] = boolean(key, value) if kind is bool else kind(value)
         except ValueError:
             raise HarnessError(f"{key} must be a {kind.__name__}, got {value!r}") from None
     return out
@@ -56,12 +68,13 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
         elif action.dest != "help":
             positionals.append(action)
             by_key[action.dest] = (action, None)
-    words, pos, old = [], {}, []
+    words, pos, old, bare = [], {}, [], False
     for a in argv:
         key, sep, value = a.partition("=")
         if a.startswith("-") or not sep:  # the old spelling: --flag [value], a bare positional
             old.append(a)
             words.append(a)
+            bare = bare or not a.startswith("-")
             continue
         key = key.replace("-", "_")
         if key not in by_key:
@@ -71,19 +84,19 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
         if flag is None:
             pos[key] = value
         elif isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
-            on = value.lower() in ("1", "true", "yes")
-            if on == isinstance(action, argparse._StoreTrueAction):
+            if boolean(key, value) == isinstance(action, argparse._StoreTrueAction):
                 words.append(flag)
         else:
-            words += [flag, value]
+            words.append(f"{flag}={value}")  # one word: a value may start with '-'
+    if pos and bare:
+        raise HarnessError(f"name every positional ({', '.join(f'{k}=' for k in pos)}...) or none: "
+                           "a mix of key=value and bare words is ambiguous")
     flags = [w for w in old if w.startswith("--")]
     if flags:
         print(f"note: {' '.join(flags)}: the old spelling; write key=value "
               f"(e.g. {flags[0].lstrip('-').replace('-', '_')}=...)", file=sys.stderr)
-    for action in positionals:  # in declaration order, as argparse expects them
-        if action.dest in pos:
-            words.append(pos[action.dest])
-    return parser.parse_args(words)
+    named = [pos[a.dest] for a in positionals if a.dest in pos]  # in declaration order, as argparse expects
+    return parser.parse_args([*words, "--", *named] if named else words)
 
 
 def usage(parser: argparse.ArgumentParser) -> str:

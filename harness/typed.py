@@ -21,6 +21,8 @@ def typed(cls: type[T], node: Mapping | None, where: str) -> T:
     if isinstance(node, cls):
         return node
     data = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node or {})
+    for key in getattr(cls, "RETIRED_KEYS", ()):  # keys that configs saved by older versions still carry
+        data.pop(key, None)
     try:
         return OmegaConf.to_object(OmegaConf.merge(writable(OmegaConf.structured(cls)), data))
     except ConfigKeyError as e:

@@ -112,11 +112,11 @@ def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
     assert live.num_completed == sim.num_completed == 100
     # The twin makes the simulator's decisions with the simulator's prices; the live path only adds
     # time (HTTP, event-loop wake-ups, a shared 2-core host), so live may not beat the simulator by
-    # more than clock noise, and may lose up to a quarter to the host (measured: +0..+12 % over
+    # more than clock noise, and may lose up to a fifth to the host (measured: +0..+12 % over
     # repeated runs on a busy machine). A mispriced model is caught deterministically by
     # tests/test_reference_drift.py; this test guards the live path's own overhead.
     for what, lv, sm in (("P50 TTFT", live.ttft.p50, sim.ttft.p50), ("P50 TBT", live.tbt.p50, sim.tbt.p50)):
-        assert 0.95 * sm <= lv <= 1.25 * sm, f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s"
+        assert 0.95 * sm <= lv <= 1.20 * sm, f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s"
 
 
 def test_time_limit_records_unfinished_and_unsent_requests(endpoint):

@@ -44,3 +44,17 @@ def test_options_type_like_defaults():
         options(["n_job=3"], {"n_jobs": 2})
     with pytest.raises(HarnessError, match="expected KEY=VALUE"):
         split(["novalue"])
+
+
+def test_values_may_start_with_a_dash_and_booleans_are_strict():
+    a = parse(parser(), ["src=-odd", "max_tokens=-3"])
+    assert (a.src, a.max_tokens) == ("-odd", -3)
+    with pytest.raises(HarnessError, match="quick must be true or false"):
+        parse(parser(), ["src=a", "quick=ture"])
+    with pytest.raises(HarnessError, match="on must be true or false"):
+        options(["on=ture"], {"on": False})
+
+
+def test_a_mix_of_named_and_bare_positionals_is_refused():
+    with pytest.raises(HarnessError, match="ambiguous"):
+        parse(parser(), ["dst=b", "a"])

@@ -14,6 +14,9 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in args):
         print(__doc__.strip())
         return 0
+    if args and all("=" not in a for a in args) and len(args) <= 2:  # the old spelling: RESULTS [FIGURES]
+        print(f"note: {' '.join(args)}: the old spelling; write results_dir=... figures_dir=...", file=sys.stderr)
+        args = [f"{k}={v}" for k, v in zip(("results_dir", "figures_dir"), args)]
     try:
         opts = options(args, {"results_dir": "results", "figures_dir": "figures"})
     except HarnessError as e:

@@ -11,7 +11,7 @@ A cell present in the reference and absent today fails (a silently dropped exper
 regression too) unless `fail_on_missing=False`; cells only present today are listed, never fail.
 
     python -m harness.analysis.drift [current=results] [reference=results/reference] [out=figures/DRIFT.md]
-        [--capacity-rel 0.05] [--latency-rel 0.10] [--allow-missing]
+        [capacity_rel=0.05] [latency_rel=0.10] [allow_missing=false]
 
 exits 0 when everything is within tolerance, 1 on drift, 2 on bad input.
 """

@@ -1,6 +1,6 @@
 """Backends turn a probe's `RequestSpec`s into `RequestRecord`s (contract: `base.Backend`):
 `sim` (discrete-event simulation on a virtual clock), `live` (servers the harness starts, driven
-over HTTP) and `endpoint` (a server already running, anywhere). Chosen by `backend.name`; imported only when chosen (live needs aiohttp)."""
+over HTTP) and `endpoint` (a server already running, anywhere). Chosen by `backend.name` from the registry below (the config schema imports all of them)."""
 from __future__ import annotations
 
 from importlib import import_module

@@ -19,15 +19,23 @@ def _comparable(cfg: DictConfig) -> dict:
     return {k: v for k, v in d.items() if k not in OUTPUT_KEYS}
 
 
+def _same(a, b) -> bool:
+    """Equal configs, where a key only one side has is a field added (or retired) since the other
+    was saved: runs made before a new knob existed ran without it, as its default does."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(_same(a[k], b[k]) for k in a.keys() & b.keys())
+    return a == b
+
+
 def find_run(cfg: DictConfig) -> Path | None:
-    """The newest finished run of exactly this config under cfg.results_dir, if any."""
+    """The newest finished run of this config under cfg.results_dir, if any (`_same`)."""
     base = Path(cfg.results_dir) / str(cfg.name)
     if not base.is_dir():
         return None
     want = _comparable(cfg)
     for run in sorted((d for d in base.iterdir() if not d.name.startswith(".")), reverse=True):
         saved = run / "config.yaml"
-        if (run / "summary.json").exists() and saved.exists() and _comparable(OmegaConf.load(saved)) == want:
+        if (run / "summary.json").exists() and saved.exists() and _same(_comparable(OmegaConf.load(saved)), want):
             return run
     return None
 

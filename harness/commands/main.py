@@ -25,7 +25,8 @@ Examples:
   python -m harness nightly          # re-run results/reference configs, exit 1 on drift
   python -m harness data stats dataset=openchat_sharegpt4      # dataset tools (python -m harness data --help)
   python -m harness profile model=tiny-llama quick=true        # operator profile on this device
-Every command reads key=value words.
+Every harness command reads key=value words (the engine's own tools, python -m engines.server and
+python -m engines.perf, take --flags, as vllm serve does).
 """
 
 # Tools with their own commands, reachable from the one entry point (also as python -m MODULE).

@@ -30,6 +30,6 @@ def nightly_command(argv: list[str]) -> int:
         cfg.results_dir = opts["results_dir"]
         cfg.progress = False
         configs.append(cfg)
-    run_configs(configs, n_jobs=opts["n_jobs"])
+    run_configs(configs, n_jobs=opts["n_jobs"], only_missing=False)  # today's numbers, never yesterday's
     tol = Tolerances(capacity_rel=opts["capacity_rel"], latency_rel=opts["latency_rel"])
     return run_nightly(opts["results_dir"], ref, opts["out"], tol)

@@ -60,6 +60,8 @@ def run_experiment(cfg: DictConfig) -> Path:
         print(f"note: an earlier run of {plan.name} broke ({reason.splitlines()[0]}); its partial results: {where}",
               flush=True)
 
+    for name in plan.schedulers:  # a backend's own checks of the plan (no server started): before the claim
+        backend(plan.job(name, progress=False))
     writer = RunWriter(cfg.results_dir, plan.name)  # claims the run's directory (kept partial until done)
     runs: list[SchedulerRun] = []
     token_frames = []
@@ -79,15 +81,12 @@ def run_experiment(cfg: DictConfig) -> Path:
                 runs.append(SchedulerRun(name, seeded.seed, result))
                 if shown is not None:
                     token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
-    except HarnessError:
-        if not runs:  # bad input found by a backend before anything was measured: leave nothing behind
-            writer.discard()
-        else:
-            writer.fail("stopped by bad input after some schedulers finished", _saved_config(cfg),
-                        {**_summary(plan, runs, prov), "status": "broken"}, _requests(runs))
-        raise
-    except (RunBroken, KeyboardInterrupt) as e:
-        reason = str(e) if isinstance(e, RunBroken) else "interrupted"
+    except BaseException as e:  # whatever stopped it, the claimed directory must say so
+        if isinstance(e, HarnessError) and not runs:
+            writer.discard()  # bad input a backend found before anything was measured: leave nothing
+            raise
+        reason = (str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt)
+                  else f"{type(e).__name__}: {e}")
         summary = {**_summary(plan, runs, prov), "status": "broken", "reason": reason}
         writer.fail(reason, _saved_config(cfg), summary, _requests(runs))
         print(f"partial results (not a finished run): {writer.partial}", file=sys.stderr)

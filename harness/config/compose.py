@@ -40,7 +40,10 @@ def _schema_line(e: Exception, overrides: list[str]) -> str:
         known = _known_keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
         hint = did_you_mean(leaf, known) if known else ""
         return f"{key}: unknown key{hint}" + ("" if hint else f"; known: {', '.join(known)}" if known else "")
-    return str(e).strip().splitlines()[0]
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and "raised while composing" in lines[0]:  # a preset's own typo: the key is below
+        return f"{lines[0].removesuffix(':')}: {lines[1]}"
+    return lines[0] if lines else type(e).__name__
 
 
 def _known_keys(parent: str, overrides: list[str]) -> list[str]:

@@ -101,6 +101,9 @@ class RunWriter:
                 partial.mkdir()
             except FileExistsError:
                 continue
+            if final.exists():  # another run finished under this name between the check and the claim
+                partial.rmdir()
+                continue
             break
         self.final, self.partial = final, partial
 

@@ -37,6 +37,8 @@ class VllmSettings:
 class LiveSettings(ClientSettings):
     """The schema of experiments/backend/live.yaml."""
 
+    RETIRED_KEYS: ClassVar[tuple[str, ...]] = ("fast_forward",)  # in live configs saved before it left
+
     name: str = "live"
     server: str = "inrepo"  # inrepo: python -m engines.server | vllm: vllm serve (flags from the policy)
     executor: str = "realtime"  # inrepo: realtime (perf model in real time) | null (zero time) | torch

@@ -30,6 +30,9 @@ class SimBackend:
     def __init__(self, job: BackendJob) -> None:
         if not isinstance(job.settings, SimSettings):
             raise HarnessError(f"backend sim got {type(job.settings).__name__} settings")
+        if job.concurrency is not None:  # it would send every request at t=0 and report that
+            raise HarnessError("arrival=closed_loop is not simulated: use backend=live or backend=endpoint, "
+                               "or an open-loop arrival (poisson, gamma, constant, trace)")
         self.job = job
 
     def __enter__(self) -> SimBackend:

@@ -69,7 +69,7 @@ def simulate(
     """Run `requests` through `engine` on a virtual clock; one record per request, input order.
 
     With `pp` > 1, `timer.stage_times` prices each pipeline stage and `timer.pp_send_time(tokens)`
-    the hop between stages; up to `pp` micro-batches are in flight (`_run_pipelined`). With
+    the hop between stages; up to `pp` micro-batches are in flight (`pipeline.Pipeline`). With
     `time_limit_s`, the run stops at the first iteration boundary at or after it: requests not
     finished then carry `error="unfinished at time limit"` (never dropped), and those never
     started have NaN first-scheduled and first-token times. `stats`, if given, receives counters
