@@ -72,6 +72,11 @@ def test_save_all_writes_pngs(tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 
 
-def test_cli_usage(capsys):
-    assert pf.main([]) == 2
-    assert "usage" in capsys.readouterr().out
+def test_cli_usage(capsys, tmp_path):
+    assert pf.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage" in out and "out_dir=" in out
+    assert pf.main(["out_dir_typo=x"]) == 2
+    assert "did you mean 'out_dir'" in capsys.readouterr().err
+    assert pf.main([f"out_dir={tmp_path}"]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{name}.png" for name, _ in pf.FIGURES)
