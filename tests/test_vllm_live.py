@@ -98,3 +98,39 @@ def test_vllm_serves_every_request_under_the_policy(model_dir, tmp_path, policy,
         assert r.dispatched_s <= r.first_token_s <= r.finished_s
     assert set(res.token_sources) == {"continuous_usage"}
     assert res.notes == ()  # usage.prompt_tokens == the prompt we sent, for every request
+
+
+def test_endpoint_backend_against_a_vllm_it_did_not_start(model_dir, tmp_path):
+    """backend=endpoint: the capacity search's probe against a vLLM started separately, with an
+    API key (vLLM's VLLM_API_KEY); a wrong key is one line and exit 2."""
+    import json
+    import sys
+
+    from harness.backends.live.lifecycle import free_port
+
+    port = free_port()
+    spec = LiveServerSpec(
+        kind="vllm", scheduler=SchedulerConfig("sarathi", max_num_seqs=64, token_budget=256), model=model_dir,
+        served_model_name="tiny", max_model_len=MAX_MODEL_LEN, port=port, api_key="vllm-key",
+        vllm_command=(VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"),
+        vllm_extra_args=("--enforce-eager",), ready_timeout_s=240, log_dir=str(tmp_path),
+    )
+    assert "vllm-key" not in " ".join(spec.command(port))  # by environment, never on the command line
+    launch, _ = spec.launch()
+    args = [sys.executable, "-m", "harness", "experiment=yi34b_tp2_strict", "model.name=tiny",
+            "dataset.max_total_tokens=512", "max_model_len=1024", "slo.tbt_s=1", "scheduler=[sarathi]",
+            "search.num_requests=24", "search.fixed_qps=4", "search.time_limit_s=60", "backend=endpoint",
+            f"backend.base_url=http://127.0.0.1:{port}/v1", "backend.served_model=tiny",
+            f"backend.vocab_model={model_dir}", "backend.strict=false",  # vLLM shares the 2 cores: lag warns only
+            f"results_dir={tmp_path / 'results'}", "progress=false"]
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    with ServerProcess(launch):
+        bad = subprocess.run([*args, "backend.api_key=wrong"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300, env=env)
+        good = subprocess.run([*args, "backend.api_key=vllm-key"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600, env=env)
+    assert bad.returncode == 2 and "the API key was refused" in bad.stderr, bad.stderr[-2000:]
+    assert good.returncode == 0, good.stderr[-3000:]
+    run = Path(good.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    (probe,) = json.loads((run / "summary.json").read_text())["schedulers"]["sarathi"]["probes"]
+    assert probe["num_completed"] == 24 and probe["num_errors"] == 0
