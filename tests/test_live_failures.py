@@ -75,3 +75,35 @@ def test_a_server_killed_mid_probe_breaks_the_run_loudly(tmp_path):
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "an earlier run of live_smoke broke (" in again.stdout and str(partial) in again.stdout
+
+
+def test_an_endpoint_that_stops_answering_breaks_the_run(tmp_path):
+    """A server that hangs (SIGSTOP: alive, silent) is caught by /health, not only a dead one."""
+    from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "engines.server", "--model", "tiny", "--port", str(port), "--time-scale", "4",
+           "--kv-capacity-tokens", "65536", "--max-model-len", "1024"]
+    server = ServerProcess(LaunchSpec(cmd, f"http://127.0.0.1:{port}", model=None, env={"PYTHONPATH": str(ROOT)},
+                                      cwd=str(ROOT)))
+    args = ["experiment=yi34b_tp2_strict", "model.name=tiny", "dataset.max_total_tokens=256", "max_model_len=1024",
+            "slo.tbt_s=0.05", "scheduler=[sarathi]", "search.num_requests=240", "search.fixed_qps=8",
+            "search.time_limit_s=60", "backend=endpoint", f"backend.base_url=http://127.0.0.1:{port}/v1",
+            "backend.health_timeout_s=3", "backend.request_timeout_s=120", f"results_dir={tmp_path}", "progress=false"]
+    with server:
+        proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(4.0)  # checks done, the 30 s probe under way
+            os.kill(server.pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            out, err = proc.communicate(timeout=90)
+            took = time.monotonic() - stopped
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 3, err[-3000:]
+    assert "/health unanswered" in err and took < 15, (took, err[-2000:])
+    (partial,) = (tmp_path / "yi34b_tp2_strict").glob(".*.partial")
+    assert "/health unanswered" in (partial / "FAILED.txt").read_text()

@@ -24,6 +24,7 @@ from typing import ClassVar
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.live.client import ClientSettings, run_live_result, run_options
+from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.server import Endpoint, model_vocabulary
 from harness.records import RequestSpec, error_kind
 
@@ -64,6 +65,8 @@ class EndpointBackend:
         self.base_url = _root(s.base_url)
         self.api_key = s.api_key or os.environ.get(API_KEY_ENV) or None
         self.endpoint: Endpoint | None = None
+        self._health: HealthWatch | None = None
+        self._has_health = True  # a server without /health is not watched (its requests still fail loudly)
 
     # -- checks before the first probe -----------------------------------------------------
     def _get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -83,6 +86,7 @@ class EndpointBackend:
             try:
                 status, _ = self._get("/health")
                 if status == 200 or status == 404:  # 404: no /health here; /v1/models decides
+                    self._has_health = status == 200
                     return
                 problem = f"/health answered HTTP {status}"
             except (urllib.error.URLError, OSError) as e:
@@ -124,15 +128,21 @@ class EndpointBackend:
         s: EndpointSettings = self.job.settings  # type: ignore[assignment]
         vocab, specials = model_vocabulary(s.vocab_model or self.job.deployment.model_name)
         self.endpoint = Endpoint(self.base_url, model, vocab, specials, limit, self.api_key)
+        self._health = HealthWatch(self.base_url, s.health_timeout_s if self._has_health else 0).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.endpoint = None
+        if self._health is not None:
+            self._health.__exit__(*exc)
+        self.endpoint, self._health = None, None
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         if self.endpoint is None:
             raise RuntimeError("EndpointBackend.run outside `with`: the endpoint was not checked")
-        result = run_live_result(requests, self.endpoint, run_options(self.job, self.job.settings, label))
+        watch = self._health.problem if self._health is not None else None
+        result = run_live_result(requests, self.endpoint, run_options(self.job, self.job.settings, label, watch))
+        if gone := result.aborted or (watch() if watch else None):
+            raise RunBroken(f"endpoint {self.base_url}: {gone}")
         kinds = [error_kind(r.error) for r in result.records]
         if kinds and all(k == "connect" for k in kinds):  # the server went away: nothing was measured
             raise RunBroken(f"endpoint {self.base_url} stopped answering: none of {len(kinds)} requests connected "

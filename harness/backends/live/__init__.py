@@ -12,7 +12,7 @@ from typing import ClassVar
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.live.client import ClientSettings, LiveRunOptions, run_live, run_live_result, run_options
-from harness.backends.live.lifecycle import ServerProcess
+from harness.backends.live.lifecycle import HealthWatch, ServerProcess
 from harness.backends.live.server import SERVER_KINDS, Endpoint, LiveServerSpec, model_vocabulary, serve
 from harness.records import RequestSpec
 
@@ -95,6 +95,7 @@ class LiveBackend:
         self.job = job
         self.spec = server_spec(job)
         self._process: ServerProcess | None = None
+        self._health: HealthWatch | None = None
         self.endpoint: Endpoint | None = None
 
     def __enter__(self) -> LiveBackend:
@@ -102,18 +103,24 @@ class LiveBackend:
         process = ServerProcess(launch)
         process.__enter__()  # started, healthy and warmed up (or it raised, nothing left running)
         self._process, self.endpoint = process, endpoint
+        self._health = HealthWatch(endpoint.base_url, self.job.settings.health_timeout_s).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        process, self._process, self.endpoint = self._process, None, None
+        process, health = self._process, self._health
+        self._process, self._health, self.endpoint = None, None, None
+        if health is not None:
+            health.__exit__(*exc)
         if process is not None:
             process.__exit__(*exc)
 
     def server_gone(self) -> str | None:
-        """Why the server can no longer be measured (it exited), or None while it runs."""
+        """Why the server can no longer be measured (it exited, or stopped answering /health)."""
         proc = self._process.proc if self._process is not None else None
         code = proc.poll() if proc is not None else None
-        return None if code is None else f"server exited with status {code}"
+        if code is not None:
+            return f"server exited with status {code}"
+        return self._health.problem() if self._health is not None else None
 
     def _broken(self, reason: str) -> RunBroken:
         p = self._process

@@ -36,6 +36,7 @@ class ClientSettings(BackendSettings):
     strict: bool = True  # a probe whose dispatch lag is "invalid" breaks the run instead of being used
     lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
     client_realtime_priority: bool = False  # SCHED_FIFO for the client's threads (root): steadier dispatch
+    health_timeout_s: float = 15.0  # a server whose /health answers nothing for this long breaks the run (0: off)
 
 
 def run_options(job: BackendJob, settings: ClientSettings, label: str = "",

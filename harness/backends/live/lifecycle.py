@@ -246,3 +246,42 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return None if self.proc is None else self.proc.pid
+
+
+class HealthWatch:
+    """Polls a server's /health from a thread of its own (never from the client's event loop) and
+    says when it has not answered 200 for `window_s`: a server that hangs, not only one that exits.
+    A busy server answers slowly, so the window is seconds long and each poll waits up to 2 s."""
+
+    def __init__(self, base_url: str, window_s: float, interval_s: float = 0.5) -> None:
+        self.url = base_url.rstrip("/") + "/health"
+        self.window_s, self.interval_s = window_s, interval_s
+        self.last_ok = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="health-watch", daemon=True)
+
+    def __enter__(self) -> HealthWatch:
+        if self.window_s > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as r:
+                    if r.status == 200:
+                        self.last_ok = time.monotonic()
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+
+    def problem(self) -> str | None:
+        """Why the server cannot be measured any more, or None."""
+        silent = time.monotonic() - self.last_ok
+        if self.window_s > 0 and silent > self.window_s:
+            return f"/health unanswered for {silent:.1f} s (the limit is {self.window_s:g} s)"
+        return None
