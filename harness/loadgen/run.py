@@ -2,8 +2,9 @@
 
 Timing model. One monotonic clock (time.monotonic, CLOCK_MONOTONIC) for the whole run, 0 = run
 start. Request i is planned at `start + arrival_s[i]` (absolute deadline, kept by a timer thread:
-pacer.py); `dispatched_s` is when its coroutine began the HTTP request, so dispatch lag =
-dispatched - planned. Every SSE event is timestamped when its bytes come off the socket (one
+pacer.py); `dispatched_s` is when the request's head was written to its socket (aiohttp's
+`on_request_headers_sent` trace hook; when it never got that far, when its coroutine began), so
+dispatch lag = dispatched - planned counts the client's own queueing, connection set-up included. Every SSE event is timestamped when its bytes come off the socket (one
 timestamp per read: events that arrived together share it); a token's time is its event's time.
 `finished_s` is the time of the last token (as in the simulator), NaN unless the request
 completed.
@@ -165,9 +166,9 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
 
     async def send(i: int) -> None:
         a = attempts[i]
-        a.dispatched = clock()
+        a.dispatched = clock()  # replaced by the time the head leaves (on_sent), if it does
         try:
-            async with session.post(url, data=payloads[i], headers=headers) as resp:
+            async with session.post(url, data=payloads[i], headers=headers, trace_request_ctx=a) as resp:
                 if resp.status != 200:
                     a.error = _error_message(resp.status, await resp.text())
                     return
@@ -216,7 +217,14 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
             warnings.warn("realtime_priority: SCHED_FIFO not permitted here; running at normal priority", stacklevel=2)
     pacer = None
     next_closed = None
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=opts.read_bufsize) as session:
+    async def on_sent(session, ctx, params) -> None:  # the request's head is on the socket
+        if isinstance(ctx.trace_request_ctx, _Attempt):  # not the warm-up request
+            ctx.trace_request_ctx.dispatched = clock()
+
+    tracing = aiohttp.TraceConfig()
+    tracing.on_request_headers_sent.append(on_sent)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=opts.read_bufsize,
+                                     trace_configs=[tracing]) as session:
         await _warm(session, opts.base_url)  # /health: open without a key
         t0 = clock() + START_LEAD_S
         if opts.concurrency is None:
