@@ -17,6 +17,9 @@ USAGE = """usage: python -m harness experiment=NAME [group=option ...] [key=valu
 
 Runs a capacity search per scheduler in simulation and saves results/<name>/<timestamp>/.
 Experiments: {experiments}
+Schedulers (scheduler=[a,b,...]): {schedulers}
+Config groups (group=option): {groups}
+Figures (figure=NAME, or all): {figures}
 Examples:
   python -m harness experiment=yi34b_tp2_strict
   python -m harness experiment=mistral7b_relaxed scheduler=[sarathi,vllm] search.num_requests=512
@@ -37,14 +40,25 @@ TOOLS = {
 }
 
 
+def _usage() -> str:
+    from harness.analysis.figures import FIGURES
+
+    def options(group: str) -> str:
+        return ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+
+    groups = "; ".join(f"{g}: {options(g)}" for g in ("model", "hardware", "parallel", "dataset", "arrival", "slo",
+                                                      "backend", "perf", "search"))
+    return USAGE.format(experiments=options("experiment"), schedulers=options("scheduler"), groups=groups,
+                        figures=", ".join(f.name for f in FIGURES))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in TOOLS:  # each reads key=value words and answers --help itself
         module, _, func = TOOLS[argv[0]].partition(":")
         return getattr(import_module(module), func)(argv[1:])
     if any(a in ("-h", "--help") for a in argv):
-        names = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
-        print(USAGE.format(experiments=", ".join(names)))
+        print(_usage())
         return 0
     if argv and argv[0] in ("-m", "--multirun"):
         from harness.commands.multirun import multirun
