@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import import_module
 
 from common.errors import HarnessError
+from harness.typed import typed
 
 # name -> module holding `Backend`, the class implementing harness.backends.base.Backend
 BACKENDS = {
@@ -30,7 +31,5 @@ def open_backend(job):
 
 def backend_settings(node):
     """`cfg.backend` as the chosen backend's settings dataclass (its `name` picks the backend)."""
-    from harness.typed import typed
-
     name = str(node.get("name", "sim"))
     return typed(backend_class(name).settings, node, "backend")

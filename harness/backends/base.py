@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
+from common.errors import HarnessError
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.schedulers import SchedulerConfig
@@ -32,6 +33,9 @@ class BackendSettings:
     block_size: int = DEFAULT_BLOCK_SIZE
 
 
+S = TypeVar("S", bound=BackendSettings)
+
+
 @dataclass(frozen=True)
 class BackendJob:
     """Everything a backend needs to serve one scheduler of a planned experiment."""
@@ -45,6 +49,12 @@ class BackendJob:
     time_limit_s: float | None = None  # stop a probe at this time after its start
     concurrency: int | None = None  # closed-loop arrivals: at most this many requests outstanding
     progress: bool = True
+
+    def settings_as(self, kind: type[S]) -> S:
+        """The job's settings, checked to be the backend's own kind."""
+        if not isinstance(self.settings, kind):
+            raise HarnessError(f"backend {kind.__name__} got {type(self.settings).__name__} settings")
+        return self.settings
 
 
 @dataclass(frozen=True)

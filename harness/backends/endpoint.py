@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
-from harness.backends.live.client import ClientSettings, run_live_result, run_options
+from harness.backends.live.client import ClientSettings, measure
 from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.server import Endpoint, model_vocabulary
 from harness.records import RequestSpec, error_kind
@@ -58,15 +58,12 @@ class EndpointBackend:
     deterministic: ClassVar[bool] = False
 
     def __init__(self, job: BackendJob) -> None:
-        if not isinstance(job.settings, EndpointSettings):
-            raise HarnessError(f"backend endpoint got {type(job.settings).__name__} settings")
         self.job = job
-        s = job.settings
-        self.base_url = _root(s.base_url)
-        self.api_key = s.api_key or os.environ.get(API_KEY_ENV) or None
+        self.conf = job.settings_as(EndpointSettings)
+        self.base_url = _root(self.conf.base_url)
+        self.api_key = self.conf.api_key or os.environ.get(API_KEY_ENV) or None
         self.endpoint: Endpoint | None = None
         self._health: HealthWatch | None = None
-        self._has_health = True  # a server without /health is not watched (its requests still fail loudly)
 
     # -- checks before the first probe -----------------------------------------------------
     def _get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -79,15 +76,16 @@ class EndpointBackend:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def _wait_until_answering(self) -> None:
-        s: EndpointSettings = self.job.settings  # type: ignore[assignment]
+    def _wait_until_answering(self) -> bool:
+        """Waits for the server; True if it has a /health to watch (a server without one is not
+        watched: its requests still fail loudly)."""
+        s = self.conf
         deadline = time.monotonic() + s.ready_timeout_s
         while True:
             try:
                 status, _ = self._get("/health")
                 if status == 200 or status == 404:  # 404: no /health here; /v1/models decides
-                    self._has_health = status == 200
-                    return
+                    return status == 200
                 problem = f"/health answered HTTP {status}"
             except (urllib.error.URLError, OSError) as e:
                 problem = str(getattr(e, "reason", e))
@@ -96,7 +94,7 @@ class EndpointBackend:
             time.sleep(0.5)
 
     def _served_model(self) -> tuple[str, int | None]:
-        s: EndpointSettings = self.job.settings  # type: ignore[assignment]
+        s = self.conf
         status, body = self._get("/v1/models")
         if status == 401:
             how = "no API key was sent (backend.api_key or $OPENAI_API_KEY)" if not self.api_key else "the API key was refused"
@@ -119,16 +117,15 @@ class EndpointBackend:
         return name, int(limit) if isinstance(limit, int) else None
 
     def __enter__(self) -> EndpointBackend:
-        self._wait_until_answering()
+        has_health = self._wait_until_answering()
         model, limit = self._served_model()
         if limit is not None and limit < self.job.max_model_len:
             raise HarnessError(f"endpoint {self.base_url} takes requests of at most {limit} tokens ({model}); "
                                f"the plan's are up to {self.job.max_model_len}: lower max_model_len or "
                                f"dataset.max_total_tokens")
-        s: EndpointSettings = self.job.settings  # type: ignore[assignment]
-        vocab, specials = model_vocabulary(s.vocab_model or self.job.deployment.model_name)
+        vocab, specials = model_vocabulary(self.conf.vocab_model or self.job.deployment.model_name)
         self.endpoint = Endpoint(self.base_url, model, vocab, specials, limit, self.api_key)
-        self._health = HealthWatch(self.base_url, s.health_timeout_s if self._has_health else 0).__enter__()
+        self._health = HealthWatch(self.base_url, self.conf.health_timeout_s if has_health else 0).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -139,15 +136,13 @@ class EndpointBackend:
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         if self.endpoint is None:
             raise RuntimeError("EndpointBackend.run outside `with`: the endpoint was not checked")
-        watch = self._health.problem if self._health is not None else None
-        result = run_live_result(requests, self.endpoint, run_options(self.job, self.job.settings, label, watch))
-        if gone := result.aborted or (watch() if watch else None):
-            raise RunBroken(f"endpoint {self.base_url}: {gone}")
-        kinds = [error_kind(r.error) for r in result.records]
+        out = measure(requests, self.endpoint, self.job, label, self._health.problem,
+                      lambda reason: RunBroken(f"endpoint {self.base_url}: {reason}"))
+        kinds = [error_kind(r.error) for r in out.records]
         if kinds and all(k == "connect" for k in kinds):  # the server went away: nothing was measured
             raise RunBroken(f"endpoint {self.base_url} stopped answering: none of {len(kinds)} requests connected "
-                            f"({result.records[0].error})")
-        return BackendRun(result.records, {"dispatch": dict(status=result.verdict.status, message=result.verdict.message)})
+                            f"({out.records[0].error})")
+        return out
 
 
 Backend = EndpointBackend

@@ -60,8 +60,6 @@ def run_experiment(cfg: DictConfig) -> Path:
         print(f"note: an earlier run of {plan.name} broke ({reason.splitlines()[0]}); its partial results: {where}",
               flush=True)
 
-    for name in plan.schedulers:  # a backend's own checks of the plan (no server started): before the claim
-        backend(plan.job(name, progress=False))
     writer = RunWriter(cfg.results_dir, plan.name)  # claims the run's directory (kept partial until done)
     runs: list[SchedulerRun] = []
     token_frames = []
@@ -145,10 +143,6 @@ def _shown_probe(result: CapacityResult, fixed: bool) -> Probe | None:
         return result.probes[0]
     passing = [p for p in result.probes if p.passed and p.qps == result.capacity_qps]
     return passing[0] if passing else None
-
-
-def _plain(node) -> dict:
-    return OmegaConf.to_container(node) if OmegaConf.is_config(node) else dict(node)
 
 
 def _finite(x: float) -> float | None:
@@ -235,7 +229,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
             "num_requests": int(len(w.prompt_lens)),
             "prompt_median": float(pd.Series(w.prompt_lens).median()),
             "output_median": float(pd.Series(w.output_lens).median()),
-            "arrival": _plain(plan.arrival),
+            "arrival": plan.arrival,
         },
         "schedulers": schedulers,
     }

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from common.errors import HarnessError
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
-from harness.backends import backend_settings
+from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings
 from harness.backends.deployment import DeploymentPlan, build_deployment
 from harness.metrics import Slo
@@ -68,10 +68,10 @@ class ExperimentPlan:
     schedulers: dict[str, SchedulerConfig]
     scheduler_knobs: dict[str, dict]  # each scheduler's config as written (saved in summary.json)
     workload: Workload
-    arrival: Mapping
+    arrival: dict  # the arrival config (experiments/arrival), plain
     search: SearchSettings
     backend: BackendSettings
-    dataset: Mapping  # the dataset config: reseed() loads the same dataset with another seed
+    dataset: dict  # the dataset config, plain: reseed() loads the same dataset with another seed
     notes: tuple[str, ...] = field(default=())
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
@@ -125,7 +125,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
             make_engine(sc, deployment.kv_capacity_tokens, max_model_len, deployment.block_size)
         except ValueError as e:
             raise HarnessError(f"scheduler {name}: {e}") from None
-    return ExperimentPlan(
+    plan = ExperimentPlan(
         name=str(cfg["name"]),
         seed=seed,
         deployment=deployment,
@@ -136,11 +136,14 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         slo_kind=slo_settings.kind,
         slo_source=slo_settings.source,
         workload=workload,
-        arrival=cfg["arrival"],
+        arrival=_plain(cfg["arrival"]),
         search=search,
         backend=backend,
-        dataset=cfg["dataset"],
+        dataset=_plain(cfg["dataset"]),
     )
+    for name in schedulers:  # the backend's own checks of the plan (no server is started)
+        backend_class(backend.name)(plan.job(name, progress=False))
+    return plan
 
 
 def _plain(node) -> dict:

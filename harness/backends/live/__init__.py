@@ -4,14 +4,13 @@
 measurements, never cached."""
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
-from harness.backends.live.client import ClientSettings, LiveRunOptions, run_live, run_live_result, run_options
+from harness.backends.live.client import ClientSettings, LiveRunOptions, measure, run_live, run_live_result
 from harness.backends.live.lifecycle import HealthWatch, ServerProcess
 from harness.backends.live.server import SERVER_KINDS, Endpoint, LiveServerSpec, model_vocabulary, serve
 from harness.records import RequestSpec
@@ -59,7 +58,7 @@ class LiveSettings(ClientSettings):
 
 def server_spec(job: BackendJob) -> LiveServerSpec:
     """The server that serves `job`: its scheduler on the planned deployment."""
-    s: LiveSettings = job.settings  # type: ignore[assignment]
+    s = job.settings_as(LiveSettings)
     d = job.deployment
     if d.pp != 1 and s.server == "inrepo":
         raise HarnessError(f"backend=live with the in-repo server runs pp=1 only, got pp={d.pp}")
@@ -90,8 +89,6 @@ class LiveBackend:
     deterministic: ClassVar[bool] = False
 
     def __init__(self, job: BackendJob) -> None:
-        if not isinstance(job.settings, LiveSettings):
-            raise HarnessError(f"backend live got {type(job.settings).__name__} settings")
         self.job = job
         self.spec = server_spec(job)
         self._process: ServerProcess | None = None
@@ -128,18 +125,10 @@ class LiveBackend:
         tail = f"\n--- last lines of {p.log_path} ---\n{p.log_tail(12)}" if p is not None else ""
         return RunBroken(f"{where}: {reason}{tail}")
 
-    def options(self, label: str = "") -> LiveRunOptions:
-        return run_options(self.job, self.job.settings, label, abort_check=self.server_gone)
-
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         if self.endpoint is None:
             raise RuntimeError("LiveBackend.run outside `with`: the server is not started")
-        if gone := self.server_gone():
-            raise self._broken(gone)
-        result = run_live_result(requests, self.endpoint, self.options(label))
-        if gone := result.aborted or self.server_gone():  # a probe against a dead server measures nothing
-            raise self._broken(gone)
-        return BackendRun(result.records, {"dispatch": dataclasses.asdict(result.verdict)})
+        return measure(requests, self.endpoint, self.job, label, self.server_gone, self._broken)
 
 
 Backend = LiveBackend

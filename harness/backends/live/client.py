@@ -2,12 +2,13 @@
 for how far the client kept its schedule (dispatch lag)."""
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import RunBroken
-from harness.backends.base import BackendJob, BackendSettings
+from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
 from harness.records import RequestRecord, RequestSpec
@@ -75,3 +76,15 @@ def run_live(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
              options: LiveRunOptions = LiveRunOptions()) -> list[RequestRecord]:
     """One probe: `requests` against a running `Endpoint`, or against a server started for it."""
     return run_live_result(requests, server, options).records
+
+
+def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob, label: str,
+            gone: Callable[[], str | None], broken: Callable[[str], RunBroken]) -> BackendRun:
+    """One probe of a live backend (managed or endpoint): refused if the server is already gone,
+    stopped as soon as `gone()` names a reason, and never returned as records if it did."""
+    if reason := gone():
+        raise broken(reason)
+    result = run_live_result(requests, endpoint, run_options(job, job.settings, label, gone))
+    if reason := result.aborted or gone():  # a probe against a dead or silent server measures nothing
+        raise broken(reason)
+    return BackendRun(result.records, {"dispatch": dataclasses.asdict(result.verdict)})

@@ -28,8 +28,7 @@ class SimBackend:
     deterministic: ClassVar[bool] = True
 
     def __init__(self, job: BackendJob) -> None:
-        if not isinstance(job.settings, SimSettings):
-            raise HarnessError(f"backend sim got {type(job.settings).__name__} settings")
+        self.conf = job.settings_as(SimSettings)
         if job.concurrency is not None:  # it would send every request at t=0 and report that
             raise HarnessError("arrival=closed_loop is not simulated: use backend=live or backend=endpoint, "
                                "or an open-loop arrival (poisson, gamma, constant, trace)")
@@ -45,7 +44,7 @@ class SimBackend:
         job, d = self.job, self.job.deployment
         engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
         stats: dict[str, int] = {}
-        records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=job.settings.fast_forward,
+        records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats)
         return BackendRun(records, stats)
 
