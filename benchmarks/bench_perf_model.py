@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engines.perf import Deployment, PerfModel  # noqa: E402
 
 DEPLOYMENTS = [
-    dict(model="mistral-7b", gpu="a100-80g", tp=1, pp=1),
-    dict(model="yi-34b", gpu="a100-80g", tp=2, pp=1),
+    dict(model="mistral-7b", gpu="a100-80g-sxm", tp=1, pp=1),
+    dict(model="yi-34b", gpu="a100-80g-sxm", tp=2, pp=1),
     dict(model="llama2-70b", gpu="a40", tp=4, pp=2, topology="paper_a40"),
-    dict(model="falcon-180b", gpu="a100-80g", tp=4, pp=2, topology="paper_a100"),
+    dict(model="falcon-180b", gpu="a100-80g-sxm", tp=4, pp=2, topology="paper_a100"),
 ]
 
 

@@ -17,6 +17,7 @@ class RequestSpec:
     prompt_len: int
     output_len: int
     prompt_token_ids: tuple[int, ...] | None = None
+    prompt_text: str | None = None  # live runs against servers that take text (harness/workload/text_prompts.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +55,9 @@ class RequestRecord:
 # What went wrong with a request, by kind (RequestRecord.error is the message; both backends and
 # the load generator write messages these prefixes recognise). `unfinished` and `not_sent` are a
 # time-limited probe's cut-off, judged by the latency criteria, not counted as errors.
-ERROR_KINDS = ("connect", "http_status", "stream_cut", "timeout", "short_output", "aborted", "unfinished",
-               "not_sent", "other")
+ERROR_KINDS = ("connect", "http_status", "stream_cut", "timeout", "short_output", "prompt_len", "aborted",
+               "unfinished", "not_sent", "other")
+PROMPT_MISCOUNT = "prompt counted as "  # + "N tokens by the server, planned M"
 CUT_OFF_KINDS = ("unfinished", "not_sent")
 _PREFIXES = (
     ("unfinished at time limit", "unfinished"),
@@ -65,7 +67,10 @@ _PREFIXES = (
     ("timed out", "timeout"),
     ("received ", "short_output"),
     ("stream ended early", "stream_cut"),
-    ("ClientPayloadError", "stream_cut"),
+    (PROMPT_MISCOUNT, "prompt_len"),
+    ("connect failed: ", "connect"),
+    ("connection lost: ", "stream_cut"),
+    ("ClientPayloadError", "stream_cut"),  # aiohttp's words, in runs saved before the client was ours
     ("ServerDisconnectedError", "stream_cut"),
     ("ClientConnectorError", "connect"),
     ("ClientConnectionError", "connect"),

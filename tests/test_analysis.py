@@ -47,7 +47,7 @@ def paper():
 def _summary(experiment: str, caps: dict[str, float], kind="strict", tbt=0.2, mode=None, repeats=None) -> dict:
     s = {
         "experiment": experiment, "git_commit": "abc123", "created": "2026-01-02T03:04:05+0000", "seed": 7,
-        "backend": "sim", "deployment": "yi-34b on 2x a100-80g (tp=2, pp=1)",
+        "backend": "sim", "deployment": "yi-34b on 2x a100-80g-sxm (tp=2, pp=1)",
         "slo": {"tbt_s": tbt, "tbt_quantile": 0.99, "scheduling_delay_s": 2.0, "scheduling_delay_quantile": 0.5,
                 "kind": kind, "source": "paper"},
         "workload": {"dataset": "openchat_sharegpt4", "num_requests": 64},
@@ -71,7 +71,7 @@ def _summary(experiment: str, caps: dict[str, float], kind="strict", tbt=0.2, mo
 
 
 CONFIG = """model: {name: yi-34b}
-hardware: {gpu: a100-80g}
+hardware: {gpu: a100-80g-sxm}
 parallel: {tp: 2, pp: 1}
 dataset: {name: openchat_sharegpt4}
 search: {fixed_qps: null}
@@ -104,7 +104,7 @@ def test_loader_round_trips_what_the_results_store_writes(tmp_path):
     row = r.loc["vllm"]
     assert (row["experiment"], row["model"], row["gpu"], row["parallel"], row["num_gpus"], row["dataset"],
             row["num_requests"], row["slo_kind"], row["slo_tbt_s"], row["seed"], row["git_commit"], row["mode"]) == (
-        "exp_a", "yi-34b", "a100-80g", "tp2", 2, "openchat_sharegpt4", 64, "strict", 0.2, 7, "abc123", "capacity")
+        "exp_a", "yi-34b", "a100-80g-sxm", "tp2", 2, "openchat_sharegpt4", 64, "strict", 0.2, 7, "abc123", "capacity")
     assert row["run"] == run.name and row["timestamp"] == pd.Timestamp("2026-01-02T03:04:05Z")
 
     probes = load_probes(tmp_path)

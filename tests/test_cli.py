@@ -72,6 +72,13 @@ def test_help_lists_experiments():
     assert p.returncode == 0 and "yi34b_tp2_strict" in p.stdout
 
 
+def test_nothing_chosen_prints_usage_and_runs_nothing(tmp_path):
+    p = run(cwd=tmp_path)
+    assert p.returncode == 2 and "usage: python -m harness" in p.stdout and "sarathi" in p.stdout
+    assert "no experiment chosen" in p.stderr
+    assert not any(tmp_path.iterdir())  # no results/ written
+
+
 def test_multirun_runs_every_job(tmp_path):
     p = run("-m", "experiment=yi34b_tp2_strict,mistral7b_strict", "scheduler=[sarathi]", "search.num_requests=16",
             f"results_dir={tmp_path}", "progress=false")

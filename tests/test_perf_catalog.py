@@ -74,7 +74,7 @@ def test_invalid_tp_raises():
     with pytest.raises(HarnessError, match="num_attention_heads"):
         get_model("llama2-70b").check_tp(3)
     with pytest.raises(HarnessError):
-        Deployment.create(model="falcon-180b", gpu="a100-80g", tp=16)  # 232 heads / 16
+        Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=16)  # 232 heads / 16
 
 
 LLAMA_CFG = {
@@ -151,26 +151,30 @@ def test_unknown_names_list_known_ones():
 
 
 def test_gpu_aliases():
-    for alias in ("a100-80g", "A100_80G", "a100_80g", "a100"):
+    for alias in ("a100-80g-sxm", "A100_80G_SXM", "a100_sxm"):
         assert get_gpu(alias).name == "a100-80g-sxm"
+    assert get_gpu("A100-PCIE").name == "a100-80g-pcie"
+    for ambiguous in ("A100_80G", "a100_80g", "a100", "a100-80gb"):  # PCIe or SXM: never guessed
+        with pytest.raises(HarnessError, match="ambiguous.*a100-80g-pcie.*a100-80g-sxm"):
+            get_gpu(ambiguous)
     assert get_gpu("a40").name == "a40-48g"
     assert get_gpu("H200").hbm_bytes > get_gpu("h100").hbm_bytes
     assert get_model("Yi_34B") is get_model("01-ai/Yi-34B") is get_model("yi-34b")
 
 
 def test_link_selection_follows_topology():
-    yi = Deployment.create(model="yi-34b", gpu="a100-80g", tp=2)
+    yi = Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2)
     assert yi.tp_link.name == "nvlink3" and yi.pp_link is None  # a pair on NVLink
-    falcon = Deployment.create(model="falcon-180b", gpu="a100-80g", tp=4, pp=2, topology="paper_a100", gpus_per_node=4)
+    falcon = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=4, pp=2, topology="paper_a100", gpus_per_node=4)
     assert falcon.tp_link.name == "pcie4"  # the TP4 ring crosses from one NVLink pair to the other
     assert falcon.pp_link.name == "eth100g"  # stages on different nodes
     llama = Deployment.create(model="llama2-70b", gpu="a40", tp=4, pp=2, topology="paper_a40")
     assert (llama.tp_link.name, llama.pp_link.name) == ("pcie4", "pcie4")  # one 8-GPU server
-    tp8 = Deployment.create(model="falcon-180b", gpu="a100-80g", tp=8)
+    tp8 = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=8)
     assert tp8.tp_link.name == "eth100g"  # cross-node TP
     dgx = Deployment.create(model="llama2-70b", gpu="h100", tp=8)
     assert dgx.tp_link.name == "nvlink4"
-    big_node = Deployment.create(model="falcon-180b", gpu="a100-80g", tp=4, pp=2, gpus_per_node=8)
+    big_node = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=4, pp=2, gpus_per_node=8)
     assert big_node.pp_link.name == "pcie4"
     with pytest.raises(HarnessError):
         Deployment(model=get_model("yi-34b"), gpu=get_gpu("a100"), tp=2)  # tp > 1 without a link

@@ -15,13 +15,20 @@ def run(*args):
 
 
 def test_last_line_is_the_iteration_time_in_ms():
-    p = run("--model", "yi-34b", "--gpu", "a100-80g", "--tp", "2", "--pp", "1", "--batch", "4096:0")
+    p = run("--model", "yi-34b", "--gpu", "a100-80g-sxm", "--tp", "2", "--pp", "1", "--batch", "4096:0")
     assert p.returncode == 0, p.stderr
     last = p.stdout.strip().splitlines()[-1]
     ms = float(last.removeprefix("iteration: ").removesuffix(" ms"))
-    expected = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2)).iteration_time([4096], [0]) * 1e3
+    expected = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2)).iteration_time([4096], [0]) * 1e3
     assert ms == pytest.approx(expected, abs=1e-3)
     assert "linear.mlp_up" in p.stdout and "attention" in p.stdout
+
+
+def test_an_ambiguous_gpu_is_refused_with_the_choices():
+    p = run("--model", "yi-34b", "--gpu", "a100-80g", "--batch", "1:0")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "ambiguous" in p.stderr and "a100-80g-pcie" in p.stderr and "a100-80g-sxm" in p.stderr
+    assert "a100-80g-pcie" in run("--help").stdout  # --help names every card
 
 
 def test_json_and_repeated_items():

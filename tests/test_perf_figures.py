@@ -43,7 +43,7 @@ def test_figure_is_labelled_and_has_lines(name, build):
 
 
 def test_figures_accept_profile_models():
-    d = Deployment.create(model="llama2-7b", gpu="a100-80g")
+    d = Deployment.create(model="llama2-7b", gpu="a100-80g-sxm")
     prof = ProfilePerfModel(d, VIDUR)
     for fig in (pf.fig_per_token_times({"Llama-2-7B (Vidur-layout fixture)": prof}),
                 pf.fig_piggyback_cost(prof, decode_batches=(8, 32)),
@@ -56,7 +56,7 @@ def test_figures_accept_profile_models():
 
 
 def test_chunking_overhead_numbers_match_the_model():
-    perf = pf.default_models()["Yi-34B TP-2 · 2× A100"]
+    perf = pf.default_models()["Yi-34B TP-2 · 2× A100-80GB PCIe"]
     whole = pf.chunked_prefill_time(perf, 4096, 4096)
     assert whole == pytest.approx(perf.iteration_time([4096], [0]))
     chunked = pf.chunked_prefill_time(perf, 4096, 512)

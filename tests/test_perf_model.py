@@ -125,7 +125,7 @@ def test_sliding_window_caps_decode_attention():
     att = {c: MISTRAL.breakdown([1] * 8, [c] * 8)["attention"] for c in (1000, 4095, 5000, 20000)}
     assert att[1000] < att[4095]
     assert att[4095] == att[5000] == att[20000]  # Mistral attends to at most 4096 positions
-    llama = perf("llama3-8b", "a100-80g")  # same shapes, no window
+    llama = perf("llama3-8b", "a100-80g-sxm")  # same shapes, no window
     assert llama.breakdown([1] * 8, [20000] * 8)["attention"] > 4 * att[20000]
 
 
@@ -176,7 +176,7 @@ def test_kv_capacity():
     assert MISTRAL.kv_capacity_tokens(0.5) < MISTRAL.kv_capacity_tokens(0.9)
     # TP halves weights and KV per GPU; PP halves layers per GPU
     assert YI.kv_capacity_tokens() > 0 and FALCON.kv_capacity_tokens() > 0 and LLAMA70.kv_capacity_tokens() > 0
-    assert perf("falcon-180b", "a100-80g", tp=4).kv_capacity_tokens() == 0  # 89 GB of weights per GPU
+    assert perf("falcon-180b", "a100-80g-sxm", tp=4).kv_capacity_tokens() == 0  # 89 GB of weights per GPU
     with pytest.raises(HarnessError):
         MISTRAL.kv_capacity_tokens(1.5)
 

@@ -65,9 +65,9 @@ def random_mixed_batches(rng, rows=300, width=64, max_context=12000):
 
 
 DEPLOYMENTS = {
-    "mistral7b": dict(model="mistral-7b", gpu="a100-80g"),  # sliding window
-    "yi34b_tp2": dict(model="yi-34b", gpu="a100-80g", tp=2),
-    "yi34b_pp2": dict(model="yi-34b", gpu="a100-80g", tp=1, pp=2),
+    "mistral7b": dict(model="mistral-7b", gpu="a100-80g-sxm"),  # sliding window
+    "yi34b_tp2": dict(model="yi-34b", gpu="a100-80g-sxm", tp=2),
+    "yi34b_pp2": dict(model="yi-34b", gpu="a100-80g-sxm", tp=1, pp=2),
     "llama70b_tp4pp2_a40": dict(model="llama2-70b", gpu="a40", tp=4, pp=2, topology="paper_a40"),
 }
 
@@ -143,7 +143,7 @@ def test_shapes_padding_and_empty_rows(pair):
 # ------------------------------------------------------------ Vidur layout
 @pytest.fixture(scope="module")
 def vidur():
-    d = Deployment.create(model="llama2-7b", gpu="a100-80g")
+    d = Deployment.create(model="llama2-7b", gpu="a100-80g-sxm")
     return PerfModel(d), ProfilePerfModel(d, VIDUR)
 
 
@@ -181,15 +181,15 @@ def test_vidur_fixture_times_are_sane_and_monotone(vidur):
 
 
 def test_vidur_tp2_rows_and_shape_filter():
-    d2 = Deployment.create(model="llama2-7b", gpu="a100-80g", tp=2)
+    d2 = Deployment.create(model="llama2-7b", gpu="a100-80g-sxm", tp=2)
     p2 = ProfilePerfModel(d2, VIDUR)
     assert float(p2.profile.linear(np.array([4096.0]))[0]) == pytest.approx(7.492e-3 / 2)
     # The fixture's Llama-2-13B-shaped rows are ignored for Llama-2-7B...
-    p1 = ProfilePerfModel(Deployment.create(model="llama2-7b", gpu="a100-80g"), VIDUR)
+    p1 = ProfilePerfModel(Deployment.create(model="llama2-7b", gpu="a100-80g-sxm"), VIDUR)
     assert float(p1.profile.linear(np.array([128.0]))[0]) == pytest.approx((0.070 + 0.025 + 0.125 + 0.064) * 1e-3)
     # ...and a model with no rows of its shape is refused.
     with pytest.raises(HarnessError, match=r"mlp\.csv: no rows for yi-34b's shape"):
-        ProfilePerfModel(Deployment.create(model="yi-34b", gpu="a100-80g"), VIDUR)
+        ProfilePerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-sxm"), VIDUR)
 
 
 # ------------------------------------------------------------ interpolation
@@ -229,7 +229,7 @@ GOOD_ROWS = [
     ["elementwise", 1, "", "", 1, 1e-6], ["elementwise", 4096, "", "", 1, 1e-4],
     ["attention_prefill", 512, 0, "", 1, 5e-5], ["attention_decode", "", 1024, 8, 1, 4e-5],
 ]
-TINY = Deployment.create(model="llama2-7b", gpu="a100-80g")
+TINY = Deployment.create(model="llama2-7b", gpu="a100-80g-sxm")
 
 
 def test_minimal_long_profile_loads(tmp_path):
@@ -292,7 +292,7 @@ def test_bad_vidur_profiles(tmp_path):
     with pytest.raises(HarnessError, match=r"mlp\.csv: missing column 'time_stats\.mlp_up_proj\.median'"):
         ProfilePerfModel(TINY, d)
     with pytest.raises(HarnessError, match=r"mlp\.csv: no rows for tp=4 \(column 'num_tensor_parallel_workers' has: 1, 2\)"):
-        ProfilePerfModel(Deployment.create(model="llama2-7b", gpu="a100-80g", tp=4), VIDUR)
+        ProfilePerfModel(Deployment.create(model="llama2-7b", gpu="a100-80g-sxm", tp=4), VIDUR)
     lines = (VIDUR / "attention.csv").read_text().splitlines()
     bad = lines[:1] + [lines[1].replace(",0.02,", ",-0.02,", 1)] + lines[2:]
     d2 = tmp_path / "neg"

@@ -26,7 +26,7 @@ def server(tmp_path_factory):
     proc = ServerProcess(LaunchSpec(cmd, f"http://127.0.0.1:{port}", model=None, env={"PYTHONPATH": str(ROOT)},
                                     cwd=str(ROOT), log_path=str(log)))
     with proc:
-        yield port, log
+        yield port, log, proc.proc.pid
 
 
 def _post(port: int, body: bytes, headers: dict | None = None, path: str = "/v1/completions", method: str = "POST"):
@@ -67,11 +67,21 @@ def _hostile_bodies():
     yield "n=2", j({**ok, "n": 2}), {}
 
 
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
 def test_hostile_requests_get_4xx_never_5xx(server):
-    port, log = server
+    port, log, pid = server
     kinds = list(_hostile_bodies())
     seen = {}
-    for _ in range(12):  # a few hundred requests in all
+    rss = []
+    for round_ in range(12):  # a few hundred requests in all
+        if round_ in (2, 11):  # after the first rounds warmed every code path, and at the end
+            rss.append(_rss_mb(pid))
         for name, body, headers in kinds:
             status, raw = _post(port, body, headers)
             seen.setdefault(name, set()).add(status)
@@ -84,10 +94,13 @@ def test_hostile_requests_get_4xx_never_5xx(server):
     assert _post(port, json.dumps({"model": "tiny", "prompt": [5, 6], "max_tokens": 3}).encode())[0] == 200
     text = log.read_text()
     assert "Traceback" not in text and " ERROR " not in text, text[-3000:]
+    # Memory stays flat: nine more rounds of the storm (over 200 requests, 100k-deep JSON among
+    # them) leave the server's resident memory where the first rounds put it.
+    assert rss[1] - rss[0] < 16, f"server RSS grew from {rss[0]:.0f} to {rss[1]:.0f} MB under the storm"
 
 
 def test_a_slow_sender_times_out_and_early_leavers_are_quiet(server):
-    port, log = server
+    port, log, _ = server
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"prompt\": ")

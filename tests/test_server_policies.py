@@ -31,7 +31,7 @@ def test_each_policy_serves_a_burst(policy):
     res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))
     assert [r.error for r in res.records] == [None] * 40
     assert all(r.completed and r.first_scheduled_s <= r.first_token_s for r in res.records)
-    assert set(res.token_sources) == {"continuous_usage"}
+    assert set(res.token_sources) == {"token_ids"}  # the server names each event's tokens
 
 
 def _wait_health(url: str, timeout_s: float = 30) -> None:

@@ -26,7 +26,7 @@ def test_paper_table_and_override():
 
 
 def test_derived_is_5x_and_25x_a_decode_iteration():
-    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
+    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2))
     decode = float(perf.pipeline_latency(np.ones(32, int), np.full(32, 4096)))
     strict = resolve_slo({**DERIVED, "kind": "strict"}, "yi-34b", perf).tbt_s
     relaxed = resolve_slo({**DERIVED, "kind": "relaxed"}, "yi-34b", perf).tbt_s
@@ -54,7 +54,7 @@ def test_config_without_tbt_quantile_judges_p99():
 @pytest.mark.parametrize("slo_group", ["paper", "derived"])
 def test_shipped_slo_configs_judge_p99(slo_group):
     cfg = compose([f"slo={slo_group}", "model=yi-34b", "parallel=tp2"])
-    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
+    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2))
     slo = resolve_slo(cfg.slo, "yi-34b", perf)
     assert slo.tbt_quantile == 0.99 and slo.scheduling_delay_quantile == 0.5 and slo.scheduling_delay_s == 2.0
     assert not check_slo(_records_p99_above_p90_below(slo.tbt_s), slo).passed

@@ -3,7 +3,7 @@
 Pure numpy; importable without torch or hydra.
 
     from engines.perf import Deployment, PerfModel
-    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
+    perf = PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2))
     perf.iteration_time([512, 1, 1], [0, 1000, 2000])
 """
 from .analytical import BREAKDOWN_PARTS, DEFAULT_GPU_MEMORY_UTILIZATION, LINEAR_PARTS, PerfModel

@@ -1,6 +1,6 @@
 """What-if: the iteration time of one batch on a deployment, with a per-operator breakdown.
 
-    python -m engines.perf --model yi-34b --gpu a100-80g --tp 2 --batch 4096:0
+    python -m engines.perf --model yi-34b --gpu a100-80g-sxm --tp 2 --batch 4096:0
     python -m engines.perf --model llama2-70b --gpu a40 --tp 4 --pp 2 --batch 32x1:4096 --json
     python -m engines.perf --model path/to/config.json --gpu h100 --batch 512:0 --batch 64x1:2048
     python -m engines.perf --model yi-34b --tp 2 --batch 32x1:4096 --set cpu_overhead_s=0 --set multi_gpu_overhead_s=0
@@ -59,7 +59,7 @@ def parse_sets(items: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engines.perf", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="yi-34b", help=f"catalog name ({', '.join(known_models())}) or a HF config.json")
-    ap.add_argument("--gpu", default="a100-80g", help=f"one of {', '.join(known_gpus())}")
+    ap.add_argument("--gpu", default="a100-80g-sxm", help=f"one of {', '.join(known_gpus())}")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--topology", default=None, help=f"one of {', '.join(known_topologies())}")

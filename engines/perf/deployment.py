@@ -118,7 +118,7 @@ class Deployment:
     def create(
         cls,
         model: str | ModelArch = "yi-34b",
-        gpu: str | GpuSpec = "a100-80g",
+        gpu: str | GpuSpec = "a100-80g-sxm",
         tp: int = 1,
         pp: int = 1,
         topology: str | Topology | None = None,

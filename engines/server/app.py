@@ -2,6 +2,7 @@
 
     POST /v1/completions   prompt (text or token ids), max_tokens, ignore_eos, temperature, top_p,
                            seed, stream (SSE), stream_options.{include_usage, continuous_usage_stats}
+    POST /v1/chat/completions  messages (text; rendered by chat.py's template), the same options
     GET  /v1/models        the one served model
     GET  /health           200 when serving, 503 while shutting down
     GET  /metrics          Prometheus text (engine:* metrics, see stats.py)
@@ -33,6 +34,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from engines.executors.base import SamplingParams
 from engines.server.build import ServingParts
+from engines.server.chat import parse_chat
 from engines.server.config import ServerConfig
 from engines.server.errors import ApiError
 from engines.server.loop import EngineLoop, RequestState
@@ -88,10 +90,16 @@ class CompletionServer:
                             headers={"X-Prometheus-Format": "0.0.4"})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, parse_completion)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, parse_chat)
+
+    async def _serve(self, request: web.Request, parse) -> web.StreamResponse:
         arrival = self.loop.clock()
         if self.draining:
             raise ApiError(503, "server is shutting down")
-        req = await self._parse(request)
+        req = await self._parse(request, parse)
         ids = list(req.prompt_token_ids) if req.prompt_token_ids is not None else self.tokenizer.encode(req.prompt_text)
         if not ids:
             raise ApiError(400, "'prompt' holds no tokens", "prompt")
@@ -101,18 +109,18 @@ class CompletionServer:
             state = self.loop.submit(ids, req.max_tokens, sampling, arrival)
         except ValueError as e:
             raise ApiError(400, str(e), "prompt") from None
-        rid = f"cmpl-{uuid.uuid4().hex}"
+        rid = f"{'chatcmpl' if req.chat else 'cmpl'}-{uuid.uuid4().hex}"
         try:
             if req.stream:
                 return await self._stream(request, state, req, rid)
-            return await self._whole(state, rid)
+            return await self._whole(state, req, rid)
         except ConnectionResetError:  # the client left mid-stream: its request is aborted below
             raise _ClientGone() from None
         finally:
             self.loop.abort(state)  # a no-op once done; else the client left: free its KV now
 
     # -- helpers -----------------------------------------------------------------------------
-    async def _parse(self, request: web.Request) -> CompletionRequest:
+    async def _parse(self, request: web.Request, parse) -> CompletionRequest:
         limit = self.cfg.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise ApiError(413, f"request body of {request.content_length} bytes is over the limit of {limit} bytes")
@@ -138,12 +146,23 @@ class CompletionServer:
                 raise ApiError(400, f"'model' must be a string, got {model!r}", "model")
             if model != self.name:
                 raise ApiError(404, f"The model `{model}` does not exist (this server serves `{self.name}`).", "model")
-        return parse_completion(body, self.parts.vocab_size)
+        return parse(body, self.parts.vocab_size)
 
-    def _choice(self, ids: list[int], finish: str | None) -> dict:
+    def _choice(self, ids: list[int], finish: str | None, chat: bool = False, first: bool = False,
+                whole: bool = False) -> dict:
         text = "".join(self.tokenizer.decode_token(t) for t in ids)
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None,
-                "token_ids": ids}
+        if not chat:
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None,
+                    "token_ids": ids}
+        said = {"role": "assistant", "content": text} if first or whole else {"content": text}
+        return {"index": 0, "message" if whole else "delta": said, "logprobs": None, "finish_reason": finish,
+                "stop_reason": None, "token_ids": ids}
+
+    @staticmethod
+    def _object(req: CompletionRequest, stream: bool) -> str:
+        if req.chat:
+            return "chat.completion.chunk" if stream else "chat.completion"
+        return "text_completion"
 
     @staticmethod
     def _usage(state: RequestState, completion_tokens: int) -> dict:
@@ -158,7 +177,7 @@ class CompletionServer:
     async def _stream(self, request: web.Request, state: RequestState, req: CompletionRequest, rid: str):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)  # a StreamResponse sends its head now, before any token
-        head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": self.name}
+        head = {"id": rid, "object": self._object(req, True), "created": int(time.time()), "model": self.name}
         sent = 0
         while True:
             await self._wait(state, sent)
@@ -170,7 +189,8 @@ class CompletionServer:
                 break
             if not ids and not last:
                 continue
-            chunk = {**head, "choices": [self._choice(ids, state.finish_reason if last else None)]}
+            chunk = {**head, "choices": [self._choice(ids, state.finish_reason if last else None, req.chat,
+                                                      first=sent == len(ids))]}
             if req.continuous_usage_stats:
                 chunk["usage"] = self._usage(state, sent)
             if last and not req.include_usage:
@@ -185,7 +205,7 @@ class CompletionServer:
         await resp.write_eof()
         return resp
 
-    async def _whole(self, state: RequestState, rid: str) -> web.Response:
+    async def _whole(self, state: RequestState, req: CompletionRequest, rid: str) -> web.Response:
         while not state.done:
             state.changed.clear()
             await state.changed.wait()
@@ -193,8 +213,8 @@ class CompletionServer:
             raise ApiError(500, state.error)
         n = len(state.token_ids)
         body = {
-            "id": rid, "object": "text_completion", "created": int(time.time()), "model": self.name,
-            "choices": [self._choice(state.token_ids, state.finish_reason)],
+            "id": rid, "object": self._object(req, False), "created": int(time.time()), "model": self.name,
+            "choices": [self._choice(state.token_ids, state.finish_reason, req.chat, whole=True)],
             "usage": self._usage(state, n),
             "server_timing": state.timing(),
         }
@@ -259,6 +279,7 @@ def make_app(cfg: ServerConfig, parts: ServingParts) -> web.Application:
     app = web.Application(middlewares=middlewares, client_max_size=cfg.max_body_bytes)
     app[SERVER_KEY] = server
     app.router.add_post("/v1/completions", server.completions)
+    app.router.add_post("/v1/chat/completions", server.chat_completions)
     app.router.add_get("/v1/models", server.models)
     app.router.add_get("/health", server.health)
     app.router.add_get("/metrics", server.metrics)

@@ -12,6 +12,7 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import HarnessError
 from engines.core import Engine
 from engines.schedulers import make_engine
 from engines.server.config import ServerConfig
@@ -75,7 +76,17 @@ class _HfTokenizer:
         return self._tok.decode([token_id], skip_special_tokens=False)
 
 
-def _model_tokenizer(model: str, vocab: int, eos: int | None):
+def _model_tokenizer(model: str, vocab: int, eos: int | None, named: str | None = None):
+    """`named` (--tokenizer: a tokenizer.json or a directory with one) must load; a model
+    directory's own tokenizer.json is used when it can be; else one token per word."""
+    if named is not None:
+        path = Path(named) / "tokenizer.json" if Path(named).is_dir() else Path(named)
+        try:
+            return _HfTokenizer(path, eos)
+        except ImportError:
+            raise HarnessError("--tokenizer needs the `tokenizers` package (pip install tokenizers)") from None
+        except Exception as e:
+            raise HarnessError(f"--tokenizer {named}: cannot load a tokenizer.json from it ({e})") from None
     path = Path(model) / "tokenizer.json"
     if path.exists():
         try:
@@ -90,7 +101,7 @@ def build_parts(cfg: ServerConfig) -> ServingParts:
         executor = _torch_executor(cfg)
         vocab = int(executor.config.vocab_size)
         eos = next(iter(getattr(executor, "eos_token_ids", ()) or ()), None)
-        tokenizer = _model_tokenizer(cfg.model, vocab, eos)
+        tokenizer = _model_tokenizer(cfg.model, vocab, eos, cfg.tokenizer)
         max_len = cfg.max_model_len or int(executor.max_model_len)
         kv_tokens = int(executor.kv_capacity_tokens)  # what the executor allocated: the core must agree
     else:
@@ -100,7 +111,7 @@ def build_parts(cfg: ServerConfig) -> ServingParts:
         # The KV arithmetic of a tiny model on an 80 GB GPU gives ~10^8 tokens, a free list of
         # millions of blocks held in Python; no benchmark of a twin gets near 2^20 tokens.
         kv_tokens = cfg.kv_capacity_tokens or min(perf.kv_capacity_tokens(cfg.gpu_memory_utilization), MAX_TWIN_KV_TOKENS)
-        tokenizer = WordTokenizer(vocab)
+        tokenizer = _model_tokenizer(cfg.model, vocab, None, cfg.tokenizer)
         if cfg.executor == "realtime":
             from engines.executors.realtime import RealTimeExecutor
 

@@ -28,7 +28,7 @@ class ServerConfig:
     scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig("sarathi"))  # flags: its own fields
     max_model_len: int | None = field(default=None, metadata=_help("default: the model's max_position_embeddings"))
     executor: str = field(default="realtime", metadata=_help("realtime: the perf model in real time; null: zero time; torch", choices=EXECUTORS))
-    gpu: str = field(default="a100-80g", metadata=_help("the performance model's GPU (realtime)"))
+    gpu: str = field(default="a100-80g-sxm", metadata=_help("the performance model's GPU (realtime)"))
     tp: int = 1
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     kv_capacity_tokens: int | None = field(default=None, metadata=_help("default: the performance model's KV arithmetic"))
@@ -38,6 +38,8 @@ class ServerConfig:
     max_body_bytes: int = field(default=4 << 20, metadata=_help("4 MiB: a 16k-token prompt as a JSON id list is ~100 KB"))
     shutdown_grace_s: float = field(default=5.0, metadata=_help("on SIGTERM, how long running requests may finish"))
     body_timeout_s: float = field(default=30.0, metadata=_help("a request body not received by then: 408 (slow senders)"))
+    tokenizer: str | None = field(default=None, metadata=_help(
+        "a tokenizer.json (or a directory holding one) for text prompts; default: the model directory's, else one token per word"))
     api_key: str | None = field(default=None, repr=False, metadata=_help(
         f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}); /health and /metrics stay open"))
 

@@ -27,6 +27,7 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     continuous_usage_stats: bool
+    chat: bool = False  # /v1/chat/completions: the prompt is the rendered messages (chat.py)
 
 
 def _bad(message: str, param: str) -> ApiError:

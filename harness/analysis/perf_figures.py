@@ -46,8 +46,8 @@ def default_models() -> dict[str, PerfModel]:
     """The paper's two single-node deployments (Sarathi-Serve Sec. 5): Mistral-7B on one A100,
     Yi-34B TP-2 on an NVLink pair of A100s."""
     return {
-        "Mistral-7B · 1× A100": PerfModel(Deployment.create(model="mistral-7b", gpu="a100-80g")),
-        "Yi-34B TP-2 · 2× A100": PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2)),
+        "Mistral-7B · 1× A100-80GB PCIe": PerfModel(Deployment.create(model="mistral-7b", gpu="a100-80g-pcie")),
+        "Yi-34B TP-2 · 2× A100-80GB PCIe": PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-pcie", tp=2)),
     }
 
 
@@ -203,7 +203,7 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
     """Total prefill time of one prompt split into chunks, relative to prefilling it in one
     iteration, against the chunk size (Sarathi-Serve Fig 14 analog: Yi-34B TP-2)."""
     if perf is None:
-        label, perf = "Yi-34B TP-2 · 2× A100", PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g", tp=2))
+        label, perf = "Yi-34B TP-2 · 2× A100-80GB PCIe", PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-pcie", tp=2))
     label = label or perf.deployment.describe()
     fig, axes = style.new_figure(1, width=6.4, height=4.2)
     ax = axes[0][0]

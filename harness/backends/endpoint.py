@@ -6,9 +6,14 @@ the harness did not start (vLLM, SGLang, TGI, the in-repo server; a deployment o
 
 Before the first probe it checks that the server answers (/health, or /v1/models where there is
 no /health), accepts the key, serves the model and takes requests as long as the plan's: each is a
-one-line error otherwise. Prompts are token ids (exact lengths; the server's `usage` counts are
-checked against them by the load generator), drawn from the vocabulary of `vocab_model` (default:
-the experiment's model). Only /v1/completions for now. Not deterministic: never cached.
+one-line error otherwise. Prompts are token ids drawn from the vocabulary of `vocab_model`
+(default: the experiment's model), or, with `backend.tokenizer=PATH` (the server's
+tokenizer.json, or a model directory holding it), text of exact length under that tokenizer
+(harness/workload/text_prompts.py); `backend.api=chat` (/v1/chat/completions) needs text. With
+text, two short prompts measure what the server adds to every prompt (BOS, a chat template) and
+check that it counts as the named tokenizer does; a tokenizer that does not is a one-line error.
+Every request's `usage.prompt_tokens` is checked against its plan by the load generator: a
+mismatch is an error of kind prompt_len, never hidden. Not deterministic: never cached.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -26,7 +32,9 @@ from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.live.client import ClientSettings, measure
 from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.server import Endpoint, model_vocabulary
+from harness.loadgen.run import API_PATHS
 from harness.records import RequestSpec, error_kind
+from harness.workload.text_prompts import TextPrompter, with_prompt_texts
 
 API_KEY_ENV = "OPENAI_API_KEY"  # the OpenAI SDK's variable: used when backend.api_key is not set
 
@@ -41,10 +49,17 @@ class EndpointSettings(ClientSettings):
     api_key: str | None = field(default=None, repr=False)  # None: $OPENAI_API_KEY, if set
     vocab_model: str | None = None  # catalog name or model dir for prompt token ids; None: model.name
     ready_timeout_s: float = 10.0  # how long to wait for the server to answer before giving up
+    api: str = "completions"  # completions (/v1/completions) | chat (/v1/chat/completions; needs `tokenizer`)
+    tokenizer: str | None = None  # the server's tokenizer.json (or its model dir): text prompts of exact length
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"backend.base_url must be an http(s) URL of the server, got {self.base_url!r}")
+        if self.api not in API_PATHS:
+            raise ValueError(f"backend.api must be one of {', '.join(API_PATHS)}, got {self.api!r}")
+        if self.api == "chat" and not self.tokenizer:
+            raise ValueError("backend.api=chat sends text: name the server's tokenizer with backend.tokenizer=PATH "
+                             "(its tokenizer.json, or the model directory holding it)")
 
 
 def _root(url: str) -> str:
@@ -64,10 +79,16 @@ class EndpointBackend:
         self.api_key = self.conf.api_key or os.environ.get(API_KEY_ENV) or None
         self.endpoint: Endpoint | None = None
         self._health: HealthWatch | None = None
+        self.prompter: TextPrompter | None = None
+        self.overhead = 0  # tokens the server adds to every text prompt (BOS, chat template)
 
     # -- checks before the first probe -----------------------------------------------------
-    def _get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
-        req = urllib.request.Request(self.base_url + path)
+    def _get(self, path: str, timeout: float = 5.0, body: dict | None = None) -> tuple[int, bytes]:
+        """GET `path`, or POST `body` as JSON to it."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
         if self.api_key:
             req.add_header("Authorization", f"Bearer {self.api_key}")
         try:
@@ -116,6 +137,35 @@ class EndpointBackend:
         limit = models[name].get("max_model_len")
         return name, int(limit) if isinstance(limit, int) else None
 
+    def _counted(self, model: str, text: str) -> int:
+        """How many prompt tokens the server counts for `text` (a one-token, unstreamed request)."""
+        body: dict = {"model": model, "max_tokens": 1, "temperature": 0}
+        if self.conf.api == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        status, raw = self._get(API_PATHS[self.conf.api], timeout=60, body=body)
+        if status != 200:
+            raise HarnessError(f"endpoint {self.base_url}: a text prompt to {API_PATHS[self.conf.api]} was answered "
+                               f"HTTP {status}: {raw[:200]!r}")
+        try:
+            return int(json.loads(raw)["usage"]["prompt_tokens"])
+        except (ValueError, KeyError, TypeError):
+            raise HarnessError(f"endpoint {self.base_url} gives no usage.prompt_tokens: the prompt lengths it "
+                               f"sees cannot be checked") from None
+
+    def _calibrate(self, model: str) -> int:
+        """The tokens the server adds to every prompt; a one-line error if it does not count as
+        our tokenizer does (the difference of two prompts' counts must be theirs under it)."""
+        short, long_ = (8, 40)
+        texts = self.prompter.texts([short, long_], [(self.job.seed, 99, 0), (self.job.seed, 99, 1)])
+        a, b = self._counted(model, texts[0]), self._counted(model, texts[1])
+        if b - a != long_ - short or a < short:
+            raise HarnessError(f"tokenizer {self.prompter.source} does not count as {model} at {self.base_url} does: "
+                               f"prompts of {short} and {long_} tokens under it were counted {a} and {b} by the "
+                               f"server; name the server's own tokenizer with backend.tokenizer")
+        return a - short
+
     def __enter__(self) -> EndpointBackend:
         has_health = self._wait_until_answering()
         model, limit = self._served_model()
@@ -123,8 +173,13 @@ class EndpointBackend:
             raise HarnessError(f"endpoint {self.base_url} takes requests of at most {limit} tokens ({model}); "
                                f"the plan's are up to {self.job.max_model_len}: lower max_model_len or "
                                f"dataset.max_total_tokens")
-        vocab, specials = model_vocabulary(self.conf.vocab_model or self.job.deployment.model_name)
-        self.endpoint = Endpoint(self.base_url, model, vocab, specials, limit, self.api_key)
+        if self.conf.tokenizer:
+            self.prompter = TextPrompter(self.conf.tokenizer)
+            self.overhead = self._calibrate(model)
+            vocab, specials = 0, ()  # prompts are text: no token ids are drawn
+        else:
+            vocab, specials = model_vocabulary(self.conf.vocab_model or self.job.deployment.model_name)
+        self.endpoint = Endpoint(self.base_url, model, vocab, specials, limit, self.api_key, self.conf.api)
         self._health = HealthWatch(self.base_url, self.conf.health_timeout_s if has_health else 0).__enter__()
         return self
 
@@ -136,6 +191,14 @@ class EndpointBackend:
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         if self.endpoint is None:
             raise RuntimeError("EndpointBackend.run outside `with`: the endpoint was not checked")
+        if self.prompter is not None:
+            texts = with_prompt_texts(requests, self.prompter, self.job.seed, self.overhead)
+            grown = sum(a.prompt_len != b.prompt_len for a, b in zip(requests, texts))
+            if grown:
+                warnings.warn(f"{grown} of {len(texts)} prompts are not longer than the {self.overhead} tokens the "
+                              f"server adds to each ({self.conf.api}); they were sent with one token of text, "
+                              f"{self.overhead + 1} in all, and are recorded at that length", stacklevel=2)
+            requests = texts
         out = measure(requests, self.endpoint, self.job, label, self._health.problem,
                       lambda reason: RunBroken(f"endpoint {self.base_url}: {reason}"))
         kinds = [error_kind(r.error) for r in out.records]

@@ -60,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(_usage())
         return 0
+    if not argv:  # nothing chosen: say what there is, run nothing
+        print(_usage())
+        print("error: no experiment chosen: name a preset with experiment=NAME (the main job: "
+              "experiment=yi34b_tp2_strict), or build your own from groups and name it with name=NAME",
+              file=sys.stderr)
+        return 2
     if argv and argv[0] in ("-m", "--multirun"):
         from harness.commands.multirun import multirun
 

@@ -97,6 +97,7 @@ def run_experiment(cfg: DictConfig) -> Path:
         _requests(runs),
         pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([]),
     )
+    print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
     _print_table(runs, fixed=bool(s.fixed_qps))
     print(f"results: {path}")
     return path
@@ -116,10 +117,17 @@ def _requests(runs: list[SchedulerRun]) -> pd.DataFrame | None:
 
 
 def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, run) -> CapacityResult:
-    # A bar on a terminal; one line per probe either way (logs of CI and nightly runs keep them).
+    # A bar on a terminal (probes so far, the bracket the capacity lies in); one line per probe
+    # either way (logs of CI and nightly runs keep them).
     bar = tqdm(desc=f"{name:>12}", unit="probe", disable=not (show and sys.stderr.isatty()), leave=False, file=sys.stderr)
+    passed, failed = [0.0], [math.inf]
 
     def on_probe(p: Probe) -> None:
+        if p.passed:
+            passed[0] = max(passed[0], p.qps)
+        else:
+            failed[0] = min(failed[0], p.qps)
+        bar.set_postfix_str(f"capacity in [{passed[0]:.4g}, {failed[0]:.4g}) QPS", refresh=False)
         bar.update(1)
         if show:
             v = p.detail.verdict

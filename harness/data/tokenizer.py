@@ -6,11 +6,11 @@ package); anything else is handed to `transformers.AutoTokenizer` if that is ins
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
 from common.errors import HarnessError
+from harness.workload.tokenizer_file import read_tokenizer_json, tokenizer_json
 
 
 @dataclass(frozen=True)
@@ -22,17 +22,9 @@ class TokenCounter:
 
 
 def load_token_counter(spec: str) -> TokenCounter:
-    path = Path(spec).expanduser()
-    file = path / "tokenizer.json" if path.is_dir() else path
-    if file.is_file() and file.suffix == ".json":
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise HarnessError("building a trace needs the `tokenizers` package: pip install tokenizers") from None
-        try:
-            tok = Tokenizer.from_file(str(file))
-        except Exception as e:  # the library raises plain Exceptions for malformed files
-            raise HarnessError(f"{file}: not a tokenizer.json ({' '.join(str(e).split())})") from None
+    file = tokenizer_json(spec)
+    if file is not None:
+        tok = read_tokenizer_json(file)
 
         def count(texts: list[str]) -> list[int]:
             return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]

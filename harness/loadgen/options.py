@@ -11,17 +11,22 @@ from harness.loadgen.validity import LagPolicy
 class LoadOptions:
     base_url: str  # e.g. http://127.0.0.1:8000
     model: str
+    api: str = "completions"  # completions (/v1/completions) | chat (/v1/chat/completions: text prompts only)
     request_timeout_s: float = 600.0  # per request, connect to last byte
     connect_timeout_s: float = 10.0
     time_limit_s: float | None = None  # stop the run here; unfinished requests are recorded, not dropped
     concurrency: int | None = None  # closed loop: at most this many in flight, arrival times ignored
     ignore_eos: bool = True  # benchmarks generate exactly output_len tokens
     temperature: float = 0.0
-    continuous_usage: bool = True  # ask for usage on every chunk (vLLM and our server support it)
+    # Ask for usage on every chunk (vLLM and our server support it)? None: only when needed, i.e.
+    # when a short stream before the run shows that the server does not name each event's tokens.
+    continuous_usage: bool | None = None
+    # At most this many connections at once (one per request in flight): past it requests wait,
+    # and the run's verdict says the client was saturated rather than blaming the server.
+    max_connections: int = 4096
     # Are the server's CLOCK_MONOTONIC times comparable with ours? None: yes iff the host is loopback.
     same_clock: bool | None = None
     lag: LagPolicy = field(default_factory=LagPolicy)
-    read_bufsize: int = 1 << 20  # large reads: many events per syscall under load
     # Run the client's event loop and pacer threads under SCHED_FIFO (needs root or CAP_SYS_NICE;
     # falls back with a warning). On a host shared with other busy processes, the kernel may
     # otherwise let a woken thread wait milliseconds for a core: that, not the client, is then
@@ -39,5 +44,9 @@ class LoadOptions:
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.api not in ("completions", "chat"):
+            raise ValueError(f"api must be 'completions' or 'chat', got {self.api!r}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
         if not self.request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")

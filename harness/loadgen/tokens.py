@@ -64,8 +64,8 @@ def parse_stream(events: list[tuple[float, bytes]]) -> ParsedStream:
         elif choice.get("token_ids") is not None:
             n = len(choice["token_ids"])
             source = "token_ids" if source == "none" else source
-        else:
-            n = 1 if choice.get("text") else 0
+        else:  # a completion's `text`, or a chat chunk's `delta.content`
+            n = 1 if choice.get("text") or (choice.get("delta") or {}).get("content") else 0
             source = "events"
         times.extend([t] * n)
     if source == "events" and completion is not None and times and completion != len(times):

@@ -26,6 +26,36 @@ class LagPolicy:
 
 
 @dataclass(frozen=True)
+class ClientLoad:
+    """What a run cost the client itself: the signs of a client at its limit."""
+
+    cpu_s: float  # the client process's CPU time during the run (all its threads)
+    wall_s: float
+    max_connections: int
+    peak_connections: int
+    waited_for_connection: int  # requests that found every connection busy
+    continuous_usage: bool  # whether it asked for usage on every event
+
+    @property
+    def cpu_fraction(self) -> float:
+        """Of one core: near 1 the event loop had no time to spare (it runs on one thread)."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def saturation(self) -> str | None:
+        """Why the client itself may be what held the schedule back, or None."""
+        why = []
+        if self.waited_for_connection:
+            why.append(f"{self.waited_for_connection} requests waited for a connection: all "
+                       f"{self.max_connections} of the client's were busy (backend.max_connections)")
+        if self.cpu_fraction >= CPU_SATURATED:
+            why.append(f"the client used {self.cpu_fraction:.0%} of a core: it is CPU-bound (saturated)")
+        return "; ".join(why) or None
+
+
+CPU_SATURATED = 0.9  # of one core: the event loop and the pacer share the GIL, so one core is the ceiling
+
+
+@dataclass(frozen=True)
 class DispatchVerdict:
     status: str  # ok | warn | invalid
     lag_quantile_s: float
@@ -39,7 +69,7 @@ class DispatchVerdict:
         return self.status != "invalid"
 
 
-def judge_dispatch(lags_s: np.ndarray, policy: LagPolicy = LagPolicy()) -> DispatchVerdict:
+def judge_dispatch(lags_s: np.ndarray, policy: LagPolicy = LagPolicy(), client: ClientLoad | None = None) -> DispatchVerdict:
     lags = np.asarray(lags_s, dtype=np.float64)
     lags = lags[~np.isnan(lags)]
     if lags.size == 0:
@@ -47,9 +77,12 @@ def judge_dispatch(lags_s: np.ndarray, policy: LagPolicy = LagPolicy()) -> Dispa
     q = float(np.quantile(lags, policy.quantile))
     p50, mx = float(np.median(lags)), float(lags.max())
     label = f"P{policy.quantile * 100:g} dispatch lag {q * 1e3:.3f} ms"
+    why = client.saturation() if client is not None else None
+    because = f" ({why})" if why else ""
     if q > policy.invalid_s:
         return DispatchVerdict("invalid", q, p50, mx, lags.size,
-                               f"{label} > {policy.invalid_s * 1e3:g} ms: the client fell behind its schedule; results invalid")
+                               f"{label} > {policy.invalid_s * 1e3:g} ms: the client fell behind its schedule{because}; "
+                               f"results invalid")
     if q > policy.warn_s:
-        return DispatchVerdict("warn", q, p50, mx, lags.size, f"{label} > {policy.warn_s * 1e3:g} ms (warning)")
+        return DispatchVerdict("warn", q, p50, mx, lags.size, f"{label} > {policy.warn_s * 1e3:g} ms (warning){because}")
     return DispatchVerdict("ok", q, p50, mx, lags.size, f"{label} (ok)")

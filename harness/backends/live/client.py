@@ -26,6 +26,7 @@ class LiveRunOptions:
     progress: bool = True
     progress_desc: str = "requests"
     realtime_priority: bool = False  # client threads under SCHED_FIFO (see harness/loadgen/options.py)
+    max_connections: int = 4096  # the client's connection pool (harness/loadgen/options.py)
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
 
 
@@ -38,6 +39,7 @@ class ClientSettings(BackendSettings):
     lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
     client_realtime_priority: bool = False  # SCHED_FIFO for the client's threads (root): steadier dispatch
     health_timeout_s: float = 15.0  # a server whose /health answers nothing for this long breaks the run (0: off)
+    max_connections: int = 4096  # at most this many requests in flight; past it the probe is the client's saturation
 
 
 def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
@@ -47,7 +49,7 @@ def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
         seed=job.seed, time_limit_s=job.time_limit_s, concurrency=job.concurrency,
         request_timeout_s=settings.request_timeout_s, lag=settings.lag, strict=settings.strict,
         progress=job.progress, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
-        abort_check=abort_check,
+        abort_check=abort_check, max_connections=settings.max_connections,
     )
 
 
@@ -56,13 +58,14 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     if isinstance(server, LiveServerSpec):
         with serve(server) as endpoint:
             return run_live_result(requests, endpoint, options)
-    if any(r.prompt_token_ids is None for r in requests):
+    if any(r.prompt_token_ids is None and r.prompt_text is None for r in requests):
         requests = with_prompt_token_ids(requests, server.vocab_size, options.seed, server.special_ids)
     result = run_load(requests, LoadOptions(
         base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
         time_limit_s=options.time_limit_s, concurrency=options.concurrency, lag=options.lag,
         progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
-        abort_check=options.abort_check, api_key=server.api_key,
+        abort_check=options.abort_check, api_key=server.api_key, api=server.api,
+        max_connections=options.max_connections,
     ))
     verdict = result.verdict
     if verdict.status == "invalid" and options.strict:

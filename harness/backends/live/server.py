@@ -46,6 +46,7 @@ class Endpoint:
     special_ids: tuple[int, ...] = (0, 1, 2)
     max_model_len: int | None = None
     api_key: str | None = field(default=None, repr=False)  # sent as `Authorization: Bearer KEY`
+    api: str = "completions"  # completions | chat (harness/loadgen/options.py)
 
 
 @dataclass(frozen=True)

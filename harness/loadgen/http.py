@@ -1,0 +1,349 @@
+"""A small HTTP/1.1 client for streamed responses, built to measure: bytes are timestamped where
+they come off the socket and kept; nothing else happens per event while a run is on.
+
+Why not aiohttp (which the rest of the harness uses for its own requests): per SSE event aiohttp
+runs its parser callbacks, a StreamReader and a coroutine wake-up, about 20 us of CPU on the
+2-core development machine; `vllm bench serve` pays the same, so no client built on it can be much
+faster than vllm bench (benchmarks/bench_loadgen.py measures both). Here `data_received` takes
+one timestamp per read, strips the chunked framing with a few slices and appends the payload;
+SSE events are split and JSON parsed after the run (sse.py, tokens.py).
+
+What it does: keep-alive connections in a bounded pool (one request per connection at a time, no
+pipelining; a request waits for a free connection when all are busy, and the pool counts how
+many did), http and https, Content-Length, chunked and close-delimited bodies. What it does not:
+proxies, redirects, compression (it asks for identity encoding), HTTP/2.
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+MAX_HEAD_BYTES = 1 << 16
+IDLE_REUSE_S = 2.0  # an idle connection older than this is closed, not reused: servers drop idle
+# keep-alive connections (uvicorn, under vLLM: after 5 s) and a request written just as the server
+# closes is lost; a younger one lost before any answer is retried once on a new connection.
+CONNECT_FAILED = "connect failed: "
+CONNECTION_LOST = "connection lost: "
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where requests go: scheme, host and port of a base URL; its path is the prefix of every path."""
+
+    host: str
+    port: int
+    tls: bool
+    prefix: str
+
+    @classmethod
+    def parse(cls, base_url: str) -> Target:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        return cls(u.hostname, u.port or (443 if u.scheme == "https" else 80), u.scheme == "https", u.path.rstrip("/"))
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == (443 if self.tls else 80) else f"{host}:{self.port}"
+
+    def request(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:
+        """The bytes of one request (built before a run, so that sending is one write)."""
+        lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.authority}", "Accept-Encoding: identity",
+                 f"Content-Length: {len(body)}"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class Exchange:
+    """One request and its response as it arrives: `pieces` are the body's bytes (framing removed),
+    each with the time its read came off the socket."""
+
+    __slots__ = ("done", "error", "pieces", "request", "sent_at", "status")
+
+    def __init__(self, request: bytes) -> None:
+        self.request = request
+        self.status = 0
+        self.pieces: list[tuple[float, bytes]] = []
+        self.error: str | None = None
+        self.sent_at = float("nan")  # when the request's write to its socket began
+        self.done: asyncio.Future | None = None
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(p for _, p in self.pieces)
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection; reads one response at a time into its `Exchange`."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        self.clock = pool.clock
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.used = False
+        self.idle_since = 0.0
+        self.x: Exchange | None = None
+        self.head: bytes | None = None  # the response head read so far; None once the body began
+        self.mode = ""  # length | chunked | close
+        self.need = 0  # length: body bytes left; chunked: bytes left of the current chunk (+ its CRLF)
+        self.line = b""  # chunked: a size line split across reads
+        self.trailer = False  # chunked: past the last chunk, reading to the blank line
+        self.keep_alive = True
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        x = self.x
+        if x is not None and self.head is None and self.mode == "close":
+            self._finish()  # a close-delimited body ends with its connection
+        elif x is not None:
+            self._fail(CONNECTION_LOST + (str(exc) if exc else "the server closed the connection")
+                       + (" before answering" if self.head == b"" else " mid-response"))
+        self.pool.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        t = self.clock()
+        if self.x is None:
+            return  # bytes nobody asked for (a server talking after its response): ignored
+        if self.head is not None:
+            head = self.head + data
+            end = head.find(b"\r\n\r\n")
+            if end < 0:
+                self.head = head
+                if len(head) > MAX_HEAD_BYTES:
+                    self._fail(f"response head over {MAX_HEAD_BYTES} bytes")
+                    self.abort()
+                return
+            self.head = None
+            if not self._start(head[:end]):
+                return
+            data = head[end + 4:]
+        if data or self.mode == "length":
+            self._body(t, data)
+
+    # -- the response ---------------------------------------------------------------------------
+    def send(self, x: Exchange) -> None:
+        self.x, self.head, self.line, self.trailer, self.used = x, b"", b"", False, True
+        x.done = self.pool.loop.create_future()
+        # Stamped as the write begins: the write is one send() that a loopback server may answer
+        # (and stamp its arrival) before the call returns.
+        x.sent_at = self.clock()
+        self.transport.write(x.request)
+
+    def _start(self, head: bytes) -> bool:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        try:
+            status = int(parts[1])
+        except (IndexError, ValueError):
+            self._fail(f"not an HTTP response: {lines[0][:80]!r}")
+            self.abort()
+            return False
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip().lower()
+        self.x.status = status
+        self.keep_alive = parts[0] == "HTTP/1.1" and headers.get("connection") != "close"
+        if "chunked" in headers.get("transfer-encoding", ""):
+            self.mode, self.need = "chunked", 0
+        elif "content-length" in headers:
+            self.mode, self.need = "length", int(headers["content-length"])
+        elif status in (204, 304) or 100 <= status < 200:
+            self.mode, self.need = "length", 0
+        else:
+            self.mode, self.keep_alive = "close", False
+        return True
+
+    def _body(self, t: float, data: bytes) -> None:
+        pieces = self.x.pieces
+        if self.mode == "length":
+            take = data[: self.need]
+            if take:
+                pieces.append((t, take))
+            self.need -= len(take)
+            if self.need == 0:
+                self._finish()
+            return
+        if self.mode == "close":
+            pieces.append((t, data))
+            return
+        # chunked: [size line CRLF, payload, CRLF]* then "0" CRLF, trailers, CRLF
+        if self.line:
+            data, self.line = self.line + data, b""
+        pos, n = 0, len(data)
+        while pos < n:
+            if self.need:
+                take = min(self.need, n - pos)
+                payload = min(take, self.need - 2)  # the chunk's closing CRLF is not payload
+                if payload > 0:
+                    pieces.append((t, data[pos:pos + payload]))
+                self.need -= take
+                pos += take
+                continue
+            end = data.find(b"\r\n", pos)
+            if end < 0:
+                self.line = data[pos:]
+                return
+            line, pos = data[pos:end], end + 2
+            if self.trailer:
+                if not line:
+                    self._finish()
+                    return
+                continue
+            try:
+                size = int(line.split(b";", 1)[0], 16)
+            except ValueError:
+                self._fail(f"bad chunk size line {line[:40]!r}")
+                self.abort()
+                return
+            if size == 0:
+                self.trailer = True
+            else:
+                self.need = size + 2
+
+    def _finish(self) -> None:
+        x, self.x = self.x, None
+        if not x.done.done():
+            x.done.set_result(None)
+        if self.keep_alive and not self.closed:
+            self.idle_since = self.clock()
+            self.pool.release(self)
+        else:
+            self.abort()
+
+    def _fail(self, error: str) -> None:
+        x, self.x = self.x, None
+        x.error = x.error or error
+        if not x.done.done():
+            x.done.set_result(None)
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+
+class ConnectionPool:
+    """Keep-alive connections to one `Target`, at most `limit` open; a request beyond them waits."""
+
+    def __init__(self, target: Target, limit: int, connect_timeout_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 1:
+            raise ValueError(f"a connection pool needs a limit >= 1, got {limit}")
+        self.target, self.limit, self.connect_timeout_s, self.clock = target, limit, connect_timeout_s, clock
+        self.loop = asyncio.get_running_loop()
+        self.ssl = ssl.create_default_context() if target.tls else None
+        self.idle: list[_Connection] = []
+        self.busy: set[_Connection] = set()
+        self.waiters: deque[asyncio.Future] = deque()
+        self.waited = 0  # requests that found every connection busy and waited for one
+        self.peak_open = 0
+        self._connecting = 0
+
+    @property
+    def num_open(self) -> int:
+        return len(self.idle) + len(self.busy) + self._connecting
+
+    async def exchange(self, x: Exchange) -> None:
+        """Send `x` and wait for its whole response (or its error, in `x.error`)."""
+        conn = await self._acquire()
+        reused = conn.used
+        await self._send(conn, x)
+        if reused and x.status == 0 and x.error and x.error.startswith(CONNECTION_LOST):
+            x.error, x.pieces = None, []  # a keep-alive connection the server had just closed
+            await self._send(await self._acquire(fresh=True), x)
+
+    @staticmethod
+    async def _send(conn: _Connection, x: Exchange) -> None:
+        conn.send(x)
+        try:
+            await x.done
+        except BaseException:  # cancelled (time limit, timeout): the response is abandoned
+            if conn.x is x:
+                conn.abort()
+            raise
+
+    async def _acquire(self, fresh: bool = False) -> _Connection:
+        waited = False
+        while True:
+            now = self.clock()
+            while self.idle and not fresh:
+                c = self.idle.pop()  # the most recently used: the least likely to be dropped
+                if not c.closed and now - c.idle_since < IDLE_REUSE_S:
+                    self.busy.add(c)
+                    return c
+                c.abort()
+            if self.num_open < self.limit:
+                return await self._connect()
+            if not waited:
+                waited = True
+                self.waited += 1
+            fut = self.loop.create_future()
+            self.waiters.append(fut)
+            try:
+                conn = await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled() and fut.result() is not None:
+                    self.release(fut.result())
+                raise
+            if conn is not None:
+                self.busy.add(conn)
+                return conn
+
+    async def _connect(self) -> _Connection:
+        t = self.target
+        self._connecting += 1
+        try:
+            _, conn = await asyncio.wait_for(
+                self.loop.create_connection(lambda: _Connection(self), t.host, t.port, ssl=self.ssl,
+                                            server_hostname=t.host if t.tls else None),
+                timeout=self.connect_timeout_s)
+        except (OSError, TimeoutError) as e:
+            self._connecting -= 1
+            self._hand_over(None)  # the slot is free again: a waiter may try
+            reason = f"timed out after {self.connect_timeout_s:g} s" if isinstance(e, TimeoutError) else str(e)
+            raise ConnectionError(f"{CONNECT_FAILED}{t.host}:{t.port}: {reason}") from None
+        except BaseException:
+            self._connecting -= 1
+            self._hand_over(None)
+            raise
+        self._connecting -= 1
+        self.busy.add(conn)
+        self.peak_open = max(self.peak_open, self.num_open)
+        return conn
+
+    def _hand_over(self, conn: _Connection | None) -> bool:
+        """Gives `conn` (or, with None, the right to open one) to the first live waiter."""
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return True
+        return False
+
+    def release(self, conn: _Connection) -> None:
+        self.busy.discard(conn)
+        if not self._hand_over(conn):
+            self.idle.append(conn)
+
+    def discard(self, conn: _Connection) -> None:
+        self.busy.discard(conn)
+        if conn in self.idle:
+            self.idle.remove(conn)
+        self._hand_over(None)  # a slot is free: a waiter may open a connection
+
+    def close(self) -> None:
+        for c in [*self.idle, *self.busy]:
+            c.abort()
+        self.idle.clear()
+        self.busy.clear()
