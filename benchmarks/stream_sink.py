@@ -21,6 +21,7 @@ import json
 import re
 import time
 
+SLICE = 32  # streams written between two looks at arriving requests
 MAX_TOKENS = re.compile(rb'"max_tokens"\s*:\s*(\d+)')
 CONTINUOUS = re.compile(rb'"continuous_usage_stats"\s*:\s*true')
 
@@ -70,8 +71,13 @@ class Sink:
         while True:
             next_t += self.tick_s
             await asyncio.sleep(max(0.0, next_t - loop.time()))
-            keep = []
-            for s in self.streams:
+            streams, keep = self.streams, []
+            self.streams = []  # streams that arrive while this iteration is written join the next
+            for k, s in enumerate(streams):
+                if k and k % SLICE == 0:
+                    # Let the loop read arriving requests between slices: their arrival stamps
+                    # (what the benchmark judges clients by) must not wait for a whole burst.
+                    await asyncio.sleep(0)
                 if s.transport.is_closing():
                     continue
                 s.left -= 1
@@ -84,7 +90,7 @@ class Sink:
                     keep.append(s)
                 else:
                     s.transport.write(_event({**BASE, "choices": [], "usage": _usage(32, s.sent)}) + DONE)
-            self.streams = keep
+            self.streams = keep + self.streams
 
 
 class Http(asyncio.Protocol):

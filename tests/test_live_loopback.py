@@ -8,6 +8,7 @@ twin of the performance model. What a reviewer needs to trust the live numbers:
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -163,3 +164,14 @@ def test_closed_loop_keeps_the_concurrency_limit(endpoint):
     in_flight = [(starts <= t) & (ends > t) for t in starts]
     assert max(int(m.sum()) for m in in_flight) <= 4
     assert all(r.arrival_s <= r.dispatched_s for r in res.records)
+
+
+def test_a_full_connection_pool_is_named_as_the_clients_own_saturation(endpoint):
+    # 24 requests within 50 ms, each streaming for about a second, through 4 connections: most
+    # must wait for one; the verdict blames the client, not the server.
+    reqs = [RequestSpec(i, 0.002 * i, 64, 40) for i in range(24)]
+    res = _run(reqs, endpoint, dataclasses.replace(OPTS, max_connections=4))
+    assert [r.error for r in res.records] == [None] * 24  # waited, but nothing lost
+    assert res.client.peak_connections == 4 and res.client.waited_for_connection >= 16
+    assert res.verdict.status == "invalid"
+    assert "waited for a connection" in res.verdict.message and "max_connections" in res.verdict.message

@@ -162,3 +162,27 @@ def test_target_parse():
     assert Target.parse("http://[::1]:8000").authority == "[::1]:8000"
     with pytest.raises(ValueError):
         Target.parse("ftp://x")
+
+
+def test_the_pacer_thread_sends_on_an_idle_connection_and_the_loop_reads_the_answer():
+    data = HEAD_CHUNKED + _chunked(*EVENTS)
+
+    async def go():
+        server, port = await _serve(lambda h: data, [len(HEAD_CHUNKED) + 3])
+        pool = ConnectionPool(Target.parse(f"http://127.0.0.1:{port}"), 4)
+        first = Exchange(pool.target.request("POST", "/x", b"{}"))
+        await pool.exchange(first)  # leaves one idle keep-alive connection
+        second = Exchange(pool.target.request("POST", "/x", b"{}"))
+        conn = await asyncio.to_thread(pool.send_direct, second)  # written from another thread
+        assert conn is not None and second.sent_at >= first.sent_at
+        await pool.follow(conn, second)
+        idle_after = len(pool.idle)
+        third = Exchange(pool.target.request("POST", "/x", b"{}"))
+        tls = ConnectionPool(Target.parse("https://127.0.0.1:1"), 1)
+        pool.close()
+        server.close()
+        return second, idle_after, tls.send_direct(third)
+    second, idle_after, tls = _run(go())
+    assert second.error is None and second.body == b"".join(EVENTS)
+    assert idle_after == 1  # the connection went back to the pool once answered
+    assert tls is None  # TLS: never written around its transport

@@ -29,6 +29,7 @@ configs = st.builds(
     time_scale=st.floats(0.01, 100.0),
     seed=st.integers(0, 2**31 - 1),
     shutdown_grace_s=st.floats(0.0, 60.0),
+    tokenizer=st.none() | st.just("/models/some dir/tokenizer.json"),
 )
 
 
@@ -44,6 +45,7 @@ def test_defaults_are_the_dataclass_defaults():
 
 def test_every_field_has_a_flag():
     flags = set(server_flags(ServerConfig(kv_capacity_tokens=1, max_model_len=2, served_model_name="x", api_key="k",
+                                          tokenizer="tok.json",
                                           scheduler=SchedulerConfig("vllm", max_num_batched_tokens=3)))[::2])
     names = [f.name for f in fields(ServerConfig) if f.name != "scheduler"] + [f.name for f in fields(SchedulerConfig)]
     assert flags == {"--" + n.replace("_", "-") for n in names}

@@ -12,10 +12,18 @@ What it does: keep-alive connections in a bounded pool (one request per connecti
 pipelining; a request waits for a free connection when all are busy, and the pool counts how
 many did), http and https, Content-Length, chunked and close-delimited bodies. What it does not:
 proxies, redirects, compression (it asks for identity encoding), HTTP/2.
+
+Direct sends (`send_direct`): over plain TCP, a request due while the event loop is busy reading
+a burst of events (an engine's iteration answers every running stream at once: hundreds of
+reads, a millisecond or more of work) would wait for the whole burst. So the pacer thread
+writes it itself, with one `os.write` on an idle keep-alive connection's socket, and the loop
+only reads the answer. Safe because nothing else writes to an idle connection (its transport's
+buffer is empty), and a connection is flagged closed, under the GIL, before its socket is.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import time
 from collections import deque
@@ -87,6 +95,7 @@ class _Connection(asyncio.Protocol):
         self.clock = pool.clock
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.fd = -1
         self.used = False
         self.idle_since = 0.0
         self.x: Exchange | None = None
@@ -100,6 +109,12 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None and self.pool.ssl is None else -1
+
+    def eof_received(self) -> bool:
+        self.closed = True  # before the transport closes the socket: no direct send may pick it
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -132,13 +147,33 @@ class _Connection(asyncio.Protocol):
             self._body(t, data)
 
     # -- the response ---------------------------------------------------------------------------
-    def send(self, x: Exchange) -> None:
+    def _expect(self, x: Exchange) -> None:
         self.x, self.head, self.line, self.trailer, self.used = x, b"", b"", False, True
-        x.done = self.pool.loop.create_future()
+        x.done = asyncio.Future(loop=self.pool.loop)
+
+    def send(self, x: Exchange) -> None:
+        self._expect(x)
         # Stamped as the write begins: the write is one send() that a loopback server may answer
         # (and stamp its arrival) before the call returns.
         x.sent_at = self.clock()
         self.transport.write(x.request)
+
+    def send_from_thread(self, x: Exchange) -> bool:
+        """Write `x` from the pacer thread (module docstring); False if the socket refused it."""
+        self._expect(x)
+        x.sent_at = self.clock()
+        try:
+            n = os.write(self.fd, x.request)
+        except BlockingIOError:
+            n = 0
+        except OSError:  # the server has just closed it: the loop will see it go
+            self.x, x.sent_at, x.done = None, float("nan"), None
+            self.closed = True
+            self.pool.loop.call_soon_threadsafe(self.abort)
+            return False
+        if n < len(x.request):  # a full socket buffer: the loop writes the rest, in order
+            self.pool.loop.call_soon_threadsafe(self.transport.write, x.request[n:])
+        return True
 
     def _start(self, head: bytes) -> bool:
         lines = head.decode("latin-1").split("\r\n")
@@ -229,7 +264,8 @@ class _Connection(asyncio.Protocol):
             x.done.set_result(None)
 
     def abort(self) -> None:
-        if self.transport is not None and not self.closed:
+        if self.transport is not None and not self.transport.is_closing():
+            self.closed = True
             self.transport.abort()
 
 
@@ -258,20 +294,40 @@ class ConnectionPool:
         """Send `x` and wait for its whole response (or its error, in `x.error`)."""
         conn = await self._acquire()
         reused = conn.used
-        await self._send(conn, x)
-        if reused and x.status == 0 and x.error and x.error.startswith(CONNECTION_LOST):
-            x.error, x.pieces = None, []  # a keep-alive connection the server had just closed
-            await self._send(await self._acquire(fresh=True), x)
-
-    @staticmethod
-    async def _send(conn: _Connection, x: Exchange) -> None:
         conn.send(x)
+        await self.follow(conn, x, reused)
+
+    async def follow(self, conn: _Connection, x: Exchange, reused: bool = True) -> None:
+        """Wait for the answer to `x`, sent on `conn` (here or by `send_direct`)."""
         try:
             await x.done
         except BaseException:  # cancelled (time limit, timeout): the response is abandoned
             if conn.x is x:
                 conn.abort()
             raise
+        if reused and x.status == 0 and x.error and x.error.startswith(CONNECTION_LOST):
+            x.error, x.pieces = None, []  # a keep-alive connection the server had just closed
+            conn = await self._acquire(fresh=True)
+            conn.send(x)
+            await self.follow(conn, x, reused=False)
+
+    def send_direct(self, x: Exchange) -> _Connection | None:
+        """From the pacer thread: `x` written on an idle plain-TCP connection, which is returned
+        (the loop then `follow`s it); None when there is none to take, so the loop must send it."""
+        if self.ssl is not None:
+            return None
+        now = self.clock()
+        while True:
+            try:
+                c = self.idle.pop()  # atomic under the GIL; the loop only appends and removes
+            except IndexError:
+                return None
+            if c.closed or c.fd < 0 or now - c.idle_since >= IDLE_REUSE_S:
+                self.loop.call_soon_threadsafe(c.abort)
+                continue
+            self.busy.add(c)
+            if c.send_from_thread(x):
+                return c
 
     async def _acquire(self, fresh: bool = False) -> _Connection:
         waited = False
@@ -338,8 +394,10 @@ class ConnectionPool:
 
     def discard(self, conn: _Connection) -> None:
         self.busy.discard(conn)
-        if conn in self.idle:
+        try:
             self.idle.remove(conn)
+        except ValueError:  # not idle (or just taken by the pacer thread, which will find it closed)
+            pass
         self._hand_over(None)  # a slot is free: a waiter may open a connection
 
     def close(self) -> None:

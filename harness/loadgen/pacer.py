@@ -17,11 +17,16 @@ from collections.abc import Callable, Sequence
 
 class Pacer:
     def __init__(self, loop: asyncio.AbstractEventLoop, deadlines: Sequence[float],
-                 fire: Callable[[list[int]], None], clock=time.monotonic, realtime: bool = False) -> None:
-        """`deadlines`: absolute times on `clock`, nondecreasing; `fire(indices)` runs on `loop`."""
+                 fire: Callable[[list], None], clock=time.monotonic, realtime: bool = False,
+                 direct: Callable[[int], object] | None = None) -> None:
+        """`deadlines`: absolute times on `clock`, nondecreasing; `fire(indices)` runs on `loop`.
+        With `direct`, it is called on this thread for each due index first (the load generator
+        writes the request itself when it can: http.py's send_direct), and `fire` gets
+        (index, what `direct` returned) pairs."""
         self._loop = loop
         self._deadlines = deadlines
         self._fire = fire
+        self._direct = direct
         self._clock = clock
         self._realtime = realtime
         self._stop = threading.Event()
@@ -56,8 +61,9 @@ class Pacer:
                 i += 1
             for k in due:
                 self.handed_off[k] = now
+            items = due if self._direct is None else [(k, self._direct(k)) for k in due]
             try:
-                self._loop.call_soon_threadsafe(self._fire, due)
+                self._loop.call_soon_threadsafe(self._fire, items)
             except RuntimeError:  # the loop closed under us: the run is over
                 return
 

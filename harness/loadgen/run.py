@@ -159,12 +159,16 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     if n == 0:
         all_done.set()
 
-    async def send(i: int) -> None:
+    async def send(i: int, conn=None) -> None:
+        """Request i, from its dispatch to its last byte; `conn`: the pacer thread already wrote it there."""
         a = attempts[i]
         a.dispatched = clock()  # replaced by the time the request is written (x.sent_at), if it is
         try:
             async with asyncio.timeout(opts.request_timeout_s):
-                await pool.exchange(a.x)
+                if conn is None:
+                    await pool.exchange(a.x)
+                else:
+                    await pool.follow(conn, a.x)
         except TimeoutError:
             a.error = f"timed out after {opts.request_timeout_s:g} s"
         except ConnectionError as e:
@@ -182,14 +186,14 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         if left[0] == 0:
             all_done.set()
 
-    def launch(i: int) -> None:
-        task = loop.create_task(send(i))
+    def launch(i: int, conn=None) -> None:
+        task = loop.create_task(send(i, conn))
         tasks.add(task)
         task.add_done_callback(on_done)
 
-    def fire(indices: list[int]) -> None:
-        for i in indices:
-            launch(i)
+    def fire(items: list[tuple[int, object]]) -> None:
+        for i, conn in items:
+            launch(i, conn)
 
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -210,8 +214,9 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
         for i in order:
             attempts[i].planned = t0 + requests[i].arrival_s
-        pacer = Pacer(loop, [attempts[i].planned for i in order], lambda idx: fire([order[k] for k in idx]),
-                      realtime=opts.realtime_priority)
+        pacer = Pacer(loop, [attempts[i].planned for i in order],
+                      lambda items: fire([(order[k], conn) for k, conn in items]),
+                      realtime=opts.realtime_priority, direct=lambda k: pool.send_direct(attempts[order[k]].x))
         pacer.start()
     else:
         # Closed loop: a request is "planned" when a slot frees up; arrival times are ignored.
@@ -239,6 +244,7 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         next_closed = None
         if pacer is not None:
             pacer.stop()
+            await asyncio.sleep(0)  # hand-offs the pacer queued before it stopped become tasks, cancelled below
         for task in list(tasks):
             task.cancel()
         if tasks:
