@@ -184,5 +184,5 @@ def test_the_pacer_thread_sends_on_an_idle_connection_and_the_loop_reads_the_ans
         return second, idle_after, tls.send_direct(third)
     second, idle_after, tls = _run(go())
     assert second.error is None and second.body == b"".join(EVENTS)
-    assert idle_after == 1  # the connection went back to the pool once answered
+    assert idle_after >= 1  # the connection went back to the pool once answered (spares beside it)
     assert tls is None  # TLS: never written around its transport

@@ -66,7 +66,10 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                              "(run e.g. `python -m harness experiment=yi34b_tp2_strict`)")
     claims = _cell_claims(paper)
     deps = _deployment_order(rows, paper)
-    fig, axes = style.panels(len(deps), width=5.2, height=4.0)
+    # Each (dataset, SLO) group needs room for its tick label and its two-line ratio annotation.
+    most_groups = int(rows.groupby(["model", "parallel"])[["dataset", "slo_tbt_s"]].apply(
+        lambda g: len(g.drop_duplicates())).max())
+    fig, axes = style.panels(len(deps), width=max(5.2, 2.1 * most_groups), height=4.2)
     schedulers = _ordered(rows["scheduler"], style.SCHEDULER_ORDER)
     for ax, (model, parallel, gpu, ngpu) in zip(axes, deps):
         d = rows[(rows["model"] == model) & (rows["parallel"] == parallel)]
@@ -91,15 +94,16 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                     if base in cell.index and cell.at[base, "capacity_qps"] > 0:
                         r = cell.at["sarathi", "capacity_qps"] / cell.at[base, "capacity_qps"]
                         pub = claims.get((model, parallel, dataset, kind, base))
-                        lines.append(f"{r:.1f}× {style.scheduler_label(base)}" + (f" (paper {pub:g}×)" if pub else ""))
+                        lines.append(f"{r:.1f}× {style.scheduler_label(base)}" + (f" (paper {pub:g}×)" if pub else " (paper: –)"))
             if lines:
                 ymax = float(cell["capacity_qps"].max())
                 ax.annotate("\n".join(lines), (gi, ymax), xytext=(0, 4), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=8,
+                            ha="center", va="bottom", fontsize=7.5,
                             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
         ax.grid(axis="x", visible=False)
         ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels([f"{style.dataset_label(ds)}\n{k} ({t:g} s)" for ds, k, t in groups.itertuples(index=False)])
+        ax.set_xticklabels([f"{style.dataset_label(ds)}\n{k}\nP99 TBT ≤ {t:g} s" for ds, k, t in groups.itertuples(index=False)],
+                           fontsize=8)
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_ylim(0, top * 1.35 if top > 0 else 1)
         ax.set_title(style.deployment_label(model, parallel, gpu, ngpu))

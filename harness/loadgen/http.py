@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 1 << 16
+SPARE_MIN, SPARE_FRACTION = 8, 1 / 16  # idle connections kept open for direct sends (spares)
 IDLE_REUSE_S = 2.0  # an idle connection older than this is closed, not reused: servers drop idle
 # keep-alive connections (uvicorn, under vLLM: after 5 s) and a request written just as the server
 # closes is lost; a younger one lost before any answer is retried once on a new connection.
@@ -327,7 +328,33 @@ class ConnectionPool:
                 continue
             self.busy.add(c)
             if c.send_from_thread(x):
+                self.loop.call_soon_threadsafe(self.replenish)
                 return c
+
+    def spares_wanted(self) -> int:
+        """Idle connections to keep ready: a new request rarely finds one just freed when streams
+        end at the rate they start, and a request that must connect first goes by the loop."""
+        return min(self.limit - len(self.busy), SPARE_MIN + int(len(self.busy) * SPARE_FRACTION))
+
+    def replenish(self) -> None:
+        """Opens connections (in the background) until `spares_wanted` are idle or connecting."""
+        missing = min(self.spares_wanted() - len(self.idle) - self._connecting, self.limit - self.num_open)
+        for _ in range(max(0, missing)):
+            self.loop.create_task(self._spare())
+
+    async def _spare(self) -> None:
+        try:
+            conn = await self._connect()
+        except ConnectionError:
+            return  # the run's own requests will say what is wrong with the server
+        conn.idle_since = self.clock()
+        self.release(conn)
+
+    async def prewarm(self) -> None:
+        """Before the clock starts: the first spares, open and idle."""
+        self.replenish()
+        while self._connecting:
+            await asyncio.sleep(0.001)
 
     async def _acquire(self, fresh: bool = False) -> _Connection:
         waited = False

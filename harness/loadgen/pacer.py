@@ -44,7 +44,7 @@ class Pacer:
 
     def _run(self) -> None:
         if self._realtime:
-            set_realtime_priority()
+            set_realtime_priority(PACER_PRIORITY)
         deadlines, clock = self._deadlines, self._clock
         i, n = 0, len(deadlines)
         while i < n and not self._stop.is_set():
@@ -68,12 +68,17 @@ class Pacer:
                 return
 
 
-def set_realtime_priority() -> object | None:
-    """Put the calling thread under SCHED_FIFO (priority 1, not inherited by children); returns
-    the previous (policy, priority) to restore, or None if not permitted here."""
+PACER_PRIORITY, LOOP_PRIORITY = 2, 1  # SCHED_FIFO: a due send preempts the loop reading a burst
+
+
+def set_realtime_priority(priority: int = LOOP_PRIORITY) -> object | None:
+    """Put the calling thread under SCHED_FIFO (not inherited by children); returns the previous
+    (policy, priority) to restore, or None if not permitted here. The pacer thread runs one
+    above the event loop's: at equal FIFO priority it would wait for the loop to block, which
+    during a burst of reads is a millisecond or more."""
     try:
         old = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(1))
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(priority))
         return old
     except (AttributeError, PermissionError, OSError):
         return None

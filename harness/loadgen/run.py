@@ -142,6 +142,8 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     # Serialized before the clock starts: sending is one write.
     path = API_PATHS[opts.api]
     attempts = [_Attempt(target.request("POST", path, _body(r, opts, continuous), headers)) for r in requests]
+    if opts.concurrency is None:
+        await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
     bar = tqdm(total=n, desc=opts.progress_desc, unit="req", disable=not opts.progress, file=sys.stderr,
                leave=False, mininterval=0.5)
     tasks: set[asyncio.Task] = set()
