@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from harness.loadgen.http import CONNECT_FAILED, CONNECTION_LOST, ConnectionPool, Exchange, Target
+from harness.loadgen.http import CONNECT_FAILED, CONNECTION_LOST, Exchange, Target
+from harness.loadgen.pool import ConnectionPool
 from harness.records import error_kind
 
 

@@ -38,9 +38,10 @@ from collections.abc import Sequence
 from tqdm import tqdm
 
 from harness.loadgen.collect import UNFINISHED, LoadResult, collect
-from harness.loadgen.http import ConnectionPool, Exchange, Target
+from harness.loadgen.http import Exchange, Target
 from harness.loadgen.options import LoadOptions
 from harness.loadgen.pacer import Pacer, restore_priority, set_realtime_priority
+from harness.loadgen.pool import ConnectionPool
 from harness.loadgen.sse import SseSplitter
 from harness.loadgen.validity import ClientLoad
 from harness.records import RequestSpec
