@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "results"
 
@@ -49,3 +51,18 @@ def test_nightly_passes_unchanged_and_fails_on_drift(tmp_path):
 def test_nightly_without_reference_is_bad_input(tmp_path):
     p = run("nightly", f"reference={tmp_path / 'none'}")
     assert p.returncode == 2 and p.stderr.startswith("error: no reference runs")
+
+
+def test_a_failing_job_loses_no_other_and_is_named(tmp_path, capsys):
+    from common.errors import HarnessError
+    from harness.commands.jobs import find_run, run_configs
+    from harness.config import compose
+
+    common = ["scheduler=[sarathi]", "search.num_requests=16", "progress=false", f"results_dir={tmp_path}"]
+    good = compose(["experiment=mistral7b_strict", *common])
+    bad = compose(["experiment=yi34b_tp2_strict", "perf=profile", *common])  # no perf.path: fails when planned
+    with pytest.raises(HarnessError, match="1 of 2 configs failed: yi34b_tp2_strict"):
+        run_configs([bad, good], n_jobs=2)
+    out = capsys.readouterr().out
+    assert "yi34b_tp2_strict: FAILED" in out and "mistral7b_strict: done" in out and "perf.path" in out
+    assert find_run(good) is not None and find_run(bad) is None  # the good job's results were kept

@@ -53,19 +53,23 @@ def _run(coro):
     return asyncio.run(coro)
 
 
-@pytest.mark.parametrize("cut", range(1, len(HEAD_CHUNKED + _chunked(*EVENTS)), 7))
-def test_chunked_body_split_anywhere_gives_the_same_payload(cut):
-    data = HEAD_CHUNKED + _chunked(*EVENTS)
-
+def _one_exchange(answer, pieces_at=None) -> Exchange:
+    """One POST through a fresh pool to a server answering with `answer` (see _serve)."""
     async def go():
-        server, port = await _serve(lambda h: data, [cut])
+        server, port = await _serve(answer, pieces_at)
         pool = ConnectionPool(Target.parse(f"http://127.0.0.1:{port}"), 4)
         x = Exchange(pool.target.request("POST", "/v1/completions", b"{}"))
         await pool.exchange(x)
         pool.close()
         server.close()
         return x
-    x = _run(go())
+    return _run(go())
+
+
+@pytest.mark.parametrize("cut", range(1, len(HEAD_CHUNKED + _chunked(*EVENTS)), 7))
+def test_chunked_body_split_anywhere_gives_the_same_payload(cut):
+    data = HEAD_CHUNKED + _chunked(*EVENTS)
+    x = _one_exchange(lambda h: data, [cut])
     assert x.error is None and x.status == 200 and x.done.done()
     assert x.body == b"".join(EVENTS)
     times = [t for t, _ in x.pieces]
@@ -144,15 +148,8 @@ def test_errors_name_their_kind():
     msg = _run(refused())
     assert msg.startswith(CONNECT_FAILED) and error_kind(msg) == "connect"
 
-    async def cut():  # a fresh connection closed mid-body: never retried, an error
-        server, port = await _serve(lambda h: (HEAD_CHUNKED + b"5\r\nab", True))
-        pool = ConnectionPool(Target.parse(f"http://127.0.0.1:{port}"), 1)
-        x = Exchange(pool.target.request("POST", "/", b"{}"))
-        await pool.exchange(x)
-        pool.close()
-        server.close()
-        return x
-    x = _run(cut())
+    # A fresh connection closed mid-body: never retried, an error.
+    x = _one_exchange(lambda h: (HEAD_CHUNKED + b"5\r\nab", True))
     assert x.error.startswith(CONNECTION_LOST) and error_kind(x.error) == "stream_cut"
     assert x.body == b"ab"
 

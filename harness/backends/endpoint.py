@@ -36,6 +36,7 @@ from harness.loadgen.run import API_PATHS
 from harness.records import RequestSpec, error_kind
 from harness.workload.text_prompts import TextPrompter, with_prompt_texts
 
+CALIBRATION_STREAM = 99  # rng sub-stream of the two calibration prompts
 API_KEY_ENV = "OPENAI_API_KEY"  # the OpenAI SDK's variable: used when backend.api_key is not set
 
 
@@ -158,7 +159,8 @@ class EndpointBackend:
         """The tokens the server adds to every prompt; a one-line error if it does not count as
         our tokenizer does (the difference of two prompts' counts must be theirs under it)."""
         short, long_ = (8, 40)
-        texts = self.prompter.texts([short, long_], [(self.job.seed, 99, 0), (self.job.seed, 99, 1)])
+        # Seeded apart from the run's own prompts (text_prompts.TEXT_STREAM): no shared prefix to cache.
+        texts = self.prompter.texts([short, long_], [(self.job.seed, CALIBRATION_STREAM, 0), (self.job.seed, CALIBRATION_STREAM, 1)])
         a, b = self._counted(model, texts[0]), self._counted(model, texts[1])
         if b - a != long_ - short or a < short:
             raise HarnessError(f"tokenizer {self.prompter.source} does not count as {model} at {self.base_url} does: "

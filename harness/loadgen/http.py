@@ -264,6 +264,10 @@ class _Connection(asyncio.Protocol):
         if not x.done.done():
             x.done.set_result(None)
 
+    def reusable(self, now: float) -> bool:
+        """Open, and idle for less than IDLE_REUSE_S (the server may be about to drop it)."""
+        return not self.closed and now - self.idle_since < IDLE_REUSE_S
+
     def abort(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.closed = True

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from harness.loadgen.http import (
     CONNECT_FAILED,
     CONNECTION_LOST,
-    IDLE_REUSE_S,
     SPARE_FRACTION,
     SPARE_MIN,
     Exchange,
@@ -36,6 +35,7 @@ class ConnectionPool:
         self.waiters: deque[asyncio.Future] = deque()
         self.waited = 0  # requests that found every connection busy and waited for one
         self.peak_open = 0
+        self.direct_sends = 0  # requests the pacer thread wrote itself (only it writes this count)
         self._connecting = 0
 
     @property
@@ -74,11 +74,12 @@ class ConnectionPool:
                 c = self.idle.pop()  # atomic under the GIL; the loop only appends and removes
             except IndexError:
                 return None
-            if c.closed or c.fd < 0 or now - c.idle_since >= IDLE_REUSE_S:
+            if c.fd < 0 or not c.reusable(now):
                 self.loop.call_soon_threadsafe(c.abort)
                 continue
             self.busy.add(c)
             if c.send_from_thread(x):
+                self.direct_sends += 1
                 self.loop.call_soon_threadsafe(self.replenish)
                 return c
 
@@ -87,11 +88,10 @@ class ConnectionPool:
         end at the rate they start, and a request that must connect first goes by the loop."""
         return min(self.limit - len(self.busy), SPARE_MIN + int(len(self.busy) * SPARE_FRACTION))
 
-    def replenish(self) -> None:
+    def replenish(self) -> list[asyncio.Task]:
         """Opens connections (in the background) until `spares_wanted` are idle or connecting."""
         missing = min(self.spares_wanted() - len(self.idle) - self._connecting, self.limit - self.num_open)
-        for _ in range(max(0, missing)):
-            self.loop.create_task(self._spare())
+        return [self.loop.create_task(self._spare()) for _ in range(max(0, missing))]
 
     async def _spare(self) -> None:
         try:
@@ -103,9 +103,7 @@ class ConnectionPool:
 
     async def prewarm(self) -> None:
         """Before the clock starts: the first spares, open and idle."""
-        self.replenish()
-        while self._connecting:
-            await asyncio.sleep(0.001)
+        await asyncio.gather(*self.replenish())
 
     async def _acquire(self, fresh: bool = False) -> _Connection:
         waited = False
@@ -113,7 +111,7 @@ class ConnectionPool:
             now = self.clock()
             while self.idle and not fresh:
                 c = self.idle.pop()  # the most recently used: the least likely to be dropped
-                if not c.closed and now - c.idle_since < IDLE_REUSE_S:
+                if c.reusable(now):
                     self.busy.add(c)
                     return c
                 c.abort()
@@ -137,21 +135,19 @@ class ConnectionPool:
     async def _connect(self) -> _Connection:
         t = self.target
         self._connecting += 1
+        conn = None
         try:
             _, conn = await asyncio.wait_for(
                 self.loop.create_connection(lambda: _Connection(self), t.host, t.port, ssl=self.ssl,
                                             server_hostname=t.host if t.tls else None),
                 timeout=self.connect_timeout_s)
         except (OSError, TimeoutError) as e:
-            self._connecting -= 1
-            self._hand_over(None)  # the slot is free again: a waiter may try
             reason = f"timed out after {self.connect_timeout_s:g} s" if isinstance(e, TimeoutError) else str(e)
             raise ConnectionError(f"{CONNECT_FAILED}{t.host}:{t.port}: {reason}") from None
-        except BaseException:
+        finally:
             self._connecting -= 1
-            self._hand_over(None)
-            raise
-        self._connecting -= 1
+            if conn is None:
+                self._hand_over(None)  # the slot is free again: a waiter may try
         self.busy.add(conn)
         self.peak_open = max(self.peak_open, self.num_open)
         return conn

@@ -258,5 +258,6 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         restore_priority(old_priority)
         bar.close()
     wall = clock() - t0
-    client = ClientLoad(time.process_time() - cpu0, wall, pool.limit, pool.peak_open, pool.waited, continuous)
+    client = ClientLoad(time.process_time() - cpu0, wall, pool.limit, pool.peak_open, pool.waited, continuous,
+                        pool.direct_sends)
     return collect(requests, attempts, t0, opts, client, aborted[0])

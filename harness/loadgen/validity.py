@@ -35,6 +35,7 @@ class ClientLoad:
     peak_connections: int
     waited_for_connection: int  # requests that found every connection busy
     continuous_usage: bool  # whether it asked for usage on every event
+    direct_sends: int = 0  # requests its pacer thread wrote itself, not waiting for the event loop
 
     @property
     def cpu_fraction(self) -> float:

@@ -26,7 +26,7 @@ class LiveRunOptions:
     progress: bool = True
     progress_desc: str = "requests"
     realtime_priority: bool = False  # client threads under SCHED_FIFO (see harness/loadgen/options.py)
-    max_connections: int = 4096  # the client's connection pool (harness/loadgen/options.py)
+    max_connections: int = LoadOptions.max_connections  # the client's connection pool
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
 
 
@@ -39,7 +39,8 @@ class ClientSettings(BackendSettings):
     lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
     client_realtime_priority: bool = False  # SCHED_FIFO for the client's threads (root): steadier dispatch
     health_timeout_s: float = 15.0  # a server whose /health answers nothing for this long breaks the run (0: off)
-    max_connections: int = 4096  # at most this many requests in flight; past it the probe is the client's saturation
+    # At most this many requests in flight; past it the probe is the client's saturation.
+    max_connections: int = LoadOptions.max_connections
 
 
 def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
