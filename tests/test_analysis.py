@@ -35,7 +35,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
 @pytest.fixture(scope="module")
 def inputs():
-    return load_inputs(FIXTURE)
+    return load_inputs(FIXTURE, include_other=True)  # the fixture's runs are 128-request runs
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +253,7 @@ def figs(inputs):
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("figures")
-    write_report(FIXTURE, out)
+    write_report(FIXTURE, out, include_other=True)
     return out
 
 

@@ -22,6 +22,9 @@ def test_figure_all_from_saved_results(tmp_path):
     report = (tmp_path / "REPORT.md").read_text()
     assert "fig10_11_capacity.png" in report and "perf/perf_fig14_chunking_overhead.png" in report
     assert all((tmp_path / f).stat().st_size > 20_000 for f in ("fig01_generation_stall.png", "fig10_11_capacity.png"))
+    # The fixture's 128-request runs are not at the paper's settings: listed, and the reference drawn instead.
+    assert "run(s) left out, not at the paper's settings" in report and "search.num_requests=128 (paper: 2048)" in report
+    assert "drawn from the reference runs" in report
     p = run("figure=nope", "run_missing=false")
     assert p.returncode == 2 and "unknown figure" in p.stderr
 

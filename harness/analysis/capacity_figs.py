@@ -35,6 +35,14 @@ def paper_deployments(paper: Paper) -> set[tuple[str, str]]:
     return {(d["model"], d["parallel"]) for d in paper.raw.get("deployments", [])}
 
 
+def _off_paper(rows: pd.DataFrame) -> set[tuple]:
+    """(dataset, SLO) groups holding a run not at the paper's settings (drawn only when asked)."""
+    if "settings" not in rows:
+        return set()
+    off = rows[rows["settings"].fillna("") != ""]
+    return set(zip(off["dataset"], off["slo_tbt_s"]))
+
+
 # ----------------------------------------------------------------------------- Fig. 10-11
 def capacity_rows(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     """The rows Fig. 10-11 draws: main schedulers with the paper's knobs on the paper's deployments."""
@@ -93,7 +101,7 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                 for base in ("vllm", "orca"):
                     if base in cell.index and cell.at[base, "capacity_qps"] > 0:
                         r = cell.at["sarathi", "capacity_qps"] / cell.at[base, "capacity_qps"]
-                        pub = claims.get((model, parallel, dataset, kind, base))
+                        pub = claims.get((model, parallel, dataset, kind, base), claims.get((model, parallel, None, kind, base)))
                         lines.append(f"{r:.1f}× {style.scheduler_label(base)}" + (f" (paper {pub:g}×)" if pub else " (paper: –)"))
             if lines:
                 ymax = float(cell["capacity_qps"].max())
@@ -102,14 +110,18 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
         ax.grid(axis="x", visible=False)
         ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels([f"{style.dataset_label(ds)}\n{k}\nP99 TBT ≤ {t:g} s" for ds, k, t in groups.itertuples(index=False)],
-                           fontsize=8)
+        off = _off_paper(d)
+        ax.set_xticklabels([("✱ " if (ds, t) in off else "") + f"{style.dataset_label(ds)}\n{k}\nP99 TBT ≤ {t:g} s"
+                            for ds, k, t in groups.itertuples(index=False)], fontsize=8)
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_ylim(0, top * 1.35 if top > 0 else 1)
         ax.set_title(style.deployment_label(model, parallel, gpu, ngpu))
         ax.set_xlabel("dataset, SLO (P99 TBT)")
         ax.set_ylabel("capacity (QPS)")
-    _legend(fig, axes, note="hatched: saturated search (capacity is a lower bound)" if rows["saturated"].any() else "")
+    notes = ["hatched: saturated search (capacity is a lower bound)"] if rows["saturated"].any() else []
+    if _off_paper(rows):
+        notes.append("✱ not at the paper's settings (see the report)")
+    _legend(fig, axes, note="; ".join(notes))
     fig.suptitle("Serving capacity under the P99 TBT SLO and median scheduling delay ≤ 2 s (Fig. 10–11 analog)", y=1.02)
     fig.tight_layout()
     return fig
@@ -124,7 +136,7 @@ def _legend(fig: Figure, axes, note: str = "") -> None:
                 labels.append(lab)
     if handles:
         fig.legend([handles[lab] for lab in labels], labels, loc="upper center", bbox_to_anchor=(0.5, -0.01),
-                   ncol=min(len(labels), 6), frameon=False, title=note or None, title_fontsize=8)
+                   ncol=min(len(labels), 6 if max(map(len, labels)) < 16 else 3), frameon=False, title=note or None, title_fontsize=8)
 
 
 # ----------------------------------------------------------------------------- Fig. 12
@@ -140,27 +152,39 @@ def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
     if rows.empty:
         raise MissingResults("no deployment has capacity results at two or more SLOs "
                              "(run e.g. experiment=yi34b_tp2_strict and experiment=yi34b_tp2_relaxed)")
+    # One panel per model and GPU count: a second parallel layout of the same GPUs (Falcon-180B's
+    # TP-8, run for vLLM only, Fig. 13's baseline) is a line style in that panel, not a panel alone.
     deps = _deployment_order(rows, paper)
-    fig, axes = style.panels(len(deps))
-    datasets = sorted(rows["dataset"].unique(), reverse=True)
+    panels = list(dict.fromkeys((m, gpu, n) for m, _, gpu, n in deps))
+    fig, axes = style.panels(len(panels))
     dashes = ["-", "--", ":", "-."]
-    for ax, (model, parallel, gpu, ngpu) in zip(axes, deps):
-        d = rows[(rows["model"] == model) & (rows["parallel"] == parallel)]
+    many_ds = rows["dataset"].nunique() > 1  # one labelling for every panel: the legend is shared
+    for ax, (model, gpu, ngpu) in zip(axes, panels):
+        d = rows[(rows["model"] == model) & (rows["gpu"] == gpu) & (rows["num_gpus"] == ngpu)]
+        layouts = [p for m, p, g, n in deps if (m, g, n) == (model, gpu, ngpu)]
+        styles = [(ds, p) for p in layouts for ds in sorted(d.loc[d["parallel"] == p, "dataset"].unique(), reverse=True)]
         for s in _ordered(d["scheduler"], style.SCHEDULER_ORDER):
-            for di, ds in enumerate(datasets):
-                g = d[(d["scheduler"] == s) & (d["dataset"] == ds)].sort_values("slo_tbt_s")
+            for i, (ds, par) in enumerate(styles):
+                g = d[(d["scheduler"] == s) & (d["dataset"] == ds) & (d["parallel"] == par)].sort_values("slo_tbt_s")
                 if g.empty:
                     continue
-                label = style.scheduler_label(s) + (f" · {style.dataset_label(ds)}" if len(datasets) > 1 else "")
-                ax.plot(g["slo_tbt_s"], g["capacity_qps"], dashes[di % len(dashes)], marker="o",
-                        color=style.scheduler_color(s), label=label)
+                label = style.scheduler_label(s) + (f" · {style.dataset_label(ds)}" if many_ds else "")
+                other_layout = par != layouts[0]  # named beside its line: the shared legend is per scheduler
+                ax.plot(g["slo_tbt_s"], g["capacity_qps"], ":" if other_layout else dashes[i % len(dashes)], marker="o",
+                        color=style.scheduler_color(s), label="_" + label if other_layout else label)
+                if other_layout:
+                    ax.annotate(f"{style.scheduler_label(s)} {style.parallel_label(par)}",
+                                (g["slo_tbt_s"].iloc[-1], g["capacity_qps"].iloc[-1]), xytext=(-4, 6),
+                                textcoords="offset points", ha="right", fontsize=8, color=style.scheduler_color(s))
         style.plain_log(ax, "x")
         slos = sorted(d["slo_tbt_s"].unique())
         ax.set_xticks(slos)
         ax.set_xticklabels([f"{v:g}" for v in slos])
         ax.set_xlim(slos[0] / 1.4, slos[-1] * 1.4)
         ax.set_ylim(bottom=0)
-        ax.set_title(style.deployment_label(model, parallel, gpu, ngpu))
+        ax.set_title(f"{style.MODEL_LABELS.get(model, model)} {style.parallel_label(layouts[0])}"
+                     + "".join(f" (dotted: {style.parallel_label(p)})" for p in layouts[1:])
+                     + f" · {ngpu}× {style.GPU_LABELS.get(gpu, gpu)}")
         ax.set_xlabel("P99 TBT SLO (s, log scale)")
         ax.set_ylabel("capacity (QPS)")
     _legend(fig, axes)

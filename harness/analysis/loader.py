@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +35,10 @@ RUN_COLUMNS = (
     "deployment", "dataset", "num_requests", "slo_kind", "slo_tbt_s", "slo_tbt_quantile",
     "slo_delay_s", "scheduler", "policy", "token_budget", "max_num_seqs", "capacity_qps",
     "bracket_lo_qps", "bracket_hi_qps", "saturated", "num_probes", "num_seeds", "capacity_mean_qps",
-    "capacity_std_qps", "mode", "fixed_qps", "seed", "git_commit", "backend",
+    "capacity_std_qps", "mode", "fixed_qps", "seed", "git_commit", "backend", "settings", "results_from",
 )
+
+Judge = Callable[[dict], str]
 
 _STAMP = re.compile(r"^(\d{8}-\d{6})(?:-(\d+))?$")
 
@@ -85,7 +87,7 @@ def parallel_name(tp: int, pp: int) -> str:
     return f"tp{tp}" if pp == 1 else f"tp{tp}pp{pp}"
 
 
-def _run_fields(r: RunDir, summary: dict, config: dict) -> dict:
+def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> dict:
     par = config.get("parallel") or {}
     tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
     slo = summary.get("slo") or {}
@@ -114,6 +116,9 @@ def _run_fields(r: RunDir, summary: dict, config: dict) -> dict:
         "seed": summary.get("seed"),
         "git_commit": summary.get("git_commit"),
         "backend": summary.get("backend"),
+        # "" at the paper's settings, else why not (harness.analysis.settings); None when not judged.
+        "settings": judge(config) if judge else None,
+        "results_from": str(r.path.parent.parent),  # the results directory the run was read from
     }
 
 
@@ -152,19 +157,27 @@ def _frame(rows: list[dict], columns: Iterable[str]) -> pd.DataFrame:
     return df
 
 
-def _latest(df: pd.DataFrame) -> pd.DataFrame:
-    if df.empty:
-        return df
+def latest_per_cell(runs: pd.DataFrame, probes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Only the newest run of each CELL_KEY, and those runs' probes."""
+    if runs.empty:
+        return runs, probes
     # find_runs returns oldest first and rows keep that order: the last of each cell is newest.
-    return df.drop_duplicates(list(CELL_KEY), keep="last").reset_index(drop=True)
+    runs = runs.drop_duplicates(list(CELL_KEY), keep="last").reset_index(drop=True)
+    return runs, probes_of(runs, probes)
 
 
-def _collect(results_dir: str | Path) -> tuple[list[dict], list[dict]]:
+def probes_of(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
+    """The probes of the (run, scheduler) rows in `runs`."""
+    keep = set(zip(runs["run_dir"], runs["scheduler"]))
+    return probes[[k in keep for k in zip(probes["run_dir"], probes["scheduler"])]].reset_index(drop=True)
+
+
+def _collect(results_dir: str | Path, judge: Judge | None) -> tuple[list[dict], list[dict]]:
     """Every run read once: (run rows, probe rows), oldest run first."""
     run_rows, probe_rows = [], []
     for r in find_runs(results_dir):
         summary, config = _read_run(r)
-        base = _run_fields(r, summary, config)
+        base = _run_fields(r, summary, config, judge)
         for name, s in (summary.get("schedulers") or {}).items():
             sched = _scheduler_fields(name, s)
             run_rows.append({**base, **sched})
@@ -181,16 +194,14 @@ def _collect(results_dir: str | Path) -> tuple[list[dict], list[dict]]:
 PROBE_FRAME_COLUMNS = (*RUN_COLUMNS, *PROBE_COLUMNS, "run_seed", "probe_index", "is_capacity")
 
 
-def load_results(results_dir: str | Path, latest: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(load_runs, load_probes) with every file read once."""
-    run_rows, probe_rows = _collect(results_dir)
+def load_results(results_dir: str | Path, latest: bool = True,
+                 judge: Judge | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(load_runs, load_probes) with every file read once. `judge(config)` fills the `settings`
+    column (harness.analysis.settings.judge: "" at the paper's settings, else why not)."""
+    run_rows, probe_rows = _collect(results_dir, judge)
     runs = _frame(run_rows, RUN_COLUMNS)
     probes = _frame(probe_rows, PROBE_FRAME_COLUMNS)
-    if latest and not runs.empty:
-        runs = _latest(runs)
-        keep = set(zip(runs["run_dir"], runs["scheduler"]))
-        probes = probes[[k in keep for k in zip(probes["run_dir"], probes["scheduler"])]].reset_index(drop=True)
-    return runs, probes
+    return latest_per_cell(runs, probes) if latest else (runs, probes)
 
 
 def load_runs(results_dir: str | Path, latest: bool = True) -> pd.DataFrame:

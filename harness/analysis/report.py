@@ -17,6 +17,7 @@ from harness.analysis.compare import capacity_ratio_table, latency_ratio_table, 
 from harness.analysis.figures import FigureOutcome, Inputs, build_figures, load_inputs
 from harness.analysis.paper import PAPER_FILE
 from harness.analysis.perf_facts import perf_fact_table
+from harness.results.store import provenance
 
 REPORT_NAME = "REPORT.md"
 
@@ -57,8 +58,45 @@ def _perf_figures_section(paths: list[Path], figures_dir: Path) -> list[str]:
     return out
 
 
+def _short(commit) -> str:
+    return str(commit)[:10] if isinstance(commit, str) and commit else "unknown"
+
+
+def _provenance_section(inputs: Inputs, head_commit: str | None) -> list[str]:
+    """Which runs the report drew, where each came from, and which it left out and why."""
+    runs, out = inputs.runs, ["## Runs used", ""]
+    if runs.empty and inputs.left_out.empty:
+        return []
+    own = runs[runs["results_from"] != str(inputs.reference_dir)] if inputs.reference_dir else runs
+    ref = runs.drop(own.index)
+    if own.empty:
+        out.append(f"- No run of yours in `{inputs.results_dir}` is drawn.")
+    else:
+        off = own.loc[own["settings"] != "", "run_dir"].nunique()
+        out.append(f"- {own['run_dir'].nunique()} run(s) from `{inputs.results_dir}`" + (
+            f"; {off} of them **not at the paper's settings** (included on request, marked ✱)." if off
+            else ", every one at the paper's settings."))
+    if not ref.empty:
+        commits = sorted({_short(c) for c in ref["git_commit"]})
+        line = (f"- {ref['run_dir'].nunique()} cell(s) without a run of yours at the paper's settings are drawn from the "
+                f"reference runs in `{inputs.reference_dir}` (commit {', '.join(commits)})")
+        if head_commit and any(not head_commit.startswith(c) for c in commits if c != "unknown"):
+            line += (f", **older than this checkout ({_short(head_commit)})**: re-run a cell (`python -m harness "
+                     "experiment=...`) to draw it from today's code")
+        out.append(line + ".")
+    if not inputs.left_out.empty:
+        lo = inputs.left_out.drop_duplicates("run_dir")
+        out += [f"- {len(lo)} run(s) left out, not at the paper's settings (`include_other=true` draws them, marked):", ""]
+        out += [tables.markdown([(r["experiment"], r["run"], r["settings"]) for _, r in lo.iterrows()],
+                                ("experiment", "run", "why left out"))]
+    own_commits = sorted({_short(c) for c in own["git_commit"]})
+    if len(own_commits) > 1:
+        out.append(f"- Your runs come from {len(own_commits)} commits ({', '.join(own_commits)}).")
+    return out + [""]
+
+
 def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_dir: Path,
-                  perf_figures: list[Path] | None = None) -> str:
+                  perf_figures: list[Path] | None = None, head_commit: str | None = None) -> str:
     """The markdown text (pure: inputs and figure outcomes in, text out)."""
     paper = inputs.paper
     runs = inputs.runs
@@ -76,9 +114,7 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
     ]
     if runs.empty:
         lines += ["**No finished runs found.** Run e.g. `python -m harness experiment=yi34b_tp2_strict`.", ""]
-    commits = sorted({str(c)[:10] for c in runs["git_commit"].dropna()}) if not runs.empty else []
-    if len(commits) > 1:
-        lines += [f"Note: the runs come from {len(commits)} commits ({', '.join(commits)}).", ""]
+    lines += _provenance_section(inputs, head_commit)
     # Capacity searches only: Table 4's fixed-rate runs use 128 requests, as the paper does.
     small = runs[(runs["num_requests"] < 2048) & (runs["mode"] != "fixed_rate")] if not runs.empty else runs
     if not small.empty:
@@ -108,17 +144,20 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
 
 
 def write_report(results_dir: str | Path = "results", figures_dir: str | Path = "figures",
-                 paper_path: str | Path = PAPER_FILE, perf_figures: bool = True) -> Path:
+                 paper_path: str | Path = PAPER_FILE, perf_figures: bool = True,
+                 reference_dir: str | Path | None = None, include_other: bool = False) -> Path:
     """Build figures/*.png and figures/REPORT.md from results_dir (plus, with `perf_figures`, the
-    performance model's own figures under figures/perf/). Returns the report's path."""
+    performance model's own figures under figures/perf/). Cells missing there come from
+    `reference_dir`; runs not at the paper's settings are left out unless `include_other`.
+    Returns the report's path."""
     from harness.analysis.perf_figures import save_all
 
     figures_dir = Path(figures_dir)
     figures_dir.mkdir(parents=True, exist_ok=True)
-    inputs = load_inputs(results_dir, paper_path)
+    inputs = load_inputs(results_dir, paper_path, reference_dir, include_other)
     outcomes = build_figures(inputs, figures_dir)
     perf_paths = save_all(figures_dir / "perf") if perf_figures else []
-    text = render_report(inputs, outcomes, figures_dir, perf_paths)
+    text = render_report(inputs, outcomes, figures_dir, perf_paths, provenance()["git_commit"])
     # Table 4 alone as well: it is the one table people paste elsewhere.
     (figures_dir / "table4.md").write_text(tables.table4_markdown(table4_frame(inputs.probes, inputs.paper)) + "\n")
     path = figures_dir / REPORT_NAME

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from collections.abc import Sequence
 
 import pandas as pd
@@ -13,12 +14,15 @@ def fmt(x, digits: int = 3) -> str:
     if x is None:
         return "—"
     if isinstance(x, bool):
-        return "yes" if x else "**no**"
+        return "yes" if x else "no"
     if isinstance(x, float):
         if math.isnan(x):
             return "—"
         if math.isinf(x):
             return "∞"
+        # Budgets, request counts and large rates read as numbers, not 2.05e+03.
+        if x.is_integer() or abs(x) >= 10 ** digits:
+            return f"{x:.0f}"
         return f"{x:.{digits}g}"
     return str(x).replace("|", "\\|")
 
@@ -76,10 +80,15 @@ def capacity_markdown(runs: pd.DataFrame) -> str:
     """Every (run, scheduler) the report read: the raw numbers behind the figures."""
     cols = ["experiment", "run", "model", "parallel", "gpu", "dataset", "num_requests", "slo_kind", "slo_tbt_s",
             "scheduler", "token_budget", "max_num_seqs", "capacity_qps", "bracket_hi_qps", "saturated", "num_seeds",
-            "git_commit"]
+            "git_commit", "results_from"]
     r = runs.sort_values(["num_gpus", "model", "parallel", "dataset", "slo_tbt_s", "experiment", "scheduler"])
-    rows = [tuple((str(v)[:10] if c == "git_commit" and v else v) for c, v in zip(cols, row))
-            for row in r[cols].itertuples(index=False)]
+    rows = []
+    for row, why in zip(r[cols].itertuples(index=False), r["settings"].fillna("")):
+        cells = [(str(v)[:10] if c == "git_commit" and v else Path(v).name if c == "results_from" else v)
+                 for c, v in zip(cols, row)]
+        if why:  # not at the paper's settings: marked, and the report says why
+            cells[0] = f"✱ {cells[0]}"
+        rows.append(tuple(cells))
     return markdown(rows, ("experiment", "run", "model", "parallel", "GPU", "dataset", "requests/probe", "SLO",
                            "P99 TBT SLO (s)", "scheduler", "token budget", "max batch", "capacity (QPS)",
-                           "lowest failing (QPS)", "saturated", "seeds", "commit"))
+                           "lowest failing (QPS)", "saturated", "seeds", "commit", "from"))

@@ -1,8 +1,10 @@
-"""`python -m harness figure=NAME|all [results_dir=results] [figures_dir=figures] [run_missing=true] [n_jobs=2]`
+"""`python -m harness figure=NAME|all [results_dir=results] [figures_dir=figures] [run_missing=true] [n_jobs=2]
+[reference=results/reference] [include_other=false]`
 
 Regenerates figures/REPORT.md and every figure (or one: names in harness.analysis.figures.FIGURES);
 with run_missing, first runs, in simulation, the cells of the paper's matrix that have no results
-yet (harness.analysis.matrix).
+yet (harness.analysis.matrix). Runs not at the paper's settings are left out (and listed in the
+report) unless include_other; cells without a run of the user's come from the reference runs.
 """
 from __future__ import annotations
 
@@ -17,16 +19,19 @@ def figure_command(argv: list[str]) -> int:
     from harness.commands.jobs import run_configs
     from harness.config import compose
 
-    opts = parse_options(argv, {"figure": "all", "results_dir": "results", "figures_dir": "figures", "run_missing": True, "n_jobs": 2})
+    opts = parse_options(argv, {"figure": "all", "results_dir": "results", "figures_dir": "figures", "run_missing": True, "n_jobs": 2,
+                                 "reference": "results/reference", "include_other": False})
     names = [f.name for f in FIGURES]
     if opts["figure"] != "all" and opts["figure"] not in names:
         raise HarnessError(f"unknown figure {opts['figure']!r}; known: all, {', '.join(names)}")
+    reference, other = opts["reference"] or None, opts["include_other"]
     if opts["run_missing"]:
         configs = [compose([*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"]) for cell in paper_matrix()]
         run_configs(configs, n_jobs=opts["n_jobs"])
     if opts["figure"] == "all":
-        print(f"report: {write_report(opts['results_dir'], opts['figures_dir'])}")
+        print(f"report: {write_report(opts['results_dir'], opts['figures_dir'], reference_dir=reference, include_other=other)}")
     else:
-        for o in build_figures(load_inputs(opts["results_dir"]), opts["figures_dir"], only=(opts["figure"],)):
+        inputs = load_inputs(opts["results_dir"], reference_dir=reference, include_other=other)
+        for o in build_figures(inputs, opts["figures_dir"], only=(opts["figure"],)):
             print(f"{o.name}: {o.path or 'skipped: ' + str(o.skipped)}")
     return 0

@@ -12,21 +12,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError, RunBroken
+from harness.config.diff import differences
 
 OUTPUT_KEYS = ("results_dir", "progress", "cache")
 
 
-def _comparable(cfg: DictConfig) -> dict:
-    d = OmegaConf.to_container(cfg, resolve=True)
-    return {k: v for k, v in d.items() if k not in OUTPUT_KEYS}
-
-
-def _same(a, b) -> bool:
-    """Equal configs, where a key only one side has is a field added (or retired) since the other
-    was saved: runs made before a new knob existed ran without it, as its default does."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return all(_same(a[k], b[k]) for k in a.keys() & b.keys())
-    return a == b
+def _same(a: DictConfig, b: DictConfig) -> bool:
+    """The same experiment: every setting both have agrees, except where output goes
+    (harness.config.diff: a key only one side has is a knob added since the other was saved)."""
+    return not differences(OmegaConf.to_container(a, resolve=True), OmegaConf.to_container(b, resolve=True), OUTPUT_KEYS)
 
 
 def find_run(cfg: DictConfig) -> Path | None:
@@ -34,10 +28,9 @@ def find_run(cfg: DictConfig) -> Path | None:
     base = Path(cfg.results_dir) / str(cfg.name)
     if not base.is_dir():
         return None
-    want = _comparable(cfg)
     for run in sorted((d for d in base.iterdir() if not d.name.startswith(".")), reverse=True):
         saved = run / "config.yaml"
-        if (run / "summary.json").exists() and saved.exists() and _same(_comparable(OmegaConf.load(saved)), want):
+        if (run / "summary.json").exists() and saved.exists() and _same(OmegaConf.load(saved), cfg):
             return run
     return None
 

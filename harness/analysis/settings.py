@@ -1,0 +1,57 @@
+"""Is a saved run at the paper's settings? Each run's saved config against its paper cell's.
+
+A paper cell (harness.analysis.matrix) is composed with today's presets; a run belongs to the cell
+with the same experiment name and dataset, and is *at the paper's settings* when every setting
+both configs have agrees. Settings that do not change what is measured (where results go, the
+seed, progress, the backend's own knobs) are not compared. A run from an older commit that lacks
+a newer key is judged on the keys it has.
+
+`judge(config)` returns "" when the run is at the paper's settings, otherwise why not, in words:
+"not a paper cell" or the differing settings with the paper's values ("search.num_requests=256
+(paper: 2048)"). Figures leave such runs out unless asked, and the report lists them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+
+from harness.config.diff import differences as config_differences
+
+# Where results go, which seed and how they are shown do not make a run another experiment; the
+# backend's knobs (live URL, sim fast-forward) are how it ran, recorded with the run, not what.
+IGNORED_PREFIXES = ("name", "seed", "results_dir", "progress", "cache", "backend", "hydra")
+NOT_A_CELL = "not a paper cell"
+
+
+def differences(run: Mapping, cell: Mapping) -> tuple[str, ...]:
+    """Settings of `run` that differ from `cell`, as "key=value (paper: v)". A scheduler only one
+    runs is an extra column of results, not another setting: only shared schedulers' knobs count."""
+    return config_differences(run, cell, IGNORED_PREFIXES, other="paper")
+
+
+def cell_key(config: Mapping) -> tuple[str | None, str | None]:
+    return config.get("name"), (config.get("dataset") or {}).get("name")
+
+
+@lru_cache(maxsize=1)
+def paper_cell_configs() -> Mapping[tuple, dict]:
+    """(experiment name, dataset) -> the composed config of that paper cell, with today's presets."""
+    from omegaconf import OmegaConf
+
+    from harness.analysis.matrix import paper_matrix
+    from harness.config import compose
+
+    out = {}
+    for cell in paper_matrix():
+        cfg = OmegaConf.to_container(compose(list(cell.overrides)), resolve=True)
+        out[cell_key(cfg)] = cfg
+    return out
+
+
+def judge(config: Mapping, cells: Mapping[tuple, dict] | None = None) -> str:
+    """"" when `config` (a run's saved config.yaml) is at its paper cell's settings, else why not."""
+    cells = paper_cell_configs() if cells is None else cells
+    cell = cells.get(cell_key(config))
+    if cell is None:
+        return NOT_A_CELL
+    return "; ".join(differences(config, cell))
