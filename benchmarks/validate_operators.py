@@ -50,11 +50,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engines.perf import operators as ops  # noqa: E402
+from engines.perf.kernels import DEFAULT_STACK, known_stacks  # noqa: E402
 from engines.perf.analytical import PerfModel  # noqa: E402
 from engines.perf.deployment import Deployment  # noqa: E402
 from engines.perf.hardware import get_gpu, get_topology  # noqa: E402
 
 VIDUR = REPO.parent / "shared" / "profiles" / "vidur"  # --profiles overrides
+STACK = DEFAULT_STACK  # --stack overrides
 MS = 1e-3
 
 MODELS = {  # Vidur directory -> catalog name
@@ -91,50 +93,38 @@ def compute_points(gpu_dir: str, catalog_gpu: str) -> list[pd.DataFrame]:
         d = med(raw, ["num_tensor_parallel_workers", "num_tokens"], cols)
         for tp, g in d.groupby("num_tensor_parallel_workers"):
             tp = int(tp)
-            dep = Deployment.create(mname, catalog_gpu, tp=tp)
-            pm = PerfModel(dep)
-            m, gpu = pm.model, pm.gpu
+            pm = PerfModel(Deployment.create(mname, catalog_gpu, tp=tp, stack=STACK))
+            hbm = pm.gpu.hbm_bandwidth
             T = g["num_tokens"].to_numpy(dtype=np.float64)
-            n = T[:, None].copy()
-            c = np.zeros_like(n)
-            comp = pm._components(n, c)
-            # cross-check: the per-GEMM roofline rebuilt from operators.gemm_time + hardware.py
-            for (name, k, nn) in pm._gemm_shapes:
-                ref = ops.gemm_time(T, k, nn, tile=dep.gemm_tile_tokens, flops=gpu.matmul_flops,
-                                    bandwidth=gpu.weight_bandwidth, bytes_per_elem=m.bytes_per_param)
-                assert np.allclose(ref, comp[name], rtol=1e-12, atol=0), name
+            comp = pm._components(T[:, None].copy(), np.zeros((len(T), 1)))
             base = dict(gpu=gpu_dir, catalog_gpu=catalog_gpu, model=vdir, tp=tp, num_tokens=T.astype(int))
             for vop, cname in GEMM_OPS.items():
                 shape = {s[0]: (s[1], s[2]) for s in pm._gemm_shapes}[cname]
                 out.append(pd.DataFrame(dict(base, family=vop, op=vop, gemm_k=shape[0], gemm_n=shape[1],
                                              measured_s=g[f"time_stats.{vop}.median"].to_numpy() * MS,
                                              predicted_s=comp[cname])))
-            # elementwise pieces, same byte formulas as analytical.py
-            h, bpe = m.hidden_size, m.bytes_per_param
-            qh, kvh, hd = m.q_heads_per_gpu(tp), m.kv_heads_per_gpu(tp), m.head_dim
-            inter = m.intermediate_size // tp
-            bw = gpu.mem_bandwidth
-            norm_b = m.norms_per_layer * 4 * h * bpe
-            rope_b = 2 * (qh + kvh) * hd * bpe
-            act_b = (3 if m.gated_mlp else 2) * inter * bpe
-            kvw_b = 2 * 2 * kvh * hd * bpe
-            assert norm_b + rope_b + act_b + kvw_b == pm._elementwise_bytes_per_token
-            assert np.allclose(comp["elementwise"], T * (norm_b + rope_b + act_b + kvw_b) / bw)
+
+            def kernel_time(name: str, count: int | None = None) -> np.ndarray:
+                """The model's time of its `name` kernels of one layer (the first `count` of them)."""
+                ks = [(k, b) for n, k, b in pm.elementwise_kernels if n == name][:count]
+                return sum(k.fixed_s + T * b * k.per_byte(hbm) for k, b in ks)
+
+            # Vidur times both norms and ONE residual add; a fused stack's norm kernel is norm + add.
+            fused = pm.kernels.elementwise.fused_add_norm
             v = {o: g[f"time_stats.{o}.median"].fillna(0.0).to_numpy() * MS for o in ops_}
             pieces = {
-                "ew.norms+add": (v["input_layernorm"] + v["post_attention_layernorm"] + v["add"], norm_b),
-                "ew.rope": (v["attn_rope"], rope_b),
-                "ew.act": (v["mlp_act"], act_b),
+                "ew.norms+add": (v["input_layernorm"] + v["post_attention_layernorm"] + v["add"],
+                                 kernel_time("norm") + (0 if fused else kernel_time("add", 1))),
+                "ew.rope": (v["attn_rope"], kernel_time("rope")),
+                "ew.act": (v["mlp_act"], kernel_time("act")),
             }
-            for fam, (meas, nbytes) in pieces.items():
-                out.append(pd.DataFrame(dict(base, family=fam, op=fam, measured_s=meas,
-                                             predicted_s=T * nbytes / bw)))
-            ew_meas = sum(p[0] for p in pieces.values())
-            ew_pred = comp["elementwise"] - T * kvw_b / bw
+            for fam, (meas, pred) in pieces.items():
+                out.append(pd.DataFrame(dict(base, family=fam, op=fam, measured_s=meas, predicted_s=pred)))
             out.append(pd.DataFrame(dict(base, family="elementwise", op="elementwise(excl. kv save)",
-                                         measured_s=ew_meas, predicted_s=ew_pred)))
+                                         measured_s=sum(p[0] for p in pieces.values()),
+                                         predicted_s=sum(p[1] for p in pieces.values()))))
             out.append(pd.DataFrame(dict(base, family="embedding", op="emb", measured_s=v["emb"],
-                                         predicted_s=T * pm._embedding_per_token)))
+                                         predicted_s=T * pm._embedding_per_token + pm._embedding_fixed)))
     return out
 
 
@@ -143,7 +133,7 @@ def attention_points(catalog_gpu: str) -> list[pd.DataFrame]:
     raw = pd.read_csv(f)
     tp = int(raw["num_tensor_parallel_workers"].iloc[0])
     assert (raw["n_q_head"] == 64).all() and (raw["n_kv_head"] == 8).all() and (raw["n_embd"] == 8192).all()
-    pm = PerfModel(Deployment.create("llama2-70b", catalog_gpu, tp=tp))
+    pm = PerfModel(Deployment.create("llama2-70b", catalog_gpu, tp=tp, stack=STACK))
     out = []
     keys = ["batch_size", "prefill_chunk_size", "kv_cache_size"]
     p = med(raw[raw["is_prefill"]], keys, ["time_stats.attn_prefill.median"])
@@ -248,7 +238,11 @@ def main() -> None:
     ap.add_argument("--profiles", default=None, help="Vidur's data/profiling layout (compute/, network/)")
     ap.add_argument("--compare-a100", action="store_true",
                     help="also print the A100 compute families' MAPE under both catalog cards")
+    ap.add_argument("--stack", default=DEFAULT_STACK, choices=known_stacks(),
+                    help="the engine stack whose kernels price the points (engines/perf/kernels.py)")
     args = ap.parse_args()
+    global STACK
+    STACK = args.stack
     VIDUR = Path(args.profiles) if args.profiles else VIDUR
     if not (VIDUR / "compute").is_dir():
         sys.exit(f"no Vidur profiles at {VIDUR} (--profiles DIR)")
@@ -281,6 +275,13 @@ def main() -> None:
         b = summarize(other[other.gpu == "a100"], ["family"]).set_index("family")["mape_pct"]
         print(f"\nA100 compute MAPE %: {args.a100} vs other card")
         print(pd.DataFrame({args.a100: a, "other": b}).round(1).to_string())
+    by_stack = {}
+    for stack in known_stacks():
+        STACK = stack
+        by_stack[stack] = summarize(build(args.a100), ["family", "gpu"]).set_index(["family", "gpu"])["mape_pct"]
+    STACK = args.stack
+    print("\nMAPE % per family x GPU, by engine stack (perf.stack=):")
+    print(pd.DataFrame(by_stack).round(1).to_string())
     print(f"\nwrote {out / 'points.csv'} ({len(pts)} points) and {out / 'mape.csv'}")
 
 

@@ -71,8 +71,9 @@ def test_falcon_4k_prefill_about_1150ms_per_stage():
 # engine profile found adds the missing 85-115 ms; fitting a constant to close it is ruled out. These stay strict xfails: they
 # fail loudly (XPASS) the day a cited cost closes the gap. See engines/perf/README.md.
 FALCON_DECODE_REASON = (
-    "model: 87 ms through both stages (per stage: 32 ms of weights at 73 % of 1.94 TB/s, 1.6 ms of KV, "
-    "4.8 ms of PCIe all-reduces; + 9.6 ms engine overhead on the last stage); 200 ms needs 2.3x that"
+    "model (perf.stack=sarathi-serve-2024, measured kernels): 89 ms through both stages (last stage: 31 ms of "
+    "GEMMs streaming weights, 2.3 ms of attention, 1.0 ms of elementwise kernels, 4.8 ms of PCIe all-reduces, "
+    "9.6 ms engine overhead); 200 ms needs 2.3x that (the datasheet stack: 87 ms)"
 )
 
 
@@ -89,9 +90,9 @@ SLO_CASES = [
     pytest.param(MISTRAL, 0.1, id="mistral-7b-1xA100"),
     pytest.param(YI, 0.2, id="yi-34b-tp2-A100"),
     pytest.param(LLAMA70, 1.0, id="llama2-70b-tp4pp2-A40", marks=pytest.mark.xfail(strict=True, reason=(
-        "model: 5x decode = 0.58 s. Per stage each A40 streams 17.2 GB of weights at 73 % of 696 GB/s "
-        "(34 ms), reads 5.4 GB of KV (9 ms), does 80 PCIe all-reduces (7.5 ms); 2 stages + 13 ms engine "
-        "overhead (the A40 host's profile) = 116 ms per decode, 58 % of the 200 ms the 1 s SLO implies"))),
+        "model (measured kernels): 5x decode = 0.59 s. Last stage: GEMMs streaming 17.2 GB of weights per "
+        "A40 (34 ms), attention over 5.4 GB of KV (10 ms), 80 PCIe all-reduces (7.5 ms), 13 ms engine overhead "
+        "(the A40 host's profile) = 66 ms; both stages 118 ms per decode, 59 % of the 200 ms the 1 s SLO implies"))),
     pytest.param(FALCON, 1.0, id="falcon-180b-tp4pp2-A100", marks=pytest.mark.xfail(strict=True, reason=(
         "model: 5x decode = 0.44 s; see test_falcon_batch32_decode_about_200ms"))),
 ]
@@ -104,14 +105,28 @@ def test_strict_slo_is_five_decode_iterations(p, slo):
     assert abs(5 * decode_iteration_time(p) / slo - 1) <= 0.35
 
 
+YI_IDEAL = perf("yi-34b", "a100-80g-pcie", tp=2, stack="ideal")
+
+
+@pytest.mark.parametrize("p", [YI, YI_IDEAL], ids=["sarathi-serve-2024", "ideal"])
 @pytest.mark.parametrize("prompt", [2048, 4096, 8192, 16384])
-def test_yi_chunking_overhead(prompt):
+def test_yi_chunking_overhead(prompt, p):
     # Paper (Fig. 14, Yi-34B TP2): chunking costs <= ~25 % with chunks of 512, near 0 at 2048.
     # Tolerance (brief): chunks of 512 <= 35 % more than one go, chunks of 2048 <= 10 % more.
-    whole = YI.iteration_time([prompt], [0])
-    assert chunked_prefill_time(YI, prompt, 512) <= 1.35 * whole
-    assert chunked_prefill_time(YI, prompt, 2048) <= 1.10 * whole
-    assert chunked_prefill_time(YI, prompt, 512) > whole  # chunking is never free
+    whole = p.iteration_time([prompt], [0])
+    assert chunked_prefill_time(p, prompt, 512) <= 1.35 * whole
+    assert chunked_prefill_time(p, prompt, 2048) <= 1.10 * whole
+    if p is YI and prompt > 4096:
+        # A conflict between a measured operator and a published fact, kept visible: the paper's
+        # kernel (Sarathi-Serve's flash_attn_with_kvcache prefill, Vidur's attention.csv) pays the
+        # in-chunk causal triangle like an unmasked rectangle (n = 2048: 0.681 ms over no context,
+        # 1.027 ms over 2048 cached tokens, where causal work triples), so one whole prompt of
+        # 8192 / 16384 tokens costs more attention than 512-token chunks: chunked 5 % / 15 % below
+        # whole, where Fig. 14 shows an overhead. The profile measures chunks up to 4096 tokens only:
+        # longer whole prefills are the law's extrapolation (engines/perf/README.md, "Conflicts").
+        assert chunked_prefill_time(p, prompt, 512) < whole
+    else:
+        assert chunked_prefill_time(p, prompt, 512) > whole  # chunking is never free
 
 
 # ----------------------------------------------------------------------------- operator behaviour
@@ -129,14 +144,24 @@ def test_sliding_window_caps_decode_attention():
     assert llama.breakdown([1] * 8, [20000] * 8)["attention"] > 4 * att[20000]
 
 
-def test_decode_is_bandwidth_bound_prefill_compute_bound():
-    # decode: the linear layers cost about weights / achievable bandwidth
-    g = MISTRAL.gpu
-    weights = MISTRAL.model.weight_bytes - 2 * MISTRAL.model.embedding_params * 2  # minus embedding + LM head
-    assert MISTRAL.breakdown([1] * 32, [1000] * 32)["linear"] == pytest.approx(weights / g.weight_bandwidth, rel=0.02)
-    # prefill of 4096: linear FLOPs / achievable FLOP/s
+@pytest.mark.parametrize("stack", ["ideal", "sarathi-serve-2024"])
+def test_decode_is_bandwidth_bound_prefill_compute_bound(stack):
+    p = perf("mistral-7b", "a100-80g-pcie", stack=stack)
+    g, gemm = p.gpu, p.kernels.gemm
+    # the stack's rates: datasheet fractions, or the measured kernel's (kernels.GemmKernel)
+    weight_bw = g.hbm_bandwidth * gemm.stream_efficiency if gemm.smooth else g.weight_bandwidth
+    flop_rate = g.peak_flops * gemm.compute_efficiency if gemm.smooth else g.matmul_flops
+    weights = p.model.weight_bytes - 2 * p.model.embedding_params * 2  # minus embedding + LM head
+    # decode: the linear layers cost about weights / achievable bandwidth (+ a fixed cost per GEMM),
+    # whatever the batch; the measured kernel's soft knee adds up to 1.19x where the 128-row tile's
+    # compute equals the weight stream (kernels.GemmKernel), the datasheet roofline nothing.
+    streamed = weights / weight_bw + 4 * p.model.num_layers * gemm.fixed_s
+    decode = p.breakdown([1] * 32, [1000] * 32)["linear"]
+    assert decode == pytest.approx(p.breakdown([1], [1000])["linear"], rel=0.05)
+    assert streamed * 0.98 <= decode <= streamed * (1.2 if gemm.smooth else 1.02)
+    # prefill of 4096: linear FLOPs / achievable FLOP/s (short K loses a little of it: k_half)
     flops = 2 * 4096 * (weights / 2)
-    assert MISTRAL.breakdown([4096], [0])["linear"] == pytest.approx(flops / g.matmul_flops, rel=0.01)
+    assert p.breakdown([4096], [0])["linear"] == pytest.approx(flops / flop_rate, rel=0.02)
 
 
 def test_tp_and_pp_communication():

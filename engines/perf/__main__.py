@@ -20,6 +20,7 @@ import numpy as np
 
 from common.errors import HarnessError
 from engines.perf import Deployment, ModelArch, PerfModel, known_gpus, known_models, known_topologies
+from engines.perf.kernels import DEFAULT_STACK, known_attention_kernels, known_stacks
 
 
 def parse_batch(items: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--topology", default=None, help=f"one of {', '.join(known_topologies())}")
     ap.add_argument("--gpus-per-node", type=int, default=None)
+    ap.add_argument("--stack", default=DEFAULT_STACK, help=f"the engine's kernels: one of {', '.join(known_stacks())}")
+    ap.add_argument("--attention-kernel", default=None, help=f"one of {', '.join(known_attention_kernels())}")
     ap.add_argument("--batch", action="append", default=[], metavar="NEW:CTX", help="a batch item; repeatable")
     ap.add_argument("--mem-util", type=float, default=0.9, help="GPU memory utilization for the KV capacity")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -73,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model = ModelArch.from_hf_config(args.model) if Path(args.model).suffix == ".json" else args.model
         d = Deployment.create(model=model, gpu=args.gpu, tp=args.tp, pp=args.pp, topology=args.topology,
-                              gpus_per_node=args.gpus_per_node, **parse_sets(args.set))
+                              gpus_per_node=args.gpus_per_node, stack=args.stack,
+                              attention_kernel=args.attention_kernel, **parse_sets(args.set))
         perf = PerfModel(d)
         new, ctx = parse_batch(args.batch or ["1:0"])
         parts = perf.breakdown(new, ctx)

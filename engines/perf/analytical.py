@@ -41,6 +41,7 @@ from common.errors import HarnessError
 
 from . import operators as ops
 from .deployment import Deployment
+from .kernels import get_stack, kernels_for
 
 # Components of one stage's time (summing to "total") and the details of "linear".
 BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead")
@@ -102,8 +103,15 @@ class PerfModel:
         kvh = m.kv_heads_per_gpu(d.tp)
         hd = m.head_dim
         inter = m.intermediate_size // d.tp
-        flops, bw = gpu.matmul_flops, gpu.mem_bandwidth
-        weight_bw = gpu.weight_bandwidth  # GEMMs stream weights slower than copies (hardware.py)
+        # The engine's kernels on this GPU (kernels.py): GEMM law, attention and elementwise costs.
+        self.stack = get_stack(d.stack)
+        k = self.kernels = kernels_for(self.stack, gpu.name, gpu.matmul_efficiency, d.attention_kernel)
+        if k.gemm.smooth:  # measured: shape-dependent compute efficiency, soft roofline, fixed cost
+            flops = gpu.peak_flops * k.gemm.compute_efficiency
+            weight_bw = gpu.hbm_bandwidth * k.gemm.stream_efficiency
+        else:  # datasheet: large-GEMM efficiency at every shape (hardware.py)
+            flops, weight_bw = gpu.matmul_flops, gpu.weight_bandwidth
+        self._gemm_smooth, self._gemm_fixed = k.gemm.smooth, k.gemm.fixed_s
         self._tile = d.gemm_tile_tokens
         # The four GEMMs of a layer on one GPU (column-parallel QKV and MLP-up, row-parallel
         # attention-out and MLP-down), as (G, 1) coefficient columns evaluated together.
@@ -113,33 +121,44 @@ class PerfModel:
             ("linear.mlp_up", h, m.mlp_in_width // d.tp),
             ("linear.mlp_down", inter, h),
         )
-        coeffs = np.array([ops.gemm_coefficients(k, n, flops=flops, bandwidth=weight_bw, bytes_per_elem=bpe)
-                           for _, k, n in self._gemm_shapes])
+        coeffs = np.array([self._gemm_coefficients(kk, n, flops, weight_bw, bpe) for _, kk, n in self._gemm_shapes])
         self._gemm_c, self._gemm_w, self._gemm_a = (coeffs[:, i:i + 1] for i in range(3))
-        # Bytes moved per token per layer by bandwidth-bound kernels on one GPU.
-        norm_bytes = m.norms_per_layer * 4 * h * bpe  # fused residual add + norm: 2 in, 2 out
-        rotary_bytes = 2 * (qh + kvh) * hd * bpe  # read + write Q and K
-        act_bytes = (3 if m.gated_mlp else 2) * inter * bpe  # SiLU(gate) * up, or GELU
-        kv_write_bytes = 2 * 2 * kvh * hd * bpe  # read K, V; write them into the cache
-        self._elementwise_bytes_per_token = norm_bytes + rotary_bytes + act_bytes + kv_write_bytes
-        self._elementwise_per_token = self._elementwise_bytes_per_token / bw
+        # Bandwidth-bound kernels of a layer on one GPU: (name, kernel, bytes per token). Unfused, the
+        # residual add (read 2, write 1) and RMSNorm (read 1, write 1) are two kernels per norm.
+        ew = k.elementwise
+        norm_kernels = ([("norm", ew.norm, 4 * h)] if ew.fused_add_norm
+                        else [("norm", ew.norm, 2 * h), ("add", ew.add, 3 * h)]) * m.norms_per_layer
+        self.elementwise_kernels = tuple((name, kern, width * bpe) for name, kern, width in norm_kernels + [
+            ("rope", ew.rope, 2 * (qh + kvh) * hd),  # read + write Q and K
+            ("act", ew.act, (3 if m.gated_mlp else 2) * inter),  # SiLU(gate) * up, or GELU
+            ("kv_write", ew.kv_write, 2 * 2 * kvh * hd),  # read K, V; write them into the cache
+        ])
+        hbm = gpu.hbm_bandwidth
+        self._elementwise_per_token = sum(nbytes * kern.per_byte(hbm) for _, kern, nbytes in self.elementwise_kernels)
+        self._elementwise_fixed = sum(kern.fixed_s for _, kern, _ in self.elementwise_kernels)
         # TP all-reduce of the hidden states: twice per layer, once for Falcon's parallel block.
         self._act_bytes_per_token = h * bpe
         self._allreduces_per_layer = 1 if m.parallel_attn_mlp else 2
         ar_per_byte, self._ar_fixed = ops.allreduce_coefficients(d.tp, d.tp_link)
         self._ar_per_token = ar_per_byte * self._act_bytes_per_token
         # Attention: 2 matmuls (QK^T, PV) x 2 FLOPs per multiply-add x head_dim x local heads.
+        att = k.attention
         self._attn_flops_per_pair = 4.0 * hd * qh
         self._attn_kv_bytes_per_token = 2.0 * kvh * hd * bpe
         self._attn_qo_bytes_per_token = 2.0 * qh * hd * bpe
-        self._attn_flops = gpu.attention_flops
+        self._attn_flops = gpu.attention_flops * att.prefill_fa2_fraction
+        self._attn_bandwidth = hbm * (att.decode_efficiency or gpu.hbm_efficiency)
+        self._attn_causal = att.causal_flops
+        self._attn_prefill_fixed_units = math.floor(att.prefill_fixed_s / ops.TIME_QUANTUM_S)
+        self._attn_decode_fixed_units = math.floor(att.decode_fixed_s / ops.TIME_QUANTUM_S)
         # Embedding gather (read + write a row per token) on the first stage.
-        self._embedding_per_token = 2 * self._act_bytes_per_token / bw
+        self._embedding_per_token = 2 * self._act_bytes_per_token * ew.embedding.per_byte(hbm)
+        self._embedding_fixed = ew.embedding.fixed_s
         # Final norm + LM head (vocab-parallel) + logits all-gather, one row per sequence.
         self._vocab_per_gpu = math.ceil(m.vocab_size / d.tp)
-        self._lm_norm_per_row = 4 * h * bpe / bw
-        self._lm_c, self._lm_w, self._lm_a = ops.gemm_coefficients(
-            h, self._vocab_per_gpu, flops=flops, bandwidth=weight_bw, bytes_per_elem=bpe)
+        self._lm_norm_per_row = (4 if ew.fused_add_norm else 2) * h * bpe * ew.norm.per_byte(hbm)
+        self._lm_norm_fixed = ew.norm.fixed_s
+        self._lm_c, self._lm_w, self._lm_a = self._gemm_coefficients(h, self._vocab_per_gpu, flops, weight_bw, bpe)
         ag_per_byte, self._ag_fixed = ops.allgather_coefficients(d.tp, d.tp_link)
         self._ag_per_row = ag_per_byte * self._vocab_per_gpu * d.tp * bpe
         multi_gpu = d.num_gpus > 1
@@ -249,6 +268,26 @@ class PerfModel:
         return out
 
     # ------------------------------------------------------------ internals
+    def _gemm_coefficients(self, k: int, n: int, flops: float, bandwidth: float, bpe: int) -> tuple[float, float, float]:
+        return ops.gemm_coefficients(k, n, flops=flops, bandwidth=bandwidth, bytes_per_elem=bpe,
+                                     k_half=self.kernels.gemm.k_half)
+
+    def _gemms(self, m: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:
+        """GEMM times from coefficients: the datasheet roofline, or the measured kernel's soft one."""
+        if not self._gemm_smooth:
+            return ops.gemm_time_from(m, ops.tiled(m, self._tile), per_tiled_row, weights, per_row)
+        return ops.gemm_time_smooth_from(m, ops.tiled(m, self._tile), per_tiled_row, weights, per_row, self._gemm_fixed)
+
+    def _gemm_scalar(self, m: float, m_tiled: float, per_tiled_row: float, weights: float, per_row: float) -> float:
+        return ops.gemm_time_one(m, m_tiled, per_tiled_row, weights, per_row, self._gemm_fixed, self._gemm_smooth)
+
+    def _attention_units(self, n: np.ndarray, c: np.ndarray, scratch) -> np.ndarray:
+        return ops.attention_units(
+            n, c, window=self.model.sliding_window, flops_per_pair=self._attn_flops_per_pair,
+            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
+            flops=self._attn_flops, bandwidth=self._attn_bandwidth, scratch=scratch, causal=self._attn_causal,
+            prefill_fixed_units=self._attn_prefill_fixed_units, decode_fixed_units=self._attn_decode_fixed_units)
+
     @staticmethod
     def _prepare(new_tokens: np.ndarray, context_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
         """Validate and copy into (rows, B) float64 scratch arrays. Token counts are whole numbers
@@ -271,17 +310,13 @@ class PerfModel:
         tokens = n.sum(axis=-1)  # whole numbers: exact in any summation order
         seqs = np.count_nonzero(n, axis=-1).astype(np.float64)
         active = seqs > 0
-        gemms = ops.gemm_time_from(tokens, ops.tiled(tokens, self._tile), self._gemm_c, self._gemm_w, self._gemm_a)
+        gemms = self._gemms(tokens, self._gemm_c, self._gemm_w, self._gemm_a)
         comp: dict[str, np.ndarray] = {"tokens": tokens, "seqs": seqs, "active": active}
         for (name, _, _), t in zip(self._gemm_shapes, gemms):
             comp[name] = t
         linear = gemms[0] + gemms[1] + gemms[2] + gemms[3]
-        units = ops.attention_units(
-            n, c, window=self.model.sliding_window, flops_per_pair=self._attn_flops_per_pair,
-            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
-            flops=self._attn_flops, bandwidth=self.gpu.mem_bandwidth, scratch=_SCRATCH.views(n.shape, 2, 3))
-        attention = units * ops.TIME_QUANTUM_S
-        elementwise = tokens * self._elementwise_per_token
+        attention = self._attention_units(n, c, _SCRATCH.views(n.shape, 2, 3)) * ops.TIME_QUANTUM_S
+        elementwise = (tokens * self._elementwise_per_token + self._elementwise_fixed) * active
         allreduce = ops.collective_time(tokens, self._ar_per_token, self._ar_fixed)
         tp_comm = self._allreduces_per_layer * allreduce
         comp["linear"] = linear
@@ -290,10 +325,10 @@ class PerfModel:
         comp["tp_comm"] = tp_comm
         comp["layer"] = linear + attention + elementwise + tp_comm
         # First stage: embedding gather, then the vocab-parallel embedding's all-reduce under TP.
-        comp["embedding"] = tokens * self._embedding_per_token + allreduce
+        comp["embedding"] = (tokens * self._embedding_per_token + self._embedding_fixed) * active + allreduce
         # Last stage: final norm + LM head on one row per sequence + logits all-gather.
-        comp["lm_head"] = (seqs * self._lm_norm_per_row
-                           + ops.gemm_time_from(seqs, ops.tiled(seqs, self._tile), self._lm_c, self._lm_w, self._lm_a)
+        comp["lm_head"] = ((seqs * self._lm_norm_per_row + self._lm_norm_fixed) * active
+                           + self._gemms(seqs, self._lm_c, self._lm_w, self._lm_a)
                            + ops.collective_time(seqs, self._ag_per_row, self._ag_fixed))
         cpu = seqs * self._cpu_per_seq + self._cpu_fixed
         cpu *= active
@@ -317,18 +352,16 @@ class PerfModel:
             return [0.0] * self.pp
         tokens = float(n.sum())
         tiled = float(math.ceil(tokens / self._tile) * self._tile)
-        g = [max(tiled * per_tiled, weights + tokens * per_row) for per_tiled, weights, per_row in self._gemm_scalars]
+        g = [self._gemm_scalar(tokens, tiled, *coeffs) for coeffs in self._gemm_scalars]
         linear = g[0] + g[1] + g[2] + g[3]
-        units = ops.attention_units(
-            n[None], c[None], window=self.model.sliding_window, flops_per_pair=self._attn_flops_per_pair,
-            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
-            flops=self._attn_flops, bandwidth=self.gpu.mem_bandwidth, scratch=_SCRATCH.views((1, n.size), 2, 3))
+        units = self._attention_units(n[None], c[None], _SCRATCH.views((1, n.size), 2, 3))
         attention = float(units[0]) * ops.TIME_QUANTUM_S
         allreduce = tokens * self._ar_per_token + self._ar_fixed
-        layer = linear + attention + tokens * self._elementwise_per_token + self._allreduces_per_layer * allreduce
+        elementwise = tokens * self._elementwise_per_token + self._elementwise_fixed
+        layer = linear + attention + elementwise + self._allreduces_per_layer * allreduce
         seqs_tiled = float(math.ceil(seqs / self._tile) * self._tile)
-        lm_head = (seqs * self._lm_norm_per_row
-                   + max(seqs_tiled * self._lm_c, self._lm_w + seqs * self._lm_a)
+        lm_head = ((seqs * self._lm_norm_per_row + self._lm_norm_fixed)
+                   + self._gemm_scalar(seqs, seqs_tiled, self._lm_c, self._lm_w, self._lm_a)
                    + (seqs * self._ag_per_row + self._ag_fixed))
         cpu = seqs * self._cpu_per_seq + self._cpu_fixed
         last = self.pp - 1
@@ -336,7 +369,7 @@ class PerfModel:
         for s, layers in enumerate(self.stage_layers):
             t = layers * layer
             if s == 0:
-                t = t + (tokens * self._embedding_per_token + allreduce)
+                t = t + ((tokens * self._embedding_per_token + self._embedding_fixed) + allreduce)
             if s == last:
                 t = t + lm_head + cpu
             stages.append(t)

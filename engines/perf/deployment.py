@@ -33,6 +33,7 @@ from common.errors import HarnessError
 
 from .architectures import ModelArch, get_model
 from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_topology
+from .kernels import DEFAULT_STACK, get_attention_kernel, get_stack
 
 CPU_OVERHEAD_S = 1.2e-3  # per iteration, fixed part (Vidur profile, see module docstring)
 CPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence in the batch (Vidur profile)
@@ -79,6 +80,8 @@ class Deployment:
     multi_gpu_overhead_per_seq_s: float = MULTI_GPU_OVERHEAD_PER_SEQ_S
     gemm_tile_tokens: int = GEMM_TILE_TOKENS
     activation_tokens: int = ACTIVATION_TOKENS
+    stack: str = DEFAULT_STACK  # the engine's kernels (kernels.py STACKS)
+    attention_kernel: str | None = None  # another attention kernel than the stack's (kernels.py)
     topology: str | None = field(default=None, compare=False)  # for descriptions only
 
     def __post_init__(self) -> None:
@@ -90,6 +93,9 @@ class Deployment:
             raise HarnessError("deployment: tp > 1 needs a tp_link")
         if self.pp > 1 and self.pp_link is None:
             raise HarnessError("deployment: pp > 1 needs a pp_link")
+        object.__setattr__(self, "stack", get_stack(self.stack).name)  # one spelling; unknown names refused
+        if self.attention_kernel is not None:
+            object.__setattr__(self, "attention_kernel", get_attention_kernel(self.attention_kernel).name)
         if self.gemm_tile_tokens < 1:
             raise HarnessError("deployment: gemm_tile_tokens must be >= 1")
         for name in ("cpu_overhead_s", "cpu_overhead_per_seq_s", "multi_gpu_overhead_s",
@@ -109,7 +115,8 @@ class Deployment:
         if self.pp_link:
             links.append(f"PP over {self.pp_link.name}")
         extra = f" ({'; '.join(links)})" if links else ""
-        return f"{self.model.name} on {self.num_gpus}x {self.gpu.name} tp={self.tp} pp={self.pp}{where}{extra}"
+        kernels = f", stack {self.stack}" + (f", attention {self.attention_kernel}" if self.attention_kernel else "")
+        return f"{self.model.name} on {self.num_gpus}x {self.gpu.name} tp={self.tp} pp={self.pp}{where}{extra}{kernels}"
 
     def with_changes(self, **changes: Any) -> Deployment:
         return replace(self, **changes)

@@ -86,10 +86,20 @@ class LinkSpec:
     bandwidth: float  # B/s per direction
     latency_s: float
     efficiency: float = 1.0
+    # NCCL's start-up cost of one all-reduce / all-gather over this link, where measured: nearly
+    # independent of the rank count inside an NVLink domain. None: 2(p-1) (or p-1) hop latencies.
+    collective_latency_s: float | None = None
+    # Achievable fraction of `bandwidth` for one point-to-point send, where measured apart from the
+    # collectives' (a send keeps the link busy one way; a ring all-reduce pays its protocol). None: efficiency.
+    p2p_efficiency: float | None = None
 
     @property
     def effective_bandwidth(self) -> float:
         return self.bandwidth * self.efficiency
+
+    @property
+    def p2p_bandwidth(self) -> float:
+        return self.bandwidth * (self.efficiency if self.p2p_efficiency is None else self.p2p_efficiency)
 
 
 # HBM fraction used for streaming kernels (KV reads in attention, elementwise ops): 0.85, a
@@ -204,10 +214,14 @@ def get_gpu(name: str | GpuSpec) -> GpuSpec:
 # ---------------------------------------------------------------- links
 _LINKS: dict[str, LinkSpec] = {
     # A100 NVLink3: 12 links x 25 GB/s per direction = 600 GB/s bidirectional ([A100-DS] "NVLink:
-    # 600 GB/s"; the PCIe card reaches it with three NVLink bridges for 2 GPUs). Efficiency 0.78:
-    # NCCL all-reduce bus bandwidth on DGX A100 is ~230-240 GB/s of 300 (nccl-tests, NVIDIA).
-    # Latency: [VIDUR] a100_pairwise_nvlink all_reduce, 2 GPUs: fastest small all-reduces 7-10 us.
-    "nvlink3": LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6, efficiency=0.78),
+    # 600 GB/s"; the PCIe card reaches it with three NVLink bridges for 2 GPUs). Measured all-reduces
+    # up to 64 MiB (Vidur network profiles, fits by benchmarks/fit_operators.py: alpha + bus bytes / B):
+    # a100_pairwise_nvlink 2 GPUs 26 us + 178 GB/s; a100_dgx (NVSwitch) 2/4/8 GPUs 33/29/38 us +
+    # 154/154/152 GB/s. Efficiency 0.59 = 178/300 (the paper's pairwise servers), one collective start-up
+    # of 26 us. Sends (Vidur send_recv, 2 GPUs over NVLink): 4-8 us for the smallest, 285 GB/s on
+    # a100_dgx (0.95 of 300) at 8-64 MiB.
+    "nvlink3": LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6, efficiency=0.59, collective_latency_s=26e-6,
+                        p2p_efficiency=0.95),
     # A40 NVLink bridge: 112.5 GB/s bidirectional ([A40-DS]). [VIDUR] a40 all_reduce, 2 GPUs:
     # 33.5 MB in 0.83 ms = 40 GB/s bus bandwidth = 0.72 of 56.25 GB/s.
     "nvlink-a40": LinkSpec("nvlink-a40", bandwidth=56.25e9, latency_s=5e-6, efficiency=0.72),
@@ -223,10 +237,12 @@ _LINKS: dict[str, LinkSpec] = {
     # = 7.5 GB/s = 0.6 of 12.5 GB/s.
     "eth100g": LinkSpec("eth100g", bandwidth=12.5e9, latency_s=12e-6, efficiency=0.6),
     # InfiniBand HDR 200 Gb/s per GPU (DGX A100: 8 x ConnectX-6 200 Gb/s, NVIDIA DGX A100
-    # datasheet); NDR 400 Gb/s per GPU (DGX H100: 8 x ConnectX-7). Efficiency/latency assumed
-    # like NVLink (GPUDirect RDMA), not measured here.
-    "ib-hdr": LinkSpec("ib-hdr", bandwidth=25e9, latency_s=5e-6, efficiency=0.78),
-    "ib-ndr": LinkSpec("ib-ndr", bandwidth=50e9, latency_s=5e-6, efficiency=0.78),
+    # datasheet); NDR 400 Gb/s per GPU (DGX H100: 8 x ConnectX-7). HDR measured between two
+    # a100_dgx nodes (Vidur send_recv, 1 GPU per node, up to 64 MiB): 29 us + 7.8 GB/s = 0.31 of
+    # 25 GB/s. All-reduces across nodes start in 64 us (2 and 4 ranks) to 143-152 us (8 and 16 ranks;
+    # NCCL's tree, not p-1 ring hops): 100 us. NDR: not measured, HDR's fractions assumed.
+    "ib-hdr": LinkSpec("ib-hdr", bandwidth=25e9, latency_s=29e-6, efficiency=0.31, collective_latency_s=100e-6),
+    "ib-ndr": LinkSpec("ib-ndr", bandwidth=50e9, latency_s=29e-6, efficiency=0.31, collective_latency_s=100e-6),
 }
 
 

@@ -8,6 +8,8 @@ the per-call work is a handful of numpy operations.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from collections.abc import Sequence
@@ -22,11 +24,14 @@ TIME_QUANTUM_S = 1e-13
 
 
 def gemm_coefficients(k: int, n: int, *, flops: float, bandwidth: float,
-                      bytes_per_elem: int) -> tuple[float, float, float]:
+                      bytes_per_elem: int, k_half: float = 0.0) -> tuple[float, float, float]:
     """Constants of an [m x k] @ [k x n] roofline: (seconds per tiled row of compute,
-    seconds to stream the weights once, seconds per row of activations in and out)."""
-    return (2.0 * k * n / flops, bytes_per_elem * float(k * n) / bandwidth,
-            bytes_per_elem * float(k + n) / bandwidth)
+    seconds to stream the weights once, seconds per row of activations in and out). `k_half`: a
+    measured kernel reaches flops x k / (k + k_half) (kernels.GemmKernel)."""
+    per_tiled_row = 2.0 * k * n / flops
+    if k_half:
+        per_tiled_row = per_tiled_row * (k + k_half) / k
+    return (per_tiled_row, bytes_per_elem * float(k * n) / bandwidth, bytes_per_elem * float(k + n) / bandwidth)
 
 
 def gemm_time_from(m: np.ndarray, m_tiled: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:
@@ -35,6 +40,36 @@ def gemm_time_from(m: np.ndarray, m_tiled: np.ndarray, per_tiled_row, weights, p
     t = np.maximum(m_tiled * per_tiled_row, weights + m * per_row)
     t *= m > 0
     return t
+
+
+def gemm_time_smooth_from(m: np.ndarray, m_tiled: np.ndarray, per_tiled_row, weights, per_row,
+                          fixed: float) -> np.ndarray:
+    """A measured GEMM kernel (kernels.GemmKernel): fixed + (C^4 + W^4)^(1/4) with C the compute on the
+    tiled rows and W the weights + activations; 0 where m == 0. Square roots (correctly rounded in
+    IEEE arithmetic) rather than a power, so Python floats give the same bits (analytical.py)."""
+    comp = m_tiled * per_tiled_row
+    mem = weights + m * per_row
+    comp *= comp
+    mem *= mem
+    comp *= comp
+    mem *= mem
+    comp += mem
+    t = fixed + np.sqrt(np.sqrt(comp))
+    t *= m > 0
+    return t
+
+
+def gemm_time_one(m: float, m_tiled: float, per_tiled_row: float, weights: float, per_row: float,
+                  fixed: float, smooth: bool) -> float:
+    """gemm_time_from / gemm_time_smooth_from for one Python float m > 0: the same IEEE operations
+    in the same order, so the simulator's one-batch path agrees bit for bit."""
+    if not smooth:
+        return max(m_tiled * per_tiled_row, weights + m * per_row)
+    comp = m_tiled * per_tiled_row
+    mem = weights + m * per_row
+    comp *= comp
+    mem *= mem
+    return fixed + math.sqrt(math.sqrt(comp * comp + mem * mem))
 
 
 def tiled(m: np.ndarray, tile: int) -> np.ndarray:
@@ -64,7 +99,8 @@ def allreduce_coefficients(ranks: int, link: LinkSpec | None) -> tuple[float, fl
     if ranks <= 1 or link is None:
         return 0.0, 0.0
     steps = 2 * (ranks - 1)
-    return steps / ranks / link.effective_bandwidth, steps * link.latency_s
+    fixed = steps * link.latency_s if link.collective_latency_s is None else link.collective_latency_s
+    return steps / ranks / link.effective_bandwidth, fixed
 
 
 def allgather_coefficients(ranks: int, link: LinkSpec | None) -> tuple[float, float]:
@@ -72,7 +108,8 @@ def allgather_coefficients(ranks: int, link: LinkSpec | None) -> tuple[float, fl
     if ranks <= 1 or link is None:
         return 0.0, 0.0
     steps = ranks - 1
-    return steps / ranks / link.effective_bandwidth, steps * link.latency_s
+    fixed = steps * link.latency_s if link.collective_latency_s is None else link.collective_latency_s
+    return steps / ranks / link.effective_bandwidth, fixed
 
 
 def collective_time(nbytes: np.ndarray, per_byte: float, fixed: float) -> np.ndarray:
@@ -95,7 +132,7 @@ def p2p_time(nbytes: np.ndarray, link: LinkSpec | None) -> np.ndarray:
     """One point-to-point send (pipeline stage boundary): bytes / bandwidth + one hop latency."""
     if link is None:
         return np.zeros(np.shape(nbytes))
-    return collective_time(nbytes, 1.0 / link.effective_bandwidth, link.latency_s)
+    return collective_time(nbytes, 1.0 / link.p2p_bandwidth, link.latency_s)
 
 
 def attended_keys_x2(new: np.ndarray, context: np.ndarray, window: int | None) -> np.ndarray:
@@ -130,7 +167,8 @@ _BIG = float(2**40)  # larger than any token count: min(x, new * _BIG) zeroes pa
 
 def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None, flops_per_pair: float,
                     kv_bytes_per_token: float, qo_bytes_per_token: float, flops: float,
-                    bandwidth: float, scratch: Sequence[np.ndarray] | None = None) -> np.ndarray:
+                    bandwidth: float, scratch: Sequence[np.ndarray] | None = None, causal: bool = True,
+                    prefill_fixed_units: int = 0, decode_fixed_units: int = 0) -> np.ndarray:
     """Per-sequence attention time of one layer, in whole TIME_QUANTUM_S units (rounded down),
     summed over the last axis. `new` and `context` are float64 arrays of token counts.
 
@@ -144,13 +182,24 @@ def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None,
     more than the arithmetic (the allocator returns them to the OS and page-faults them back). Token
     counts are integers far below 2**53, so float64 holds every intermediate exactly, and the
     per-item units are whole numbers, so their sum is exact in any order.
+
+    The kernel (kernels.AttentionKernel): `causal` prices the causal (query, key) pairs; otherwise
+    the full rectangle of n queries x the keys read (a kernel that computes masked tiles).
+    `prefill_fixed_units` is added per prefill item (n >= 2: one kernel call each),
+    `decode_fixed_units` once per row holding a decode (n == 1: one batched call).
     """
     n = new
     if scratch is None:
         scratch = [np.empty_like(new) for _ in range(3)]
     a, pairs, tmp = scratch[0], scratch[1], scratch[2]
     np.add(context, new, out=a)
-    if window is None:
+    if not causal:  # the rectangle: every query against every key it reads
+        if window is not None:
+            np.add(n, float(window) - 1.0, out=tmp)
+            np.minimum(a, tmp, out=a)  # KV read: min(c + n, W + n - 1)
+        np.multiply(n, a, out=pairs)
+        pairs *= 2.0  # as pairs x 2 below
+    elif window is None:
         np.add(a, context, out=pairs)
         pairs += 1.0
         pairs *= n  # n (2c + n + 1)
@@ -182,4 +231,11 @@ def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None,
     a += tmp
     np.maximum(pairs, a, out=pairs)
     np.floor(pairs, out=pairs)
-    return pairs.sum(axis=-1)
+    if prefill_fixed_units:
+        np.greater(n, 1.0, out=tmp)
+        tmp *= float(prefill_fixed_units)
+        pairs += tmp
+    units = pairs.sum(axis=-1)
+    if decode_fixed_units:
+        units += float(decode_fixed_units) * np.any(n == 1.0, axis=-1)
+    return units

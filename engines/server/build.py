@@ -39,7 +39,8 @@ def _perf_parts(cfg: ServerConfig):
     from engines.perf import Deployment, PerfModel, get_model
 
     arch = get_model(cfg.model)
-    perf = PerfModel(Deployment.create(model=arch, gpu=cfg.gpu, tp=cfg.tp, pp=1))
+    perf = PerfModel(Deployment.create(model=arch, gpu=cfg.gpu, tp=cfg.tp, pp=1, stack=cfg.stack,
+                                       attention_kernel=cfg.attention_kernel))
     return arch, perf
 
 

@@ -9,6 +9,7 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
+from engines.perf.kernels import DEFAULT_STACK
 from engines.schedulers import POLICIES, SchedulerConfig
 
 EXECUTORS = ("realtime", "null", "torch")
@@ -30,6 +31,8 @@ class ServerConfig:
     executor: str = field(default="realtime", metadata=_help("realtime: the perf model in real time; null: zero time; torch", choices=EXECUTORS))
     gpu: str = field(default="a100-80g-sxm", metadata=_help("the performance model's GPU (realtime)"))
     tp: int = 1
+    stack: str = field(default=DEFAULT_STACK, metadata=_help("the performance model's engine kernels (realtime; engines/perf/kernels.py)"))
+    attention_kernel: str | None = field(default=None, metadata=_help("another attention kernel than the stack's (realtime)"))
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     kv_capacity_tokens: int | None = field(default=None, metadata=_help("default: the performance model's KV arithmetic"))
     block_size: int = DEFAULT_BLOCK_SIZE

@@ -26,6 +26,12 @@ class DeploymentPlan:
     block_size: int
 
 
+def _kernel_choice(perf_cfg: Mapping | None) -> dict:
+    """perf.stack / perf.attention_kernel, where the config names them (engines.perf.kernels)."""
+    cfg = perf_cfg or {}
+    return {k: str(cfg[k]) for k in ("stack", "attention_kernel") if cfg.get(k) is not None}
+
+
 def build_deployment(
     model: Mapping, hardware: Mapping, parallel: Mapping, *, gpu_memory_utilization: float, block_size: int,
     max_model_len: int, perf_cfg: Mapping | None = None,
@@ -40,6 +46,7 @@ def build_deployment(
         pp=pp,
         topology=hardware.get("topology"),
         gpus_per_node=hardware.get("gpus_per_node"),
+        **_kernel_choice(perf_cfg),
     )
     perf = build_perf_model(deployment, perf_cfg)
     kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization)

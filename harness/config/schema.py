@@ -16,6 +16,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
+from engines.perf.kernels import DEFAULT_STACK
 from harness.backends.endpoint import EndpointSettings
 from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
@@ -78,6 +79,8 @@ class DatasetSchema:
 class PerfSchema:
     kind: str = "analytical"  # analytical | profile
     path: str | None = None  # profile: a long-format CSV or a Vidur profile directory
+    stack: str = DEFAULT_STACK  # the engine's kernels (engines/perf/kernels.py STACKS)
+    attention_kernel: str | None = None  # another attention kernel than the stack's
 
 
 @dataclass

@@ -63,6 +63,8 @@ class LiveServerSpec:
     executor: str = _SERVER.executor
     gpu: str = _SERVER.gpu
     tp: int = _SERVER.tp
+    stack: str = _SERVER.stack
+    attention_kernel: str | None = _SERVER.attention_kernel
     time_scale: float = _SERVER.time_scale
     kv_capacity_tokens: int | None = None
     gpu_memory_utilization: float = _SERVER.gpu_memory_utilization
@@ -105,7 +107,7 @@ class LiveServerSpec:
             return ServerConfig(
                 model=self.model, served_model_name=self.name, host=self.host, port=port, scheduler=self.scheduler,
                 max_model_len=self.max_model_len, executor=self.executor, gpu=self.gpu, tp=self.tp,
-                gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
+                stack=self.stack, attention_kernel=self.attention_kernel, gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
                 block_size=self.block_size, time_scale=self.time_scale, seed=self.seed,
             )
         except ValueError as e:

@@ -1,0 +1,223 @@
+"""Kernel choices: how close one engine's kernels get to the hardware, operator by operator.
+
+A GPU's datasheet says what the hardware can do (hardware.py); what an engine reaches depends on
+its kernels. An `EngineStack` names the GEMM, attention and elementwise kernels an engine runs
+(`perf.stack=`; `perf.attention_kernel=` swaps the attention kernel alone); its constants are
+measured on isolated operators, never fitted to serving or capacity results.
+
+Sources:
+  [VIDUR-OPS] Vidur's public operator profiles (microsoft/vidur, data/profiling/compute/
+              {a100,a40}/meta-llama/*/mlp.csv at commit 7d47513, and a100 Llama-2-70B
+              attention.csv at commit e2d00e9, 2024-05-08): per-kernel GPU times of the
+              Sarathi-Serve-era engine's operators on the paper's A100 80GB PCIe and A40 servers.
+              Constants below are least-squares fits of relative error on a training split, scored
+              on a held-out one (`python benchmarks/fit_operators.py` prints both):
+              A100 trained on Llama-2-7B/70B, scored on Llama-3-8B/70B; A40 trained on TP1/2,
+              scored on TP4/8; attention trained on even-indexed shapes, scored on odd ones.
+  [SARATHI]  microsoft/sarathi-serve: sarathi/model_executor/models/llama.py (residual add, then
+             RMSNorm: separate kernels), layers/layernorm.py, rotary_embedding.py, activation.py
+             (vLLM's custom CUDA ops); attention/flash_attention_wrapper.py (vllm_flash_attn
+             flash_attn_with_kvcache: one call per prefill sequence, one batched decode call);
+             model_runner.py (eager PyTorch, no CUDA graphs).
+  [VLLM-3662] vLLM PR #3662 (2024-03): "fused_add_rms_norm is memory latency bound under many
+             scenarios" (one CTA per token, scalar loads), fixed with vector loads; #27931
+             (2025-11) vectorized rms_norm: why the early-2024 kernels reach 0.4-0.5 of HBM.
+  [FA2]      hardware.py: FlashAttention-2 paper efficiencies (GpuSpec.attention_efficiency).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from common.errors import HarnessError
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    """A linear layer [M x K] @ [K x N] on one GPU.
+
+    smooth (measured kernels): t = fixed_s + (C^4 + W^4)^(1/4), a soft maximum of
+        C = 2 tiled(M) K N / (peak x compute_efficiency x K / (K + k_half))   (compute; short K
+            reaches less of the peak: k_half is the K at which it reaches half the asymptote)
+        W = bytes (K N + M (K + N)) / (HBM x stream_efficiency)              (weights + activations)
+    The soft maximum is the measured knee: near M x K x N balance both costs overlap only partly.
+    not smooth (datasheet): t = max(C, W) with k_half = 0 and no fixed cost.
+    """
+
+    name: str
+    compute_efficiency: float  # of peak FLOP/s, asymptotically in K
+    k_half: float
+    stream_efficiency: float  # of HBM bandwidth while streaming weights
+    fixed_s: float
+    smooth: bool
+
+
+@dataclass(frozen=True)
+class StreamKernel:
+    """A bandwidth-bound kernel: fixed_s + bytes / (efficiency x HBM bandwidth) per launch."""
+
+    fixed_s: float
+    efficiency: float  # achievable fraction of the GPU's HBM bandwidth
+
+    def per_byte(self, hbm_bandwidth: float) -> float:
+        return 1.0 / (self.efficiency * hbm_bandwidth)
+
+
+@dataclass(frozen=True)
+class ElementwiseKernels:
+    """The norm, residual add, rotary, activation, KV-cache write and embedding kernels of a layer."""
+
+    name: str
+    fused_add_norm: bool  # one kernel reads x and the residual and writes both (4h), or RMSNorm (2h) + add (3h)
+    norm: StreamKernel
+    add: StreamKernel
+    rope: StreamKernel
+    act: StreamKernel
+    kv_write: StreamKernel
+    embedding: StreamKernel
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """Prefill: a fixed cost per kernel call + FLOPs at a fraction of the GPU's FlashAttention-2
+    figure (hardware.py GpuSpec.attention_efficiency), or the KV/Q/O bytes if slower; decode: one
+    fixed cost per batch + KV bytes at a fraction of HBM bandwidth."""
+
+    name: str
+    prefill_fixed_s: float  # per prefill sequence (each chunk is its own kernel call)
+    prefill_fa2_fraction: float  # of the GPU's FA2 attention FLOP/s
+    causal_flops: bool  # masked tiles skipped (causal pairs) or paid (the full n x (c + n) rectangle)
+    decode_fixed_s: float  # per batch of decodes (one call)
+    decode_efficiency: float | None  # of HBM bandwidth; None: the GPU's streaming fraction
+
+
+# ----------------------------------------------------------------------------- GEMM kernels
+# cuBLAS as the paper-era engine calls it (fp16, torch.nn.functional.linear), fits of [VIDUR-OPS]
+# mlp.csv: A100 80GB PCIe train 6.7 % / held-out 5.9 % MAPE; A40 6.4 % / 9.1 %.
+_GEMM_2024 = {
+    "a100-80g-pcie": GemmKernel("cublas-2024", compute_efficiency=0.737, k_half=22.0, stream_efficiency=0.884,
+                                fixed_s=5.7e-6, smooth=True),
+    "a40-48g": GemmKernel("cublas-2024", compute_efficiency=0.776, k_half=76.0, stream_efficiency=0.793,
+                          fixed_s=9.1e-6, smooth=True),
+}
+# A GPU without a profile: the A100 PCIe fit with its compute efficiency scaled by the GPU's large-GEMM
+# figure over the A100 PCIe's ([MAMF] in hardware.py: 0.737 of peak where the best measured kernel
+# reaches 0.811, i.e. the engine's shapes get 0.909 of the best), the same weight-streaming fraction
+# and fixed cost. An assumption, named here: no profile of those GPUs is in [VIDUR-OPS].
+_GEMM_2024_FALLBACK = "a100-80g-pcie"
+_GEMM_FALLBACK_MAMF = 0.811  # hardware.py: a100-80g-pcie matmul_efficiency
+_GEMM_IDEAL = GemmKernel("datasheet", compute_efficiency=0.0, k_half=0.0, stream_efficiency=0.0, fixed_s=0.0,
+                         smooth=False)  # 0.0: the GPU's matmul_efficiency / weight_stream_efficiency
+
+# ----------------------------------------------------------------------------- attention kernels
+_ATTENTION = {
+    # The FlashAttention-2 paper's figures (hardware.py [FA2]): causal FLOPs, no launch cost. An
+    # upper bound on what a 2023-24 kernel reaches; the model before issue 14 priced this.
+    "fa2-ideal": AttentionKernel("fa2-ideal", prefill_fixed_s=0.0, prefill_fa2_fraction=1.0, causal_flops=True,
+                                 decode_fixed_s=0.0, decode_efficiency=None),
+    # Sarathi-Serve's attention wrapper as Vidur profiled it on A100 80GB PCIe (paged KV, block 16),
+    # [VIDUR-OPS] attention.csv (Llama-2-70B TP2; fit 9.1 % / held-out 9.2 % prefill, 11.0 / 11.1 %
+    # decode): prefill 21.5 us + rectangle FLOPs at 0.374 of peak = 0.62 of the A100's FA2 figure
+    # (in-chunk masked tiles cost about as much as unmasked ones: n = 4096, c = 0 takes 2.3 ms);
+    # decode 13.4 us + KV bytes at 0.807 of HBM. One prefill call per sequence ([SARATHI]
+    # flash_attention_wrapper.py). Measured on A100 only: other GPUs take the same fractions.
+    "sarathi-2024": AttentionKernel("sarathi-2024", prefill_fixed_s=21.5e-6, prefill_fa2_fraction=0.374 / 0.60,
+                                    causal_flops=False, decode_fixed_s=13.4e-6, decode_efficiency=0.807),
+}
+
+# ----------------------------------------------------------------------------- elementwise kernels
+# The model before issue 14: fused add + norm, every kernel at the streaming fraction, no launch cost.
+_IDEAL_STREAM = StreamKernel(0.0, 0.85)  # hardware.py _HBM_EFF
+_IDEAL = ElementwiseKernels("ideal", fused_add_norm=True, norm=_IDEAL_STREAM, add=_IDEAL_STREAM,
+                            rope=_IDEAL_STREAM, act=_IDEAL_STREAM, kv_write=_IDEAL_STREAM,
+                            embedding=_IDEAL_STREAM)
+
+# vLLM's early-2024 custom CUDA kernels as Sarathi-Serve runs them ([SARATHI]: unfused add), fits of
+# [VIDUR-OPS] mlp.csv per GPU (fixed us, fraction of HBM). The add's fit exceeds 1.0 on A100 (its
+# input is still in L2 after the down projection): capped at 1.0. The KV-cache write
+# (reshape_and_cache) has no profile column: priced like the rotary kernel, the other scatter of K.
+_VLLM_2024 = {
+    "a100-80g-pcie": ElementwiseKernels(
+        "vllm-2024", fused_add_norm=False,
+        norm=StreamKernel(2.7e-6, 0.43), add=StreamKernel(1.3e-6, 1.0), rope=StreamKernel(2.4e-6, 0.51),
+        act=StreamKernel(2.2e-6, 0.52), kv_write=StreamKernel(2.4e-6, 0.51), embedding=StreamKernel(2.9e-6, 0.17)),
+    "a40-48g": ElementwiseKernels(
+        "vllm-2024", fused_add_norm=False,
+        norm=StreamKernel(2.2e-6, 0.60), add=StreamKernel(0.3e-6, 0.94), rope=StreamKernel(0.8e-6, 0.84),
+        act=StreamKernel(1.9e-6, 0.79), kv_write=StreamKernel(0.8e-6, 0.84), embedding=StreamKernel(2.1e-6, 0.50)),
+}
+# GPUs without a profile take the A100 80GB PCIe's kernels (the same code on another part: the
+# fractions are a property of the latency-bound kernels [VLLM-3662] as much as of the memory).
+_VLLM_2024_FALLBACK = "a100-80g-pcie"
+
+
+@dataclass(frozen=True)
+class EngineStack:
+    """An engine's kernel choices, resolved for one GPU by `kernels_for`."""
+
+    name: str
+    gemm: str  # "datasheet" or "cublas-2024"
+    attention: str
+    elementwise: str  # "ideal" or "vllm-2024"
+    description: str
+
+
+STACKS = {
+    "sarathi-serve-2024": EngineStack(
+        "sarathi-serve-2024", gemm="cublas-2024", attention="sarathi-2024", elementwise="vllm-2024",
+        description="the paper's engine as Vidur profiled it: cuBLAS GEMMs, Sarathi-Serve's FlashAttention "
+                    "wrapper, vLLM's early-2024 norm/rotary/activation kernels, unfused residual add, eager PyTorch"),
+    "ideal": EngineStack(
+        "ideal", gemm="datasheet", attention="fa2-ideal", elementwise="ideal",
+        description="datasheet fractions: large-GEMM efficiency at every shape, FlashAttention-2 paper "
+                    "efficiency, fused add+norm, kernels at 0.85 of HBM, no launch costs (the model before "
+                    "measured kernels)"),
+}
+DEFAULT_STACK = "sarathi-serve-2024"
+
+
+def known_stacks() -> list[str]:
+    return sorted(STACKS)
+
+
+def get_stack(name: str | EngineStack | None) -> EngineStack:
+    if isinstance(name, EngineStack):
+        return name
+    key = DEFAULT_STACK if name is None else str(name).strip().lower().replace("_", "-")
+    if key not in STACKS:
+        raise HarnessError(f"unknown engine stack {name!r}; known: {', '.join(known_stacks())}")
+    return STACKS[key]
+
+
+def known_attention_kernels() -> list[str]:
+    return sorted(_ATTENTION)
+
+
+def get_attention_kernel(name: str) -> AttentionKernel:
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in _ATTENTION:
+        raise HarnessError(f"unknown attention kernel {name!r}; known: {', '.join(known_attention_kernels())}")
+    return _ATTENTION[key]
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """One stack's kernels on one GPU (what PerfModel prices with)."""
+
+    gemm: GemmKernel
+    attention: AttentionKernel
+    elementwise: ElementwiseKernels
+
+
+def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
+                attention: str | None = None) -> Kernels:
+    """The stack's kernels on one GPU; `attention` names another attention kernel than the stack's."""
+    att = get_attention_kernel(attention or stack.attention)
+    if stack.gemm == "datasheet":
+        gemm = _GEMM_IDEAL
+    elif gpu_name in _GEMM_2024:
+        gemm = _GEMM_2024[gpu_name]
+    else:
+        base = _GEMM_2024[_GEMM_2024_FALLBACK]
+        gemm = replace(base, compute_efficiency=base.compute_efficiency * gpu_matmul_efficiency / _GEMM_FALLBACK_MAMF)
+    ew = _IDEAL if stack.elementwise == "ideal" else _VLLM_2024.get(gpu_name, _VLLM_2024[_VLLM_2024_FALLBACK])
+    return Kernels(gemm, att, ew)
