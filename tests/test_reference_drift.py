@@ -34,21 +34,37 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "results" / "reference"
 
-# experiment -> the reference runs re-run (the strict ShareGPT4 cells; all runs of the small ones).
-SUBSET = {
-    "mistral7b_strict": ["20261129-123809"],
-    "yi34b_tp2_strict": ["20261129-123834"],
-    "llama2_70b_tp4pp2_strict": ["20261129-123952"],
-    "falcon180b_tp4pp2_strict": ["20261129-124051"],
-    "falcon180b_tp8_strict": ["20261129-124149"],
-    "yi34b_tp2_fixed_rate": ["20261129-124153"],
-    "yi34b_tp2_ablation": ["20261129-124150", "20261129-124150-1"],
-}
+# The experiments re-run: the strict cells of every deployment (their ShareGPT4 runs only) and every
+# run of the small fixed-rate and ablation experiments. Runs are found by their saved config, so a
+# regenerated reference (new run directories) needs no edit here.
+STRICT = ("mistral7b_strict", "yi34b_tp2_strict", "llama2_70b_tp4pp2_strict", "falcon180b_tp4pp2_strict",
+          "falcon180b_tp8_strict")
+SMALL = ("yi34b_tp2_fixed_rate", "yi34b_tp2_ablation")
 FLOAT_REL = 1e-6
+
+
+def _dataset(run: Path) -> str:
+    import yaml
+
+    return ((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("dataset") or {}).get("name", "")
+
+
+def _subset() -> dict[str, list[str]]:
+    out = {}
+    for exp in STRICT + SMALL:
+        runs = sorted(r for r in (REFERENCE / exp).iterdir() if (r / "config.yaml").is_file())
+        if exp in STRICT:
+            runs = [r for r in runs if _dataset(r) == "openchat_sharegpt4"]
+        out[exp] = [r.name for r in runs]
+    return out
+
+
+SUBSET = _subset()
 
 
 @pytest.fixture(scope="module")
 def nightly(tmp_path_factory):
+    assert all(SUBSET.values()), f"reference runs missing: {SUBSET}"
     tmp = tmp_path_factory.mktemp("drift")
     ref = tmp / "reference"
     for exp, runs in SUBSET.items():
