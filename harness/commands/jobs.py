@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from common.errors import HarnessError, RunBroken
 from harness.config.diff import differences
 
-OUTPUT_KEYS = ("results_dir", "progress", "cache")
+OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers")  # search.workers: how fast, not what
 
 
 def _same(a: DictConfig, b: DictConfig) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 import sys
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key
 from harness.search.capacity import CapacityResult, Probe
+from harness.search.executor import LocalProcessPool
 from harness.search.plan import ExperimentPlan, plan_experiment, reseed
 from harness.search.probe import probe_requests, search_capacity
+from harness.search.rounds import Round
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ def run_experiment(cfg: DictConfig) -> Path:
     show = bool(cfg.get("progress", True))
     s = plan.search
     what = f"one probe at {s.fixed_qps:g} QPS" if s.fixed_qps else "capacity search"
+    parallel = s.workers > 1 and not s.fixed_qps
+    if parallel:
+        what += f" ({s.workers} probes at once per round)"
     print(
         f"{plan.name}: {plan.deployment.description}, {plan.dataset['name']} ({s.num_requests} requests), {what}; "
         f"SLO P{plan.slo.tbt_quantile * 100:g} TBT <= {plan.slo.tbt_s:.3g} s and "
@@ -64,21 +70,9 @@ def run_experiment(cfg: DictConfig) -> Path:
     runs: list[SchedulerRun] = []
     token_frames = []
     try:
-        for r in range(s.repeats):
-            seeded = plan if r == 0 else reseed(plan, plan.seed + r)
-            for name in plan.schedulers:
-                with open_backend(seeded.job(name, progress=show)) as serving:
-                    result = _run_scheduler(seeded, name, show, cache, serving.run)
-                    shown = _shown_probe(result, fixed=bool(s.fixed_qps))
-                    records = shown.detail.records if shown is not None else None
-                    if shown is not None and records is None:
-                        # Cached probes carry no token times; the backend is deterministic (only
-                        # then is there a cache), so running the probe again gives the same records.
-                        label = f"{name} @ {shown.qps:.3g} QPS"
-                        records = serving.run(probe_requests(seeded, shown.qps), label).records
-                runs.append(SchedulerRun(name, seeded.seed, result))
-                if shown is not None:
-                    token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
+        # One pool of workers for every search of the run (started on the first round).
+        with LocalProcessPool(s.workers) if parallel else nullcontext() as pool:
+            _run_all(plan, show, cache, pool, runs, token_frames)
     except BaseException as e:  # whatever stopped it, the claimed directory must say so
         if isinstance(e, HarnessError) and not runs:
             writer.discard()  # bad input a backend found before anything was measured: leave nothing
@@ -99,8 +93,32 @@ def run_experiment(cfg: DictConfig) -> Path:
     )
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
     _print_table(runs, fixed=bool(s.fixed_qps))
+    if parallel:
+        print(f"rounds of up to {s.workers} probes at once: "
+              + ", ".join(f"{r.scheduler} {r.result.rounds} ({len(r.result.probes)} probes)" for r in runs))
     print(f"results: {path}")
     return path
+
+
+def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: LocalProcessPool | None,
+             runs: list[SchedulerRun], token_frames: list) -> None:
+    """Every scheduler's search, seed by seed, appended to `runs` as each finishes."""
+    s = plan.search
+    for r in range(s.repeats):
+        seeded = plan if r == 0 else reseed(plan, plan.seed + r)
+        for name in plan.schedulers:
+            with open_backend(seeded.job(name, progress=show)) as serving:
+                result = _run_scheduler(seeded, name, show, cache, serving.run, pool)
+                shown = _shown_probe(result, fixed=bool(s.fixed_qps))
+                records = shown.detail.records if shown is not None else None
+                if shown is not None and records is None:
+                    # Cached probes carry no token times; the backend is deterministic (only
+                    # then is there a cache), so running the probe again gives the same records.
+                    label = f"{name} @ {shown.qps:.3g} QPS"
+                    records = serving.run(probe_requests(seeded, shown.qps), label).records
+            runs.append(SchedulerRun(name, seeded.seed, result))
+            if shown is not None:
+                token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
 
 
 def _saved_config(cfg: DictConfig) -> str:
@@ -116,9 +134,11 @@ def _requests(runs: list[SchedulerRun]) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, run) -> CapacityResult:
+def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, run,
+                   pool: LocalProcessPool | None = None) -> CapacityResult:
     # A bar on a terminal (probes so far, the bracket the capacity lies in); one line per probe
-    # either way (logs of CI and nightly runs keep them).
+    # either way (logs of CI and nightly runs keep them); a parallel search also prints one line
+    # per round (its rates, the bracket so far), then its probes' lines as they finish.
     bar = tqdm(desc=f"{name:>12}", unit="probe", disable=not (show and sys.stderr.isatty()), leave=False, file=sys.stderr)
     passed, failed = [0.0], [math.inf]
 
@@ -139,8 +159,16 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
                 file=sys.stderr,
             )
 
+    def on_round(r: Round) -> None:
+        bar.set_description_str(f"{name:>12} round {r.index}", refresh=False)
+        if show:
+            lo, hi = r.bracket
+            known = f" (capacity in [{lo:.4g}, {hi:.4g}) QPS)" if r.index > 1 else ""
+            bar.write(f"  {name:<16}seed {plan.seed}  round {r.index}{known}: {len(r.rates)} probes at "
+                      f"{', '.join(f'{q:.4g}' for q in sorted(r.rates))} QPS", file=sys.stderr)
+
     try:
-        return search_capacity(plan, name, run, on_probe=on_probe, cache=cache)
+        return search_capacity(plan, name, run, on_probe=on_probe, cache=cache, executor=pool, on_round=on_round)
     finally:
         bar.close()
 
@@ -187,6 +215,7 @@ def _capacity_fields(result: CapacityResult) -> dict:
         "capacity_qps": result.capacity_qps,
         "lowest_failing_qps": _finite(result.lowest_failing_qps),
         "saturated": result.saturated,
+        "rounds": result.rounds,
         "probes": [_probe_row(p) for p in result.probes],
     }
 

@@ -2,8 +2,9 @@
 
 A probe is fully determined by the resolved config, the scheduler, the seed and the rate (the
 simulator is deterministic), and by the code: the cache key hashes the config (less the keys
-that only say where output goes) with the git commit and the package version. A probe is one
-JSON file (verdict, summary) plus a Parquet file (per-request rows), each written atomically.
+that only say where output goes, and search.workers: how many probes ran at once) with the git
+commit and the package version. A probe is one JSON file (verdict, summary) plus a Parquet file
+(per-request rows), each written atomically.
 Token times are not cached (they are large); a run that needs them re-runs that one probe.
 """
 from __future__ import annotations
@@ -21,10 +22,14 @@ from harness.metrics import Distribution, SloVerdict, Summary
 from harness.search.probe import ProbeOutcome
 
 NOT_IN_KEY = ("results_dir", "progress", "cache")
+HOW_NOT_WHAT = {"search": ("workers",)}  # how many probes run at once changes no probe's result
 
 
 def cache_key(config: dict, code_version: str) -> str:
     relevant = {k: v for k, v in config.items() if k not in NOT_IN_KEY}
+    for group, keys in HOW_NOT_WHAT.items():
+        if isinstance(relevant.get(group), dict):
+            relevant[group] = {k: v for k, v in relevant[group].items() if k not in keys}
     blob = json.dumps({"config": relevant, "code": code_version}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -4,6 +4,7 @@ Bracket, then bisect: starting at `start_qps`, double while probes pass (or halv
 fail) until one passing and one failing rate enclose the capacity, then bisect until the bracket
 is within `rel_tol` (the paper: ~2.5 %). Probes are cached by rate, so no rate runs twice. The
 search assumes pass/fail is monotone in the rate and reports both ends of the final bracket.
+`harness.search.rounds` runs this same search W probes at a time (search.workers).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class CapacityResult:
     capacity_qps: float  # highest passing rate; 0.0 when nothing passed
     lowest_failing_qps: float  # inf when nothing failed
     probes: tuple[Probe, ...]  # in the order they ran
+    rounds: int = 0  # rounds of probes run at once (harness.search.rounds); serial: one per probe
 
     @property
     def saturated(self) -> bool:
@@ -42,10 +44,7 @@ def find_capacity(
     max_qps: float = 1e4,
     on_probe: Callable[[Probe], None] | None = None,
 ) -> CapacityResult:
-    if not (0 < min_qps <= start_qps <= max_qps):
-        raise ValueError(f"need 0 < min_qps <= start_qps <= max_qps, got {min_qps}, {start_qps}, {max_qps}")
-    if not 0 < rel_tol < 1:
-        raise ValueError(f"rel_tol must be in (0, 1), got {rel_tol}")
+    check_bounds(start_qps, rel_tol, min_qps, max_qps)
     ran: dict[float, Probe] = {}
 
     def run(qps: float) -> Probe:
@@ -75,4 +74,11 @@ def find_capacity(
             lo = mid
         else:
             hi = mid
-    return CapacityResult(lo, hi, tuple(ran.values()))
+    return CapacityResult(lo, hi, tuple(ran.values()), rounds=len(ran))
+
+
+def check_bounds(start_qps: float, rel_tol: float, min_qps: float, max_qps: float) -> None:
+    if not (0 < min_qps <= start_qps <= max_qps):
+        raise ValueError(f"need 0 < min_qps <= start_qps <= max_qps, got {min_qps}, {start_qps}, {max_qps}")
+    if not 0 < rel_tol < 1:
+        raise ValueError(f"rel_tol must be in (0, 1), got {rel_tol}")

@@ -38,6 +38,7 @@ class SearchSettings:
     repeats: int = 1  # capacity searches with seeds seed, seed+1, ...
     fixed_qps: float | None = None  # run one probe at this rate instead of a search
     max_error_fraction: float = 0.0  # a probe with more failed requests than this share fails (and says why)
+    workers: int = 1  # probes at once: each round of the search probes this many rates (deterministic backends)
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -54,6 +55,15 @@ class SearchSettings:
             raise ValueError(f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1 (1: the serial search), got {self.workers}")
+
+
+def check_workers(search: SearchSettings, backend: str) -> None:
+    """Parallel probes need a deterministic backend (the simulator): one server cannot take them."""
+    if search.workers > 1 and not backend_class(backend).deterministic:
+        raise HarnessError(f"search.workers={search.workers}: backend {backend} measures one server, which cannot "
+                           f"take parallel probes; use search.workers=1 (parallel probes are for backend=sim)")
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     )
     slo_settings = typed(SloSettings, cfg["slo"], "slo")
     search = typed(SearchSettings, cfg["search"], "search")
+    check_workers(search, backend.name)
     slo = replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
                   max_error_fraction=search.max_error_fraction)
     schedulers = _scheduler_configs(cfg["scheduler"])

@@ -1,9 +1,11 @@
 """Probes: one rate's requests sent through a backend and judged against the SLO, and the
 capacity search built from them. The search sees only a function that runs requests: it knows no
-backend by name, and the backends never call back into it."""
+backend by name, and the backends never call back into it. With search.workers > 1 the search
+runs in rounds (harness.search.rounds), each round's probes at once through an executor
+(harness.search.executor), each in a worker that opens its own backend of the plan."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -11,12 +13,15 @@ import numpy as np
 import pandas as pd
 
 from common.errors import HarnessError
+from harness.backends import open_backend
 from harness.backends.base import BackendRun
 from harness.metrics import SloVerdict, Summary, check_slo, summarize
 from harness.records import RequestRecord, RequestSpec
 from harness.results.store import records_frame
 from harness.search.capacity import CapacityResult, Probe, find_capacity
-from harness.search.plan import ExperimentPlan
+from harness.search.executor import LocalProcessPool, ProbeExecutor
+from harness.search.plan import ExperimentPlan, check_workers
+from harness.search.rounds import Round, SearchBounds, find_capacity_rounds
 from harness.workload import arrival_offsets, make_requests
 
 if TYPE_CHECKING:
@@ -54,15 +59,35 @@ def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests
     return probe_outcome(plan, scheduler, qps, out.records)
 
 
+@dataclass(frozen=True)
+class ProbeTask:
+    """One probe to run in a worker process (picklable: the plan, not a backend)."""
+
+    plan: ExperimentPlan
+    scheduler: str
+    qps: float
+
+
+def run_probe_task(task: ProbeTask) -> ProbeOutcome:
+    """A probe in a worker: its own backend of the plan (deterministic backends only, so this is
+    the probe the caller's backend would have run)."""
+    with open_backend(task.plan.job(task.scheduler, progress=False)) as backend:
+        return run_probe(task.plan, task.scheduler, task.qps, backend.run)
+
+
 def search_capacity(
     plan: ExperimentPlan,
     scheduler: str,
     run: RunRequests,
     on_probe: Callable[[Probe], None] | None = None,
     cache: ProbeCache | None = None,
+    executor: ProbeExecutor | None = None,
+    on_round: Callable[[Round], None] | None = None,
 ) -> CapacityResult:
     """The capacity search for one scheduler (or its one probe at search.fixed_qps), each probe
-    through `run`; probes found in `cache` are not run again."""
+    through `run`; probes found in `cache` are not run again. With search.workers = W > 1 each
+    round runs up to W probes at once in `executor`'s workers (a local process pool of W when
+    None), not through `run`; the answer is the serial search's (harness.search.rounds)."""
 
     def probe(qps: float) -> Probe:
         outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
@@ -78,5 +103,40 @@ def search_capacity(
         if on_probe is not None:
             on_probe(p)
         return CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
-    return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)
+    if s.workers == 1:
+        return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)
+    check_workers(s, plan.backend.name)
+    pool = executor if executor is not None else LocalProcessPool(s.workers)
+    bounds = SearchBounds(s.start_qps, s.rel_tol, s.min_qps, s.max_qps)
+    try:
+        return find_capacity_rounds(lambda rates: _probe_round(plan, scheduler, rates, cache, pool),
+                                    s.workers, bounds, on_probe=on_probe, on_round=on_round)
+    finally:
+        if executor is None:
+            pool.close()
+
+
+def _probe_round(plan: ExperimentPlan, scheduler: str, rates, cache: ProbeCache | None,
+                 pool: ProbeExecutor) -> Iterator[Probe]:
+    """One round: cached probes first (from disk, not run), the others at once in `pool`, each
+    cached as soon as it finishes (an interrupted round keeps what finished)."""
+    todo = []
+    for qps in rates:
+        outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
+        if outcome is None:
+            todo.append(qps)
+        else:
+            yield Probe(qps, outcome.verdict.passed, outcome)
+    if not todo:
+        return
+    finished = pool.map_unordered(run_probe_task, [ProbeTask(plan, scheduler, qps) for qps in todo])
+    try:
+        for i, outcome in finished:
+            if cache is not None:
+                cache.save(scheduler, outcome)
+            yield Probe(todo[i], outcome.verdict.passed, outcome)
+    finally:
+        close = getattr(finished, "close", None)
+        if close is not None:  # left early: the executor cancels what has not started
+            close()
 

@@ -1,0 +1,70 @@
+"""Where a round's probes run at once (search.workers > 1): a pluggable executor.
+
+A `ProbeExecutor` maps a picklable function over a round's items and yields `(index, result)` as
+each finishes; closing the iterator early (an interrupt) cancels what has not started. The local
+one is a process pool: the simulator is CPU-bound Python, so processes, not threads. A Ray
+executor implements the same two members (`workers`, `map_unordered`: `ray.remote(fn)` per item,
+`ray.wait` for the next one done, `ray.cancel` on close) and can be passed to the search as is.
+"""
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# What a worker needs, imported once in the fork server rather than once per worker.
+PRELOAD = ("harness.search.probe", "harness.backends.sim")
+
+
+class ProbeExecutor(Protocol):
+    workers: int
+
+    def map_unordered(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]: ...
+
+
+class LocalProcessPool:
+    """`workers` processes on this machine, started on first use and kept for every round (and
+    every search) until `close`. Fork-server workers: no thread or lock of the caller (progress
+    bars, Arrow's pools) is copied into them mid-use, and each starts without re-importing."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _started(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            if ctx.get_start_method() == "forkserver":
+                ctx.set_forkserver_preload(list(PRELOAD))
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return self._pool
+
+    def map_unordered(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
+        pool = self._started()
+        pending: dict[Future, int] = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in sorted(done, key=pending.__getitem__):  # ties in submission order
+                    yield pending.pop(f), f.result()
+        finally:
+            for f in pending:  # left early: what has not started never will
+                f.cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> LocalProcessPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
