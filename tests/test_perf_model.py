@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from common.errors import HarnessError
 from engines.perf import BREAKDOWN_PARTS, LINEAR_PARTS, Deployment, PerfModel
+from engines.perf import memory
 from engines.perf.queries import chunked_prefill_time, decode_iteration_time
 
 
@@ -195,8 +196,15 @@ def test_cpu_overhead_is_documented_and_counted():
 
 def test_kv_capacity():
     m, d = MISTRAL.model, MISTRAL.deployment
-    expected = (d.gpu.hbm_bytes * 0.9 - m.weight_bytes - MISTRAL.activation_reserve_bytes()) / m.kv_bytes_per_token
-    assert MISTRAL.kv_capacity_tokens(0.9) == math.floor(expected)
+    # the paper's engine (Sarathi-Serve): CUDA's device total x utilization - (weights + the profile
+    # pass's activations), in whole 16-token blocks
+    assert d.gpu.visible_bytes < d.gpu.hbm_bytes
+    blocks = (d.gpu.visible_bytes * 0.9 - m.weight_bytes - memory.inputs(d).activation_bytes) // (16 * m.kv_bytes_per_token)
+    assert MISTRAL.kv_capacity_tokens(0.9) == 16 * int(blocks)
+    # the datasheet recipe (the `ideal` stack): HBM x utilization, activations and logits reserved, tokens
+    ideal = perf("mistral-7b", "a100-80g-pcie", stack="ideal")
+    expected = (d.gpu.hbm_bytes * 0.9 - m.weight_bytes - ideal.activation_reserve_bytes()) / m.kv_bytes_per_token
+    assert ideal.kv_capacity_tokens(0.9) == math.floor(expected)
     assert 400_000 < MISTRAL.kv_capacity_tokens() < 500_000
     assert MISTRAL.kv_capacity_tokens(0.5) < MISTRAL.kv_capacity_tokens(0.9)
     # TP halves weights and KV per GPU; PP halves layers per GPU
@@ -204,6 +212,18 @@ def test_kv_capacity():
     assert perf("falcon-180b", "a100-80g-sxm", tp=4).kv_capacity_tokens() == 0  # 89 GB of weights per GPU
     with pytest.raises(HarnessError):
         MISTRAL.kv_capacity_tokens(1.5)
+
+
+def test_kv_capacity_as_vidur_sizes_it():
+    # Issue 14: Vidur's own run of Llama-2-70B TP2 on its A100 holds 53,248 KV tokens (3,328 blocks);
+    # its memory planner (engines/perf/memory.py [VIDUR-MEM]) reproduces it exactly, where the
+    # datasheet recipe gives 47,525 and the paper's engine (CUDA's 79.2 GiB, all weights) fewer.
+    caps = {r: perf("llama2-70b", "a100-80g-pcie", tp=2, kv_memory=r).kv_capacity_tokens(0.9)
+            for r in ("vidur", "datasheet", "sarathi-serve")}
+    assert caps["vidur"] == 53_248 and caps["datasheet"] == 47_525
+    assert caps["sarathi-serve"] < caps["datasheet"] and caps["sarathi-serve"] % 16 == 0
+    with pytest.raises(HarnessError, match="unknown KV memory recipe"):
+        perf("llama2-70b", "a100-80g-pcie", tp=2, kv_memory="vllm-v9")
 
 
 # ----------------------------------------------------------------------------- API contract

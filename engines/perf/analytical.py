@@ -41,6 +41,7 @@ from common.errors import HarnessError
 
 from . import operators as ops
 from .deployment import Deployment
+from . import memory
 from .kernels import get_stack, kernels_for
 
 # Components of one stage's time (summing to "total") and the details of "linear".
@@ -83,6 +84,9 @@ def _check_counts(n: np.ndarray, c: np.ndarray) -> None:
 # Share of HBM for weights, activations and the KV cache: vLLM's `--gpu-memory-utilization` default
 # (vllm/config.py, CacheConfig.gpu_memory_utilization = 0.9).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# Tokens per KV block: vLLM's and Sarathi-Serve's default (CacheConfig.block_size = 16); the engine
+# core's DEFAULT_BLOCK_SIZE says the same (engines.perf may not import it).
+DEFAULT_KV_BLOCK_TOKENS = 16
 
 
 class PerfModel:
@@ -209,32 +213,18 @@ class PerfModel:
         t = self._send(np.asarray(num_tokens, dtype=np.float64))
         return float(t) if np.ndim(t) == 0 else t
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> int:
-        """KV-cache tokens the deployment holds: per stage, (HBM x util - weights - activation
-        reserve) / KV bytes per token on one GPU; the smallest stage bounds the deployment."""
-        if not 0 < gpu_memory_utilization <= 1:
-            raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-        m, d = self.model, self.deployment
-        budget = self.gpu.hbm_bytes * gpu_memory_utilization - self.activation_reserve_bytes()
-        weights = m.stage_weight_params_per_gpu(d.tp, d.pp)
-        kv_head_bytes = 2 * m.kv_heads_per_gpu(d.tp) * m.head_dim * m.bytes_per_param
-        capacities = [
-            math.floor((budget - params * m.bytes_per_param) / (layers * kv_head_bytes))
-            for params, layers in zip(weights, self.stage_layers)
-        ]
-        return max(0, min(capacities))
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+                           block_size: int = DEFAULT_KV_BLOCK_TOKENS) -> int:
+        """KV-cache tokens the deployment holds, sized as its engine sizes it (memory.py: the
+        stack's recipe, or the deployment's `kv_memory`); the smallest stage bounds the deployment."""
+        d = self.deployment
+        return memory.kv_capacity_tokens(d.kv_memory or self.stack.kv_memory, memory.inputs(d), gpu_memory_utilization,
+                                         block_size)
 
     def activation_reserve_bytes(self) -> int:
-        """Peak activation memory of a forward pass over `activation_tokens` tokens on one GPU:
-        the residual stream and hidden state, the QKV output, the MLP's widest intermediate and
-        its activation output (fp16), plus fp32 logits for up to 256 sampled rows (vLLM's default
-        max_num_seqs)."""
-        m, d = self.model, self.deployment
-        t = d.activation_tokens
-        qkv_width = self._gemm_shapes[0][2]
-        widths = 2 * m.hidden_size + qkv_width + (m.mlp_in_width + m.intermediate_size) // d.tp
-        logits = min(t, 256) * self._vocab_per_gpu * 4
-        return t * widths * m.bytes_per_param + logits
+        """What the datasheet recipe reserves before the KV cache: activations + logits (memory.py)."""
+        m = memory.inputs(self.deployment)
+        return m.activation_bytes + m.logits_bytes
 
     def breakdown(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> dict[str, float]:
         """Seconds per operator for one batch, on the slowest stage.

@@ -34,6 +34,7 @@ from common.errors import HarnessError
 from .architectures import ModelArch, get_model
 from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_topology
 from .kernels import DEFAULT_STACK, get_attention_kernel, get_stack
+from .memory import check_recipe
 
 CPU_OVERHEAD_S = 1.2e-3  # per iteration, fixed part (Vidur profile, see module docstring)
 CPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence in the batch (Vidur profile)
@@ -82,6 +83,7 @@ class Deployment:
     activation_tokens: int = ACTIVATION_TOKENS
     stack: str = DEFAULT_STACK  # the engine's kernels (kernels.py STACKS)
     attention_kernel: str | None = None  # another attention kernel than the stack's (kernels.py)
+    kv_memory: str | None = None  # another KV-sizing recipe than the stack's (memory.py)
     topology: str | None = field(default=None, compare=False)  # for descriptions only
 
     def __post_init__(self) -> None:
@@ -96,6 +98,8 @@ class Deployment:
         object.__setattr__(self, "stack", get_stack(self.stack).name)  # one spelling; unknown names refused
         if self.attention_kernel is not None:
             object.__setattr__(self, "attention_kernel", get_attention_kernel(self.attention_kernel).name)
+        if self.kv_memory is not None:
+            object.__setattr__(self, "kv_memory", check_recipe(self.kv_memory))
         if self.gemm_tile_tokens < 1:
             raise HarnessError("deployment: gemm_tile_tokens must be >= 1")
         for name in ("cpu_overhead_s", "cpu_overhead_per_seq_s", "multi_gpu_overhead_s",

@@ -59,6 +59,13 @@ class GpuSpec:
     hbm_efficiency: float  # achievable fraction of hbm_bandwidth for streaming kernels
     # achievable fraction of hbm_bandwidth while a GEMM streams its weights for a few rows (decode)
     weight_stream_efficiency: float = 0.73
+    # the device total CUDA reports (torch.cuda.get_device_properties().total_memory), where it is
+    # less than hbm_bytes: what an engine sizing its KV cache starts from (memory.py). None: hbm_bytes.
+    cuda_total_bytes: int | None = None
+
+    @property
+    def visible_bytes(self) -> int:
+        return self.hbm_bytes if self.cuda_total_bytes is None else self.cuda_total_bytes
 
     @property
     def matmul_flops(self) -> float:
@@ -107,6 +114,11 @@ class LinkSpec:
 # copy kernels. GEMMs streaming their weights at decode batch sizes reach less: 0.73, measured
 # on A40 and A100 [VIDUR-MLP]; H100/H200 have no such profile here and assume the same fraction.
 _HBM_EFF = 0.85
+# [CUDA-TOTAL] An 80 GB card shows CUDA 79.1-79.25 GiB (the rest is the driver's and the ECC's):
+# PyTorch's out-of-memory messages report "79.25 GiB total capacity" and "79.14 GiB" on A100 80GB
+# (levihsu/OOTDiffusion#235, lianqi1008/Control-GIC#6), vLLM's logs 79.22 GiB on H100 80GB
+# (vllm-project/vllm PRs #10511, #12126). 79.2 GiB for each 80 GB part.
+_CUDA_TOTAL_80G = int(79.2 * GiB)
 _WEIGHT_STREAM_EFF = 0.73
 
 _GPUS: dict[str, GpuSpec] = {
@@ -114,6 +126,7 @@ _GPUS: dict[str, GpuSpec] = {
         name="a100-80g-sxm",
         peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS (624 with sparsity)
         hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e (5 stacks x 16 GiB)
+        cuda_total_bytes=_CUDA_TOTAL_80G,
         hbm_bandwidth=2039e9,  # [A100-DS] 2,039 GB/s
         matmul_efficiency=0.869,  # [MAMF] A100 SXM 271.2 / 312
         attention_efficiency=0.60,  # [FA2] up to 0.73 at head_dim 128, long sequences; 0.60 for
@@ -125,6 +138,7 @@ _GPUS: dict[str, GpuSpec] = {
         name="a100-80g-pcie",
         peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS
         hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e
+        cuda_total_bytes=_CUDA_TOTAL_80G,
         hbm_bandwidth=1935e9,  # [A100-DS] 1,935 GB/s
         matmul_efficiency=0.811,  # [MAMF] A100 PCIe 252.9 / 312 (300 W power cap)
         attention_efficiency=0.60,  # [FA2], as for the SXM part
@@ -147,6 +161,7 @@ _GPUS: dict[str, GpuSpec] = {
         name="h100-80g-sxm",
         peak_flops=989e12,  # [H100-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
         hbm_bytes=80 * GiB,  # [H100-DS] 80GB HBM3
+        cuda_total_bytes=_CUDA_TOTAL_80G,
         hbm_bandwidth=3.35e12,  # [H100-DS] 3.35 TB/s
         matmul_efficiency=0.803,  # [MAMF] H100 SXM 794.5 / 989
         attention_efficiency=0.34,  # [FA2] 335 / 989 (FlashAttention-2, the paper-era kernel)

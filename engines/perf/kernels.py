@@ -158,16 +158,18 @@ class EngineStack:
     gemm: str  # "datasheet" or "cublas-2024"
     attention: str
     elementwise: str  # "ideal" or "vllm-2024"
+    kv_memory: str  # how the engine sizes its KV cache (memory.py RECIPES)
     description: str
 
 
 STACKS = {
     "sarathi-serve-2024": EngineStack(
         "sarathi-serve-2024", gemm="cublas-2024", attention="sarathi-2024", elementwise="vllm-2024",
+        kv_memory="sarathi-serve",
         description="the paper's engine as Vidur profiled it: cuBLAS GEMMs, Sarathi-Serve's FlashAttention "
                     "wrapper, vLLM's early-2024 norm/rotary/activation kernels, unfused residual add, eager PyTorch"),
     "ideal": EngineStack(
-        "ideal", gemm="datasheet", attention="fa2-ideal", elementwise="ideal",
+        "ideal", gemm="datasheet", attention="fa2-ideal", elementwise="ideal", kv_memory="datasheet",
         description="datasheet fractions: large-GEMM efficiency at every shape, FlashAttention-2 paper "
                     "efficiency, fused add+norm, kernels at 0.85 of HBM, no launch costs (the model before "
                     "measured kernels)"),

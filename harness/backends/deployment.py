@@ -27,9 +27,10 @@ class DeploymentPlan:
 
 
 def _kernel_choice(perf_cfg: Mapping | None) -> dict:
-    """perf.stack / perf.attention_kernel, where the config names them (engines.perf.kernels)."""
+    """perf.stack / perf.attention_kernel / perf.kv_memory, where the config names them
+    (engines.perf.kernels, engines.perf.memory)."""
     cfg = perf_cfg or {}
-    return {k: str(cfg[k]) for k in ("stack", "attention_kernel") if cfg.get(k) is not None}
+    return {k: str(cfg[k]) for k in ("stack", "attention_kernel", "kv_memory") if cfg.get(k) is not None}
 
 
 def build_deployment(
@@ -49,7 +50,7 @@ def build_deployment(
         **_kernel_choice(perf_cfg),
     )
     perf = build_perf_model(deployment, perf_cfg)
-    kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization)
+    kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
     if kv_tokens < max_model_len:
         raise HarnessError(
             f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp}) leaves KV room for "

@@ -81,6 +81,7 @@ class PerfSchema:
     path: str | None = None  # profile: a long-format CSV or a Vidur profile directory
     stack: str = DEFAULT_STACK  # the engine's kernels (engines/perf/kernels.py STACKS)
     attention_kernel: str | None = None  # another attention kernel than the stack's
+    kv_memory: str | None = None  # another KV-sizing recipe than the stack's (engines/perf/memory.py)
 
 
 @dataclass

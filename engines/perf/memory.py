@@ -1,0 +1,108 @@
+"""How many KV-cache tokens a deployment holds, sized the way each engine sizes it.
+
+An engine profiles one forward pass, then gives the KV cache what is left of a share of the
+device's memory; the recipes differ in which total they start from and what they charge before
+the cache. Each is named (`EngineStack.kv_memory`, or `Deployment.kv_memory` to override it) so
+simulated and live runs of that engine fill the same number of blocks.
+
+Sources:
+  [SARATHI-MEM] microsoft/sarathi-serve: sarathi/model_executor/model_runner.py
+      profile_num_available_blocks: one dummy forward pass, peak = torch.cuda.max_memory_allocated()
+      (weights + the pass's activations; the sampler is not run, so no logits), total =
+      torch.cuda.get_device_properties().total_memory (sarathi/utils get_gpu_memory), blocks =
+      int((total x gpu_memory_utilization - peak) // block bytes), block bytes = block_size x KV
+      bytes per token of the worker's layers (sarathi/worker/cache_engine.py); the engine takes the
+      smallest worker's count (sarathi/engine/base_llm_engine.py _init_cache). The CUDA context and
+      NCCL buffers are not charged: they live in the (1 - utilization) headroom.
+  [VIDUR-MEM] microsoft/vidur: vidur/scheduler/utils/memory_planner.py and
+      base_replica_scheduler.py: available = total_memory_gb GiB x (1 - memory_margin_fraction),
+      minus 2 B x the per-device parameters of the stage's layers (vidur/utils/param_counter.py: no
+      embedding, LM head or norms), divided by the KV bytes of one max_tokens request over *all*
+      the model's layers, floored to whole requests, times the pipeline stages; blocks = requests x
+      (max_tokens // block_size). Defaults: total_memory_gb 80 (A100, H100), margin 0.1,
+      max_tokens 4096 (vidur/config). Reproduces Vidur's 53,248 tokens for Llama-2-70B TP2 on A100.
+  [CUDA-TOTAL] what CUDA reports as an 80 GB card's total (hardware.py GpuSpec.visible_bytes).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from common.errors import HarnessError
+
+from .architectures import ModelArch
+from .hardware import GpuSpec
+
+GiB = 1024**3
+VIDUR_MAX_TOKENS = 4096  # [VIDUR-MEM] the request generator's max_tokens default
+RECIPES = ("sarathi-serve", "vidur", "datasheet")
+
+
+@dataclass(frozen=True)
+class MemoryInputs:
+    """What a recipe needs of a deployment, per GPU of each pipeline stage."""
+
+    model: ModelArch
+    gpu: GpuSpec
+    tp: int
+    pp: int
+    stage_layers: tuple[int, ...]
+    stage_weight_bytes: tuple[int, ...]  # every parameter the stage's GPU holds
+    activation_bytes: int  # peak activations of the profile pass (no logits)
+    logits_bytes: int  # fp32 logits of the sampled rows (the datasheet recipe's reserve)
+
+
+def inputs(d) -> MemoryInputs:
+    """MemoryInputs of a Deployment (deployment.py), its profile pass over `activation_tokens`."""
+    m, tp = d.model, d.tp
+    kvh = m.kv_heads_per_gpu(tp) * m.head_dim
+    # Peak activations of the pass on one GPU: the residual stream and hidden state, the QKV output,
+    # the MLP's widest intermediate and its activation output (fp16).
+    widths = 2 * m.hidden_size + (m.q_size // tp + 2 * kvh) + (m.mlp_in_width + m.intermediate_size) // tp
+    logits_rows = min(d.activation_tokens, 256)  # vLLM's default max_num_seqs rows of fp32 logits
+    return MemoryInputs(
+        model=m, gpu=d.gpu, tp=tp, pp=d.pp, stage_layers=tuple(m.layers_per_stage(d.pp)),
+        stage_weight_bytes=tuple(p * m.bytes_per_param for p in m.stage_weight_params_per_gpu(tp, d.pp)),
+        activation_bytes=d.activation_tokens * widths * m.bytes_per_param,
+        logits_bytes=logits_rows * math.ceil(m.vocab_size / tp) * 4)
+
+
+def check_recipe(name: str) -> str:
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in RECIPES:
+        raise HarnessError(f"unknown KV memory recipe {name!r}; known: {', '.join(RECIPES)}")
+    return key
+
+
+def kv_capacity_tokens(recipe: str, m: MemoryInputs, gpu_memory_utilization: float, block_size: int) -> int:
+    """KV tokens the deployment holds under `recipe` (whole blocks except for `datasheet`)."""
+    if not 0 < gpu_memory_utilization <= 1:
+        raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if block_size < 1:
+        raise HarnessError(f"block_size must be >= 1, got {block_size}")
+    kv_head_bytes = 2 * m.model.kv_heads_per_gpu(m.tp) * m.model.head_dim * m.model.bytes_per_param
+    recipe = check_recipe(recipe)
+    if recipe == "vidur":
+        return _vidur(m, gpu_memory_utilization, block_size, kv_head_bytes)
+    if recipe == "sarathi-serve":  # [SARATHI-MEM]
+        budget = m.gpu.visible_bytes * gpu_memory_utilization - m.activation_bytes
+        blocks = [math.floor((budget - w) / (layers * kv_head_bytes * block_size))
+                  for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]
+        return max(0, min(blocks)) * block_size
+    # datasheet: the model before engine recipes (HBM x utilization, activations and logits reserved)
+    budget = m.gpu.hbm_bytes * gpu_memory_utilization - m.activation_bytes - m.logits_bytes
+    tokens = [math.floor((budget - w) / (layers * kv_head_bytes)) for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]
+    return max(0, min(tokens))
+
+
+def _vidur(m: MemoryInputs, util: float, block_size: int, kv_head_bytes: int) -> int:
+    """[VIDUR-MEM], with `util` in place of 1 - memory_margin_fraction."""
+    model = m.model
+    kvh = model.kv_heads_per_gpu(m.tp) * model.head_dim
+    q = model.q_size // m.tp
+    layer_params = model.hidden_size * (q + 2 * kvh) + q * model.hidden_size + model.mlp_params_per_layer() // m.tp
+    available = math.ceil(m.gpu.hbm_bytes / GiB) * GiB * util  # total_memory_gb, whole GiB
+    request_bytes = kv_head_bytes * VIDUR_MAX_TOKENS * model.num_layers  # all layers, even with PP
+    requests = min(math.floor((available - layers * layer_params * model.bytes_per_param) / request_bytes)
+                   for layers in m.stage_layers)
+    return max(0, requests) * m.pp * (VIDUR_MAX_TOKENS // block_size) * block_size
