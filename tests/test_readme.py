@@ -67,6 +67,15 @@ def test_readme_command(command, tmp_path):
         assert p.returncode == 0, p.stderr
         return
     assert module == "harness", command
+    if args[:2] == ["profile", "fetch"]:
+        # needs the internet: run as written but from the shared local copy of the same files
+        vidur = ROOT.parent / "shared" / "profiles" / "vidur"
+        if not vidur.is_dir():
+            pytest.skip("profile fetch needs the internet or ../shared/profiles/vidur")
+        words = [a for a in args if not a.startswith("out=")] + [f"src={vidur}", f"out={tmp_path}"]
+        p = subprocess.run([sys.executable, "-m", "harness", *words], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 0 and list(tmp_path.glob("*_tp*.csv")), p.stderr
+        return
     if args[:1] == ["nightly"] or (any(a.startswith("figure=") for a in args) and "run_missing=false" not in args):
         # Minutes of simulation: the figure and nightly commands run end to end in test_commands.
         pytest.skip("runs the paper's matrix; checked by tests/test_commands.py")

@@ -72,6 +72,10 @@ class CurveFamily:
             if np.all(xs == xs[0]):
                 self._grid = (xs[0].copy(), z.copy(), int(counts[0]))  # z is row-major (u, x)
 
+    def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The measured knots as (u, x, z) per point, sorted by u then x."""
+        return self.u[(self._keys // _KEY_STRIDE).astype(np.int64)], self.x, self.z
+
     def _bilinear(self, u: np.ndarray, x: np.ndarray) -> np.ndarray:
         xk, flat, width = self._grid
         i = np.searchsorted(xk, x, side="right")
