@@ -13,6 +13,7 @@ PerfModel (analytical by default; pass a ProfilePerfModel to plot a measured pro
 | fig_hybrid_vs_separate | one hybrid iteration (decodes + chunk) vs a decode and a prefill iteration | Fig 9 |
 | fig_chunking_overhead | total prefill time with chunking vs without, Yi-34B TP-2 | Fig 14 |
 | fig_tile_quantization | linear-layer time vs tokens 1..1024 (tile sawtooth) | Sec. 4.3 (tile quantization) |
+| fig_operator_fidelity | predicted vs measured operator times, per family (fidelity_figure.py) | — (issue 14) |
 
 Every function returns a matplotlib Figure (Agg backend, the harness's seaborn style from
 harness.analysis.style); close it with harness.analysis.style.close when done.
@@ -37,6 +38,7 @@ from engines.perf.queries import (
 )
 from common.errors import HarnessError
 from harness.analysis import style
+from harness.analysis.fidelity_figure import fig_operator_fidelity
 from harness.overrides import options
 
 _MS, _US = 1e3, 1e6
@@ -276,7 +278,18 @@ FIGURES = (
     ("perf_fig09_hybrid_vs_separate", fig_hybrid_vs_separate),
     ("perf_fig14_chunking_overhead", fig_chunking_overhead),
     ("perf_tile_quantization", fig_tile_quantization),
+    ("perf_operator_fidelity", fig_operator_fidelity),
 )
+# What the report says under a figure, where its title alone does not say where the numbers come from.
+CAPTIONS = {
+    "perf_operator_fidelity": (
+        "The model against measured operators: every point of the committed sample of Vidur's "
+        "operator profiles (`data/perf/vidur_operator_sample.csv`, A100/A40 GEMMs and elementwise kernels, "
+        "A100 attention, collectives on three server types) priced by this checkout's model under the default "
+        "engine stack; the titles and the last panel give the `ideal` stack's MAPE too. "
+        "Over all 101,489 measured points: `python benchmarks/validate_operators.py` "
+        "(engines/perf/README.md, Operator validation)."),
+}
 
 
 def save_all(out_dir: str | Path) -> list[Path]:

@@ -52,9 +52,12 @@ def _perf_figures_section(paths: list[Path], figures_dir: Path) -> list[str]:
         return []
     out = ["## Performance-model figures", "",
            "Computed from the analytical model (engines/perf), not from runs: what one iteration costs.", ""]
+    from harness.analysis.perf_figures import CAPTIONS
+
     for p in paths:
         title = p.stem.removeprefix("perf_").replace("_", " ")
-        out += [f"### {title}", "", f"![{title}]({_rel(p, figures_dir)})", ""]
+        out += [f"### {title}", ""] + ([CAPTIONS[p.stem], ""] if p.stem in CAPTIONS else [])
+        out += [f"![{title}]({_rel(p, figures_dir)})", ""]
     return out
 
 
