@@ -169,7 +169,7 @@ def test_link_selection_follows_topology():
     assert falcon.tp_link.name == "pcie4"  # the TP4 ring crosses from one NVLink pair to the other
     assert falcon.pp_link.name == "eth100g"  # stages on different nodes
     llama = Deployment.create(model="llama2-70b", gpu="a40", tp=4, pp=2, topology="paper_a40")
-    assert (llama.tp_link.name, llama.pp_link.name) == ("pcie4", "pcie4")  # one 8-GPU server
+    assert (llama.tp_link.name, llama.pp_link.name) == ("pcie4-a40", "pcie4-a40")  # one 8-GPU server (its PCIe: sends via host memory)
     tp8 = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=8)
     assert tp8.tp_link.name == "eth100g"  # cross-node TP
     dgx = Deployment.create(model="llama2-70b", gpu="h100", tp=8)

@@ -99,6 +99,10 @@ class LinkSpec:
     # Achievable fraction of `bandwidth` for one point-to-point send, where measured apart from the
     # collectives' (a send keeps the link busy one way; a ring all-reduce pays its protocol). None: efficiency.
     p2p_efficiency: float | None = None
+    # Sends above `p2p_large_bytes` run at `p2p_large_efficiency` of `bandwidth` past that size (a
+    # second regime where measured: socket buffers on Ethernet). None: one regime.
+    p2p_large_bytes: float | None = None
+    p2p_large_efficiency: float | None = None
 
     @property
     def effective_bandwidth(self) -> float:
@@ -238,19 +242,27 @@ _LINKS: dict[str, LinkSpec] = {
     "nvlink3": LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6, efficiency=0.59, collective_latency_s=26e-6,
                         p2p_efficiency=0.95),
     # A40 NVLink bridge: 112.5 GB/s bidirectional ([A40-DS]). [VIDUR] a40 all_reduce, 2 GPUs:
-    # 33.5 MB in 0.83 ms = 40 GB/s bus bandwidth = 0.72 of 56.25 GB/s.
-    "nvlink-a40": LinkSpec("nvlink-a40", bandwidth=56.25e9, latency_s=5e-6, efficiency=0.72),
+    # 33.5 MB in 0.83 ms = 40 GB/s bus bandwidth = 0.72 of 56.25 GB/s. Sends on the paper's A40 server
+    # (Vidur network/a40_pairwise_nvlink/send_recv.csv, 2 GPUs of one node) run at 4.0-4.3 GB/s from
+    # 128 KB to 64 MiB, 4 us for the smallest: no GPU peer-to-peer for sends on that host (the
+    # all-reduce uses the bridge), so they are staged through host memory: 4.1 GB/s = 0.073 of 56.25.
+    "nvlink-a40": LinkSpec("nvlink-a40", bandwidth=56.25e9, latency_s=4e-6, efficiency=0.72, p2p_efficiency=0.073),
     # PCIe Gen4 x16: 64 GB/s bidirectional ([A100-DS], [A40-DS] "PCIe Gen4: 64GB/s").
     # [VIDUR] a100_pairwise_nvlink all_reduce, 4 GPUs (ring crosses PCIe): 500 MB in 31.8 ms
     # -> bus bandwidth 1.5 * 500e6 / 31.8e-3 = 23.6 GB/s = 0.74 of 32 GB/s.
     "pcie4": LinkSpec("pcie4", bandwidth=32e9, latency_s=10e-6, efficiency=0.74),
+    # The same PCIe on the paper's A40 server, whose sends are staged through host memory (above):
+    # 4.1 GB/s = 0.128 of 32 GB/s, 4 us.
+    "pcie4-a40": LinkSpec("pcie4-a40", bandwidth=32e9, latency_s=10e-6, efficiency=0.74, p2p_efficiency=0.128),
     # H100/H200 NVLink4 via NVSwitch: 900 GB/s bidirectional ([H100-DS], [H200-DS]); the NVLink3
     # efficiency is assumed.
     "nvlink4": LinkSpec("nvlink4", bandwidth=450e9, latency_s=5e-6, efficiency=0.78),
     # 100 Gbps Ethernet between the paper's A100 nodes (Sarathi-Serve OSDI'24, Sec. 5).
     # [VIDUR] a100_pairwise_nvlink send_recv across nodes: ~12 us for 2 KB; 2 MB in ~0.28 ms
-    # = 7.5 GB/s = 0.6 of 12.5 GB/s.
-    "eth100g": LinkSpec("eth100g", bandwidth=12.5e9, latency_s=12e-6, efficiency=0.6),
+    # = 7.5 GB/s = 0.6 of 12.5 GB/s; past 2 MiB each further byte goes at 2.2-2.5 GB/s (2 -> 8 MiB:
+    # 0.28 -> 3.09 ms; 8 -> 64 MiB: 3.09 -> 27.1 ms): 2.3 GB/s = 0.184 of 12.5 GB/s.
+    "eth100g": LinkSpec("eth100g", bandwidth=12.5e9, latency_s=12e-6, efficiency=0.6,
+                        p2p_large_bytes=2 * 2**20, p2p_large_efficiency=0.184),
     # InfiniBand HDR 200 Gb/s per GPU (DGX A100: 8 x ConnectX-6 200 Gb/s, NVIDIA DGX A100
     # datasheet); NDR 400 Gb/s per GPU (DGX H100: 8 x ConnectX-7). HDR measured between two
     # a100_dgx nodes (Vidur send_recv, 1 GPU per node, up to 64 MiB): 29 us + 7.8 GB/s = 0.31 of
@@ -320,7 +332,7 @@ _TOPOLOGIES: dict[str, Topology] = {
     # 100 Gbps Ethernet between nodes ([VIDUR] device_configs/a100.yml: num_devices_per_node 4).
     "paper-a100": Topology("paper-a100", 4, 2, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["eth100g"]),
     # Sarathi-Serve Sec. 5: one server of 8 A40 with pairwise NVLink ([VIDUR] a40.yml: 8 per node).
-    "paper-a40": Topology("paper-a40", 8, 2, _LINKS["nvlink-a40"], _LINKS["pcie4"], _LINKS["eth100g"]),
+    "paper-a40": Topology("paper-a40", 8, 2, _LINKS["nvlink-a40"], _LINKS["pcie4-a40"], _LINKS["eth100g"]),
     # DGX/HGX nodes: 8 GPUs on NVSwitch (every pair at full NVLink bandwidth), InfiniBand between nodes.
     "dgx-a100": Topology("dgx-a100", 8, 8, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["ib-hdr"]),
     "dgx-h100": Topology("dgx-h100", 8, 8, _LINKS["nvlink4"], _LINKS["pcie4"], _LINKS["ib-ndr"]),

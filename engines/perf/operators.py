@@ -129,10 +129,15 @@ def allgather_time(nbytes_total: np.ndarray, ranks: int, link: LinkSpec | None) 
 
 
 def p2p_time(nbytes: np.ndarray, link: LinkSpec | None) -> np.ndarray:
-    """One point-to-point send (pipeline stage boundary): bytes / bandwidth + one hop latency."""
+    """One point-to-point send (pipeline stage boundary): bytes / bandwidth + one hop latency, and
+    the link's slower second regime for the bytes past `p2p_large_bytes` where it has one."""
     if link is None:
         return np.zeros(np.shape(nbytes))
-    return collective_time(nbytes, 1.0 / link.p2p_bandwidth, link.latency_s)
+    t = collective_time(nbytes, 1.0 / link.p2p_bandwidth, link.latency_s)
+    if link.p2p_large_bytes is not None:
+        extra = 1.0 / (link.bandwidth * link.p2p_large_efficiency) - 1.0 / link.p2p_bandwidth
+        t = t + np.maximum(np.asarray(nbytes, dtype=np.float64) - link.p2p_large_bytes, 0.0) * extra
+    return t
 
 
 def attended_keys_x2(new: np.ndarray, context: np.ndarray, window: int | None) -> np.ndarray:
