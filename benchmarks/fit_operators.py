@@ -31,8 +31,7 @@ sys.path.insert(0, str(REPO))
 from engines.perf.architectures import get_model  # noqa: E402
 
 VIDUR = REPO.parent / "shared" / "profiles" / "vidur"
-MODELS = {"Llama-2-7b-hf": "llama2-7b", "Llama-2-70b-hf": "llama2-70b",
-          "Meta-Llama-3-8B": "llama3-8b", "Meta-Llama-3-70B": "llama3-70b"}
+from harness.analysis.operator_fidelity import MODELS  # noqa: E402  (Vidur directory -> catalog name)
 PEAK = {"a100": 312e12, "a40": 149.7e12}  # hardware.py datasheet peaks (A100 80GB PCIe, A40)
 HBM = {"a100": 1935e9, "a40": 696e9}
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")

@@ -72,6 +72,10 @@ VIDUR_ELEMENTWISE_REQUIRED = ("attn_rope", "mlp_act")
 VIDUR_ELEMENTWISE_OPTIONAL = ("input_layernorm", "post_attention_layernorm", "add")  # missing/empty -> 0 (as Vidur)
 VIDUR_MLP_KEYS = ("num_tokens", "num_tensor_parallel_workers")
 VIDUR_ATTENTION_KEYS = ("batch_size", "kv_cache_size", "prefill_chunk_size", "is_prefill", "num_tensor_parallel_workers")
+# Vidur's model directories (data/profiling/compute/<gpu>/<org>/<name>) -> this catalog's names.
+VIDUR_MODELS = {"meta-llama/Llama-2-7b-hf": "llama2-7b", "meta-llama/Llama-2-70b-hf": "llama2-70b",
+                "meta-llama/Meta-Llama-3-8B": "llama3-8b", "meta-llama/Meta-Llama-3-70B": "llama3-70b",
+                "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b"}
 VIDUR_PREFILL = "time_stats.attn_prefill.median"
 VIDUR_DECODE = "time_stats.attn_decode.median"
 VIDUR_KV_SAVE = "time_stats.attn_kv_cache_save.median"  # optional: KV-cache write, part of elementwise

@@ -35,13 +35,10 @@ from engines.perf.analytical import PerfModel
 from engines.perf.deployment import Deployment
 from engines.perf.hardware import get_topology
 from engines.perf.kernels import DEFAULT_STACK
+from engines.perf.measured import VIDUR_MODELS
 
-MODELS = {  # Vidur directory -> catalog name
-    "Llama-2-7b-hf": "llama2-7b",
-    "Llama-2-70b-hf": "llama2-70b",
-    "Meta-Llama-3-8B": "llama3-8b",
-    "Meta-Llama-3-70B": "llama3-70b",
-}
+# The Llama models the shared profiles hold: Vidur directory name -> catalog name.
+MODELS = {path.split("/")[1]: name for path, name in VIDUR_MODELS.items() if path.startswith("meta-llama/")}
 COMPUTE_GPUS = {"a100": None, "a40": "a40-48g"}  # Vidur compute dir -> catalog card (None: A100_CARDS)
 A100_CARDS = {"pcie": "a100-80g-pcie", "sxm": "a100-80g-sxm"}  # which card Vidur's "a100" is priced as
 NETWORKS = {  # Vidur network dir -> (catalog topology, catalog GPU; None: the A100 card)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from common.errors import HarnessError
 from engines.perf import get_model
-from engines.perf.measured import OperatorProfile, load_profile
+from engines.perf.measured import VIDUR_MODELS, OperatorProfile, load_profile
 from harness.overrides import options as parse_options
 
 RAW_URL = "https://raw.githubusercontent.com/microsoft/vidur"
@@ -39,10 +39,6 @@ PINNED = {  # data/profiling/compute/... at PINNED_REF -> sha256
     "a40/meta-llama/Llama-2-70b-hf/mlp.csv": "a666d9463c0f6994f8103175cad6359bd738e6d4f8e66e56f1dcf88482f91485",
     "a40/meta-llama/Llama-2-7b-hf/mlp.csv": "f8d0f455d0b72b7975be0ed8e1951dcbf2eabc083001b27f6ef8203c0a96962c",
 }
-# Vidur's model directories -> this project's catalog (engines/perf/architectures.py), for the shape check.
-CATALOG = {"meta-llama/Llama-2-7b-hf": "llama2-7b", "meta-llama/Llama-2-70b-hf": "llama2-70b",
-           "meta-llama/Meta-Llama-3-8B": "llama3-8b", "meta-llama/Meta-Llama-3-70B": "llama3-70b",
-           "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b"}
 FILES = ("mlp.csv", "attention.csv")
 _LFS = re.compile(rb"^version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize (\d+)\n?$")
 TIMEOUT_S = 60.0
@@ -136,7 +132,7 @@ def fetch_command(argv: list[str]) -> int:
     degrees = [int(t) for t in str(opts["tp"]).replace("[", "").replace("]", "").split(",") if t.strip()] or both
     if not degrees:
         raise HarnessError(f"{gpu}/{model}: mlp.csv and attention.csv share no TP degree")
-    arch = get_model(CATALOG[model]) if model in CATALOG else None
+    arch = get_model(VIDUR_MODELS[model]) if model in VIDUR_MODELS else None  # the shape check
     out = Path(str(opts["out"]))
     where = f"microsoft/vidur@{opts['ref']} data/profiling/compute/{gpu}/{model}" if src is None else str(src)
     provenance = f"from {where}; {', '.join(c for _, c in got.values())}"
