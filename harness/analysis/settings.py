@@ -18,9 +18,10 @@ from functools import lru_cache
 from harness.config.diff import differences as config_differences
 
 # Where results go, which seed and how they are shown do not make a run another experiment; the
-# backend's knobs (live URL, sim fast-forward) and search.workers (probes at once, same answer)
-# are how it ran, recorded with the run, not what.
-IGNORED_PREFIXES = ("name", "seed", "results_dir", "progress", "cache", "backend", "hydra", "search.workers")
+# backend's knobs (live URL, sim fast-forward) and search.workers/executor/ray_address (probes at
+# once and where, same answer) are how it ran, recorded with the run, not what.
+IGNORED_PREFIXES = ("name", "seed", "results_dir", "progress", "cache", "backend", "hydra", "search.workers",
+                    "search.executor", "search.ray_address")
 NOT_A_CELL = "not a paper cell"
 
 

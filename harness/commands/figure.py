@@ -1,5 +1,5 @@
 """`python -m harness figure=NAME|all [results_dir=results] [figures_dir=figures] [run_missing=true] [n_jobs=2]
-[reference=results/reference] [include_other=false]`
+[reference=results/reference] [include_other=false] [launcher=joblib] [hydra.launcher.KEY=VALUE ...]`
 
 Regenerates figures/REPORT.md and every figure (or one: names in harness.analysis.figures.FIGURES);
 with run_missing, first runs, in simulation, the cells of the paper's matrix that have no results
@@ -12,6 +12,12 @@ from common.errors import HarnessError
 from harness.overrides import options as parse_options
 
 
+def launcher_words(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the command's own key=value words, the hydra.launcher.KEY=VALUE words for its launcher)."""
+    own = [a for a in argv if not a.lstrip("+~").startswith("hydra.launcher.")]
+    return own, [a for a in argv if a not in own]
+
+
 def figure_command(argv: list[str]) -> int:
     from harness.analysis.figures import FIGURES, build_figures, load_inputs
     from harness.analysis.matrix import paper_matrix
@@ -19,15 +25,16 @@ def figure_command(argv: list[str]) -> int:
     from harness.commands.jobs import run_configs
     from harness.config import compose
 
+    argv, launcher_overrides = launcher_words(argv)
     opts = parse_options(argv, {"figure": "all", "results_dir": "results", "figures_dir": "figures", "run_missing": True, "n_jobs": 2,
-                                 "reference": "results/reference", "include_other": False})
+                                 "reference": "results/reference", "include_other": False, "launcher": "joblib"})
     names = [f.name for f in FIGURES]
     if opts["figure"] != "all" and opts["figure"] not in names:
         raise HarnessError(f"unknown figure {opts['figure']!r}; known: all, {', '.join(names)}")
     reference, other = opts["reference"] or None, opts["include_other"]
     if opts["run_missing"]:
         configs = [compose([*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"]) for cell in paper_matrix()]
-        run_configs(configs, n_jobs=opts["n_jobs"])
+        run_configs(configs, n_jobs=opts["n_jobs"], launcher=opts["launcher"], launcher_overrides=launcher_overrides)
     if opts["figure"] == "all":
         print(f"report: {write_report(opts['results_dir'], opts['figures_dir'], reference_dir=reference, include_other=other)}")
     else:

@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 from common.errors import HarnessError, RunBroken
 from harness.config.diff import differences
 
-OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers")  # search.workers: how fast, not what
+# search.workers/executor/ray_address: how fast and where, not what
+OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address")
 
 
 def _same(a: DictConfig, b: DictConfig) -> bool:
@@ -35,15 +36,20 @@ def find_run(cfg: DictConfig) -> Path | None:
     return None
 
 
-def _run_one(cfg_yaml: str) -> tuple[str, str | None, str]:
-    """(name, run dir or None if it failed, everything it printed): jobs run side by side, so
-    their output is kept and printed whole when each ends, never interleaved."""
+def _run_one(cfg_yaml: str, cwd: str | None = None) -> tuple[str, str | None, str, str]:
+    """(name, run dir or None if it failed, everything it printed, host): jobs run side by side,
+    so their output is kept and printed whole when each ends, never interleaved. `cwd`: the
+    driver's directory, where relative paths point (when this machine sees it)."""
     import contextlib
     import io
+    import os
     import traceback
 
+    from harness.cluster.outcome import here
     from harness.commands.run import run_experiment
 
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
     cfg = OmegaConf.create(cfg_yaml)
     out = io.StringIO()
     path = None
@@ -54,24 +60,26 @@ def _run_one(cfg_yaml: str) -> tuple[str, str | None, str]:
             print(f"error: {e}")
         except Exception:  # one job's crash must not take the others' results with it
             traceback.print_exc()
-    return str(cfg.name), path, out.getvalue()
+    return str(cfg.name), path, out.getvalue(), here()
 
 
-def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bool = True) -> list[Path]:
+def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bool = True,
+                launcher: str = "joblib", launcher_overrides: Sequence[str] = ()) -> list[Path]:
     """Run every config without a finished run (all of them if not `only_missing`); returns run
-    dirs. Each job's output prints as one labelled block when it ends; a job that fails is named
-    after all have run (HarnessError), and a rerun does only what is still missing."""
-    from joblib import Parallel, delayed
-
+    dirs. `launcher`: where the jobs run, a `hydra/launcher=` option (joblib: `n_jobs` local
+    processes; ray, submitit_local, submitit_slurm or a cluster file: each job with the resources
+    its deployment needs, all checked before any is submitted), `launcher_overrides` its
+    `hydra.launcher.KEY=VALUE` words. Each job's output prints as one labelled block when it
+    ends; a job that fails is named after all have run (HarnessError), and a rerun does only what
+    is still missing."""
     todo = [c for c in configs if not (only_missing and find_run(c) is not None)]
     done = [find_run(c) for c in configs if c not in todo]
-    print(f"matrix: {len(configs)} configs, {len(configs) - len(todo)} already have results, running {len(todo)}", flush=True)
+    print(f"matrix: {len(configs)} configs, {len(configs) - len(todo)} already have results, running {len(todo)}"
+          + ("" if launcher == "joblib" else f" through hydra/launcher={launcher}"), flush=True)
     failed = []
     if todo:
-        jobs = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")(
-            delayed(_run_one)(OmegaConf.to_yaml(c)) for c in todo)
-        for k, (name, path, text) in enumerate(jobs, 1):
-            status = "done" if path else "FAILED"
+        for k, (name, path, text, host) in enumerate(_jobs(todo, n_jobs, launcher, launcher_overrides), 1):
+            status = f"done on {host}" if path else f"FAILED on {host}" if host else "FAILED"
             print(f"\n── [{k}/{len(todo)}] {name}: {status} " + "─" * max(0, 60 - len(name)), flush=True)
             print(text.rstrip(), flush=True)
             if path:
@@ -82,3 +90,24 @@ def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bo
         raise HarnessError(f"{len(failed)} of {len(todo)} configs failed: {', '.join(failed)} (their output is above; "
                            f"the others' results are saved, and a rerun runs only what is missing)")
     return done
+
+
+def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Sequence[str]):
+    """(name, run dir | None, output, host) of each config as it ends, wherever it ran."""
+    import os
+
+    from harness.cluster.hydra_jobs import launch_configs
+    from harness.config.compose import compose_launcher
+
+    args = [(OmegaConf.to_yaml(c), os.getcwd()) for c in todo]
+    params = compose_launcher(launcher, list(overrides)) if launcher != "joblib" or overrides else {}
+    if params and not params["_target_"].endswith("JoblibLauncher"):
+        plain = [OmegaConf.to_container(c, resolve=True) for c in todo]
+        for i, value, err in launch_configs(params, _run_one, args, plain, Path(str(todo[0].results_dir))):
+            yield value if err is None else (str(todo[i].name), None, f"the job crashed: {type(err).__name__}: {err}", "")
+        return
+    from joblib import Parallel, delayed
+
+    n_jobs = int(params.get("n_jobs", n_jobs)) if overrides else n_jobs
+    yield from Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")(
+        delayed(_run_one)(*a) for a in args)

@@ -1,40 +1,99 @@
 """`python -m harness -m key=a,b ...`: Hydra multirun over experiment configs.
 
 Sweeps (comma lists, `glob(...)`, `range(...)`) are expanded by Hydra and each job runs
-`run_experiment` exactly as a single run does; the joblib launcher runs jobs in parallel
-processes (`hydra.launcher.n_jobs`, default: one per core). A job with bad input prints its
-one-line error and fails; the others go on.
+`run_experiment` exactly as a single run does, wherever the launcher puts it
+(`hydra/launcher=joblib` (default: local processes, `hydra.launcher.n_jobs`, default 2), `ray`,
+`submitit_local`, `submitit_slurm`; experiments/hydra/launcher/). Every job returns a
+`JobOutcome` (done with its run directory, or failed with its one-line reason, and the host it
+ran on) instead of raising, so a failing job never takes the others down; the sweeper
+(harness.cluster.hydra_jobs) prints one line per job and exits with the worst status (2 bad
+input, 3 a broken run, 1 a crash).
 """
 from __future__ import annotations
 
+import os
 import sys
+import traceback
+from importlib.util import find_spec
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError, RunBroken
+from harness.cluster.outcome import EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_CRASHED, JobOutcome, here, secondary_task
 from harness.config import register
 from harness.paths import CONFIG_DIR
 
 register()  # the structured schema the YAML presets fill in
 
+# What each launcher needs installed (the `cluster` extra: pip install -e '.[cluster]').
+NEEDS = {"ray": ("ray", "hydra_plugins.hydra_ray_launcher"),
+         "submitit": ("submitit", "hydra_plugins.hydra_submitit_launcher")}
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
-def _job(cfg: DictConfig) -> None:
+def _job(cfg: DictConfig) -> JobOutcome:
+    from hydra.core.hydra_config import HydraConfig
+
     from harness.commands.run import run_experiment
 
+    if secondary_task():  # another node's task of a multi-node job: it holds its node, no more
+        return JobOutcome(0, host=here())
+    driver_cwd = HydraConfig.get().runtime.cwd
+    if driver_cwd and os.path.isdir(driver_cwd):  # on another machine: relative paths as the driver meant
+        os.chdir(driver_cwd)
     OmegaConf.resolve(cfg)
     try:
-        run_experiment(cfg)
+        return JobOutcome(0, run_dir=str(run_experiment(cfg)), host=here())
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        return JobOutcome(EXIT_BAD_INPUT, error=_one_line(e), host=here())
     except RunBroken as e:
         print(f"error: the run broke, nothing it measured is a result: {e}", file=sys.stderr)
-        raise SystemExit(3) from None
+        return JobOutcome(EXIT_BROKEN, error=f"the run broke: {_one_line(e)}", host=here())
+    except Exception as e:  # a bug: its traceback in the job's output, its name in the report
+        traceback.print_exc()
+        return JobOutcome(EXIT_CRASHED, error=f"{type(e).__name__}: {_one_line(e)}", host=here())
+
+
+def check_launcher(argv: list[str]) -> None:
+    """hydra/launcher=NAME: a launcher there is, with the packages it needs installed (one line if not)."""
+    from harness.cluster.config import launchers
+
+    files = {p.stem: p.read_text() for p in (CONFIG_DIR / "hydra" / "launcher").glob("*.yaml")}
+    for a in argv:
+        key, _, name = a.partition("=")
+        if key.lstrip("+~") != "hydra/launcher":
+            continue
+        if name not in files and name not in (*launchers(), "submitit_local", "submitit_slurm"):
+            raise HarnessError(f"unknown launcher hydra/launcher={name}; known: {', '.join(sorted({*launchers(), *files}))}")
+        base = name
+        if name in files:  # an example cluster file: the launcher it extends
+            base = next((k for k in NEEDS for line in files[name].splitlines() if line.strip().startswith(f"- {k}")), name)
+        for kind, modules in NEEDS.items():
+            missing = [m for m in modules if _absent(m)] if base.startswith(kind) else []
+            if missing:
+                raise HarnessError(f"hydra/launcher={name} needs {', '.join(missing)}: pip install -e '.[cluster]'")
+
+
+def _absent(module: str) -> bool:
+    try:
+        return find_spec(module) is None
+    except ModuleNotFoundError:
+        return True
 
 
 def multirun(argv: list[str]) -> int:
+    try:
+        check_launcher(argv)
+    except HarnessError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     sys.argv = ["python -m harness", "--multirun", *argv]
     try:
         _job()

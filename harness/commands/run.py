@@ -19,7 +19,7 @@ from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key
 from harness.search.capacity import CapacityResult, Probe
-from harness.search.executor import LocalProcessPool
+from harness.search.executor import ProbeExecutor, open_executor
 from harness.search.plan import ExperimentPlan, plan_experiment, reseed
 from harness.search.probe import probe_requests, search_capacity
 from harness.search.rounds import Round
@@ -39,7 +39,7 @@ def run_experiment(cfg: DictConfig) -> Path:
     what = f"one probe at {s.fixed_qps:g} QPS" if s.fixed_qps else "capacity search"
     parallel = s.workers > 1 and not s.fixed_qps
     if parallel:
-        what += f" ({s.workers} probes at once per round)"
+        what += f" ({s.workers} probes at once per round{' on Ray' if s.executor == 'ray' else ''})"
     print(
         f"{plan.name}: {plan.deployment.description}, {plan.dataset['name']} ({s.num_requests} requests), {what}; "
         f"SLO P{plan.slo.tbt_quantile * 100:g} TBT <= {plan.slo.tbt_s:.3g} s and "
@@ -66,13 +66,21 @@ def run_experiment(cfg: DictConfig) -> Path:
         print(f"note: an earlier run of {plan.name} broke ({reason.splitlines()[0]}); its partial results: {where}",
               flush=True)
 
+    # One pool of workers for every search of the run: a local pool starts on the first round, Ray
+    # connects now (an unreachable cluster is bad input, before anything is written).
+    with open_executor(s) if parallel else nullcontext() as pool:
+        return _claim_and_run(cfg, plan, show, cache, prov, pool)
+
+
+def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: ProbeCache | None, prov: dict,
+                   pool: ProbeExecutor | None) -> Path:
+    s = plan.search
+    parallel = pool is not None
     writer = RunWriter(cfg.results_dir, plan.name)  # claims the run's directory (kept partial until done)
     runs: list[SchedulerRun] = []
     token_frames = []
     try:
-        # One pool of workers for every search of the run (started on the first round).
-        with LocalProcessPool(s.workers) if parallel else nullcontext() as pool:
-            _run_all(plan, show, cache, pool, runs, token_frames)
+        _run_all(plan, show, cache, pool, runs, token_frames)
     except BaseException as e:  # whatever stopped it, the claimed directory must say so
         if isinstance(e, HarnessError) and not runs:
             writer.discard()  # bad input a backend found before anything was measured: leave nothing
@@ -100,7 +108,7 @@ def run_experiment(cfg: DictConfig) -> Path:
     return path
 
 
-def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: LocalProcessPool | None,
+def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: ProbeExecutor | None,
              runs: list[SchedulerRun], token_frames: list) -> None:
     """Every scheduler's search, seed by seed, appended to `runs` as each finishes."""
     s = plan.search
@@ -135,7 +143,7 @@ def _requests(runs: list[SchedulerRun]) -> pd.DataFrame | None:
 
 
 def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCache | None, run,
-                   pool: LocalProcessPool | None = None) -> CapacityResult:
+                   pool: ProbeExecutor | None = None) -> CapacityResult:
     # A bar on a terminal (probes so far, the bracket the capacity lies in); one line per probe
     # either way (logs of CI and nightly runs keep them); a parallel search also prints one line
     # per round (its rates, the bracket so far), then its probes' lines as they finish.

@@ -1,7 +1,16 @@
 """The experiment config: Hydra composes experiments/ (presets plus command-line overrides) onto
-the structured schema (`schema`) into one resolved config (`compose`)."""
+the structured schema (`schema`) into one resolved config (`compose`); the launchers' and the
+sweeper's schemas (`hydra/launcher=...`) are harness.cluster.config's."""
+from harness.cluster import config as _cluster_config
+from harness.config import schema as _schema
 from harness.config.compose import compose
-from harness.config.schema import register
+
+
+def register() -> None:
+    """Every schema in Hydra's ConfigStore (idempotent)."""
+    _schema.register()
+    _cluster_config.register()
+
 
 register()
 

@@ -63,3 +63,23 @@ def _missing_config_line(e) -> str:
     group = (getattr(e, "missing_cfg_file", "") or "").rpartition("/")[0]
     known = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) if group else []
     return f"{first}; known: {', '.join(known)}" if known else first
+
+
+def compose_launcher(name: str, overrides: list[str] = ()) -> dict:
+    """The launcher `hydra/launcher=NAME` names (experiments/hydra/launcher, harness.cluster.config),
+    with `hydra.launcher.KEY=VALUE` overrides, resolved: how `figure=all` and `nightly` run their
+    configs with `launcher=NAME`."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    words = [f"hydra/launcher={name}", *overrides]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+            cfg = hydra_compose("config", overrides=words, return_hydra_config=True)
+        return OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    except MissingConfigException as e:
+        raise HarnessError(_missing_config_line(e)) from None
+    except (HydraException, OmegaConfBaseException) as e:
+        raise HarnessError(_schema_line(e, words)) from None

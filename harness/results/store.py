@@ -2,7 +2,8 @@
 
 results/<experiment>/<timestamp>/
   config.yaml          the fully resolved config
-  summary.json         capacities, every probe's verdict and metrics, provenance (git, versions, seed)
+  summary.json         capacities, every probe's verdict and metrics, provenance (git, versions,
+                       seed, the host it ran on)
   requests.parquet     one row per request per probe (scalar per-request metrics)
   token_times.parquet  token times of every request of each scheduler's capacity probe
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -41,7 +43,8 @@ def provenance() -> dict:
             versions[p] = metadata.version(p)
         except metadata.PackageNotFoundError:
             versions[p] = None
-    return {"git_commit": commit, "versions": versions, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {"git_commit": commit, "versions": versions, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "host": socket.gethostname()}  # where it ran (a cluster's job runs anywhere)
 
 
 def records_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:

@@ -2,9 +2,9 @@
 
 A probe is fully determined by the resolved config, the scheduler, the seed and the rate (the
 simulator is deterministic), and by the code: the cache key hashes the config (less the keys
-that only say where output goes, and search.workers: how many probes ran at once) with the git
-commit and the package version. A probe is one JSON file (verdict, summary) plus a Parquet file
-(per-request rows), each written atomically.
+that only say where output goes, and search.workers/executor/ray_address: how many probes ran
+at once, and where) with the git commit and the package version. A probe is one JSON file
+(verdict, summary) plus a Parquet file (per-request rows), each written atomically.
 Token times are not cached (they are large); a run that needs them re-runs that one probe.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from harness.metrics import Distribution, SloVerdict, Summary
 from harness.search.probe import ProbeOutcome
 
 NOT_IN_KEY = ("results_dir", "progress", "cache")
-HOW_NOT_WHAT = {"search": ("workers",)}  # how many probes run at once changes no probe's result
+HOW_NOT_WHAT = {"search": ("workers", "executor", "ray_address")}  # how many probes run at once, and where, changes no probe's result
 
 
 def cache_key(config: dict, code_version: str) -> str:

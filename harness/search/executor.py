@@ -2,16 +2,23 @@
 
 A `ProbeExecutor` maps a picklable function over a round's items and yields `(index, result)` as
 each finishes; closing the iterator early (an interrupt) cancels what has not started. The local
-one is a process pool: the simulator is CPU-bound Python, so processes, not threads. A Ray
-executor implements the same two members (`workers`, `map_unordered`: `ray.remote(fn)` per item,
-`ray.wait` for the next one done, `ray.cancel` on close) and can be passed to the search as is.
+one is a process pool: the simulator is CPU-bound Python, so processes, not threads. The Ray one
+(`search.executor=ray`) runs each probe as a Ray task (one CPU) on a cluster: a local Ray started
+for the run, the cluster by `search.ray_address`, or the Ray the job already runs in (a job of
+`hydra/launcher=ray`, whose searches then share the cluster with every other job's).
+`open_executor` picks one from the search settings.
 """
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from harness.cluster import ray_session
+
+if TYPE_CHECKING:
+    from harness.search.plan import SearchSettings
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -68,3 +75,54 @@ class LocalProcessPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RayExecutor:
+    """Probes as Ray tasks of one CPU each; connects on creation (an unreachable address is one
+    line before anything is written) and disconnects on `close` if it connected."""
+
+    def __init__(self, workers: int, address: str | None = None) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.address = address
+        self._connected = ray_session.connect({"address": address})
+        self._remote: dict[Callable, object] = {}
+
+    def map_unordered(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
+        import ray
+
+        remote = self._remote.get(fn)
+        if remote is None:
+            remote = self._remote[fn] = ray.remote(num_cpus=1, max_retries=0)(fn)
+        index = {remote.remote(item): i for i, item in enumerate(items)}  # type: ignore[attr-defined]
+        pending = list(index)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayTaskError as e:  # the probe's own exception, as a pool raises it
+                        raise e.as_instanceof_cause() from None
+                    yield index[ref], result
+        finally:
+            for ref in pending:  # left early: what has not finished is cancelled
+                ray.cancel(ref, force=True)
+
+    def close(self) -> None:
+        ray_session.disconnect(self._connected)
+        self._connected = False
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_executor(search: SearchSettings) -> LocalProcessPool | RayExecutor:
+    """The executor search.executor names, for search.workers probes at once."""
+    if search.executor == "ray":
+        return RayExecutor(search.workers, search.ray_address)
+    return LocalProcessPool(search.workers)

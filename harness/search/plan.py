@@ -24,6 +24,9 @@ from harness.typed import did_you_mean, typed
 from harness.workload import Workload, concurrency_limit, load_workload
 
 
+EXECUTORS = ("local", "ray")
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     """The capacity search; the defaults are the paper's (Sarathi-Serve Sec. 5: 2048 requests per
@@ -39,6 +42,8 @@ class SearchSettings:
     fixed_qps: float | None = None  # run one probe at this rate instead of a search
     max_error_fraction: float = 0.0  # a probe with more failed requests than this share fails (and says why)
     workers: int = 1  # probes at once: each round of the search probes this many rates (deterministic backends)
+    executor: str = "local"  # where a round's probes run: local (a process pool here) | ray (harness.search.executor)
+    ray_address: str | None = None  # executor=ray: null = a local Ray for the run (or the Ray this job runs in), auto, HOST:PORT
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -57,6 +62,8 @@ class SearchSettings:
             raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1 (1: the serial search), got {self.workers}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
 
 
 def check_workers(search: SearchSettings, backend: str) -> None:

@@ -1,0 +1,257 @@
+"""The launchers' work behind the Hydra plugins (hydra_plugins/harness_launchers): compose every
+job's config, derive its resource request (harness.cluster.resources), check that all of them
+fit before submitting any (one line, exit status 2, nothing submitted), submit each job with its
+own request through the official plugins' job bodies, and collect every job's result as it
+ends: a job that raised or whose worker died becomes a failed JobReturn, never the loss of the
+others. The sweeper then reports every job and exits with the worst status.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides, setup_globals
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from common.errors import HarnessError
+from harness.cluster import ray_session, slurm, submitit_jobs
+from harness.cluster.outcome import JobOutcome, crashed, exit_code
+from harness.cluster.resources import JobResources, job_resources, with_fixed
+
+FIXED_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "timeout_min")
+OUR_KEYS = ("live_gpus", "check_resources")
+
+
+def _plain(v):
+    return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+
+
+def _jobs(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[tuple[int, list[str], DictConfig]]:
+    out = []
+    for k, overrides in enumerate(job_overrides):
+        idx = initial_job_idx + k
+        cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(overrides))
+        with open_dict(cfg):
+            cfg.hydra.job.id = f"job_id_for_{idx}"
+            cfg.hydra.job.num = idx
+        out.append((idx, list(overrides), cfg))
+    return out
+
+
+def label(idx: int, overrides: Sequence[str]) -> str:
+    return f"job #{idx} ({' '.join(filter_overrides(overrides)) or 'no overrides'})"
+
+
+def experiment_config(cfg: DictConfig) -> dict:
+    """A job's experiment config, resolved, without Hydra's own node."""
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+
+
+def requests(configs: Sequence[Mapping | DictConfig], params: Mapping) -> list[JobResources]:
+    """Each job's resource request (a config the harness will refuse anyway gets the smallest:
+    the job then fails on its own, with its own line, and the others run)."""
+    out = []
+    for cfg in configs:
+        try:
+            plain = experiment_config(cfg) if isinstance(cfg, DictConfig) else cfg
+            res = job_resources(plain, bool(params.get("live_gpus", True)))
+        except Exception:
+            res = JobResources()
+        out.append(with_fixed(res, params))
+    return out
+
+
+def check(kind: str, params: Mapping, labelled: Sequence[tuple[str, JobResources]]) -> None:
+    """Every job fits where it goes (HarnessError naming the first that does not)."""
+    if not params.get("check_resources", True):
+        return
+    if kind == "slurm":
+        slurm.check_partition(params.get("partition"), labelled)
+    elif kind == "local":
+        slurm.check_local(labelled)
+    else:
+        ray_session.check_fits(labelled)
+
+
+def _refuse(e: HarnessError) -> NoReturn:
+    print(f"error: {e}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _failed(overrides: list[str], cfg: DictConfig, err: BaseException) -> JobReturn:
+    ret = JobReturn(overrides=overrides, cfg=cfg, status=JobStatus.FAILED)
+    ret.return_value = err
+    return ret
+
+
+def _describe(jobs, resources: Sequence[JobResources], where: str) -> None:
+    print(f"{where}: {len(jobs)} jobs", flush=True)
+    for (idx, overrides, _), res in zip(jobs, resources):
+        print(f"  {label(idx, overrides)}: {res.describe()}", flush=True)
+
+
+def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+    from hydra_plugins.hydra_ray_launcher._launcher_util import _run_job  # the official plugin's job body
+
+    setup_globals()
+    params = {k: _plain(v) for k, v in launcher.params.items()}
+    ray_cfg = params.get("ray") or {}
+    jobs = _jobs(launcher, job_overrides, initial_job_idx)
+    resources = requests([cfg for _, _, cfg in jobs], {"live_gpus": params.get("live_gpus", True)})
+    connected = False
+    try:
+        connected = ray_session.connect(ray_cfg.get("init"))
+        check("ray", params, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
+    except HarnessError as e:
+        ray_session.disconnect(connected)
+        _refuse(e)
+    Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    _describe(jobs, resources, "ray")
+    refs, groups = [], []
+    try:
+        for (idx, overrides, cfg), res in zip(jobs, resources):
+            ref, group = ray_session.submit(
+                _run_job, (launcher.hydra_context, cfg, launcher.task_function, Singleton.get_state()), res,
+                ray_cfg.get("remote"))
+            refs.append(ref)
+            groups.append(group)
+        returns: list = [None] * len(jobs)
+        for i, value, err in ray_session.as_completed(refs):
+            returns[i] = value if err is None else _failed(jobs[i][1], jobs[i][2], err)
+        return returns
+    finally:
+        if connected or groups:
+            ray_session.remove_groups(groups)
+        ray_session.disconnect(connected)
+
+
+def launch_on_submitit(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
+
+    kind = launcher.executor
+    params, ours = split_params({k: _plain(v) for k, v in launcher.params.items()})
+    jobs = _jobs(launcher, job_overrides, initial_job_idx)
+    resources = requests([cfg for _, _, cfg in jobs], ours)
+    try:
+        check(kind, {**params, **ours}, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
+    except HarnessError as e:
+        _refuse(e)
+    sweep_dir = Path(str(launcher.config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    _describe(jobs, resources, f"submitit ({kind})")
+    # The official launcher is the submitted callable: in the job, it composes the job's config
+    # and runs the task function (its __call__), as it would have.
+    body = (SlurmLauncher if kind == "slurm" else LocalLauncher)()
+    body.setup(hydra_context=launcher.hydra_context, task_function=launcher.task_function, config=launcher.config)
+    args = [(overrides, "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()) for idx, overrides, _ in jobs]
+    try:
+        submitted = submitit_jobs.submit(kind, params, body, args, resources)
+    except Exception as e:  # sbatch refused (an account, a QOS): one line
+        _refuse(HarnessError(f"submitit could not submit: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"))
+    returns: list = [None] * len(jobs)
+    for i, value, err in submitit_jobs.as_completed(submitted):
+        returns[i] = value if err is None else _failed(jobs[i][1], jobs[i][2], err)
+    return returns
+
+
+def split_params(params: Mapping) -> tuple[dict, dict]:
+    """A launcher config's keys: (the official plugin's, ours: live_gpus, check_resources and the
+    fixed resource fields)."""
+    plugin = dict(params)
+    ours = {k: plugin.pop(k) for k in (*OUR_KEYS, *FIXED_KEYS) if k in plugin}
+    return plugin, ours
+
+
+def kind_of(params: Mapping) -> str:
+    target = str(params.get("_target_", ""))
+    for suffix, kind in (("RayLauncher", "ray"), ("SlurmLauncher", "slurm"), ("LocalLauncher", "local")):
+        if target.endswith(suffix):
+            return kind
+    return "joblib"
+
+
+def launch_configs(params: Mapping, fn: Callable, args: Sequence[tuple], configs: Sequence[Mapping],
+                   results_dir: Path) -> Iterator[tuple[int, object, BaseException | None]]:
+    """`fn(*args[i])` for each experiment config `configs[i]` through the launcher `params` (a
+    composed hydra/launcher node), each with its resource request, all checked before any is
+    submitted; (index, result, error) as each ends. For `figure=all` and `nightly`."""
+    kind = kind_of(params)
+    plugin, ours = split_params(params)
+    resources = requests(configs, ours)
+    labelled = [(str(c.get("name", f"config {i}")), r) for i, (c, r) in enumerate(zip(configs, resources))]
+    if kind == "ray":
+        ray_cfg = plugin.get("ray") or {}
+        connected, groups = ray_session.connect(ray_cfg.get("init")), []
+        try:
+            check("ray", ours, labelled)
+            refs = []
+            for a, res in zip(args, resources):
+                ref, group = ray_session.submit(fn, a, res, ray_cfg.get("remote"))
+                refs.append(ref)
+                groups.append(group)
+            yield from ray_session.as_completed(refs)
+        finally:
+            if groups:
+                ray_session.remove_groups(groups)
+            ray_session.disconnect(connected)
+        return
+    check(kind, {**plugin, **ours}, labelled)
+    folder = results_dir / ".jobs" / time.strftime("%Y%m%d-%H%M%S") / "%j"
+    plugin = {**plugin, "submitit_folder": str(folder), "name": "harness"}
+    yield from submitit_jobs.as_completed(submitit_jobs.submit(kind, plugin, fn, args, resources))
+
+
+def outcome_of(ret: JobReturn) -> JobOutcome:
+    value = ret._return_value
+    if ret.status == JobStatus.COMPLETED:
+        return value if isinstance(value, JobOutcome) else JobOutcome(0)
+    return crashed(value if isinstance(value, BaseException) else RuntimeError(str(value)))
+
+
+def sweep_and_report(sweeper, arguments: list[str]) -> list:
+    """Hydra's basic sweep (batches of jobs through the launcher), without stopping at the first
+    failed job; then one line per job and the worst exit status."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params_conf = [*sweeper._parse_config(), *arguments]
+    parser = OverridesParser.create(config_loader=sweeper.hydra_context.config_loader)
+    sweeper.overrides = sweeper.split_arguments(parser.parse_overrides(params_conf), sweeper.max_batch_size)
+    sweep_dir = Path(sweeper.config.hydra.sweep.dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(sweeper.config, sweep_dir / "multirun.yaml")
+    returns, idx = [], 0
+    while not sweeper.is_done():
+        batch = sweeper.get_job_batch()
+        sweeper.validate_batch_is_legal(batch)
+        returns.extend(sweeper.launcher.launch(batch, initial_job_idx=idx))
+        idx += len(batch)
+    hydra_overrides = [h for h in sweeper.config.hydra.overrides.get("hydra", []) if not h.startswith("hydra.mode=")]
+    code = report(returns, hydra_overrides)
+    if code:
+        raise SystemExit(code)
+    return [returns]
+
+
+def report(returns: Sequence[JobReturn], hydra_overrides: Sequence[str] = ()) -> int:
+    outcomes = [outcome_of(r) for r in returns]
+    failed = [(r, o) for r, o in zip(returns, outcomes) if not o.done]
+    print(f"\nmultirun: {len(returns)} jobs, {len(returns) - len(failed)} done, {len(failed)} failed", flush=True)
+    for r, o in zip(returns, outcomes):
+        where = f" on {o.host}" if o.host else ""
+        print(f"  {'done  ' if o.done else 'FAILED'} {' '.join(r.overrides or [])}{where}: "
+              f"{o.run_dir if o.done else o.error}", flush=True)
+    if failed:
+        again = " ".join(shlex.quote(h) for h in hydra_overrides)
+        print("to rerun only the failed jobs:", flush=True)
+        for r, _ in failed:
+            words = " ".join(shlex.quote(w) for w in r.overrides or [])
+            print(f"  python -m harness {'-m ' + again + ' ' if again else ''}{words}", flush=True)
+        names = "; ".join(" ".join(r.overrides or []) for r, _ in failed)
+        print(f"error: {len(failed)} of {len(returns)} jobs failed: {names} (the others' results are saved)",
+              file=sys.stderr, flush=True)
+    return exit_code(outcomes)

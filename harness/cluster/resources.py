@@ -1,0 +1,143 @@
+"""What one job asks a cluster for, derived from its experiment config (never written by hand).
+
+A simulated job needs CPUs only: one, or `search.workers` when its searches run their probes in
+a local process pool. A live job whose server runs the model (`backend.server=vllm`, or the
+in-repo server's torch executor) needs the deployment's GPUs: tp x pp of them, placed node by
+node as the deployment places them (`hardware.gpus_per_node`, or the GPU's usual node), so a
+multi-node deployment asks for `nodes` nodes of `gpus_per_node` GPUs each: one Ray placement-group
+bundle per node, or SLURM `--nodes/--gpus-per-node` with one task per node. The time limit is
+derived from the probe count: the most probes a search can take (bracketing from start_qps to
+either bound, then bisecting to rel_tol) x schedulers x repeats, each probe as long as it can
+last (search.time_limit_s, or num_requests / start_qps for a live probe; a minute simulated),
+plus a server start per scheduler, with a margin.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from common.errors import HarnessError
+from engines.perf.hardware import get_gpu, get_topology
+
+SIM_PROBE_S = 60.0  # a simulated probe of 2048 requests takes seconds to a minute on one core
+TIME_MARGIN = 1.5
+MIN_TIMEOUT_MIN = 10
+
+
+@dataclass(frozen=True)
+class JobResources:
+    """One job's request: `nodes` nodes, each with `gpus_per_node` GPUs and `tasks_per_node`
+    tasks; the job's own process (rank 0) takes `cpus_per_task` CPUs; `timeout_min` minutes."""
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    timeout_min: int = MIN_TIMEOUT_MIN
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def describe(self) -> str:
+        gpus = f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s)" if self.gpus else "no GPU"
+        return f"{gpus}, {self.cpus_per_task} CPU(s), {self.timeout_min} min"
+
+
+def needs_gpus(cfg: Mapping, live_gpus: bool = True) -> bool:
+    """Whether the job's own servers run the model on GPUs (a live job with vLLM or the torch
+    executor; `live_gpus=false` for CPU builds of them). The simulator, the perf-model executor in
+    real time and an endpoint somewhere else run on CPUs."""
+    backend = cfg.get("backend") or {}
+    if backend.get("name") != "live" or not live_gpus:
+        return False
+    return backend.get("server") == "vllm" or backend.get("executor") == "torch"
+
+
+def node_size(cfg: Mapping) -> int:
+    """GPUs per node of the deployment's hardware (hardware.gpus_per_node, or the GPU's usual node)."""
+    hw = cfg["hardware"]
+    return get_topology(hw.get("topology"), get_gpu(str(hw["gpu"])), hw.get("gpus_per_node")).gpus_per_node
+
+
+def probes_per_search(search: Mapping) -> int:
+    """The most probes one capacity search takes: bracket from start_qps to max_qps (or down to
+    min_qps), then bisect a 2x bracket to rel_tol."""
+    if search.get("fixed_qps"):
+        return 1
+    start, lo, hi, tol = (float(search[k]) for k in ("start_qps", "min_qps", "max_qps", "rel_tol"))
+    bracket = max(math.ceil(math.log2(max(hi / start, 1.0))), math.ceil(math.log2(max(start / lo, 1.0))))
+    return bracket + 1 + math.ceil(math.log2(1.0 / tol))
+
+
+def probe_seconds(cfg: Mapping) -> float:
+    search = cfg["search"]
+    if search.get("time_limit_s"):
+        return float(search["time_limit_s"])
+    if (cfg.get("backend") or {}).get("name") == "sim":
+        return SIM_PROBE_S
+    rate = float(search.get("fixed_qps") or search["start_qps"])
+    return 1.25 * int(search["num_requests"]) / rate  # the arrivals, then the last requests' tails
+
+
+def time_limit_min(cfg: Mapping) -> int:
+    schedulers = [k for k, v in (cfg.get("scheduler") or {}).items() if v and "policy" in v] or [None]
+    search = cfg["search"]
+    runs = len(schedulers) * int(search.get("repeats", 1))
+    seconds = runs * probes_per_search(search) * probe_seconds(cfg)
+    if (cfg.get("backend") or {}).get("name") == "live":
+        seconds += len(schedulers) * float(cfg["backend"].get("ready_timeout_s", 180.0))
+    return max(MIN_TIMEOUT_MIN, math.ceil(TIME_MARGIN * seconds / 60.0))
+
+
+def job_resources(cfg: Mapping, live_gpus: bool = True) -> JobResources:
+    """The request of the job that runs experiment config `cfg` (a resolved config mapping)."""
+    search = cfg["search"]
+    workers = int(search.get("workers", 1))
+    cpus = workers if workers > 1 and search.get("executor", "local") == "local" else 1
+    timeout = time_limit_min(cfg)
+    if not needs_gpus(cfg, live_gpus):
+        return JobResources(cpus_per_task=cpus, timeout_min=timeout)
+    gpus = int(cfg["parallel"]["tp"]) * int(cfg["parallel"]["pp"])
+    per_node = node_size(cfg)
+    if per_node < 1:
+        raise HarnessError(f"hardware.gpus_per_node must be >= 1, got {per_node}")
+    nodes = math.ceil(gpus / per_node)
+    return JobResources(nodes=nodes, gpus_per_node=min(gpus, per_node), tasks_per_node=1, cpus_per_task=cpus,
+                        timeout_min=timeout)
+
+
+def with_fixed(res: JobResources, fixed: Mapping) -> JobResources:
+    """`res` with the fields a launcher config sets explicitly (non-null) taking precedence."""
+    keys = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "timeout_min")
+    return JobResources(**{k: int(fixed[k]) if fixed.get(k) is not None else getattr(res, k) for k in keys})
+
+
+@dataclass(frozen=True)
+class RayRequest:
+    """`ray.remote` options for the job's own task, and the placement group it runs in (one
+    bundle per node, STRICT_SPREAD: each on another node) when the deployment spans nodes."""
+
+    options: dict
+    bundles: tuple[dict, ...] = ()
+    strategy: str = "STRICT_SPREAD"
+
+
+def ray_request(res: JobResources) -> RayRequest:
+    options = {"num_cpus": res.cpus_per_task, "num_gpus": res.gpus_per_node}
+    if res.nodes == 1:
+        return RayRequest(options)
+    # Bundle 0 holds the job's own task (its CPUs and node 0's GPUs); the others hold the GPUs of
+    # the other nodes for the servers the job starts there (child tasks are captured by the group).
+    bundles = tuple({"CPU": res.cpus_per_task if i == 0 else 1, "GPU": res.gpus_per_node} for i in range(res.nodes))
+    return RayRequest(options, bundles)
+
+
+def slurm_params(res: JobResources) -> dict:
+    """submitit's parameters (the hydra-submitit-launcher's names) for one job."""
+    out = {"nodes": res.nodes, "tasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
+           "timeout_min": res.timeout_min}
+    if res.gpus_per_node:
+        out["gpus_per_node"] = res.gpus_per_node
+    return out

@@ -1,0 +1,184 @@
+"""Jobs and probes on a real local Ray cluster and through submitit's local executor (issue 13
+items 1, 2, 4, 5): one Ray cluster, started by this module (`ray start --head --block` in its own
+session) and stopped after it, with no process left behind; a 3-config multirun through
+hydra/launcher=ray and through submitit_local gives the joblib launcher's capacities; a parallel
+capacity search with the Ray executor gives the serial search's answer; a failing job loses no
+other and is named; every summary names the host it ran on."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENTS = "experiment=mistral7b_strict,yi34b_tp2_strict,llama2_70b_tp4pp2_strict"
+TINY = ["scheduler=[vllm]", "search.num_requests=32", "progress=false"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _processes() -> list[tuple[int, int, str]]:
+    out = subprocess.run(["ps", "-eo", "pid=,pgid=,args="], capture_output=True, text=True).stdout
+    rows = []
+    for line in out.splitlines():
+        pid, pgid, args = line.strip().split(None, 2) if len(line.split()) > 2 else (*line.split(), "")
+        rows.append((int(pid), int(pgid), args))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A 2-CPU Ray head on loopback, its temp dir our own (no /tmp/ray/ray_current_cluster left
+    pointing at it), token auth off for it and its drivers; yields its address."""
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}", "--block"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    old = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE",)}
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert head.poll() is None, "ray start exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the Ray head never listened"
+                time.sleep(0.2)
+        assert any(p[1] == head.pid and p[0] != head.pid for p in _processes())  # its processes are findable
+        yield address
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops everything it started
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(10)
+        deadline = time.monotonic() + 20
+        left = [p for p in _processes() if p[1] == head.pid or temp in p[2]]
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = [p for p in _processes() if p[1] == head.pid or temp in p[2]]
+        subprocess.run(["rm", "-rf", temp])
+        assert not left, f"orphan Ray processes: {left}"
+
+
+def harness(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env=env)
+
+
+def capacities(results: Path) -> dict[str, tuple[float, float]]:
+    out = {}
+    for summary in results.glob("*/*/summary.json"):
+        s = json.loads(summary.read_text())
+        assert s["host"] == socket.gethostname()  # every summary says where it ran
+        v = s["schedulers"]["vllm"]
+        out[s["experiment"]] = (v["capacity_qps"], v["lowest_failing_qps"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def joblib_capacities(tmp_path_factory):
+    results = tmp_path_factory.mktemp("joblib")
+    p = harness("-m", EXPERIMENTS, *TINY, f"results_dir={results}", "cache=false")
+    assert p.returncode == 0, p.stderr
+    caps = capacities(results)
+    assert len(caps) == 3 and all(c > 0 for c, _ in caps.values()), caps
+    return caps
+
+
+def test_ray_launcher_multirun_equals_joblib(ray_cluster, joblib_capacities, tmp_path):
+    p = harness("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", EXPERIMENTS, *TINY,
+                f"results_dir={tmp_path}", "cache=false")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "multirun: 3 jobs, 3 done, 0 failed" in p.stdout
+    assert "(_run_job pid=" in p.stdout + p.stderr  # the jobs ran as Ray tasks, not here
+    assert capacities(tmp_path) == joblib_capacities
+
+
+def test_submitit_local_multirun_equals_joblib(joblib_capacities, tmp_path):
+    p = harness("-m", "hydra/launcher=submitit_local", EXPERIMENTS, *TINY, f"results_dir={tmp_path}", "cache=false")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "submitit (local): 3 jobs" in p.stdout and "multirun: 3 jobs, 3 done, 0 failed" in p.stdout
+    assert list((tmp_path / ".multirun").glob("*/.submitit/*/*_log.out"))  # each job its own process and log
+    assert capacities(tmp_path) == joblib_capacities
+
+
+def test_a_failing_job_loses_no_other_and_is_named(tmp_path):
+    p = harness("-m", "hydra/launcher=submitit_local", "experiment=mistral7b_strict", "search.num_requests=32,0",
+                "scheduler=[vllm]", "progress=false", f"results_dir={tmp_path}")
+    assert p.returncode == 2, p.stderr
+    assert "multirun: 2 jobs, 1 done, 1 failed" in p.stdout
+    failed = [line for line in p.stdout.splitlines() if line.strip().startswith("FAILED")]
+    assert len(failed) == 1 and "search.num_requests=0" in failed[0] and "num_requests must be >= 1" in failed[0]
+    assert "python -m harness -m hydra/launcher=submitit_local experiment=mistral7b_strict search.num_requests=0" in p.stdout
+    assert p.stderr.strip().splitlines()[-1].startswith("error: 1 of 2 jobs failed: ")
+    assert len(list(tmp_path.glob("mistral7b_strict/*/summary.json"))) == 1  # the good job's run is saved
+
+
+def test_parallel_search_with_the_ray_executor_gives_the_serial_answer(ray_cluster, tmp_path):
+    small = ["experiment=yi34b_tp2_strict", "scheduler=[vllm]", "search.num_requests=64", "progress=false", "cache=false"]
+    serial = harness(*small, f"results_dir={tmp_path / 'serial'}")
+    parallel = harness(*small, "search.workers=3", "search.executor=ray", f"search.ray_address={ray_cluster}",
+                       f"results_dir={tmp_path / 'ray'}")
+    assert serial.returncode == 0 and parallel.returncode == 0, parallel.stderr[-3000:]
+    assert "3 probes at once per round on Ray" in parallel.stdout
+    one = json.loads(next((tmp_path / "serial").glob("*/*/summary.json")).read_text())["schedulers"]["vllm"]
+    three = json.loads(next((tmp_path / "ray").glob("*/*/summary.json")).read_text())["schedulers"]["vllm"]
+    assert (three["capacity_qps"], three["lowest_failing_qps"]) == (one["capacity_qps"], one["lowest_failing_qps"])
+    assert three["rounds"] < one["rounds"]
+
+
+def test_a_job_whose_worker_dies_is_reported_and_the_others_kept(ray_cluster):
+    from ray import cloudpickle
+
+    from harness.cluster import ray_session
+    from harness.cluster.resources import JobResources
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    connected = ray_session.connect({"address": ray_cluster})
+    try:
+        refs = [ray_session.submit(f, (), JobResources())[0] for f in (_fine, _raises, _dies)]
+        got = {i: (value, type(err).__name__ if err else None) for i, value, err in ray_session.as_completed(refs)}
+    finally:
+        ray_session.disconnect(connected)
+    assert got[0] == ("fine", None)
+    assert got[1] == (None, "ValueError")
+    assert got[2][0] is None and got[2][1] is not None  # the worker's death, named
+
+
+def _fine() -> str:
+    return "fine"
+
+
+def _raises() -> str:
+    raise ValueError("a bug in one job")
+
+
+def _dies() -> str:
+    os._exit(1)
