@@ -141,6 +141,24 @@ def test_a_failing_job_loses_no_other_and_is_named(tmp_path):
     assert len(list(tmp_path.glob("mistral7b_strict/*/summary.json"))) == 1  # the good job's run is saved
 
 
+@pytest.mark.parametrize("launcher", ["ray", "submitit_local"])
+def test_figure_and_nightly_jobs_run_through_the_launcher(ray_cluster, tmp_path, capsys, launcher):
+    from common.errors import HarnessError
+    from harness.commands.jobs import find_run, run_configs
+    from harness.config import compose
+
+    common = ["scheduler=[vllm]", "search.num_requests=16", "progress=false", f"results_dir={tmp_path}"]
+    good = compose(["experiment=mistral7b_strict", *common])
+    bad = compose(["experiment=yi34b_tp2_strict", "perf=profile", *common])  # no perf.path: fails when planned
+    words = [f"hydra.launcher.ray.init.address={ray_cluster}"] if launcher == "ray" else []
+    with pytest.raises(HarnessError, match="1 of 2 configs failed: yi34b_tp2_strict"):
+        run_configs([bad, good], launcher=launcher, launcher_overrides=words)
+    out = capsys.readouterr().out
+    assert f"through hydra/launcher={launcher}" in out
+    assert f"mistral7b_strict: done on {socket.gethostname()}" in out and "yi34b_tp2_strict: FAILED" in out
+    assert find_run(good) is not None and find_run(bad) is None
+
+
 def test_parallel_search_with_the_ray_executor_gives_the_serial_answer(ray_cluster, tmp_path):
     small = ["experiment=yi34b_tp2_strict", "scheduler=[vllm]", "search.num_requests=64", "progress=false", "cache=false"]
     serial = harness(*small, f"results_dir={tmp_path / 'serial'}")

@@ -195,3 +195,16 @@ def test_an_unknown_launcher_names_the_known_ones(tmp_path):
     assert "ray" in p.stderr and "submitit_slurm" in p.stderr and "slurm_cluster" in p.stderr
     p = harness("figure=all", "launcher=kubernetes", f"results_dir={tmp_path}", f"figures_dir={tmp_path / 'f'}")
     assert p.returncode == 2 and "hydra/launcher/kubernetes" in p.stderr
+
+
+def test_the_example_cluster_configs_compose():
+    from harness.config.compose import compose_launcher
+
+    slurm_cfg = compose_launcher("slurm_cluster")
+    assert slurm_cfg["_target_"].endswith("SubmititSlurmLauncher") and slurm_cfg["partition"] == "gpu"
+    assert all(slurm_cfg[k] is None for k in ("nodes", "gpus_per_node", "tasks_per_node", "timeout_min"))  # derived
+    ray_cfg = compose_launcher("ray_cluster", ["hydra.launcher.ray.init.address=head:6379"])
+    assert ray_cfg["_target_"].endswith("RayLauncher") and ray_cfg["ray"]["init"]["address"] == "head:6379"
+    assert compose_launcher("joblib")["n_jobs"] == 2
+    with pytest.raises(HarnessError, match="hydra.launcher.partiton: unknown key"):
+        compose_launcher("submitit_slurm", ["hydra.launcher.partiton=gpu"])
