@@ -79,11 +79,6 @@ def _submitit_confs() -> dict[str, type]:
     return out
 
 
-def launchers() -> list[str]:
-    """The launcher names `hydra/launcher=` takes (with the cluster extra installed)."""
-    return ["joblib", "ray", *_submitit_confs()]
-
-
 def register() -> None:
     from hydra.core.plugins import Plugins
 

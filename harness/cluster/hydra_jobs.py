@@ -102,7 +102,7 @@ def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_
     params = {k: _plain(v) for k, v in launcher.params.items()}
     ray_cfg = params.get("ray") or {}
     jobs = _jobs(launcher, job_overrides, initial_job_idx)
-    resources = requests([cfg for _, _, cfg in jobs], {"live_gpus": params.get("live_gpus", True)})
+    resources = requests([cfg for _, _, cfg in jobs], {"live_gpus": params.get("live_gpus", True), **ray_fixed(ray_cfg)})
     connected = False
     try:
         connected = ray_session.connect(ray_cfg.get("init"))
@@ -167,6 +167,12 @@ def split_params(params: Mapping) -> tuple[dict, dict]:
     return plugin, ours
 
 
+def ray_fixed(ray_cfg: Mapping) -> dict:
+    """`ray.remote` options that fix a request for every job (num_gpus, num_cpus), as fields."""
+    remote = ray_cfg.get("remote") or {}
+    return {k: remote[o] for o, k in (("num_gpus", "gpus_per_node"), ("num_cpus", "cpus_per_task")) if o in remote}
+
+
 def kind_of(params: Mapping) -> str:
     target = str(params.get("_target_", ""))
     for suffix, kind in (("RayLauncher", "ray"), ("SlurmLauncher", "slurm"), ("LocalLauncher", "local")):
@@ -182,7 +188,7 @@ def launch_configs(params: Mapping, fn: Callable, args: Sequence[tuple], configs
     submitted; (index, result, error) as each ends. For `figure=all` and `nightly`."""
     kind = kind_of(params)
     plugin, ours = split_params(params)
-    resources = requests(configs, ours)
+    resources = requests(configs, {**ours, **ray_fixed(plugin.get("ray") or {})})
     labelled = [(str(c.get("name", f"config {i}")), r) for i, (c, r) in enumerate(zip(configs, resources))]
     if kind == "ray":
         ray_cfg = plugin.get("ray") or {}

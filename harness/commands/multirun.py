@@ -63,15 +63,16 @@ def _job(cfg: DictConfig) -> JobOutcome:
 
 def check_launcher(argv: list[str]) -> None:
     """hydra/launcher=NAME: a launcher there is, with the packages it needs installed (one line if not)."""
-    from harness.cluster.config import launchers
+    from hydra.core.config_store import ConfigStore
 
     files = {p.stem: p.read_text() for p in (CONFIG_DIR / "hydra" / "launcher").glob("*.yaml")}
+    stored = {n.removesuffix(".yaml") for n in ConfigStore.instance().list("hydra/launcher")}
     for a in argv:
         key, _, name = a.partition("=")
         if key.lstrip("+~") != "hydra/launcher":
             continue
-        if name not in files and name not in (*launchers(), "submitit_local", "submitit_slurm"):
-            raise HarnessError(f"unknown launcher hydra/launcher={name}; known: {', '.join(sorted({*launchers(), *files}))}")
+        if name not in files and name not in {*stored, "submitit_local", "submitit_slurm"}:
+            raise HarnessError(f"unknown launcher hydra/launcher={name}; known: {', '.join(sorted({*stored, *files}))}")
         base = name
         if name in files:  # an example cluster file: the launcher it extends
             base = next((k for k in NEEDS for line in files[name].splitlines() if line.strip().startswith(f"- {k}")), name)
