@@ -28,10 +28,13 @@ from harness.results.schema import PROBE_COLUMNS
 # purpose: `experiment=yi34b_tp2_strict dataset=arxiv_summarization` writes to the same
 # experiment directory as the sharegpt run, and "latest per experiment" would silently drop one.
 # A fixed-rate run (one probe at `fixed_qps`) never supersedes a capacity search, nor another rate.
-CELL_KEY = ("experiment", "model", "gpu", "parallel", "dataset", "slo_kind", "slo_tbt_s", "mode", "fixed_qps", "scheduler")
+# A cluster (instances behind a router) is another cell than one engine; runs saved before clusters
+# existed read as one instance.
+CELL_KEY = ("experiment", "model", "gpu", "parallel", "instances", "router", "dataset", "slo_kind", "slo_tbt_s", "mode",
+            "fixed_qps", "scheduler")
 
 RUN_COLUMNS = (
-    "experiment", "run", "run_dir", "timestamp", "model", "gpu", "tp", "pp", "parallel", "num_gpus",
+    "experiment", "run", "run_dir", "timestamp", "model", "gpu", "tp", "pp", "parallel", "instances", "router", "num_gpus",
     "deployment", "dataset", "num_requests", "slo_kind", "slo_tbt_s", "slo_tbt_quantile",
     "slo_delay_s", "scheduler", "policy", "token_budget", "max_num_seqs", "capacity_qps",
     "bracket_lo_qps", "bracket_hi_qps", "saturated", "num_probes", "num_seeds", "capacity_mean_qps",
@@ -92,6 +95,8 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
     tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
     slo = summary.get("slo") or {}
     workload = summary.get("workload") or {}
+    cluster = config.get("cluster") or {}
+    instances = int(cluster.get("instances", 1))
     return {
         "experiment": summary.get("experiment", r.experiment),
         "run": r.run,
@@ -102,7 +107,9 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         "tp": tp,
         "pp": pp,
         "parallel": parallel_name(tp, pp),
-        "num_gpus": tp * pp,
+        "instances": instances,
+        "router": str(cluster.get("router", "round_robin")),
+        "num_gpus": tp * pp * instances,
         "deployment": summary.get("deployment"),
         "dataset": workload.get("dataset") or (config.get("dataset") or {}).get("name"),
         "num_requests": workload.get("num_requests"),

@@ -37,6 +37,23 @@ S = TypeVar("S", bound=BackendSettings)
 
 
 @dataclass(frozen=True)
+class ClusterSettings:
+    """Engine instances behind a router (the `cluster` config node): `instances` replicas of the
+    deployment, each its own scheduler and KV pool; `router` names an `engines.routers` policy.
+    One instance is today's single engine, exactly."""
+
+    instances: int = 1
+    router: str = "round_robin"
+
+    def __post_init__(self) -> None:
+        from engines.routers import ROUTERS
+        if not (isinstance(self.instances, int) and self.instances >= 1):
+            raise ValueError(f"instances must be >= 1, got {self.instances}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"unknown router {self.router!r}; known: {', '.join(ROUTERS)}")
+
+
+@dataclass(frozen=True)
 class BackendJob:
     """Everything a backend needs to serve one scheduler of a planned experiment."""
 
@@ -49,6 +66,7 @@ class BackendJob:
     time_limit_s: float | None = None  # stop a probe at this time after its start
     concurrency: int | None = None  # closed-loop arrivals: at most this many requests outstanding
     progress: bool = True
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

@@ -253,6 +253,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "backend": plan.backend.name,
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
+        "cluster": {"instances": plan.cluster.instances, "router": plan.cluster.router},
         "model": plan.deployment.model_name,
         "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
         "notes": list(plan.notes),

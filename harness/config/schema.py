@@ -17,6 +17,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
 from engines.perf.kernels import DEFAULT_STACK
+from harness.backends.base import ClusterSettings
 from harness.backends.endpoint import EndpointSettings
 from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
@@ -84,6 +85,9 @@ class PerfSchema:
     kv_memory: str | None = None  # another KV-sizing recipe than the stack's (engines/perf/memory.py)
 
 
+ClusterSchema = schema_of(ClusterSettings)
+
+
 @dataclass
 class ConfigSchema:
     """The primary config (experiments/config.yaml); groups whose options differ in shape
@@ -99,6 +103,7 @@ class ConfigSchema:
     perf: PerfSchema = REQUIRED
     search: Any = REQUIRED
     scheduler: Any = REQUIRED
+    cluster: ClusterSchema = field(default_factory=lambda: ClusterSchema())  # engine instances behind a router
     experiment: Any = None
     name: str = "custom"  # results go to ${results_dir}/${name}/<timestamp>/
     seed: int = 0  # workload lengths and arrival gaps

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from common.errors import HarnessError
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
 from harness.backends import backend_class, backend_settings
-from harness.backends.base import BackendJob, BackendSettings
+from harness.backends.base import BackendJob, BackendSettings, ClusterSettings
 from harness.backends.deployment import DeploymentPlan, build_deployment
 from harness.metrics import Slo
 from harness.search.slo import SloSettings, resolve_slo
@@ -89,6 +89,7 @@ class ExperimentPlan:
     search: SearchSettings
     backend: BackendSettings
     dataset: dict  # the dataset config, plain: reseed() loads the same dataset with another seed
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
     notes: tuple[str, ...] = field(default=())
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
@@ -97,6 +98,7 @@ class ExperimentPlan:
             scheduler_name=scheduler, scheduler=self.schedulers[scheduler], deployment=self.deployment,
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
+            cluster=self.cluster,
         )
 
 
@@ -133,6 +135,10 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     slo_settings = typed(SloSettings, cfg["slo"], "slo")
     search = typed(SearchSettings, cfg["search"], "search")
     check_workers(search, backend.name)
+    cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
+    if cluster.instances > 1 and backend.name != "sim":
+        raise HarnessError(f"cluster.instances={cluster.instances}: only backend=sim runs a cluster so far; "
+                           f"use cluster.instances=1 with backend={backend.name}")
     slo = replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
                   max_error_fraction=search.max_error_fraction)
     schedulers = _scheduler_configs(cfg["scheduler"])
@@ -158,6 +164,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         search=search,
         backend=backend,
         dataset=_plain(cfg["dataset"]),
+        cluster=cluster,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))

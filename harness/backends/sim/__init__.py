@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from common.errors import HarnessError
+from engines.routers import make_router
 from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.loop import IterationTimer, simulate
 from harness.records import RequestSpec
 
-__all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate"]
+__all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class SimBackend:
         if job.concurrency is not None:  # it would send every request at t=0 and report that
             raise HarnessError("arrival=closed_loop is not simulated: use backend=live or backend=endpoint, "
                                "or an open-loop arrival (poisson, gamma, constant, trace)")
+        if job.cluster.instances > 1 and job.deployment.pp > 1:
+            raise HarnessError(f"cluster.instances={job.cluster.instances} with pp={job.deployment.pp}: pipeline-parallel "
+                               "instances are not clustered yet; use parallel.pp=1 or cluster.instances=1")
         self.job = job
 
     def __enter__(self) -> SimBackend:
@@ -43,7 +48,13 @@ class SimBackend:
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         job, d = self.job, self.job.deployment
         engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
-        stats: dict[str, int] = {}
+        stats: dict = {}
+        if job.cluster.instances > 1:  # one instance is today's single engine, by the same code
+            engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
+                       for _ in range(job.cluster.instances)]
+            records = simulate_cluster(requests, engines, [d.timer] * len(engines), make_router(job.cluster.router),
+                                       fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s, stats=stats)
+            return BackendRun(records, stats)
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats)
         return BackendRun(records, stats)

@@ -1,0 +1,133 @@
+"""A cluster in the simulator: N engine instances on one virtual clock behind a router.
+
+Each instance has its own engine (scheduler and KV pool) and its own iteration timeline; an
+arrival is routed at its arrival time to one instance (`engines.routers`), from what the router
+can see then: each instance's requests outstanding (routed, not finished by the arrival) and its
+KV blocks in use as of its first iteration boundary at or after the arrival (the moment the
+request can join it). Before each routing decision every instance is advanced to that arrival
+with the single-engine loop's own steps (`loop._one_iteration`, `loop._decode_run`), so an
+instance's records are exactly those of a single-engine run of the requests routed to it
+(tests/test_sim_cluster.py). A router that ignores state (round robin) is applied up front and
+each instance then runs once to the end. Pipeline-parallel instances are not clustered yet.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+
+import numpy as np
+
+from engines.core import Engine
+from engines.routers import InstanceState, Router
+from harness.backends.sim.loop import IterationTimer, SimRun, _decode_run, _one_iteration
+from harness.records import RequestRecord, RequestSpec
+
+
+class _Instance:
+    """One engine of the cluster: the ranks routed to it, its clock, its finishes."""
+
+    def __init__(self, run: SimRun, engine: Engine, timer: IterationTimer, fast_forward: bool) -> None:
+        self.run, self.engine, self.timer, self.fast_forward = run, engine, timer, fast_forward
+        self.queue: deque[int] = deque()  # routed ranks not yet given to the engine, in arrival order
+        self.routed = 0
+        self.finish_times: list[float] = []  # non-decreasing
+        self.t = 0.0
+        self.stuck = False  # schedule() returned nothing at self.t and nothing changed since
+
+    @property
+    def next_arrival(self) -> float:
+        return float(self.run.arrivals[self.queue[0]]) if self.queue else np.inf
+
+    def route(self, rank: int) -> None:
+        self.queue.append(rank)
+        self.routed += 1
+
+    def state(self, t: float) -> InstanceState:
+        done = bisect_right(self.finish_times, t)
+        blocks = self.engine.blocks
+        return InstanceState(self.routed - done, blocks.num_used, blocks.num_blocks)
+
+    def _admit(self, t: float) -> None:
+        arrivals, seqs, queue = self.run.arrivals, self.run.seqs, self.queue
+        while queue and arrivals[queue[0]] <= t:
+            self.engine.add(seqs[queue.popleft()])
+
+    def advance(self, until: float, limit: float, final: bool) -> None:
+        """Step as `loop._run_serial` does until the first iteration boundary at or after
+        min(until, limit), or until idle with nothing routed to come (resumable)."""
+        run, engine, line = self.run, self.engine, self.run.line
+        stop = min(until, limit)
+        t = self.t
+        while t < stop:
+            self._admit(t)
+            if not engine.has_unfinished or self.stuck:
+                if self.next_arrival == np.inf:
+                    if self.stuck and final:
+                        raise _stalled(engine, t)
+                    break
+                self.stuck = False
+                t = self.next_arrival
+                continue
+            preemptions_before = engine.num_preemptions
+            batch = engine.schedule()
+            if batch is None:
+                if self.next_arrival == np.inf:
+                    if final:
+                        raise _stalled(engine, t)
+                    self.stuck = True
+                    break
+                t = self.next_arrival
+                continue
+            run.started(batch, t)
+            if self.fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
+                t, finished = _decode_run(engine, batch, self.timer, line, t, self.next_arrival, stop)
+            else:
+                t, finished = _one_iteration(engine, batch, self.timer, line, t)
+            self.finish_times.extend([t] * len(finished))
+            run.finished(finished, t)
+        self.t = t
+
+
+def _stalled(engine: Engine, t: float) -> RuntimeError:
+    return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
+
+
+def simulate_cluster(
+    requests: Seq[RequestSpec],
+    engines: Seq[Engine],
+    timers: Seq[IterationTimer],
+    router: Router,
+    *,
+    fast_forward: bool = True,
+    time_limit_s: float | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    stats: dict | None = None,
+    on_route: Callable[[list[InstanceState], int], None] | None = None,
+) -> list[RequestRecord]:
+    """Run `requests` through a cluster of `engines` (instance i priced by `timers[i]`) behind
+    `router`; one record per request, input order. `stats`, if given, receives `instance_requests`
+    (how many requests each instance got); `on_route(states, choice)` sees every decision."""
+    if not engines or len(engines) != len(timers):
+        raise ValueError(f"a cluster needs one timer per engine and at least one engine, got {len(engines)}, {len(timers)}")
+    run = SimRun(requests, engines[0], on_progress)
+    limit = np.inf if time_limit_s is None else float(time_limit_s)
+    insts = [_Instance(run, e, tm, fast_forward) for e, tm in zip(engines, timers)]
+    stateful = getattr(router, "needs_state", True)
+    for rank, a in enumerate(run.arrivals.tolist()):
+        if stateful:
+            for inst in insts:
+                inst.advance(a, limit, final=False)
+            states = [inst.state(a) for inst in insts]
+        else:
+            states = []
+        k = router.choose(states if stateful else [None] * len(insts))  # type: ignore[list-item]
+        if on_route is not None:
+            on_route(states, k)
+        insts[k].route(rank)
+    for inst in insts:
+        inst.advance(np.inf, limit, final=True)
+    if stats is not None:
+        stats["instance_requests"] = [inst.routed for inst in insts]
+    return run.records()
