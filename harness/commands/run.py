@@ -40,8 +40,10 @@ def run_experiment(cfg: DictConfig) -> Path:
     parallel = s.workers > 1 and not s.fixed_qps
     if parallel:
         what += f" ({s.workers} probes at once per round{' on Ray' if s.executor == 'ray' else ''})"
+    c = plan.cluster
+    where = plan.deployment.description + (f", {c.instances} instances behind {c.router}" if c.instances > 1 else "")
     print(
-        f"{plan.name}: {plan.deployment.description}, {plan.dataset['name']} ({s.num_requests} requests), {what}; "
+        f"{plan.name}: {where}, {plan.dataset['name']} ({s.num_requests} requests), {what}; "
         f"SLO P{plan.slo.tbt_quantile * 100:g} TBT <= {plan.slo.tbt_s:.3g} s and "
         f"P{plan.slo.scheduling_delay_quantile * 100:g} scheduling delay <= {plan.slo.scheduling_delay_s:g} s",
         flush=True,
