@@ -24,7 +24,7 @@ from harness.search.cache import cache_key
 from harness.search.plan import plan_experiment
 from harness.search.probe import probe_requests, search_capacity
 from tests.policy_workloads import ALL_POLICIES, build
-from tests.test_sim import MAX_LEN, WindowedTimer, _requests, lengths_st
+from tests.test_sim import MAX_LEN, HalfStageTimer, WindowedTimer, _requests, lengths_st
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["experiment=yi34b_tp2_strict", "scheduler=[sarathi]", "search.num_requests=128"]
@@ -75,39 +75,41 @@ def test_router_names_and_unknown():
 
 
 # -- the cluster loop against the single-engine loop -----------------------------------------
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(lengths=lengths_st, policy=st.sampled_from(ALL_POLICIES), rate=st.floats(1.0, 400.0),
        kv=st.sampled_from([1024, 8192]), seed=st.integers(0, 1000), ff=st.booleans(),
-       limit=st.sampled_from([None, 0.3, 2.0]))
-def test_one_instance_is_the_single_engine_bit_for_bit(lengths, policy, rate, kv, seed, ff, limit):
+       limit=st.sampled_from([None, 0.3, 2.0]), pp=st.sampled_from([1, 2]))
+def test_one_instance_is_the_single_engine_bit_for_bit(lengths, policy, rate, kv, seed, ff, limit, pp):
     kv = kv if policy not in ("orca", "fastertransformer") else max(kv, 4 * MAX_LEN)
     reqs = _requests(lengths, rate, seed)
-    one = simulate(reqs, build(policy, 128, 8, kv, MAX_LEN), WindowedTimer(), fast_forward=ff, time_limit_s=limit)
+    timer = HalfStageTimer() if pp > 1 else WindowedTimer()
+    one = simulate(reqs, build(policy, 128, 8, kv, MAX_LEN), timer, pp=pp, fast_forward=ff, time_limit_s=limit)
     for router in ROUTERS:
-        got = simulate_cluster(reqs, [build(policy, 128, 8, kv, MAX_LEN)], [WindowedTimer()], make_router(router),
-                               fast_forward=ff, time_limit_s=limit)
+        got = simulate_cluster(reqs, [build(policy, 128, 8, kv, MAX_LEN)], [timer], make_router(router),
+                               pp=pp, fast_forward=ff, time_limit_s=limit)
         for a, b in zip(one, got, strict=True):
             same(a, b)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(lengths=lengths_st, policy=st.sampled_from(ALL_POLICIES), rate=st.floats(5.0, 800.0),
        n=st.integers(2, 4), router=st.sampled_from(sorted(ROUTERS)), seed=st.integers(0, 1000),
-       limit=st.sampled_from([None, 0.5]))
-def test_each_instance_is_a_single_engine_run_of_its_requests(lengths, policy, rate, n, router, seed, limit):
+       limit=st.sampled_from([None, 0.5]), pp=st.sampled_from([1, 2]))
+def test_each_instance_is_a_single_engine_run_of_its_requests(lengths, policy, rate, n, router, seed, limit, pp):
     kv = 1024 if policy not in ("orca", "fastertransformer") else 4 * MAX_LEN
     reqs = _requests(lengths, rate, seed)
+    timer = HalfStageTimer() if pp > 1 else WindowedTimer()
     choices: list[int] = []
     stats: dict = {}
-    got = simulate_cluster(reqs, [build(policy, 128, 8, kv, MAX_LEN) for _ in range(n)], [WindowedTimer()] * n,
-                           make_router(router), time_limit_s=limit, stats=stats,
+    got = simulate_cluster(reqs, [build(policy, 128, 8, kv, MAX_LEN) for _ in range(n)], [timer] * n,
+                           make_router(router), pp=pp, time_limit_s=limit, stats=stats,
                            on_route=lambda states, k: choices.append(k))
     order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_s, i))
     where = {order[rank]: k for rank, k in enumerate(choices)}
     assert stats["instance_requests"] == [choices.count(k) for k in range(n)]
     for k in range(n):
         mine = [i for i in range(len(reqs)) if where[i] == k]
-        alone = simulate([reqs[i] for i in mine], build(policy, 128, 8, kv, MAX_LEN), WindowedTimer(), time_limit_s=limit)
+        alone = simulate([reqs[i] for i in mine], build(policy, 128, 8, kv, MAX_LEN), timer, pp=pp, time_limit_s=limit)
         for i, b in zip(mine, alone, strict=True):
             same(got[i], b)
 
@@ -180,7 +182,7 @@ def test_cluster_settings_are_in_the_probe_cache_key():
     (["cluster.instances=0"], "cluster: instances must be >= 1, got 0"),
     (["cluster.router=fastest"], "cluster: unknown router 'fastest'"),
     (["cluster.replicas=2"], "cluster.replicas"),
-    (["cluster.instances=2", "experiment=llama2_70b_tp4pp2_strict"], "pipeline-parallel"),
+    (["cluster.instances=2", "cluster.router=least_kv", "backend=live"], "only backend=sim runs a cluster"),
 ])
 def test_bad_cluster_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     base = [a for a in SMALL if not (a.startswith("experiment=") and any(b.startswith("experiment=") for b in args))]
@@ -202,3 +204,27 @@ def test_a_cluster_run_is_saved_and_loaded_as_its_own_cell(tmp_path):
     assert json.loads(summary.read_text())["cluster"] == {"instances": 2, "router": "least_kv"}
     runs, _ = load_results(tmp_path)
     assert runs[["instances", "router", "num_gpus"]].to_dict("records") == [{"instances": 2, "router": "least_kv", "num_gpus": 4}]
+
+
+def test_pipeline_parallel_replicas_through_the_backend():
+    """LLaMA2-70B TP4-PP2 replicas: each instance's records are a single pipelined engine's."""
+    cfg = ["experiment=llama2_70b_tp4pp2_strict", "scheduler=[sarathi]", "search.num_requests=96"]
+    plan = plan_experiment(compose([*cfg, "cluster.instances=3", "cluster.router=least_outstanding"]))
+    d, job = plan.deployment, plan.job("sarathi", progress=False)
+    assert d.pp == 2
+    reqs = probe_requests(plan, 1.5)
+    run = open_backend(job).run(reqs)
+    assert sum(run.diagnostics["instance_requests"]) == len(reqs) and run.diagnostics["plain_launches"] > 0
+    choices: list[int] = []
+    engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size) for _ in range(3)]
+    again = simulate_cluster(reqs, engines, [d.timer] * 3, make_router("least_outstanding"), pp=2,
+                             on_route=lambda s, k: choices.append(k))
+    order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_s, i))
+    where = {order[rank]: k for rank, k in enumerate(choices)}
+    for k in range(3):
+        mine = [i for i in range(len(reqs)) if where[i] == k]
+        alone = simulate([reqs[i] for i in mine], make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len,
+                                                               d.block_size), d.timer, pp=2)
+        for i, b in zip(mine, alone, strict=True):
+            same(run.records[i], b)
+            same(again[i], b)

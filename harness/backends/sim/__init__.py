@@ -34,9 +34,6 @@ class SimBackend:
         if job.concurrency is not None:  # it would send every request at t=0 and report that
             raise HarnessError("arrival=closed_loop is not simulated: use backend=live or backend=endpoint, "
                                "or an open-loop arrival (poisson, gamma, constant, trace)")
-        if job.cluster.instances > 1 and job.deployment.pp > 1:
-            raise HarnessError(f"cluster.instances={job.cluster.instances} with pp={job.deployment.pp}: pipeline-parallel "
-                               "instances are not clustered yet; use parallel.pp=1 or cluster.instances=1")
         self.job = job
 
     def __enter__(self) -> SimBackend:
@@ -53,7 +50,7 @@ class SimBackend:
             engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
                        for _ in range(job.cluster.instances)]
             records = simulate_cluster(requests, engines, [d.timer] * len(engines), make_router(job.cluster.router),
-                                       fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s, stats=stats)
+                                       pp=d.pp, fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s, stats=stats)
             return BackendRun(records, stats)
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats)

@@ -8,7 +8,8 @@ request can join it). Before each routing decision every instance is advanced to
 with the single-engine loop's own steps (`loop._one_iteration`, `loop._decode_run`), so an
 instance's records are exactly those of a single-engine run of the requests routed to it
 (tests/test_sim_cluster.py). A router that ignores state (round robin) is applied up front and
-each instance then runs once to the end. Pipeline-parallel instances are not clustered yet.
+each instance then runs once to the end. A pipeline-parallel instance runs `pipeline.Pipeline`
+resumably, the instance standing in for the run it reads arrivals from.
 """
 from __future__ import annotations
 
@@ -22,19 +23,39 @@ import numpy as np
 from engines.core import Engine
 from engines.routers import InstanceState, Router
 from harness.backends.sim.loop import IterationTimer, SimRun, _decode_run, _one_iteration
+from harness.backends.sim.pipeline import Pipeline
 from harness.records import RequestRecord, RequestSpec
 
 
 class _Instance:
     """One engine of the cluster: the ranks routed to it, its clock, its finishes."""
 
-    def __init__(self, run: SimRun, engine: Engine, timer: IterationTimer, fast_forward: bool) -> None:
+    def __init__(self, run: SimRun, engine: Engine, timer: IterationTimer, fast_forward: bool, pp: int = 1) -> None:
         self.run, self.engine, self.timer, self.fast_forward = run, engine, timer, fast_forward
         self.queue: deque[int] = deque()  # routed ranks not yet given to the engine, in arrival order
         self.routed = 0
         self.finish_times: list[float] = []  # non-decreasing
         self.t = 0.0
         self.stuck = False  # schedule() returned nothing at self.t and nothing changed since
+        self.pipe = Pipeline(self, timer, pp, fast_forward, np.inf) if pp > 1 else None  # type: ignore[arg-type]
+
+    # -- what Pipeline reads of its run -----------------------------------------------------
+    @property
+    def line(self):
+        return self.run.line
+
+    def admit_arrivals(self, t: float) -> None:
+        self._admit(t)
+
+    def started(self, batch, t: float) -> None:
+        self.run.started(batch, t)
+
+    def finished(self, seqs, t: float) -> None:
+        self.finish_times.extend([t] * len(seqs))
+        self.run.finished(seqs, t)
+
+    def stalled(self, t: float) -> RuntimeError:
+        return _stalled(self.engine, t)
 
     @property
     def next_arrival(self) -> float:
@@ -59,6 +80,10 @@ class _Instance:
         min(until, limit), or until idle with nothing routed to come (resumable)."""
         run, engine, line = self.run, self.engine, self.run.line
         stop = min(until, limit)
+        if self.pipe is not None:
+            self.pipe.limit, self.pipe.pause = stop, (np.inf if final else until)
+            self.pipe.run()
+            return
         t = self.t
         while t < stop:
             self._admit(t)
@@ -85,8 +110,7 @@ class _Instance:
                 t, finished = _decode_run(engine, batch, self.timer, line, t, self.next_arrival, stop)
             else:
                 t, finished = _one_iteration(engine, batch, self.timer, line, t)
-            self.finish_times.extend([t] * len(finished))
-            run.finished(finished, t)
+            self.finished(finished, t)
         self.t = t
 
 
@@ -100,6 +124,7 @@ def simulate_cluster(
     timers: Seq[IterationTimer],
     router: Router,
     *,
+    pp: int = 1,
     fast_forward: bool = True,
     time_limit_s: float | None = None,
     on_progress: Callable[[int], None] | None = None,
@@ -107,13 +132,15 @@ def simulate_cluster(
     on_route: Callable[[list[InstanceState], int], None] | None = None,
 ) -> list[RequestRecord]:
     """Run `requests` through a cluster of `engines` (instance i priced by `timers[i]`) behind
-    `router`; one record per request, input order. `stats`, if given, receives `instance_requests`
-    (how many requests each instance got); `on_route(states, choice)` sees every decision."""
+    `router`; one record per request, input order. Every instance has `pp` pipeline stages.
+    `stats`, if given, receives `instance_requests` (how many requests each instance got) and,
+    with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
+    sees every decision."""
     if not engines or len(engines) != len(timers):
         raise ValueError(f"a cluster needs one timer per engine and at least one engine, got {len(engines)}, {len(timers)}")
     run = SimRun(requests, engines[0], on_progress)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
-    insts = [_Instance(run, e, tm, fast_forward) for e, tm in zip(engines, timers)]
+    insts = [_Instance(run, e, tm, fast_forward, pp) for e, tm in zip(engines, timers)]
     stateful = getattr(router, "needs_state", True)
     for rank, a in enumerate(run.arrivals.tolist()):
         if stateful:
@@ -130,4 +157,7 @@ def simulate_cluster(
         inst.advance(np.inf, limit, final=True)
     if stats is not None:
         stats["instance_requests"] = [inst.routed for inst in insts]
+        for inst in insts:
+            for k, v in (inst.pipe.stats if inst.pipe is not None else {}).items():
+                stats[k] = stats.get(k, 0) + v
     return run.records()

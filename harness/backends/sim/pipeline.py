@@ -58,6 +58,10 @@ class Pipeline:
         self.epoch = 0
         self.idle_epoch = -1  # epoch in which a schedule() with nothing out of flight returned None
         self.tables: dict[tuple[int, ...], Table] = {}  # priced decode runs of the last replay
+        # Resumable (a cluster's instance, harness/backends/sim/cluster.py): run() returns at the
+        # loop top once t >= limit, or before sleeping past `pause`, and the next run() goes on from t.
+        self.t = 0.0
+        self.pause = np.inf
         self.stats = dict.fromkeys(("plain_launches", "replayed_launches", "replays", "priced_rows", "table_hits", "merges",
                                     "stop_horizon", "stop_finish", "stop_idle", "stop_merge", "stop_blocks",
                                     "stop_idle_end"), 0)
@@ -66,7 +70,7 @@ class Pipeline:
     def run(self) -> None:
         run, engine, pp, limit = self.run_, self.engine, self.pp, self.limit
         in_flight, stage_free = self.in_flight, self.stage_free
-        t = 0.0
+        t = self.t
         while True:
             while in_flight and in_flight[0][0] <= t:
                 end, _, done, _ = heapq.heappop(in_flight)
@@ -78,6 +82,7 @@ class Pipeline:
                     self.epoch += 1
                 run.finished(out.finished, end)
             if t >= limit:
+                self.t = t
                 return
             run.admit_arrivals(t)
             batch = None
@@ -109,9 +114,13 @@ class Pipeline:
                 run.next_arrival,
                 stage_free[0] if stage_free[0] > t else np.inf,
             )
+            if wake > self.pause:  # (never with the default pause: inf)
+                self.t = t
+                return
             if wake == np.inf:
                 if engine.has_unfinished:
                     raise run.stalled(t)
+                self.t = t
                 return
             t = wake
 

@@ -193,6 +193,7 @@ class Replay:
                     heap[0][0] if heap else np.inf,
                     self.opaque_end,
                     run.next_arrival,
+                    p.pause,  # a cluster's next arrival, not yet routed (inf for one engine)
                     stage_free[0] if stage_free[0] > t else np.inf,
                 )
                 if wake == np.inf:
