@@ -1,7 +1,8 @@
 """Cluster simulation speed (issue 17 items 1 and 6): one 2048-request openchat_sharegpt4 probe on
 Yi-34B TP2 (Sarathi, strict budget), one instance at `--qps` against k instances at k x `--qps`
-(the same load per instance), per router. A k-instance cluster should cost about k times one
-instance; the 4-instance probe should stay under 10 s.
+(the same load per instance), per router; then one instance with one k-th of the requests (one
+instance's share). A k-instance cluster should cost about k times its instances' share run alone;
+the 4-instance probe should stay under 10 s.
 
     python benchmarks/bench_sim_cluster.py [--qps 1.0] [--requests 2048] [--instances 4] [--repeats 3]
 """
@@ -26,11 +27,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     base = ["experiment=yi34b_tp2_strict", "scheduler=[sarathi]", f"search.num_requests={args.requests}"]
-    cases = [(1, "round_robin")] + [(args.instances, r) for r in ROUTERS]
+    cases = [(1, "round_robin", 1)] + [(args.instances, r, 1) for r in ROUTERS] + [(1, "round_robin", args.instances)]
     one = None
-    for n, router in cases:
+    for n, router, share in cases:
         plan = plan_experiment(compose([*base, f"cluster.instances={n}", f"cluster.router={router}"]))
-        reqs = probe_requests(plan, args.qps * n)
+        reqs = probe_requests(plan, args.qps * n)[: args.requests // share]
         backend = open_backend(plan.job("sarathi", progress=False))
         best = float("inf")
         for _ in range(args.repeats):
