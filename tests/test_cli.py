@@ -109,6 +109,23 @@ def test_every_hardware_preset_plans(hardware, gpu):
     assert plan.deployment.kv_capacity_tokens > 0
 
 
+def test_the_perf_group_names_the_engine_stack_and_kv_recipe():
+    # perf.stack / perf.attention_kernel / perf.kv_memory reach the deployment the simulator prices
+    from harness.config import compose
+    from harness.search.plan import plan_experiment
+
+    default = plan_experiment(compose(["experiment=yi34b_tp2_strict"])).deployment
+    assert default.timer.deployment.stack == "sarathi-serve-2024"
+    chosen = plan_experiment(compose(["experiment=yi34b_tp2_strict", "perf.stack=ideal",
+                                      "perf.attention_kernel=sarathi-2024", "perf.kv_memory=vidur"])).deployment
+    d = chosen.timer.deployment
+    assert (d.stack, d.attention_kernel, d.kv_memory) == ("ideal", "sarathi-2024", "vidur")
+    assert chosen.kv_capacity_tokens != default.kv_capacity_tokens
+    assert chosen.timer.iteration_time([512], [0]) != default.timer.iteration_time([512], [0])
+    p = run("experiment=yi34b_tp2_strict", "perf.stack=vllm-v9", "search.num_requests=8")
+    assert p.returncode == 2 and "unknown engine stack 'vllm-v9'" in p.stderr
+
+
 def test_planning_refuses_what_the_server_would_refuse():
     # prompt + output == max_model_len + 1 fits the KV cache (the last token is never fed back), but
     # an OpenAI-style server (ours, vLLM) answers 400 to prompt + max_tokens > max_model_len.

@@ -85,6 +85,15 @@ def test_a_file_that_does_not_match_its_pin_writes_nothing(hosts, tmp_path):
     assert p.returncode == 0 and "MISMATCH, accepted" in p.stderr  # said loudly, on stderr
 
 
+def test_git_lfs_content_that_does_not_match_its_pointer_writes_nothing(hosts, tmp_path):
+    raw_url, lfs_url, root = hosts
+    media = root / "media" / PINNED_REF / "data/profiling/compute/a100" / MODEL / "attention.csv"
+    media.write_bytes(media.read_bytes() + b"\n")  # one byte more than the pointer says
+    out = tmp_path / "profiles"
+    p = fetch("gpu=a100", f"model={MODEL}", f"out={out}", f"raw_url={raw_url}", f"lfs_url={lfs_url}")
+    assert p.returncode == 2 and "does not match its Git LFS pointer" in p.stderr and not out.exists()
+
+
 def test_no_network_or_no_such_model_is_one_line(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -14,7 +14,9 @@ is written.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import re
 import shutil
 import sys
@@ -113,10 +115,10 @@ def write_long(path: Path, rows: list[tuple], provenance: str) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _tp_degrees(mlp: bytes) -> list[int]:
-    head, *body = mlp.decode().splitlines()
-    col = head.split(",").index("num_tensor_parallel_workers")
-    return sorted({int(float(line.split(",")[col])) for line in body if line.strip()})
+def _tp_degrees(data: bytes) -> list[int]:
+    """The TP degrees a Vidur CSV holds rows for (its num_tensor_parallel_workers column)."""
+    rows = csv.DictReader(io.StringIO(data.decode()))
+    return sorted({int(float(r["num_tensor_parallel_workers"])) for r in rows if r.get("num_tensor_parallel_workers")})
 
 
 def fetch_command(argv: list[str]) -> int:

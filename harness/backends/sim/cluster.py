@@ -5,7 +5,7 @@ arrival is routed at its arrival time to one instance (`engines.routers`), from 
 can see then: each instance's requests outstanding (routed, not finished by the arrival) and its
 KV blocks in use as of its first iteration boundary at or after the arrival (the moment the
 request can join it). Before each routing decision every instance is advanced to that arrival
-with the single-engine loop's own steps (`loop._one_iteration`, `loop._decode_run`), so an
+with the single-engine loop's own stepper (`loop.step_until`), so an
 instance's records are exactly those of a single-engine run of the requests routed to it
 (tests/test_sim_cluster.py). A router that ignores state (round robin) is applied up front and
 each instance then runs once to the end. A pipeline-parallel instance runs `pipeline.Pipeline`
@@ -22,7 +22,7 @@ import numpy as np
 
 from engines.core import Engine
 from engines.routers import InstanceState, Router
-from harness.backends.sim.loop import IterationTimer, SimRun, _decode_run, _one_iteration
+from harness.backends.sim.loop import IterationTimer, SimRun, stalled_error, step_until
 from harness.backends.sim.pipeline import Pipeline
 from harness.records import RequestRecord, RequestSpec
 
@@ -55,7 +55,7 @@ class _Instance:
         self.run.finished(seqs, t)
 
     def stalled(self, t: float) -> RuntimeError:
-        return _stalled(self.engine, t)
+        return stalled_error(self.engine, t)
 
     @property
     def next_arrival(self) -> float:
@@ -76,46 +76,14 @@ class _Instance:
             self.engine.add(seqs[queue.popleft()])
 
     def advance(self, until: float, limit: float, final: bool) -> None:
-        """Step as `loop._run_serial` does until the first iteration boundary at or after
-        min(until, limit), or until idle with nothing routed to come (resumable)."""
-        run, engine, line = self.run, self.engine, self.run.line
+        """Step as a single-engine run does (`loop.step_until`) until the first iteration boundary
+        at or after min(until, limit), or until idle with nothing routed to come (resumable)."""
         stop = min(until, limit)
         if self.pipe is not None:
             self.pipe.limit, self.pipe.pause = stop, (np.inf if final else until)
             self.pipe.run()
             return
-        t = self.t
-        while t < stop:
-            self._admit(t)
-            if not engine.has_unfinished or self.stuck:
-                if self.next_arrival == np.inf:
-                    if self.stuck and final:
-                        raise _stalled(engine, t)
-                    break
-                self.stuck = False
-                t = self.next_arrival
-                continue
-            preemptions_before = engine.num_preemptions
-            batch = engine.schedule()
-            if batch is None:
-                if self.next_arrival == np.inf:
-                    if final:
-                        raise _stalled(engine, t)
-                    self.stuck = True
-                    break
-                t = self.next_arrival
-                continue
-            run.started(batch, t)
-            if self.fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
-                t, finished = _decode_run(engine, batch, self.timer, line, t, self.next_arrival, stop)
-            else:
-                t, finished = _one_iteration(engine, batch, self.timer, line, t)
-            self.finished(finished, t)
-        self.t = t
-
-
-def _stalled(engine: Engine, t: float) -> RuntimeError:
-    return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
+        self.t, self.stuck = step_until(self, self.timer, self.fast_forward, self.t, stop, final=final, stuck=self.stuck)
 
 
 def simulate_cluster(

@@ -126,7 +126,7 @@ class SimRun:
             self.on_progress(len(seqs))
 
     def stalled(self, t: float) -> RuntimeError:
-        return RuntimeError(f"engine stalled at t={t:.3f}s with {len(self.engine.waiting)} waiting requests")
+        return stalled_error(self.engine, t)
 
     def records(self) -> list[RequestRecord]:
         out: list[RequestRecord] = [None] * len(self.order)  # type: ignore[list-item]
@@ -149,31 +149,53 @@ class SimRun:
         return out
 
 
+def stalled_error(engine: Engine, t: float) -> RuntimeError:
+    return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
+
+
 def _run_serial(run: SimRun, timer: IterationTimer, fast_forward: bool, limit: float) -> None:
+    step_until(run, timer, fast_forward, 0.0, limit, final=True)
+
+
+def step_until(run, timer: IterationTimer, fast_forward: bool, t: float, stop: float, *, final: bool,
+               stuck: bool = False) -> tuple[float, bool]:
+    """Step `run`'s engine from `t` to its first iteration boundary at or after `stop`, or until it
+    idles with no arrival to come; returns (time, stuck). `run` is a SimRun or anything with its
+    engine, line, admit_arrivals, next_arrival, started, finished and stalled (a cluster instance).
+
+    `stuck`: the engine could schedule nothing and no arrival is known yet; with `final` that is a
+    stall (raised), otherwise the run waits for its next arrival (a cluster instance resumed after
+    more requests are routed to it)."""
     engine = run.engine
-    t = 0.0
-    while t < limit:
+    while t < stop:
         run.admit_arrivals(t)
-        if not engine.has_unfinished:
+        if not engine.has_unfinished or stuck:
             if run.next_arrival == np.inf:
-                return
+                if stuck and final:
+                    raise run.stalled(t)
+                break
+            stuck = False
             t = run.next_arrival
             continue
         preemptions_before = engine.num_preemptions
         batch = engine.schedule()
         if batch is None:
             if run.next_arrival == np.inf:
-                raise run.stalled(t)
+                if final:
+                    raise run.stalled(t)
+                stuck = True
+                break
             t = run.next_arrival
             continue
         run.started(batch, t)
         # A schedule() that preempted freed blocks a prefill-first policy had not seen when it
         # decided not to admit: the next decision may differ, so that iteration is stepped.
         if fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
-            t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, limit)
+            t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, stop)
         else:
             t, finished = _one_iteration(engine, batch, timer, run.line, t)
         run.finished(finished, t)
+    return t, stuck
 
 
 def _one_iteration(engine: Engine, batch: Batch, timer: IterationTimer, line: _Timeline, t: float):
