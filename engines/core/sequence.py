@@ -66,6 +66,15 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status in (SequenceStatus.FINISHED, SequenceStatus.ABORTED)
 
+    def arrive_prefilled(self) -> None:
+        """Its prompt was prefilled elsewhere and the KV moved here (a decode instance of a
+        disaggregated cluster): the prompt's KV is computed and the first token already made, so
+        the next iteration that runs it is a decode producing token 2."""
+        if self.status is not SequenceStatus.WAITING or self.num_computed or self.output_len < 2:
+            raise ValueError(f"{self}: only a new request with output_len >= 2 can arrive prefilled")
+        self.num_computed = self.prompt_len
+        self.num_generated = 1
+
     def reset_for_recompute(self) -> None:
         self.num_computed = 0
         self.prefill_target = self.prompt_len + self.num_generated

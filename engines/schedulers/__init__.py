@@ -4,6 +4,7 @@ from __future__ import annotations
 from engines.core import DEFAULT_BLOCK_SIZE, BlockManager, Engine, Policy, blocks_for
 from engines.schedulers.chunked_only import ChunkedOnlyPolicy
 from engines.schedulers.config import POLICIES, SchedulerConfig
+from engines.schedulers.decode_only import DecodeOnlyPolicy
 from engines.schedulers.fastertransformer import FasterTransformerPolicy
 from engines.schedulers.orca import OrcaPolicy
 from engines.schedulers.sarathi import SarathiPolicy
@@ -33,14 +34,22 @@ def make_policy(cfg: SchedulerConfig, max_model_len: int) -> Policy:
     raise ValueError(f"unknown scheduler policy {cfg.policy!r}; known: {', '.join(POLICIES)}")
 
 
+ROLES = ("both", "prefill", "decode")  # what an engine instance runs (disaggregated clusters split them)
+
+
 def make_engine(
     cfg: SchedulerConfig,
     kv_capacity_tokens: int,
     max_model_len: int,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    role: str = "both",
 ) -> Engine:
-    """An engine with `cfg`'s policy over a KV cache of `kv_capacity_tokens` tokens."""
-    policy = make_policy(cfg, max_model_len)
+    """An engine with `cfg`'s policy over a KV cache of `kv_capacity_tokens` tokens. A prefill
+    instance runs `cfg`'s policy on prompts alone (its requests end at their first token); a
+    decode instance runs `DecodeOnlyPolicy` with `cfg`'s max_num_seqs and token budget."""
+    if role not in ROLES:
+        raise ValueError(f"unknown engine role {role!r}; known: {', '.join(ROLES)}")
+    policy = DecodeOnlyPolicy(cfg.max_num_seqs, cfg.token_budget) if role == "decode" else make_policy(cfg, max_model_len)
     num_blocks = kv_capacity_tokens // block_size
     reserve = max_model_len if policy.reserves_kv else None
     if num_blocks < blocks_for(max_model_len, block_size):
@@ -51,4 +60,4 @@ def make_engine(
     return Engine(policy, blocks, max_model_len)
 
 
-__all__ = ["POLICIES", "SchedulerConfig", "make_engine", "make_policy"]
+__all__ = ["POLICIES", "ROLES", "DecodeOnlyPolicy", "SchedulerConfig", "make_engine", "make_policy"]

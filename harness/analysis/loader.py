@@ -30,11 +30,11 @@ from harness.results.schema import PROBE_COLUMNS
 # A fixed-rate run (one probe at `fixed_qps`) never supersedes a capacity search, nor another rate.
 # A cluster (instances behind a router) is another cell than one engine; runs saved before clusters
 # existed read as one instance.
-CELL_KEY = ("experiment", "model", "gpu", "parallel", "instances", "router", "dataset", "slo_kind", "slo_tbt_s", "mode",
+CELL_KEY = ("experiment", "model", "gpu", "parallel", "instances", "router", "layout", "dataset", "slo_kind", "slo_tbt_s", "mode",
             "fixed_qps", "scheduler")
 
 RUN_COLUMNS = (
-    "experiment", "run", "run_dir", "timestamp", "model", "gpu", "tp", "pp", "parallel", "instances", "router", "num_gpus",
+    "experiment", "run", "run_dir", "timestamp", "model", "gpu", "tp", "pp", "parallel", "instances", "router", "layout", "num_gpus",
     "deployment", "dataset", "num_requests", "slo_kind", "slo_tbt_s", "slo_tbt_quantile",
     "slo_delay_s", "scheduler", "policy", "token_budget", "max_num_seqs", "capacity_qps",
     "bracket_lo_qps", "bracket_hi_qps", "saturated", "num_probes", "num_seeds", "capacity_mean_qps",
@@ -90,6 +90,10 @@ def parallel_name(tp: int, pp: int) -> str:
     return f"tp{tp}" if pp == 1 else f"tp{tp}pp{pp}"
 
 
+def _disaggregated(cluster: dict) -> bool:
+    return bool(cluster.get("prefill_instances") or cluster.get("decode_instances"))
+
+
 def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> dict:
     par = config.get("parallel") or {}
     tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
@@ -109,7 +113,9 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         "parallel": parallel_name(tp, pp),
         "instances": instances,
         "router": str(cluster.get("router", "round_robin")),
-        "num_gpus": tp * pp * instances,
+        # a disaggregated cluster's roles (its summary says them; '' for replicas of one deployment)
+        "layout": str((summary.get("cluster") or {}).get("layout") or "") if _disaggregated(cluster) else "",
+        "num_gpus": int((summary.get("cluster") or {}).get("num_gpus") or tp * pp * instances),  # saved since disaggregation
         "deployment": summary.get("deployment"),
         "dataset": workload.get("dataset") or (config.get("dataset") or {}).get("name"),
         "num_requests": workload.get("num_requests"),

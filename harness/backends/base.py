@@ -20,7 +20,7 @@ from common.errors import HarnessError
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.schedulers import SchedulerConfig
-from harness.backends.deployment import DeploymentPlan
+from harness.backends.deployment import DeploymentPlan, DisaggPlan
 from harness.records import RequestRecord, RequestSpec
 
 
@@ -38,19 +38,84 @@ S = TypeVar("S", bound=BackendSettings)
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """Engine instances behind a router (the `cluster` config node): `instances` replicas of the
-    deployment, each its own scheduler and KV pool; `router` names an `engines.routers` policy.
-    One instance is today's single engine, exactly."""
+    """Engine instances behind a router (the `cluster` config node).
+
+    Colocated: `instances` replicas of the deployment, each its own scheduler and KV pool; `router`
+    names an `engines.routers` policy. One instance is today's single engine, exactly.
+    Disaggregated (`prefill_instances` and `decode_instances` both > 0): prefill instances run the
+    experiment's scheduler on prompts only, decode instances continue each request after its KV
+    moved over `kv_link` (None: the topology's path between the instances' GPUs, placed node by
+    node as `placement` says) in `kv_transfer` mode (engines.perf.transfer). Each role's
+    parallelism defaults to the experiment's; `decode_router` defaults to `router`."""
 
     instances: int = 1
     router: str = "round_robin"
+    prefill_instances: int = 0
+    decode_instances: int = 0
+    prefill_tp: int | None = None
+    prefill_pp: int | None = None
+    decode_tp: int | None = None
+    decode_pp: int | None = None
+    kv_link: str | None = None
+    kv_transfer: str = "after_prefill"
+    placement: str = "by_role"  # by_role | interleaved (engines.perf.transfer)
+    decode_router: str | None = None
 
     def __post_init__(self) -> None:
+        from engines.perf.transfer import PLACEMENTS, TRANSFER_MODES
         from engines.routers import ROUTERS
         if not (isinstance(self.instances, int) and self.instances >= 1):
             raise ValueError(f"instances must be >= 1, got {self.instances}")
-        if self.router not in ROUTERS:
-            raise ValueError(f"unknown router {self.router!r}; known: {', '.join(ROUTERS)}")
+        for name in ("router", "decode_router"):
+            value = getattr(self, name)
+            if value is not None and value not in ROUTERS:
+                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(ROUTERS)}")
+        if self.prefill_instances < 0 or self.decode_instances < 0:
+            raise ValueError(f"prefill_instances and decode_instances must be >= 0, got "
+                             f"{self.prefill_instances}, {self.decode_instances}")
+        if self.disaggregated and not (self.prefill_instances and self.decode_instances):
+            raise ValueError(f"a disaggregated cluster needs at least one instance of each role, got "
+                             f"prefill_instances={self.prefill_instances} decode_instances={self.decode_instances}")
+        if self.disaggregated and self.instances != 1:
+            raise ValueError(f"instances={self.instances} counts colocated replicas; a disaggregated cluster is "
+                             "sized by prefill_instances and decode_instances (leave instances=1)")
+        for name in ("prefill_tp", "prefill_pp", "decode_tp", "decode_pp"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.kv_transfer not in TRANSFER_MODES:
+            raise ValueError(f"unknown kv_transfer {self.kv_transfer!r}; known: {', '.join(TRANSFER_MODES)}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}")
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.prefill_instances or self.decode_instances)
+
+    def role_parallel(self, role: str, tp: int, pp: int) -> tuple[int, int]:
+        """(tp, pp) of a prefill or decode instance, given the experiment's."""
+        rtp, rpp = getattr(self, f"{role}_tp"), getattr(self, f"{role}_pp")
+        return (tp if rtp is None else rtp, pp if rpp is None else rpp)
+
+    def num_gpus(self, tp: int, pp: int) -> int:
+        """GPUs the whole cluster uses, given the experiment's tp and pp."""
+        if not self.disaggregated:
+            return self.instances * tp * pp
+        (ptp, ppp), (dtp, dpp) = self.role_parallel("prefill", tp, pp), self.role_parallel("decode", tp, pp)
+        return self.prefill_instances * ptp * ppp + self.decode_instances * dtp * dpp
+
+    def describe(self, tp: int, pp: int) -> str:
+        """'' for one engine; else e.g. '2 instances behind round_robin' or
+        '1 prefill (tp2) + 3 decode (tp2) instances, KV after_prefill'."""
+        if not self.disaggregated:
+            return f"{self.instances} instances behind {self.router}" if self.instances > 1 else ""
+
+        def par(role: str) -> str:
+            rtp, rpp = self.role_parallel(role, tp, pp)
+            return f"tp{rtp}" + (f"pp{rpp}" if rpp > 1 else "")
+        link = f" over {self.kv_link}" if self.kv_link else (", interleaved" if self.placement == "interleaved" else "")
+        return (f"{self.prefill_instances} prefill ({par('prefill')}) + {self.decode_instances} decode ({par('decode')}) "
+                f"instances, KV moved {self.kv_transfer}{link}")
 
 
 @dataclass(frozen=True)
@@ -67,6 +132,7 @@ class BackendJob:
     concurrency: int | None = None  # closed-loop arrivals: at most this many requests outstanding
     progress: bool = True
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    disagg: DisaggPlan | None = None  # the roles' deployments when `cluster` is disaggregated
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
 from engines.perf.factory import build_perf_model
+from engines.perf.hardware import get_gpu, get_topology
+from engines.perf.transfer import KvTransfer, plan_kv_transfers
 
 
 @dataclass(frozen=True)
@@ -61,3 +63,35 @@ def build_deployment(
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
     return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size))
+
+
+@dataclass(frozen=True)
+class DisaggPlan:
+    """A disaggregated cluster's roles: the deployment each prefill and each decode instance
+    runs, and transfers[p][d], the pricing of a prompt's KV from prefill instance p to decode
+    instance d (engines.perf.transfer)."""
+
+    prefill: DeploymentPlan
+    decode: DeploymentPlan
+    transfers: tuple[tuple[KvTransfer, ...], ...]
+
+
+def plan_disaggregation(
+    cluster, model: Mapping, hardware: Mapping, parallel: Mapping, *, gpu_memory_utilization: float, block_size: int,
+    max_model_len: int, perf_cfg: Mapping | None = None,
+) -> DisaggPlan:
+    """Each role's deployment (its own tp/pp, or the experiment's) and the KV transfers between
+    them; `cluster` is the experiment's ClusterSettings (disaggregated)."""
+    roles = {}
+    for role in ("prefill", "decode"):
+        tp, pp = cluster.role_parallel(role, int(parallel["tp"]), int(parallel["pp"]))
+        try:
+            roles[role] = build_deployment(model, hardware, {"tp": tp, "pp": pp}, gpu_memory_utilization=gpu_memory_utilization,
+                                           block_size=block_size, max_model_len=max_model_len, perf_cfg=perf_cfg)
+        except HarnessError as e:
+            raise HarnessError(f"cluster: a {role} instance: {e}") from None
+    topology = get_topology(hardware.get("topology"), get_gpu(str(hardware["gpu"])), hardware.get("gpus_per_node"))
+    transfers = plan_kv_transfers(roles["prefill"].perf.deployment, roles["decode"].perf.deployment,
+                                  cluster.prefill_instances, cluster.decode_instances, topology,
+                                  link=cluster.kv_link, mode=cluster.kv_transfer, placement=cluster.placement)
+    return DisaggPlan(roles["prefill"], roles["decode"], tuple(tuple(row) for row in transfers))

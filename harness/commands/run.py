@@ -40,8 +40,8 @@ def run_experiment(cfg: DictConfig) -> Path:
     parallel = s.workers > 1 and not s.fixed_qps
     if parallel:
         what += f" ({s.workers} probes at once per round{' on Ray' if s.executor == 'ray' else ''})"
-    c = plan.cluster
-    where = plan.deployment.description + (f", {c.instances} instances behind {c.router}" if c.instances > 1 else "")
+    layout = plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)
+    where = plan.deployment.description + (f", {layout}" if layout else "")
     print(
         f"{plan.name}: {where}, {plan.dataset['name']} ({s.num_requests} requests), {what}; "
         f"SLO P{plan.slo.tbt_quantile * 100:g} TBT <= {plan.slo.tbt_s:.3g} s and "
@@ -255,7 +255,8 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "backend": plan.backend.name,
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
-        "cluster": {"instances": plan.cluster.instances, "router": plan.cluster.router},
+        "cluster": {**asdict(plan.cluster), "num_gpus": plan.cluster.num_gpus(plan.deployment.tp, plan.deployment.pp),
+                    "layout": plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)},
         "model": plan.deployment.model_name,
         "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
         "notes": list(plan.notes),

@@ -17,7 +17,7 @@ from common.errors import HarnessError
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
 from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings, ClusterSettings
-from harness.backends.deployment import DeploymentPlan, build_deployment
+from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation
 from harness.metrics import Slo
 from harness.search.slo import SloSettings, resolve_slo
 from harness.typed import did_you_mean, typed
@@ -90,6 +90,7 @@ class ExperimentPlan:
     backend: BackendSettings
     dataset: dict  # the dataset config, plain: reseed() loads the same dataset with another seed
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    disagg: DisaggPlan | None = None  # a disaggregated cluster's roles (cluster.prefill_instances > 0)
     notes: tuple[str, ...] = field(default=())
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
@@ -98,7 +99,7 @@ class ExperimentPlan:
             scheduler_name=scheduler, scheduler=self.schedulers[scheduler], deployment=self.deployment,
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
-            cluster=self.cluster,
+            cluster=self.cluster, disagg=self.disagg,
         )
 
 
@@ -136,19 +137,28 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     search = typed(SearchSettings, cfg["search"], "search")
     check_workers(search, backend.name)
     cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
-    if cluster.instances > 1 and backend.name != "sim":
-        raise HarnessError(f"cluster.instances={cluster.instances}: only backend=sim runs a cluster so far; "
-                           f"use cluster.instances=1 with backend={backend.name}")
+    if (cluster.instances > 1 or cluster.disaggregated) and backend.name != "sim":
+        what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
+        raise HarnessError(f"{what}: only backend=sim runs a cluster so far; "
+                           f"use one engine (cluster.instances=1, no prefill/decode instances) with backend={backend.name}")
+    disagg = None
+    if cluster.disaggregated:
+        disagg = plan_disaggregation(
+            cluster, cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
+            block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"))
     slo = replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
                   max_error_fraction=search.max_error_fraction)
     schedulers = _scheduler_configs(cfg["scheduler"])
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
+    pools = ([("both", deployment)] if disagg is None else [("prefill", disagg.prefill), ("decode", disagg.decode)])
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
-        try:
-            make_engine(sc, deployment.kv_capacity_tokens, max_model_len, deployment.block_size)
-        except ValueError as e:
-            raise HarnessError(f"scheduler {name}: {e}") from None
+        for role, d in pools:
+            try:
+                make_engine(sc, d.kv_capacity_tokens, max_model_len, d.block_size, role=role)
+            except ValueError as e:
+                where = "" if role == "both" else f" on a {role} instance"
+                raise HarnessError(f"scheduler {name}{where}: {e}") from None
     plan = ExperimentPlan(
         name=str(cfg["name"]),
         seed=seed,
@@ -165,6 +175,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         backend=backend,
         dataset=_plain(cfg["dataset"]),
         cluster=cluster,
+        disagg=disagg,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))

@@ -12,10 +12,11 @@ from engines.routers import make_router
 from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.cluster import simulate_cluster
+from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.loop import IterationTimer, simulate
 from harness.records import RequestSpec
 
-__all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster"]
+__all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster", "simulate_disaggregated"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class SimBackend:
         job, d = self.job, self.job.deployment
         engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
         stats: dict = {}
+        if job.disagg is not None:
+            return BackendRun(self._run_disaggregated(requests, stats), stats)
         if job.cluster.instances > 1:  # one instance is today's single engine, by the same code
             engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
                        for _ in range(job.cluster.instances)]
@@ -55,6 +58,20 @@ class SimBackend:
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats)
         return BackendRun(records, stats)
+
+
+    def _run_disaggregated(self, requests: Sequence[RequestSpec], stats: dict):
+        job, c, plan = self.job, self.job.cluster, self.job.disagg
+        assert plan is not None
+
+        def role(d, count: int, name: str):
+            engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size, role=name)
+                       for _ in range(count)]
+            return engines, [d.timer] * count, d.pp
+        routers = (make_router(c.router), make_router(c.decode_router or c.router))
+        return simulate_disaggregated(
+            requests, role(plan.prefill, c.prefill_instances, "prefill"), role(plan.decode, c.decode_instances, "decode"),
+            plan.transfers, routers, fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s, stats=stats)
 
 
 Backend = SimBackend

@@ -13,9 +13,9 @@ resumably, the instance standing in for the run it reads arrivals from.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Sequence as Seq
 
 import numpy as np
@@ -62,7 +62,12 @@ class _Instance:
         return float(self.run.arrivals[self.queue[0]]) if self.queue else np.inf
 
     def route(self, rank: int) -> None:
-        self.queue.append(rank)
+        """Queue `rank` by its arrival here (a KV transfer may land before one routed earlier)."""
+        arrivals, queue = self.run.arrivals, self.queue
+        if queue and arrivals[rank] < arrivals[queue[-1]]:
+            insort(queue, rank, key=lambda r: (arrivals[r], r))
+        else:
+            queue.append(rank)
         self.routed += 1
 
     def state(self, t: float) -> InstanceState:
@@ -86,6 +91,37 @@ class _Instance:
         self.t, self.stuck = step_until(self, self.timer, self.fast_forward, self.t, stop, final=final, stuck=self.stuck)
 
 
+def make_instances(run: SimRun, engines: Seq[Engine], timers: Seq[IterationTimer], fast_forward: bool,
+                   pp: int) -> list[_Instance]:
+    if not engines or len(engines) != len(timers):
+        raise ValueError(f"a cluster needs one timer per engine and at least one engine, got {len(engines)}, {len(timers)}")
+    return [_Instance(run, e, tm, fast_forward, pp) for e, tm in zip(engines, timers)]
+
+
+def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tuple[float, int]], limit: float,
+                  on_route: Callable[[list[InstanceState], int], None] | None = None,
+                  place: Callable[[int, int], None] | None = None) -> None:
+    """Route each (time, rank) of `decisions` (in time order) to an instance, then run every
+    instance to the end. A stateful router sees the instances advanced to each decision's time;
+    `place(rank, instance)`, if given, runs before the rank is queued (it may set its arrival)."""
+    stateful = getattr(router, "needs_state", True)
+    for t, rank in decisions:
+        if stateful:
+            for inst in insts:
+                inst.advance(t, limit, final=False)
+            states = [inst.state(t) for inst in insts]
+        else:
+            states = []
+        k = router.choose(states if stateful else [None] * len(insts))  # type: ignore[list-item]
+        if on_route is not None:
+            on_route(states, k)
+        if place is not None:
+            place(rank, k)
+        insts[k].route(rank)
+    for inst in insts:
+        inst.advance(np.inf, limit, final=True)
+
+
 def simulate_cluster(
     requests: Seq[RequestSpec],
     engines: Seq[Engine],
@@ -104,28 +140,18 @@ def simulate_cluster(
     `stats`, if given, receives `instance_requests` (how many requests each instance got) and,
     with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
     sees every decision."""
-    if not engines or len(engines) != len(timers):
-        raise ValueError(f"a cluster needs one timer per engine and at least one engine, got {len(engines)}, {len(timers)}")
-    run = SimRun(requests, engines[0], on_progress)
+    run = SimRun(requests, engines[0] if engines else None, on_progress)  # type: ignore[arg-type]
+    insts = make_instances(run, engines, timers, fast_forward, pp)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
-    insts = [_Instance(run, e, tm, fast_forward, pp) for e, tm in zip(engines, timers)]
-    stateful = getattr(router, "needs_state", True)
-    for rank, a in enumerate(run.arrivals.tolist()):
-        if stateful:
-            for inst in insts:
-                inst.advance(a, limit, final=False)
-            states = [inst.state(a) for inst in insts]
-        else:
-            states = []
-        k = router.choose(states if stateful else [None] * len(insts))  # type: ignore[list-item]
-        if on_route is not None:
-            on_route(states, k)
-        insts[k].route(rank)
-    for inst in insts:
-        inst.advance(np.inf, limit, final=True)
+    route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route)
     if stats is not None:
-        stats["instance_requests"] = [inst.routed for inst in insts]
-        for inst in insts:
-            for k, v in (inst.pipe.stats if inst.pipe is not None else {}).items():
-                stats[k] = stats.get(k, 0) + v
+        add_instance_stats(stats, insts)
     return run.records()
+
+
+def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "") -> None:
+    """Requests each instance got (`<prefix>instance_requests`) and the pipelined loops' counters, summed."""
+    stats[f"{prefix}instance_requests"] = [inst.routed for inst in insts]
+    for inst in insts:
+        for k, v in (inst.pipe.stats if inst.pipe is not None else {}).items():
+            stats[k] = stats.get(k, 0) + v
