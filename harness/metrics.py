@@ -9,8 +9,15 @@
   request (vLLM) leave first_scheduled NaN: its TTFT is then used, an upper bound.
 - `e2e`: finish - arrival.
 - `dispatch_lag` (live only): actual - planned send time.
-- `goodput`: completed requests per second whose own TPOT <= the TBT SLO and, when a TTFT SLO
-  is set, whose TTFT <= it (DistServe's per-request definition); `goodput_fraction` of all requests.
+- `goodput`: completed requests per second that met the SLO themselves: TPOT <= the TPOT SLO
+  (`tpot_s`, the TBT SLO unless set) and, when a TTFT SLO is set, TTFT <= it. Its share of all
+  requests, `goodput_fraction`, is DistServe's "SLO attainment" (Zhong et al., DistServe, OSDI'24,
+  Sec. 2 and 6: the percentage of requests that meet both their TTFT and TPOT SLOs); goodput per
+  GPU divides by the deployment's GPUs (harness.commands.run).
+
+Two capacity criteria (`Slo.criterion`): `paper` (Sarathi-Serve Sec. 5.1: P99 TBT and median
+scheduling delay, pooled over the probe) and `attainment` (DistServe: the probe passes iff at
+least `Slo.attainment`, 90 % by default, of its requests meet both TTFT and TPOT SLOs).
 """
 from __future__ import annotations
 
@@ -112,11 +119,18 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
 PAPER_TBT_QUANTILE = 0.99
 PAPER_SCHEDULING_DELAY_S = 2.0
 PAPER_SCHEDULING_DELAY_QUANTILE = 0.5
+# DistServe (OSDI'24) Sec. 6 reports the rate each system sustains at 90 % SLO attainment.
+DISTSERVE_ATTAINMENT = 0.9
+CRITERIA = ("paper", "attainment")
 
 
 @dataclass(frozen=True)
 class Slo:
-    """The paper's capacity criterion: P99 TBT <= tbt_s and median scheduling delay <= 2 s."""
+    """The capacity criterion. `paper` (the default): P99 TBT <= tbt_s and median scheduling delay
+    <= 2 s, plus the optional extras (a TTFT quantile, a share of good requests). `attainment`:
+    at least `attainment` of the requests each have TTFT <= ttft_s and TPOT <= tpot_s (DistServe's
+    SLO attainment; the pooled quantiles and the extras are not judged). Either way failed requests
+    beyond max_error_fraction fail the probe."""
 
     tbt_s: float
     tbt_quantile: float = PAPER_TBT_QUANTILE
@@ -128,12 +142,27 @@ class Slo:
     # Requests that failed (any error kind but a time limit's cut-off) may be at most this share of
     # the probe: 0 by default, so one failed request fails the probe, and the verdict says why.
     max_error_fraction: float = 0.0
+    tpot_s: float | None = None  # per-request TPOT limit (DistServe's TPOT SLO); None: tbt_s
+    criterion: str = "paper"  # paper | attainment (module docstring)
+    attainment: float = DISTSERVE_ATTAINMENT  # criterion=attainment: the share of requests that must meet both
 
     def __post_init__(self) -> None:
-        if not self.tbt_s > 0 or not self.scheduling_delay_s > 0 or (self.ttft_s is not None and not self.ttft_s > 0):
+        limits = (self.tbt_s, self.scheduling_delay_s, self.ttft_s, self.tpot_s)
+        if not all(x is None or x > 0 for x in limits) or self.tbt_s is None:
             raise ValueError(
-                f"SLO limits must be > 0, got tbt {self.tbt_s}, scheduling delay {self.scheduling_delay_s}, ttft {self.ttft_s}"
+                f"SLO limits must be > 0, got tbt {self.tbt_s}, scheduling delay {self.scheduling_delay_s}, "
+                f"ttft {self.ttft_s}, tpot {self.tpot_s}"
             )
+        if self.criterion not in CRITERIA:
+            raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
+        if not 0 < self.attainment <= 1:
+            raise ValueError(f"attainment must be in (0, 1], got {self.attainment}")
+        if self.criterion == "attainment" and self.ttft_s is None:
+            # Without a TTFT limit a queue could grow without bound while every TPOT stays small.
+            raise ValueError("criterion=attainment judges TTFT and TPOT per request: set ttft_s too")
+        if self.criterion == "attainment" and self.min_goodput_fraction is not None:
+            raise ValueError("min_goodput_fraction is the paper criterion's extra; with criterion=attainment "
+                             "the share of good requests is attainment")
         if self.min_goodput_fraction is not None and not 0 < self.min_goodput_fraction <= 1:
             raise ValueError(f"min_goodput_fraction must be in (0, 1], got {self.min_goodput_fraction}")
         if not 0 <= self.max_error_fraction <= 1:
@@ -141,6 +170,18 @@ class Slo:
         for q in (self.tbt_quantile, self.scheduling_delay_quantile, self.ttft_quantile):
             if not 0 < q <= 1:
                 raise ValueError(f"SLO quantiles must be in (0, 1], got {q}")
+
+    @property
+    def tpot_limit_s(self) -> float:
+        return self.tbt_s if self.tpot_s is None else self.tpot_s
+
+    def describe(self) -> str:
+        """The criterion in words, for a run's header line."""
+        if self.criterion == "attainment":
+            return (f"SLO attainment >= {self.attainment:.0%} of requests with TTFT <= {self.ttft_s:.3g} s and "
+                    f"TPOT <= {self.tpot_limit_s:.3g} s")
+        return (f"SLO P{self.tbt_quantile * 100:g} TBT <= {self.tbt_s:.3g} s and "
+                f"P{self.scheduling_delay_quantile * 100:g} scheduling delay <= {self.scheduling_delay_s:g} s")
 
 
 @dataclass(frozen=True)
@@ -150,7 +191,7 @@ class SloVerdict:
     scheduling_delay_s: float  # the measured scheduling-delay quantile
     reason: str
     goodput: float = float("nan")  # good requests per second (see module docstring)
-    goodput_fraction: float = float("nan")
+    goodput_fraction: float = float("nan")  # the share of good requests: DistServe's SLO attainment
     num_errors: int = 0  # failed requests (a time limit's cut-off not counted)
     errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
 
@@ -166,14 +207,14 @@ def error_counts(records: Sequence[RequestRecord]) -> dict[str, int]:
 
 
 def good_requests(records: Sequence[RequestRecord], slo: Slo) -> np.ndarray:
-    """Per request: completed, mean TBT <= slo.tbt_s and (if set) TTFT <= slo.ttft_s."""
+    """Per request: completed, TPOT (mean TBT) <= slo.tpot_limit_s and (if set) TTFT <= slo.ttft_s."""
     good = np.zeros(len(records), dtype=bool)
     for i, r in enumerate(records):
         if not r.completed:
             continue
         tpot = float(np.mean(np.diff(r.token_times_s))) if len(r.token_times_s) > 1 else 0.0
         ttft_ok = slo.ttft_s is None or r.first_token_s - r.arrival_s <= slo.ttft_s
-        good[i] = tpot <= slo.tbt_s and ttft_ok
+        good[i] = tpot <= slo.tpot_limit_s and ttft_ok
     return good
 
 
@@ -182,23 +223,27 @@ def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
     tbt_q = float(np.quantile(tbts, slo.tbt_quantile)) if tbts.size else 0.0
     # "higher" so that unstarted requests (+inf) are never interpolated away.
     delay_q = float(np.quantile(scheduling_delays(records), slo.scheduling_delay_quantile, method="higher"))
+    good = good_requests(records, slo)
+    fraction = float(good.mean()) if len(good) else float("nan")
+    paper = slo.criterion == "paper"
     reasons = []
-    if slo.ttft_s is not None:
+    if paper and slo.ttft_s is not None:
         ttft = np.array([r.first_token_s - r.arrival_s for r in records], dtype=np.float64)
         ttft_q = float(np.quantile(np.where(np.isnan(ttft), np.inf, ttft), slo.ttft_quantile, method="higher"))
         if ttft_q > slo.ttft_s:
             reasons.append(f"P{slo.ttft_quantile * 100:g} TTFT {ttft_q:.3f}s > {slo.ttft_s:g}s")
-    if tbt_q > slo.tbt_s:
+    if paper and tbt_q > slo.tbt_s:
         reasons.append(f"P{slo.tbt_quantile * 100:g} TBT {tbt_q:.3f}s > {slo.tbt_s:g}s")
-    if delay_q > slo.scheduling_delay_s:
+    if paper and delay_q > slo.scheduling_delay_s:
         reasons.append(f"P{slo.scheduling_delay_quantile * 100:g} scheduling delay {delay_q:.3f}s > {slo.scheduling_delay_s:g}s")
+    if not paper and not fraction >= slo.attainment:
+        reasons.append(f"attainment {fraction:.1%} < {slo.attainment:.1%} (TTFT <= {slo.ttft_s:g}s and "
+                       f"TPOT <= {slo.tpot_limit_s:g}s per request)")
     errors = error_counts(records)
     num_errors = sum(errors.values())
     if records and num_errors / len(records) > slo.max_error_fraction:
         kinds = ", ".join(f"{n} {k}" for k, n in errors.items())
         reasons.append(f"{num_errors} of {len(records)} requests failed ({kinds})")
-    good = good_requests(records, slo)
-    fraction = float(good.mean()) if len(good) else float("nan")
     if slo.min_goodput_fraction is not None and not fraction >= slo.min_goodput_fraction:
         reasons.append(f"goodput {fraction:.1%} of requests < {slo.min_goodput_fraction:.1%}")
     ends = [r.finished_s for r in records if r.completed]

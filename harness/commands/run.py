@@ -40,12 +40,10 @@ def run_experiment(cfg: DictConfig) -> Path:
     parallel = s.workers > 1 and not s.fixed_qps
     if parallel:
         what += f" ({s.workers} probes at once per round{' on Ray' if s.executor == 'ray' else ''})"
-    layout = plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)
-    where = plan.deployment.description + (f", {layout}" if layout else "")
+    c = plan.cluster
+    where = plan.deployment.description + (f", {c.instances} instances behind {c.router}" if c.instances > 1 else "")
     print(
-        f"{plan.name}: {where}, {plan.dataset['name']} ({s.num_requests} requests), {what}; "
-        f"SLO P{plan.slo.tbt_quantile * 100:g} TBT <= {plan.slo.tbt_s:.3g} s and "
-        f"P{plan.slo.scheduling_delay_quantile * 100:g} scheduling delay <= {plan.slo.scheduling_delay_s:g} s",
+        f"{plan.name}: {where}, {plan.dataset['name']} ({s.num_requests} requests), {what}; {plan.slo.describe()}",
         flush=True,
     )
     for note in plan.notes:
@@ -102,7 +100,7 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
         pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([]),
     )
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
-    _print_table(runs, fixed=bool(s.fixed_qps))
+    _print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
     if parallel:
         print(f"rounds of up to {s.workers} probes at once: "
               + ", ".join(f"{r.scheduler} {r.result.rounds} ({len(r.result.probes)} probes)" for r in runs))
@@ -163,8 +161,9 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
             v = p.detail.verdict
             cached = " (cached)" if p.detail.records is None else ""
             errors = f", {v.num_errors} FAILED REQUESTS ({v.reason})" if v.num_errors else ""
+            judged = (f"attainment {v.goodput_fraction:.1%}, " if plan.slo.criterion == "attainment" else "")
             bar.write(
-                f"  {name:<16}seed {plan.seed}{p.qps:>10.4g} QPS  {'pass' if p.passed else 'FAIL'}  "
+                f"  {name:<16}seed {plan.seed}{p.qps:>10.4g} QPS  {'pass' if p.passed else 'FAIL'}  {judged}"
                 f"P99 TBT {v.tbt_s:.3f} s, median scheduling delay {v.scheduling_delay_s:.3f} s{errors}{cached}",
                 file=sys.stderr,
             )
@@ -195,7 +194,13 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _probe_row(p: Probe) -> dict:
+def num_gpus(plan: ExperimentPlan) -> int:
+    """The GPUs the deployment occupies: TP x PP per instance, times the cluster's instances (as
+    harness.analysis.loader counts them)."""
+    return plan.deployment.tp * plan.deployment.pp * plan.cluster.instances
+
+
+def _probe_row(p: Probe, gpus: int) -> dict:
     o = p.detail
     s = o.summary
     return asdict(ProbeRow(
@@ -212,6 +217,7 @@ def _probe_row(p: Probe) -> dict:
         request_throughput=s.request_throughput,
         goodput=o.verdict.goodput,
         goodput_fraction=o.verdict.goodput_fraction,
+        goodput_per_gpu=o.verdict.goodput / gpus,
         output_token_throughput=s.output_token_throughput,
         num_completed=s.num_completed,
         num_preemptions=s.num_preemptions,
@@ -220,24 +226,25 @@ def _probe_row(p: Probe) -> dict:
     ))
 
 
-def _capacity_fields(result: CapacityResult) -> dict:
+def _capacity_fields(result: CapacityResult, gpus: int) -> dict:
     return {
         "capacity_qps": result.capacity_qps,
         "lowest_failing_qps": _finite(result.lowest_failing_qps),
         "saturated": result.saturated,
         "rounds": result.rounds,
-        "probes": [_probe_row(p) for p in result.probes],
+        "probes": [_probe_row(p, gpus) for p in result.probes],
     }
 
 
 def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict:
     w = plan.workload
+    gpus = num_gpus(plan)
     schedulers = {}
     for name in plan.schedulers:
         mine = [r for r in runs if r.scheduler == name]
         if not mine:  # a run that broke before this scheduler finished
             continue
-        entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result)}
+        entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result, gpus)}
         if len(mine) > 1:
             caps = [r.result.capacity_qps for r in mine]
             entry["repeats"] = {
@@ -245,7 +252,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
                 "capacities_qps": caps,
                 "mean_qps": statistics.fmean(caps),
                 "std_qps": statistics.stdev(caps),
-                "runs": [{"seed": r.seed, **_capacity_fields(r.result)} for r in mine[1:]],
+                "runs": [{"seed": r.seed, **_capacity_fields(r.result, gpus)} for r in mine[1:]],
             }
         schedulers[name] = entry
     return {
@@ -255,8 +262,8 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "backend": plan.backend.name,
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
-        "cluster": {**asdict(plan.cluster), "num_gpus": plan.cluster.num_gpus(plan.deployment.tp, plan.deployment.pp),
-                    "layout": plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)},
+        "cluster": {"instances": plan.cluster.instances, "router": plan.cluster.router},
+        "num_gpus": gpus,
         "model": plan.deployment.model_name,
         "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
         "notes": list(plan.notes),
@@ -269,6 +276,9 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
             "ttft_quantile": plan.slo.ttft_quantile,
             "min_goodput_fraction": plan.slo.min_goodput_fraction,
             "max_error_fraction": plan.slo.max_error_fraction,
+            "tpot_s": plan.slo.tpot_s,
+            "criterion": plan.slo.criterion,
+            "attainment": plan.slo.attainment,
             "kind": plan.slo_kind,
             "source": plan.slo_source,
         },
@@ -294,20 +304,26 @@ def _warn_failed(runs: list[SchedulerRun]) -> None:
                 print(f"WARNING: {r.scheduler} seed {r.seed} at {p.qps:.4g} QPS: {v.num_errors} requests failed ({kinds})")
 
 
-def _print_table(runs: list[SchedulerRun], fixed: bool) -> None:
+def _good(v, gpus: int) -> str:
+    """The attainment and goodput per GPU columns of a probe's verdict."""
+    return f"{v.goodput_fraction:>10.1%}{v.goodput / gpus:>11.3g}/s"
+
+
+def _print_table(runs: list[SchedulerRun], fixed: bool, gpus: int) -> None:
+    good = f"{'attained':>10}{'goodput/GPU':>13}"
     if fixed:
         print(f"{'scheduler':<18}{'seed':>5}{'QPS':>9}  {'verdict':<7}{'P50 TTFT':>10}{'P99 TBT':>10}{'median delay':>14}"
-              f"{'failed':>8}")
+              f"{'failed':>8}{good}")
         for r in runs:
             p = r.result.probes[0]
             o = p.detail
             print(f"{r.scheduler:<18}{r.seed:>5}{p.qps:>9.4g}  {'pass' if p.passed else 'FAIL':<7}"
                   f"{o.summary.ttft.p50:>8.3f} s{o.verdict.tbt_s:>8.3f} s{o.verdict.scheduling_delay_s:>12.3f} s"
-                  f"{o.verdict.num_errors:>8}")
+                  f"{o.verdict.num_errors:>8}{_good(o.verdict, gpus)}")
         _warn_failed(runs)
         return
     print(f"{'scheduler':<18}{'seed':>5}{'capacity (QPS)':>16}  {'bracket (pass, fail)':<22}{'probes':>7}  {'P99 TBT':>9}  "
-          f"{'median delay':>12}{'failed':>8}")
+          f"{'median delay':>12}{'failed':>8}{good}")
     for r in runs:
         res = r.result
         cap = _shown_probe(res, fixed=False)
@@ -316,8 +332,9 @@ def _print_table(runs: list[SchedulerRun], fixed: bool) -> None:
         tbt = f"{cap.detail.verdict.tbt_s:.3f} s" if cap else "-"
         delay = f"{cap.detail.verdict.scheduling_delay_s:.3f} s" if cap else "-"
         failed = sum(p.detail.verdict.num_errors for p in res.probes)
+        good_cols = _good(cap.detail.verdict, gpus) if cap else f"{'-':>10}{'-':>13}"
         print(f"{r.scheduler:<18}{r.seed:>5}{cap_str:>16}  {f'[{res.capacity_qps:.4g}, {hi})':<22}{len(res.probes):>7}  {tbt:>9}  "
-              f"{delay:>12}{failed:>8}")
+              f"{delay:>12}{failed:>8}{good_cols}")
     _warn_failed(runs)
     by_name: dict[str, list[float]] = {}
     for r in runs:

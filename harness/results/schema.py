@@ -19,13 +19,14 @@ class ProbeRow:
     tbt_p99_s: float
     e2e_p50_s: float
     request_throughput: float
-    goodput: float
-    goodput_fraction: float
+    goodput: float  # requests per second that met their own TTFT and TPOT SLOs (harness.metrics)
+    goodput_fraction: float  # their share of the probe's requests: DistServe's SLO attainment
     output_token_throughput: float
     num_completed: int
     num_preemptions: int
     num_errors: int = 0  # failed requests (a time limit's cut-off not counted)
     errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
+    goodput_per_gpu: float = float("nan")  # goodput / the deployment's GPUs (TP x PP x cluster instances)
 
 
 PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))

@@ -1,5 +1,6 @@
 """Which SLO an experiment is judged by: the paper's published values (`slo=paper`), the paper's
-definition applied to the simulated deployment (`slo=derived`), or an explicit `slo.tbt_s`."""
+definition applied to the simulated deployment (`slo=derived`), or an explicit `slo.tbt_s`; and by
+which criterion (`slo.criterion`: the paper's quantiles, or DistServe's per-request attainment)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,7 +9,8 @@ from typing import Any
 
 from common.errors import HarnessError
 from engines.perf.queries import SLO_DECODE_BATCH, SLO_DECODE_CONTEXT, SLO_MULTIPLIERS, decode_iteration_time
-from harness.metrics import PAPER_SCHEDULING_DELAY_QUANTILE, PAPER_SCHEDULING_DELAY_S, PAPER_TBT_QUANTILE, Slo
+from harness.metrics import (DISTSERVE_ATTAINMENT, PAPER_SCHEDULING_DELAY_QUANTILE, PAPER_SCHEDULING_DELAY_S,
+                             PAPER_TBT_QUANTILE, Slo)
 from harness.typed import typed
 
 SLO_KINDS = ("strict", "relaxed")
@@ -30,7 +32,13 @@ class SloSettings:
     decode_context: int = SLO_DECODE_CONTEXT
     ttft_s: float | None = None  # optional extra criterion (not the paper's): TTFT quantile <= ttft_s
     ttft_quantile: float = PAPER_TBT_QUANTILE
-    min_goodput_fraction: float | None = None  # optional: share of requests with TPOT <= tbt_s (and TTFT <= ttft_s)
+    min_goodput_fraction: float | None = None  # optional: share of requests with TPOT <= tpot_s (and TTFT <= ttft_s)
+    # DistServe's per-request TPOT SLO (harness.metrics.good_requests); None: the TBT SLO above.
+    tpot_s: float | None = None
+    # paper: the quantile criterion above | attainment: >= `attainment` of the requests meet TTFT <= ttft_s
+    # and TPOT <= tpot_s each (DistServe, OSDI'24; supersedes min_goodput_fraction, which must be unset).
+    criterion: str = "paper"
+    attainment: float = DISTSERVE_ATTAINMENT
 
 
 def derived_tbt_slo(perf, kind: str, multipliers: Mapping, batch: int = SLO_DECODE_BATCH,
@@ -59,7 +67,8 @@ def resolve_slo(slo_cfg: Mapping, model_name: str, perf=None) -> Slo:
         return Slo(
             tbt_s=float(tbt), tbt_quantile=s.tbt_quantile, scheduling_delay_s=s.scheduling_delay_s,
             scheduling_delay_quantile=s.scheduling_delay_quantile, ttft_s=s.ttft_s, ttft_quantile=s.ttft_quantile,
-            min_goodput_fraction=s.min_goodput_fraction,
+            min_goodput_fraction=s.min_goodput_fraction, tpot_s=s.tpot_s, criterion=s.criterion,
+            attainment=s.attainment,
         )
     except (TypeError, ValueError) as e:
         raise HarnessError(f"slo: {e}") from None
