@@ -46,6 +46,7 @@ def test_defaults_are_the_dataclass_defaults():
 def test_every_field_has_a_flag():
     flags = set(server_flags(ServerConfig(kv_capacity_tokens=1, max_model_len=2, served_model_name="x", api_key="k",
                                           tokenizer="tok.json", attention_kernel="fa2-ideal",
+                                          weight_dtype="fp8", kv_dtype="fp8",
                                           scheduler=SchedulerConfig("vllm", max_num_batched_tokens=3)))[::2])
     names = [f.name for f in fields(ServerConfig) if f.name != "scheduler"] + [f.name for f in fields(SchedulerConfig)]
     assert flags == {"--" + n.replace("_", "-") for n in names}

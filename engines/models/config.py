@@ -141,6 +141,9 @@ class ModelConfig:
     def from_arch(cls, arch: ModelArch) -> ModelConfig:
         """From the performance model's catalog entry (engines.perf.architectures.ModelArch): the same
         shapes, so a random-weight model costs on a GPU what the real one would."""
+        if arch.is_moe:
+            raise HarnessError(f"model {arch.name}: mixture-of-experts models are priced by the performance "
+                               "model only; the torch engine runs dense decoders")
         falcon = not arch.gated_mlp
         return cls(
             family="falcon" if falcon else "llama",

@@ -3,6 +3,7 @@
     python -m engines.perf --model yi-34b --gpu a100-80g-sxm --tp 2 --batch 4096:0
     python -m engines.perf --model llama2-70b --gpu a40 --tp 4 --pp 2 --batch 32x1:4096 --json
     python -m engines.perf --model path/to/config.json --gpu h100 --batch 512:0 --batch 64x1:2048
+    python -m engines.perf --model mixtral-8x7b --gpu h100 --tp 2 --weight-dtype fp8 --kv-dtype fp8 --batch 32x1:4096
     python -m engines.perf --model yi-34b --tp 2 --batch 32x1:4096 --set cpu_overhead_s=0 --set multi_gpu_overhead_s=0
 
 Each `--batch` item is `new_tokens:context_len` (tokens computed this iteration over tokens
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=None)
     ap.add_argument("--stack", default=DEFAULT_STACK, help=f"the engine's kernels: one of {', '.join(known_stacks())}")
     ap.add_argument("--attention-kernel", default=None, help=f"one of {', '.join(known_attention_kernels())}")
+    ap.add_argument("--weight-dtype", default=None, help="fp8: FP8 linear-layer weights (H100/H200); default 16-bit")
+    ap.add_argument("--kv-dtype", default=None, help="fp8: an FP8 KV cache (H100/H200); default 16-bit")
     ap.add_argument("--batch", action="append", default=[], metavar="NEW:CTX", help="a batch item; repeatable")
     ap.add_argument("--mem-util", type=float, default=0.9, help="GPU memory utilization for the KV capacity")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         model = ModelArch.from_hf_config(args.model) if Path(args.model).suffix == ".json" else args.model
         d = Deployment.create(model=model, gpu=args.gpu, tp=args.tp, pp=args.pp, topology=args.topology,
                               gpus_per_node=args.gpus_per_node, stack=args.stack,
-                              attention_kernel=args.attention_kernel, **parse_sets(args.set))
+                              attention_kernel=args.attention_kernel, weight_dtype=args.weight_dtype,
+                              kv_dtype=args.kv_dtype, **parse_sets(args.set))
         perf = PerfModel(d)
         new, ctx = parse_batch(args.batch or ["1:0"])
         parts = perf.breakdown(new, ctx)

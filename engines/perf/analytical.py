@@ -32,7 +32,6 @@ pp > 1 the last stage carries the LM head and the CPU overhead, so it is the slo
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,42 +42,12 @@ from . import operators as ops
 from .deployment import Deployment
 from . import memory
 from .kernels import get_stack, kernels_for
+from .moe import ExpertRouting
+from .scratch import SCRATCH as _SCRATCH, check_counts as _check_counts, prepare
 
 # Components of one stage's time (summing to "total") and the details of "linear".
 BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead")
 LINEAR_PARTS = ("linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_down")
-
-
-class _Scratch(threading.local):
-    """Per-thread float64 work space for the (rows, B) arrays of one call, reused across calls:
-    allocating a few hundred KB per array per call costs more than the arithmetic on them.
-    Calls needing more than CACHE_LIMIT elements get fresh arrays (their arithmetic dominates)."""
-
-    CACHE_LIMIT = 1 << 22  # 32 MiB of float64 kept per thread at most
-
-    def __init__(self) -> None:
-        self.flat = np.empty(0)
-
-    def views(self, shape: tuple[int, int], first: int, count: int) -> list[np.ndarray]:
-        """`count` arrays of `shape`, slots first..first+count-1 of the work space."""
-        size = shape[0] * shape[1]
-        need = (first + count) * size
-        if need > self.CACHE_LIMIT:
-            return [np.empty(shape) for _ in range(count)]
-        if self.flat.size < need:
-            self.flat = np.empty(min(max(need, 2 * self.flat.size, 5 * 8192), self.CACHE_LIMIT))
-        return [self.flat[i * size:(i + 1) * size].reshape(shape) for i in range(first, first + count)]
-
-
-_SCRATCH = _Scratch()
-
-
-def _check_counts(n: np.ndarray, c: np.ndarray) -> None:
-    """new_tokens and context_lens: the same shape, no negative counts."""
-    if n.shape != c.shape:
-        raise HarnessError(f"new_tokens shape {n.shape} != context_lens shape {c.shape}")
-    if n.size and (n.min() < 0 or c.min() < 0):
-        raise HarnessError("new_tokens and context_lens must be >= 0")
 
 
 # Share of HBM for weights, activations and the KV cache: vLLM's `--gpu-memory-utilization` default
@@ -110,11 +79,14 @@ class PerfModel:
         # The engine's kernels on this GPU (kernels.py): GEMM law, attention and elementwise costs.
         self.stack = get_stack(d.stack)
         k = self.kernels = kernels_for(self.stack, gpu.name, gpu.matmul_efficiency, d.attention_kernel)
-        if k.gemm.smooth:  # measured: shape-dependent compute efficiency, soft roofline, fixed cost
-            flops = gpu.peak_flops * k.gemm.compute_efficiency
-            weight_bw = gpu.hbm_bandwidth * k.gemm.stream_efficiency
-        else:  # datasheet: large-GEMM efficiency at every shape (hardware.py)
-            flops, weight_bw = gpu.matmul_flops, gpu.weight_bandwidth
+        # measured: shape-dependent compute efficiency, soft roofline, fixed cost; datasheet: the
+        # large-GEMM efficiency at every shape (hardware.py). FP8 weights: the linear layers' GEMMs at
+        # the FP8 peak, the same fraction of it (precision.py); the LM head and a router stay 16-bit.
+        eff = k.gemm.compute_efficiency if k.gemm.smooth else gpu.matmul_efficiency
+        weight_bw = gpu.hbm_bandwidth * k.gemm.stream_efficiency if k.gemm.smooth else gpu.weight_bandwidth
+        flops16 = gpu.peak_flops * eff
+        flops = gpu.fp8_peak_flops * eff if d.weight_dtype else flops16
+        wbpe, kvbpe = d.weight_bytes_per_param, d.kv_bytes_per_element
         self._gemm_smooth, self._gemm_fixed = k.gemm.smooth, k.gemm.fixed_s
         self._tile = d.gemm_tile_tokens
         # The four GEMMs of a layer on one GPU (column-parallel QKV and MLP-up, row-parallel
@@ -125,18 +97,27 @@ class PerfModel:
             ("linear.mlp_up", h, m.mlp_in_width // d.tp),
             ("linear.mlp_down", inter, h),
         )
-        coeffs = np.array([self._gemm_coefficients(kk, n, flops, weight_bw, bpe) for _, kk, n in self._gemm_shapes])
+        coeffs = np.array([self._gemm_coefficients(kk, n, flops, weight_bw, bpe, wbpe) for _, kk, n in self._gemm_shapes])
         self._gemm_c, self._gemm_w, self._gemm_a = (coeffs[:, i:i + 1] for i in range(3))
+        # An MoE layer (moe.py): the MLP rows above are one expert's; the batch runs T x k rows over
+        # the D(T) experts it hits, after a 16-bit router GEMM (hidden x experts).
+        self._routing = ExpertRouting.build(m.num_experts, m.experts_per_token) if m.is_moe else None
+        self._router = self._gemm_coefficients(h, m.num_experts, flops16, weight_bw, bpe) if m.is_moe else None
         # Bandwidth-bound kernels of a layer on one GPU: (name, kernel, bytes per token). Unfused, the
         # residual add (read 2, write 1) and RMSNorm (read 1, write 1) are two kernels per norm.
         ew = k.elementwise
         norm_kernels = ([("norm", ew.norm, 4 * h)] if ew.fused_add_norm
                         else [("norm", ew.norm, 2 * h), ("add", ew.add, 3 * h)]) * m.norms_per_layer
-        self.elementwise_kernels = tuple((name, kern, width * bpe) for name, kern, width in norm_kernels + [
+        widths = norm_kernels + [
             ("rope", ew.rope, 2 * (qh + kvh) * hd),  # read + write Q and K
-            ("act", ew.act, (3 if m.gated_mlp else 2) * inter),  # SiLU(gate) * up, or GELU
-            ("kv_write", ew.kv_write, 2 * 2 * kvh * hd),  # read K, V; write them into the cache
-        ])
+            ("act", ew.act, (3 if m.gated_mlp else 2) * inter * max(1, m.experts_per_token)),  # SiLU(gate) * up, or GELU
+        ]
+        if m.qk_norm:  # Qwen3: RMSNorm over the query and the key heads, read + write each
+            widths += [("q_norm", ew.norm, 2 * qh * hd), ("k_norm", ew.norm, 2 * kvh * hd)]
+        if m.is_moe:  # moe.py [VLLM-MOE] moe_sum: read each token's k expert outputs, write their sum
+            widths.append(("moe_sum", ew.add, (m.experts_per_token + 1) * h))
+        self.elementwise_kernels = tuple((name, kern, width * bpe) for name, kern, width in widths) + (
+            ("kv_write", ew.kv_write, 2 * kvh * hd * (bpe + kvbpe)),)  # read K, V; write them into the cache
         hbm = gpu.hbm_bandwidth
         self._elementwise_per_token = sum(nbytes * kern.per_byte(hbm) for _, kern, nbytes in self.elementwise_kernels)
         self._elementwise_fixed = sum(kern.fixed_s for _, kern, _ in self.elementwise_kernels)
@@ -148,7 +129,7 @@ class PerfModel:
         # Attention: 2 matmuls (QK^T, PV) x 2 FLOPs per multiply-add x head_dim x local heads.
         att = k.attention
         self._attn_flops_per_pair = 4.0 * hd * qh
-        self._attn_kv_bytes_per_token = 2.0 * kvh * hd * bpe
+        self._attn_kv_bytes_per_token = 2.0 * kvh * hd * kvbpe
         self._attn_qo_bytes_per_token = 2.0 * qh * hd * bpe
         self._attn_flops = gpu.attention_flops * att.prefill_fa2_fraction
         self._attn_bandwidth = hbm * (att.decode_efficiency or gpu.hbm_efficiency)
@@ -162,7 +143,7 @@ class PerfModel:
         self._vocab_per_gpu = math.ceil(m.vocab_size / d.tp)
         self._lm_norm_per_row = (4 if ew.fused_add_norm else 2) * h * bpe * ew.norm.per_byte(hbm)
         self._lm_norm_fixed = ew.norm.fixed_s
-        self._lm_c, self._lm_w, self._lm_a = self._gemm_coefficients(h, self._vocab_per_gpu, flops, weight_bw, bpe)
+        self._lm_c, self._lm_w, self._lm_a = self._gemm_coefficients(h, self._vocab_per_gpu, flops16, weight_bw, bpe)
         ag_per_byte, self._ag_fixed = ops.allgather_coefficients(d.tp, d.tp_link)
         self._ag_per_row = ag_per_byte * self._vocab_per_gpu * d.tp * bpe
         multi_gpu = d.num_gpus > 1
@@ -182,7 +163,7 @@ class PerfModel:
         """Seconds of one pipeline stage (the slowest) for each batch; shapes (..., B) -> (...)."""
         if self._scalar_rows and np.ndim(new_tokens) == 1:
             return np.float64(max(self._row_stage_times(new_tokens, context_lens)))
-        n, c, shape = self._prepare(new_tokens, context_lens)
+        n, c, shape = prepare(new_tokens, context_lens)
         stages = self._stage_times(self._components(n, c))
         return np.max(stages, axis=0).reshape(shape)
 
@@ -195,13 +176,13 @@ class PerfModel:
         Stage 0 carries the embedding, the last stage the LM head and the CPU overhead."""
         if self._scalar_rows and np.ndim(new_tokens) == 1:
             return np.array(self._row_stage_times(new_tokens, context_lens))
-        n, c, shape = self._prepare(new_tokens, context_lens)
+        n, c, shape = prepare(new_tokens, context_lens)
         stages = self._stage_times(self._components(n, c))
         return np.moveaxis(stages, 0, -1).reshape(*shape, self.pp)
 
     def pipeline_latency(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
         """Seconds for a batch to pass every stage and the sends between them; (..., B) -> (...)."""
-        n, c, shape = self._prepare(new_tokens, context_lens)
+        n, c, shape = prepare(new_tokens, context_lens)
         comp = self._components(n, c)
         total = np.sum(self._stage_times(comp), axis=0)
         if self.pp > 1:
@@ -234,7 +215,7 @@ class PerfModel:
         """
         if np.ndim(new_tokens) != 1:
             raise HarnessError(f"breakdown prices one batch: expected 1-D sequences, got shape {np.shape(new_tokens)}")
-        n, c, _ = self._prepare(np.asarray(new_tokens), np.asarray(context_lens))
+        n, c, _ = prepare(np.asarray(new_tokens), np.asarray(context_lens))
         comp = self._components(n, c)
         stages = self._stage_times(comp)
         s = int(np.argmax(stages[:, 0]))
@@ -258,15 +239,36 @@ class PerfModel:
         return out
 
     # ------------------------------------------------------------ internals
-    def _gemm_coefficients(self, k: int, n: int, flops: float, bandwidth: float, bpe: int) -> tuple[float, float, float]:
+    def _gemm_coefficients(self, k: int, n: int, flops: float, bandwidth: float, bpe: int,
+                           wbpe: int | None = None) -> tuple[float, float, float]:
         return ops.gemm_coefficients(k, n, flops=flops, bandwidth=bandwidth, bytes_per_elem=bpe,
-                                     k_half=self.kernels.gemm.k_half)
+                                     k_half=self.kernels.gemm.k_half, weight_bytes_per_elem=wbpe)
 
     def _gemms(self, m: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:
-        """GEMM times from coefficients: the datasheet roofline, or the measured kernel's soft one."""
+        """GEMM times from coefficients, m rows rounded up to the tile."""
+        return self._gemm_law(m, ops.tiled(m, self._tile), per_tiled_row, weights, per_row)
+
+    def _gemm_law(self, m: np.ndarray, m_tiled: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:
+        """The datasheet roofline, or the measured kernel's soft one."""
         if not self._gemm_smooth:
-            return ops.gemm_time_from(m, ops.tiled(m, self._tile), per_tiled_row, weights, per_row)
-        return ops.gemm_time_smooth_from(m, ops.tiled(m, self._tile), per_tiled_row, weights, per_row, self._gemm_fixed)
+            return ops.gemm_time_from(m, m_tiled, per_tiled_row, weights, per_row)
+        return ops.gemm_time_smooth_from(m, m_tiled, per_tiled_row, weights, per_row, self._gemm_fixed)
+
+    def _expert_gemms(self, tokens: np.ndarray) -> list[np.ndarray]:
+        """An MoE layer's router + gate/up and down GEMMs over the experts the batch hits (moe.py)."""
+        rows, rows_tiled, hit = self._routing.rows(tokens)
+        c, w, a = self._gemm_c, self._gemm_w, self._gemm_a
+        router = self._gemms(tokens, *self._router)
+        return [self._gemm_law(rows, rows_tiled, c[2], w[2] * hit, a[2]) + router,
+                self._gemm_law(rows, rows_tiled, c[3], w[3] * hit, a[3])]
+
+    def _expert_gemms_one(self, tokens: float, tiled: float) -> list[float]:
+        """_expert_gemms for one batch of `tokens` (`tiled`: rounded up to the tile), in Python floats."""
+        rows, rows_tiled, hit = self._routing.rows_one(tokens)
+        (c2, w2, a2), (c3, w3, a3) = self._gemm_scalars[2:]
+        router = self._gemm_scalar(tokens, tiled, *self._router)
+        return [self._gemm_scalar(rows, rows_tiled, c2, w2 * hit, a2) + router,
+                self._gemm_scalar(rows, rows_tiled, c3, w3 * hit, a3)]
 
     def _gemm_scalar(self, m: float, m_tiled: float, per_tiled_row: float, weights: float, per_row: float) -> float:
         return ops.gemm_time_one(m, m_tiled, per_tiled_row, weights, per_row, self._gemm_fixed, self._gemm_smooth)
@@ -278,29 +280,15 @@ class PerfModel:
             flops=self._attn_flops, bandwidth=self._attn_bandwidth, scratch=scratch, causal=self._attn_causal,
             prefill_fixed_units=self._attn_prefill_fixed_units, decode_fixed_units=self._attn_decode_fixed_units)
 
-    @staticmethod
-    def _prepare(new_tokens: np.ndarray, context_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
-        """Validate and copy into (rows, B) float64 scratch arrays. Token counts are whole numbers
-        far below 2**53, so float64 is exact, and it avoids numpy's slow mixed int/float loops."""
-        n = np.asarray(new_tokens)
-        c = np.asarray(context_lens)
-        _check_counts(n, c)
-        if n.ndim == 0:
-            raise HarnessError("batch_times needs arrays of shape (..., B), got scalars")
-        shape = n.shape[:-1]
-        flat = (int(np.prod(shape, dtype=np.int64)), n.shape[-1])
-        nf, cf = _SCRATCH.views(flat, 0, 2)
-        np.copyto(nf, n.reshape(flat), casting="unsafe")
-        np.copyto(cf, c.reshape(flat), casting="unsafe")
-        return nf, cf, shape
-
     def _components(self, n: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
         """Per-row costs: per-layer operator times, per-stage extras, and the token counts.
         Every entry is 0 for a row without tokens."""
         tokens = n.sum(axis=-1)  # whole numbers: exact in any summation order
         seqs = np.count_nonzero(n, axis=-1).astype(np.float64)
         active = seqs > 0
-        gemms = self._gemms(tokens, self._gemm_c, self._gemm_w, self._gemm_a)
+        gemms = list(self._gemms(tokens, self._gemm_c, self._gemm_w, self._gemm_a))
+        if self._routing is not None:
+            gemms[2:] = self._expert_gemms(tokens)
         comp: dict[str, np.ndarray] = {"tokens": tokens, "seqs": seqs, "active": active}
         for (name, _, _), t in zip(self._gemm_shapes, gemms):
             comp[name] = t
@@ -343,6 +331,8 @@ class PerfModel:
         tokens = float(n.sum())
         tiled = float(math.ceil(tokens / self._tile) * self._tile)
         g = [self._gemm_scalar(tokens, tiled, *coeffs) for coeffs in self._gemm_scalars]
+        if self._routing is not None:
+            g[2:] = self._expert_gemms_one(tokens, tiled)
         linear = g[0] + g[1] + g[2] + g[3]
         units = self._attention_units(n[None], c[None], _SCRATCH.views((1, n.size), 2, 3))
         attention = float(units[0]) * ops.TIME_QUANTUM_S

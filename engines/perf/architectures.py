@@ -1,12 +1,15 @@
-"""Model architecture catalog: dense decoder-only transformers, with exact size arithmetic.
+"""Model architecture catalog: decoder-only transformers, dense or mixture-of-experts, with exact
+size arithmetic.
 
 Every catalog entry is transcribed from the model's public Hugging Face config.json (repo id in
-the comment), and `ModelArch.from_hf_config` reads such a file directly, so a new dense decoder
-needs no code.
+the comment), and `ModelArch.from_hf_config` reads such a file directly, so a new decoder of a
+known family needs no code. An MoE model here has every layer an MoE layer of `num_experts`
+routed experts (each a gated MLP `intermediate_size` wide), `experts_per_token` of them per token,
+chosen by a linear router (hidden x experts); no shared experts, no dense layers among them
+(configs that have those are refused by the reader).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,7 +26,7 @@ class ModelArch:
     num_attention_heads: int
     num_kv_heads: int
     head_dim: int
-    intermediate_size: int
+    intermediate_size: int  # the MLP's width; an MoE model's: one expert's
     vocab_size: int
     gated_mlp: bool = True  # SwiGLU (gate, up, down) vs plain 2-matrix MLP (Falcon: GELU)
     sliding_window: int | None = None  # attention looks back at most this many tokens
@@ -34,6 +37,9 @@ class ModelArch:
     layer_norm: bool = False  # LayerNorm (weight + bias) instead of RMSNorm (weight only)
     norms_per_layer: int = 2
     qkv_bias: bool = False
+    num_experts: int = 0  # routed experts of every layer (0: a dense model)
+    experts_per_token: int = 0  # the router's top-k
+    qk_norm: bool = False  # Qwen3: an RMSNorm (head_dim weights) over each query and key head
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
@@ -47,6 +53,13 @@ class ModelArch:
             )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise HarnessError(f"model {self.name}: sliding_window must be >= 1 or None")
+        if not (0 < self.experts_per_token <= self.num_experts or self.experts_per_token == self.num_experts == 0):
+            raise HarnessError(f"model {self.name}: experts_per_token {self.experts_per_token} must be in "
+                               f"[1, num_experts={self.num_experts}] (both 0 for a dense model)")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     # ------------------------------------------------------------ shapes
     @property
@@ -68,14 +81,27 @@ class ModelArch:
         qkv = h * (self.q_size + 2 * self.kv_size) + (self.q_size + 2 * self.kv_size if self.qkv_bias else 0)
         return qkv + self.q_size * h
 
-    def mlp_params_per_layer(self) -> int:
+    def expert_params(self) -> int:
+        """One MLP: the dense model's, or one expert of an MoE model."""
         return self.hidden_size * self.mlp_in_width + self.intermediate_size * self.hidden_size
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden_size * self.num_experts  # 0 for a dense model
+
+    def mlp_params_per_layer(self) -> int:
+        """The MLP, or the MoE block: router + every expert."""
+        return self.router_params + max(1, self.num_experts) * self.expert_params()
 
     def norm_params(self) -> int:
         return (2 if self.layer_norm else 1) * self.hidden_size
 
+    def layer_norm_params(self) -> int:
+        """Every norm weight of a layer (with Qwen3's query and key norms)."""
+        return self.norms_per_layer * self.norm_params() + (2 * self.head_dim if self.qk_norm else 0)
+
     def params_per_layer(self) -> int:
-        return self.attention_params_per_layer() + self.mlp_params_per_layer() + self.norms_per_layer * self.norm_params()
+        return self.attention_params_per_layer() + self.mlp_params_per_layer() + self.layer_norm_params()
 
     @property
     def embedding_params(self) -> int:
@@ -86,6 +112,11 @@ class ModelArch:
         """Exact parameter count (embeddings counted once when tied)."""
         lm_head = 0 if self.tie_word_embeddings else self.embedding_params
         return self.num_layers * self.params_per_layer() + self.embedding_params + lm_head + self.norm_params()
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: every expert it is not routed to left out."""
+        return self.num_params - self.num_layers * (self.num_experts - self.experts_per_token) * self.expert_params()
 
     @property
     def weight_bytes(self) -> int:
@@ -122,6 +153,9 @@ class ModelArch:
             raise HarnessError(
                 f"model {self.name}: tp={tp} and num_kv_heads={self.num_kv_heads} must divide one another"
             )
+        if self.is_moe and self.intermediate_size % tp:  # every rank holds a 1/tp slice of every expert
+            raise HarnessError(f"model {self.name}: tp={tp} must divide the experts' intermediate_size "
+                               f"{self.intermediate_size}")
 
     def kv_bytes_per_token_per_gpu(self, tp: int = 1, pp: int = 1) -> int:
         """KV bytes one token costs on the GPU of the stage holding the most layers."""
@@ -130,25 +164,37 @@ class ModelArch:
 
     def stage_weight_params_per_gpu(self, tp: int, pp: int) -> list[int]:
         """Parameters one GPU of each stage holds. Linear layers and embeddings are split over TP
-        (vocab-parallel embedding/LM head); norms are replicated; replicated KV heads count fully.
-        The first stage holds the embedding, the last the LM head (a copy when tied and pp > 1)."""
+        (vocab-parallel embedding/LM head; every expert's matrices, as vLLM's FusedMoE shards them);
+        norms and an MoE router are replicated; replicated KV heads count fully. The first stage
+        holds the embedding, the last the LM head (a copy when tied and pp > 1)."""
+        return [linear + other for linear, other in self._stage_params_per_gpu(tp, pp)]
+
+    def stage_weight_bytes_per_gpu(self, tp: int, pp: int, linear_bytes: int | None = None) -> list[int]:
+        """Weight bytes one GPU of each stage holds, the linear layers' parameters (QKV, attention
+        output, MLP or experts) at `linear_bytes` each (FP8: 1; default: bytes_per_param), the rest
+        (embeddings, LM head, norms, router, biases) at bytes_per_param."""
+        lb = self.bytes_per_param if linear_bytes is None else linear_bytes
+        return [linear * lb + other * self.bytes_per_param for linear, other in self._stage_params_per_gpu(tp, pp)]
+
+    def _stage_params_per_gpu(self, tp: int, pp: int) -> list[tuple[int, int]]:
+        """(linear-layer parameters, the rest) one GPU of each stage holds."""
         h = self.hidden_size
         kvh = self.kv_heads_per_gpu(tp) * self.head_dim
         qkv_out = self.q_size // tp + 2 * kvh
-        attn = h * qkv_out + (qkv_out if self.qkv_bias else 0) + (self.q_size // tp) * h
-        mlp = self.mlp_params_per_layer() // tp
-        layer = attn + mlp + self.norms_per_layer * self.norm_params()
+        linear = h * qkv_out + (self.q_size // tp) * h
+        linear += max(1, self.num_experts) * self.expert_params() // tp
+        other = (qkv_out if self.qkv_bias else 0) + self.router_params + self.layer_norm_params()
         emb = math.ceil(self.vocab_size / tp) * h
         stages = []
         for s, n_layers in enumerate(self.layers_per_stage(pp)):
-            params = n_layers * layer
+            rest = n_layers * other
             if s == 0:
-                params += emb
+                rest += emb
             if s == pp - 1:
-                params += self.norm_params()
+                rest += self.norm_params()
                 if not (self.tie_word_embeddings and pp == 1):
-                    params += emb
-            stages.append(params)
+                    rest += emb
+            stages.append((n_layers * linear, rest))
         return stages
 
     def weight_bytes_per_gpu(self, tp: int = 1, pp: int = 1) -> int:
@@ -160,95 +206,16 @@ class ModelArch:
     def from_hf_config(cls, config: Mapping[str, Any] | str | Path, name: str | None = None) -> ModelArch:
         """Build from a Hugging Face config.json (a dict, a file, or a directory holding one).
 
-        Understands the Llama/Mistral/Yi/Qwen2 spellings and Falcon's (n_head, n_layer,
-        n_head_kv / num_kv_heads, multi_query, new_decoder_architecture, parallel_attn).
+        Understands the Llama/Mistral/Yi/Qwen2/Qwen3 spellings, Mixtral's and Qwen3-MoE's experts,
+        and Falcon's (n_head, n_layer, n_head_kv / num_kv_heads, multi_query,
+        new_decoder_architecture, parallel_attn): engines/perf/hf_config.py.
         """
-        source = "config"
-        if not isinstance(config, Mapping):
-            path = Path(config)
-            if path.is_dir():
-                path = path / "config.json"
-            source = str(path)
-            try:
-                config = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise HarnessError(f"cannot read Hugging Face config {path}: {exc}") from exc
-        return _arch_from_config(dict(config), name, source)
+        from .hf_config import read_hf_config
+
+        return read_hf_config(config, name)
 
 
-def _first(cfg: dict, keys: tuple[str, ...], source: str, default: Any = ...) -> Any:
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    if default is ...:
-        raise HarnessError(f"{source}: none of the keys {', '.join(keys)} is present")
-    return default
-
-
-# Families whose MLP is gated (SwiGLU/GeGLU) whatever `hidden_act` says.
-_GATED_FAMILIES = {"llama", "mistral", "mixtral", "yi", "qwen2", "gemma", "gemma2", "internlm2", "baichuan"}
 FALCON_MODEL_TYPES = {"falcon", "refinedweb", "refinedwebmodel"}  # HF model_type spellings of Falcon
-_UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "yi", "qwen2", "internlm2", "baichuan"}
-
-
-def _arch_from_config(cfg: dict, name: str | None, source: str) -> ModelArch:
-    model_type = str(cfg.get("model_type", "")).lower()
-    falcon = model_type in FALCON_MODEL_TYPES
-    hidden = int(_first(cfg, ("hidden_size", "n_embd", "d_model"), source))
-    layers = int(_first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), source))
-    heads = int(_first(cfg, ("num_attention_heads", "n_head", "num_heads"), source))
-    if falcon:
-        if cfg.get("new_decoder_architecture"):
-            kv_heads = int(_first(cfg, ("num_kv_heads", "n_head_kv", "num_key_value_heads"), source))
-        elif cfg.get("multi_query", True):  # Falcon-7B style multi-query attention (HF default True)
-            kv_heads = 1
-        else:
-            kv_heads = heads
-    else:
-        kv_heads = int(_first(cfg, ("num_key_value_heads", "num_kv_heads", "n_head_kv"), source, heads))
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
-    if falcon:
-        intermediate = int(cfg.get("ffn_hidden_size") or 4 * hidden)  # Falcon MLP is 4h wide
-        gated = False
-        parallel = bool(cfg.get("parallel_attn", True) or cfg.get("new_decoder_architecture"))
-    else:
-        intermediate = int(_first(cfg, ("intermediate_size", "ffn_hidden_size", "n_inner"), source, 4 * hidden))
-        act = str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower()
-        gated = model_type in _GATED_FAMILIES or act in ("silu", "swish", "swiglu")
-        parallel = bool(cfg.get("parallel_attn") or cfg.get("use_parallel_residual"))
-    window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False or window in (None, 0):
-        window = None
-    max_pos = int(_first(cfg, ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"),
-                         source, 2048))
-    # transformers' defaults: PretrainedConfig ties (Falcon, Gemma, GPT-2 keep that), the Llama-style
-    # configs (LlamaConfig, MistralConfig, Qwen2Config, ...) do not.
-    tied = bool(cfg.get("tie_word_embeddings", model_type not in _UNTIED_BY_DEFAULT))
-    layer_norm = "rms_norm_eps" not in cfg and (falcon or "layer_norm_epsilon" in cfg or "layer_norm_eps" in cfg)
-    qkv_bias = bool(cfg.get("attention_bias") or cfg.get("qkv_bias") or model_type == "qwen2"
-                    or (falcon and cfg.get("bias", False)))
-    # Falcon-7B/40B-style parallel blocks with one shared input LayerNorm; the new decoder
-    # architecture (40B/180B) has two (ln_attn, ln_mlp); everything else two.
-    norms = 1 if (falcon and parallel and not cfg.get("new_decoder_architecture")) else 2
-    arch_name = name or str(cfg.get("_name_or_path") or cfg.get("name") or model_type or "hf-model")
-    return ModelArch(
-        name=arch_name,
-        num_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        vocab_size=int(_first(cfg, ("vocab_size",), source)),
-        gated_mlp=gated,
-        sliding_window=int(window) if window is not None else None,
-        parallel_attn_mlp=parallel,
-        max_position_embeddings=max_pos,
-        tie_word_embeddings=tied,
-        layer_norm=layer_norm,
-        norms_per_layer=norms,
-        qkv_bias=qkv_bias,
-    )
 
 
 # ---------------------------------------------------------------- catalog
@@ -289,6 +256,26 @@ _MODELS: dict[str, ModelArch] = {
                              num_kv_heads=8, head_dim=64, intermediate_size=4 * 14848, vocab_size=65024,
                              gated_mlp=False, parallel_attn_mlp=True, max_position_embeddings=2048,
                              tie_word_embeddings=True, layer_norm=True),
+    # mistralai/Mixtral-8x7B-v0.1 config.json: hidden_size 4096, 32 layers, 32 heads, 8 KV heads,
+    # intermediate_size 14336 (each expert's), num_local_experts 8, num_experts_per_tok 2, vocab 32000,
+    # max_position_embeddings 32768, no sliding window (MixtralConfig default None), untied.
+    # 46,702,792,704 parameters ("46.7B total, 12.9B active", the model card / Mixtral paper).
+    "mixtral-8x7b": replace(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768),
+                            num_experts=8, experts_per_token=2),
+    # Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, 48 layers, 32 heads, 4 KV heads, head_dim 128,
+    # moe_intermediate_size 768, num_experts 128, num_experts_per_tok 8, decoder_sparse_step 1,
+    # mlp_only_layers [] (every layer MoE, no shared expert), vocab 151936, max_position_embeddings 40960,
+    # tie_word_embeddings false; q_norm/k_norm (Qwen3). 30,532,122,624 parameters (model card: 30.5B, 3.3B active).
+    "qwen3-30b-a3b": ModelArch(name="qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_attention_heads=32,
+                               num_kv_heads=4, head_dim=128, intermediate_size=768, vocab_size=151936,
+                               max_position_embeddings=40960, num_experts=128, experts_per_token=8, qk_norm=True),
+    # Qwen/Qwen3-235B-A22B config.json: hidden_size 4096, 94 layers, 64 heads, 4 KV heads, head_dim 128,
+    # moe_intermediate_size 1536, num_experts 128, num_experts_per_tok 8, decoder_sparse_step 1,
+    # mlp_only_layers [], vocab 151936, max_position_embeddings 40960, untied; q_norm/k_norm.
+    # 235,093,634,560 parameters (model card: 235B, 22B active).
+    "qwen3-235b-a22b": ModelArch(name="qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_attention_heads=64,
+                                 num_kv_heads=4, head_dim=128, intermediate_size=1536, vocab_size=151936,
+                                 max_position_embeddings=40960, num_experts=128, experts_per_token=8, qk_norm=True),
     # A tiny Llama-shaped model for tests (not a real checkpoint): 2 layers, hidden 128, GQA 4/2.
     "tiny-llama": ModelArch(name="tiny-llama", num_layers=2, hidden_size=128, num_attention_heads=4,
                             num_kv_heads=2, head_dim=32, intermediate_size=256, vocab_size=32000,
@@ -304,6 +291,8 @@ _MODEL_ALIASES = {
     "llama-3-8b": "llama3-8b", "meta-llama/meta-llama-3-8b": "llama3-8b",
     "llama-3-70b": "llama3-70b", "meta-llama/meta-llama-3-70b": "llama3-70b",
     "falcon": "falcon-180b", "tiiuae/falcon-180b": "falcon-180b",
+    "mixtral": "mixtral-8x7b", "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "qwen/qwen3-30b-a3b": "qwen3-30b-a3b", "qwen/qwen3-235b-a22b": "qwen3-235b-a22b",
     "tiny": "tiny-llama", "tiny-test": "tiny-llama",
 }
 

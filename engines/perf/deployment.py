@@ -35,6 +35,7 @@ from .architectures import ModelArch, get_model
 from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_topology
 from .kernels import DEFAULT_STACK, get_attention_kernel, get_stack
 from .memory import check_recipe
+from .precision import bytes_per_element, check_dtype
 
 CPU_OVERHEAD_S = 1.2e-3  # per iteration, fixed part (Vidur profile, see module docstring)
 CPU_OVERHEAD_PER_SEQ_S = 0.10e-3  # per sequence in the batch (Vidur profile)
@@ -84,6 +85,8 @@ class Deployment:
     stack: str = DEFAULT_STACK  # the engine's kernels (kernels.py STACKS)
     attention_kernel: str | None = None  # another attention kernel than the stack's (kernels.py)
     kv_memory: str | None = None  # another KV-sizing recipe than the stack's (memory.py)
+    weight_dtype: str | None = None  # "fp8": linear layers' weights in FP8 (precision.py); None: the model's 16-bit
+    kv_dtype: str | None = None  # "fp8": the KV cache in FP8 (precision.py); None: 16-bit
     topology: str | None = field(default=None, compare=False)  # for descriptions only
 
     def __post_init__(self) -> None:
@@ -100,6 +103,8 @@ class Deployment:
             object.__setattr__(self, "attention_kernel", get_attention_kernel(self.attention_kernel).name)
         if self.kv_memory is not None:
             object.__setattr__(self, "kv_memory", check_recipe(self.kv_memory))
+        object.__setattr__(self, "weight_dtype", check_dtype(self.weight_dtype, "weight_dtype", self.gpu))
+        object.__setattr__(self, "kv_dtype", check_dtype(self.kv_dtype, "kv_dtype", self.gpu))
         if self.gemm_tile_tokens < 1:
             raise HarnessError("deployment: gemm_tile_tokens must be >= 1")
         for name in ("cpu_overhead_s", "cpu_overhead_per_seq_s", "multi_gpu_overhead_s",
@@ -111,6 +116,15 @@ class Deployment:
     def num_gpus(self) -> int:
         return self.tp * self.pp
 
+    @property
+    def weight_bytes_per_param(self) -> int:
+        """Bytes of one linear-layer weight (embeddings, norms and an MoE router stay 16-bit)."""
+        return bytes_per_element(self.weight_dtype, self.model.bytes_per_param)
+
+    @property
+    def kv_bytes_per_element(self) -> int:
+        return bytes_per_element(self.kv_dtype, self.model.bytes_per_param)
+
     def describe(self) -> str:
         where = f", {self.topology}" if self.topology else ""
         links = []
@@ -120,6 +134,8 @@ class Deployment:
             links.append(f"PP over {self.pp_link.name}")
         extra = f" ({'; '.join(links)})" if links else ""
         kernels = f", stack {self.stack}" + (f", attention {self.attention_kernel}" if self.attention_kernel else "")
+        kernels += "".join(f", {what} {dtype}" for what, dtype in (("weights", self.weight_dtype),
+                                                                   ("KV", self.kv_dtype)) if dtype)
         return f"{self.model.name} on {self.num_gpus}x {self.gpu.name} tp={self.tp} pp={self.pp}{where}{extra}{kernels}"
 
     def with_changes(self, **changes: Any) -> Deployment:

@@ -26,5 +26,8 @@ def build_perf_model(deployment: Deployment, perf_cfg: Mapping | None = None) ->
             path = None
         if path in (None, "", "???"):
             raise HarnessError("perf=profile needs perf.path=<profile CSV or Vidur profile directory>")
+        if deployment.model.is_moe or deployment.weight_dtype or deployment.kv_dtype:
+            raise HarnessError("perf=profile prices 16-bit dense models (the operators a profile measures); "
+                               f"{deployment.model.name} with MoE or FP8 needs perf=analytical")
         return ProfilePerfModel(deployment, Path(str(path)))
     raise HarnessError(f"perf.kind must be 'analytical' or 'profile', got {kind!r}")

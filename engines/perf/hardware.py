@@ -11,8 +11,10 @@ Abbreviations used in the source comments:
   [A100-DS]  NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf),
              columns "A100 80GB SXM" and "A100 80GB PCIe".
   [A40-DS]   NVIDIA A40 datasheet (nvidia-a40-datasheet.pdf, 2021).
-  [H100-DS]  NVIDIA H100 Tensor Core GPU datasheet, column "H100 SXM".
-  [H200-DS]  NVIDIA H200 Tensor Core GPU datasheet, column "H200 SXM".
+  [H100-DS]  NVIDIA H100 Tensor Core GPU datasheet, column "H100 SXM" (FP8 Tensor Core 3,958 TFLOPS
+             with sparsity: 1,979 dense; A100 and A40 list TF32/BF16/FP16/INT8/INT4 only, no FP8).
+  [H200-DS]  NVIDIA H200 Tensor Core GPU datasheet, column "H200 SXM" (FP8 Tensor Core 3,958 TFLOPS
+             with sparsity: 1,979 dense).
   [MAMF]     S. Bekman, "Machine Learning Engineering", compute/accelerator/README.md, table
              "Maximum Achievable Matmul FLOPS comparison table" (BF16, measured with mamf-finder.py):
              A100 SXM 271.2/312 = 86.9 %, A100 PCIe 252.9/312 = 81.1 %, H100 SXM 794.5/989 = 80.3 %.
@@ -62,6 +64,8 @@ class GpuSpec:
     # the device total CUDA reports (torch.cuda.get_device_properties().total_memory), where it is
     # less than hbm_bytes: what an engine sizing its KV cache starts from (memory.py). None: hbm_bytes.
     cuda_total_bytes: int | None = None
+    # dense FP8 (E4M3) tensor-core FLOP/s where the GPU has FP8 tensor cores (Hopper on); None: no FP8
+    fp8_peak_flops: float | None = None
 
     @property
     def visible_bytes(self) -> int:
@@ -164,6 +168,7 @@ _GPUS: dict[str, GpuSpec] = {
     "h100-80g-sxm": GpuSpec(
         name="h100-80g-sxm",
         peak_flops=989e12,  # [H100-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
+        fp8_peak_flops=1979e12,  # [H100-DS] FP8 Tensor Core 3,958 TFLOPS with sparsity -> 1,979 dense
         hbm_bytes=80 * GiB,  # [H100-DS] 80GB HBM3
         cuda_total_bytes=_CUDA_TOTAL_80G,
         hbm_bandwidth=3.35e12,  # [H100-DS] 3.35 TB/s
@@ -175,6 +180,7 @@ _GPUS: dict[str, GpuSpec] = {
     "h200-141g": GpuSpec(
         name="h200-141g",
         peak_flops=989e12,  # [H200-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
+        fp8_peak_flops=1979e12,  # [H200-DS] FP8 Tensor Core 3,958 TFLOPS with sparsity -> 1,979 dense
         hbm_bytes=141 * GiB,  # [H200-DS] 141GB HBM3e (read as GiB like the 80 GB parts; CUDA reports ~140 GiB)
         hbm_bandwidth=4.8e12,  # [H200-DS] 4.8 TB/s
         matmul_efficiency=0.803,  # same GH100 die and 700 W limit as H100 SXM: [MAMF] 80.3 %

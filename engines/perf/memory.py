@@ -50,6 +50,7 @@ class MemoryInputs:
     stage_weight_bytes: tuple[int, ...]  # every parameter the stage's GPU holds
     activation_bytes: int  # peak activations of the profile pass (no logits)
     logits_bytes: int  # fp32 logits of the sampled rows (the datasheet recipe's reserve)
+    kv_bytes_per_element: int = 2  # 16-bit, or 1 for an FP8 cache (precision.py)
 
 
 def inputs(d) -> MemoryInputs:
@@ -57,14 +58,19 @@ def inputs(d) -> MemoryInputs:
     m, tp = d.model, d.tp
     kvh = m.kv_heads_per_gpu(tp) * m.head_dim
     # Peak activations of the pass on one GPU: the residual stream and hidden state, the QKV output,
-    # the MLP's widest intermediate and its activation output (fp16).
-    widths = 2 * m.hidden_size + (m.q_size // tp + 2 * kvh) + (m.mlp_in_width + m.intermediate_size) // tp
+    # the MLP's widest intermediate and its activation output (fp16). An MoE layer's fused experts
+    # (vLLM fused_moe.py fused_experts_impl) hold top-k rows a token: cache13 (the wider of the
+    # gate/up output and the hidden size) and cache2 (the activation output).
+    ffn = (m.mlp_in_width + m.intermediate_size) // tp
+    if m.is_moe:
+        ffn = m.experts_per_token * (max(m.mlp_in_width // tp, m.hidden_size) + m.intermediate_size // tp)
+    widths = 2 * m.hidden_size + (m.q_size // tp + 2 * kvh) + ffn
     logits_rows = min(d.activation_tokens, 256)  # vLLM's default max_num_seqs rows of fp32 logits
     return MemoryInputs(
         model=m, gpu=d.gpu, tp=tp, pp=d.pp, stage_layers=tuple(m.layers_per_stage(d.pp)),
-        stage_weight_bytes=tuple(p * m.bytes_per_param for p in m.stage_weight_params_per_gpu(tp, d.pp)),
+        stage_weight_bytes=tuple(m.stage_weight_bytes_per_gpu(tp, d.pp, d.weight_bytes_per_param)),
         activation_bytes=d.activation_tokens * widths * m.bytes_per_param,
-        logits_bytes=logits_rows * math.ceil(m.vocab_size / tp) * 4)
+        logits_bytes=logits_rows * math.ceil(m.vocab_size / tp) * 4, kv_bytes_per_element=d.kv_bytes_per_element)
 
 
 def check_recipe(name: str) -> str:
@@ -80,7 +86,7 @@ def kv_capacity_tokens(recipe: str, m: MemoryInputs, gpu_memory_utilization: flo
         raise HarnessError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     if block_size < 1:
         raise HarnessError(f"block_size must be >= 1, got {block_size}")
-    kv_head_bytes = 2 * m.model.kv_heads_per_gpu(m.tp) * m.model.head_dim * m.model.bytes_per_param
+    kv_head_bytes = 2 * m.model.kv_heads_per_gpu(m.tp) * m.model.head_dim * m.kv_bytes_per_element
     recipe = check_recipe(recipe)
     if recipe == "vidur":
         return _vidur(m, gpu_memory_utilization, block_size, kv_head_bytes)

@@ -24,14 +24,17 @@ TIME_QUANTUM_S = 1e-13
 
 
 def gemm_coefficients(k: int, n: int, *, flops: float, bandwidth: float,
-                      bytes_per_elem: int, k_half: float = 0.0) -> tuple[float, float, float]:
+                      bytes_per_elem: int, k_half: float = 0.0,
+                      weight_bytes_per_elem: int | None = None) -> tuple[float, float, float]:
     """Constants of an [m x k] @ [k x n] roofline: (seconds per tiled row of compute,
     seconds to stream the weights once, seconds per row of activations in and out). `k_half`: a
-    measured kernel reaches flops x k / (k + k_half) (kernels.GemmKernel)."""
+    measured kernel reaches flops x k / (k + k_half) (kernels.GemmKernel). `weight_bytes_per_elem`:
+    the weights' width where it is not the activations' (FP8 weights: 1)."""
     per_tiled_row = 2.0 * k * n / flops
     if k_half:
         per_tiled_row = per_tiled_row * (k + k_half) / k
-    return (per_tiled_row, bytes_per_elem * float(k * n) / bandwidth, bytes_per_elem * float(k + n) / bandwidth)
+    wb = bytes_per_elem if weight_bytes_per_elem is None else weight_bytes_per_elem
+    return (per_tiled_row, wb * float(k * n) / bandwidth, bytes_per_elem * float(k + n) / bandwidth)
 
 
 def gemm_time_from(m: np.ndarray, m_tiled: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:

@@ -26,6 +26,7 @@ class ServingParts:
     tokenizer: object
     vocab_size: int
     max_model_len: int
+    kv_intake: object = None  # a decode server's KvIntake (handoff.py); None for the other roles
 
 
 MAX_TWIN_KV_TOKENS = 1 << 20
@@ -40,7 +41,8 @@ def _perf_parts(cfg: ServerConfig):
 
     arch = get_model(cfg.model)
     perf = PerfModel(Deployment.create(model=arch, gpu=cfg.gpu, tp=cfg.tp, pp=1, stack=cfg.stack,
-                                       attention_kernel=cfg.attention_kernel))
+                                       attention_kernel=cfg.attention_kernel, weight_dtype=cfg.weight_dtype,
+                                       kv_dtype=cfg.kv_dtype))
     return arch, perf
 
 
@@ -98,7 +100,8 @@ def _model_tokenizer(model: str, vocab: int, eos: int | None, named: str | None 
 
 
 def build_parts(cfg: ServerConfig) -> ServingParts:
-    if cfg.executor == "torch":
+    intake = None
+    if cfg.executor == "torch":  # never a decode server (config.py)
         executor = _torch_executor(cfg)
         vocab = int(executor.config.vocab_size)
         eos = next(iter(getattr(executor, "eos_token_ids", ()) or ()), None)
@@ -113,6 +116,7 @@ def build_parts(cfg: ServerConfig) -> ServingParts:
         # millions of blocks held in Python; no benchmark of a twin gets near 2^20 tokens.
         kv_tokens = cfg.kv_capacity_tokens or min(perf.kv_capacity_tokens(cfg.gpu_memory_utilization), MAX_TWIN_KV_TOKENS)
         tokenizer = _model_tokenizer(cfg.model, vocab, None, cfg.tokenizer)
+        intake = _kv_intake(cfg, perf.deployment.model) if cfg.role == "decode" else None
         if cfg.executor == "realtime":
             from engines.executors.realtime import RealTimeExecutor
 
@@ -121,5 +125,18 @@ def build_parts(cfg: ServerConfig) -> ServingParts:
             from engines.executors.null import NullExecutor
 
             executor = NullExecutor(vocab, seed=cfg.seed)
-    engine = make_engine(cfg.scheduler, kv_tokens, max_len, cfg.block_size)
-    return ServingParts(engine, executor, tokenizer, vocab, max_len)
+    engine = make_engine(cfg.scheduler, kv_tokens, max_len, cfg.block_size, role=cfg.role)
+    return ServingParts(engine, executor, tokenizer, vocab, max_len, intake)
+
+
+def _kv_intake(cfg: ServerConfig, model):
+    """A decode server's pricing of each prompt's KV transfer: the model's KV bytes per token
+    over `kv_transfer_lanes` lanes of each named link, as engines.perf.transfer.plan_kv_transfers
+    prices the simulator's (config.py refuses the torch executor here)."""
+    from engines.perf.hardware import get_link
+    from engines.perf.transfer import KvTransfer
+    from engines.server.handoff import KvIntake
+
+    lane_bytes = model.kv_bytes_per_token / cfg.kv_transfer_lanes
+    transfers = [KvTransfer(get_link(name), lane_bytes, model.num_layers, cfg.kv_transfer) for name in cfg.kv_links]
+    return KvIntake(transfers, cfg.time_scale if cfg.executor == "realtime" else 1.0)

@@ -9,8 +9,10 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
+from engines.perf.hardware import get_link
 from engines.perf.kernels import DEFAULT_STACK
-from engines.schedulers import POLICIES, SchedulerConfig
+from engines.perf.transfer import TRANSFER_MODES
+from engines.schedulers import POLICIES, ROLES, SchedulerConfig
 
 EXECUTORS = ("realtime", "null", "torch")
 API_KEY_ENV = "ENGINES_SERVER_API_KEY"  # the key from the environment (not visible in `ps`), as vLLM's VLLM_API_KEY
@@ -33,11 +35,25 @@ class ServerConfig:
     tp: int = 1
     stack: str = field(default=DEFAULT_STACK, metadata=_help("the performance model's engine kernels (realtime; engines/perf/kernels.py)"))
     attention_kernel: str | None = field(default=None, metadata=_help("another attention kernel than the stack's (realtime)"))
+    weight_dtype: str | None = field(default=None, metadata=_help("fp8: the performance model's FP8 weights (realtime; H100/H200)"))
+    kv_dtype: str | None = field(default=None, metadata=_help("fp8: the performance model's FP8 KV cache (realtime; H100/H200)"))
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     kv_capacity_tokens: int | None = field(default=None, metadata=_help("default: the performance model's KV arithmetic"))
     block_size: int = DEFAULT_BLOCK_SIZE
     time_scale: float = field(default=1.0, metadata=_help("realtime executor: stretch every predicted iteration"))
     seed: int = 0
+    # Disaggregated prefill/decode (engines/server/handoff.py): a router sends each request to a
+    # prefill server, then to a decode server with what the prefill server reported.
+    role: str = field(default="both", metadata=_help(
+        "both: whole requests; prefill: end each request at its first token (max_tokens=1) and report "
+        "kv_transfer_params; decode: also take requests prefilled elsewhere (kv_transfer_params)", choices=ROLES))
+    kv_link: str | None = field(default=None, metadata=_help(
+        "decode role: the link a prompt's KV arrives over (an engines.perf.hardware link), or one per prefill "
+        "server, comma-separated, picked by kv_transfer_params.source; required with the realtime executor"))
+    kv_transfer_lanes: int = field(default=1, metadata=_help(
+        "decode role: GPUs that send the KV in parallel, min(prefill GPUs, decode GPUs) (engines/perf/transfer.py)"))
+    kv_transfer: str = field(default="after_prefill", metadata=_help(
+        "decode role: when the KV moves (engines/perf/transfer.py)", choices=TRANSFER_MODES))
     max_body_bytes: int = field(default=4 << 20, metadata=_help("4 MiB: a 16k-token prompt as a JSON id list is ~100 KB"))
     shutdown_grace_s: float = field(default=5.0, metadata=_help("on SIGTERM, how long running requests may finish"))
     body_timeout_s: float = field(default=30.0, metadata=_help("a request body not received by then: 408 (slow senders)"))
@@ -57,6 +73,32 @@ class ServerConfig:
             raise ValueError(f"body_timeout_s must be > 0, got {self.body_timeout_s}")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
+        self._check_role()
+
+    def _check_role(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}; known: {', '.join(ROLES)}")
+        if self.kv_transfer not in TRANSFER_MODES:
+            raise ValueError(f"unknown kv_transfer {self.kv_transfer!r}; known: {', '.join(TRANSFER_MODES)}")
+        if self.kv_transfer_lanes < 1:
+            raise ValueError(f"kv_transfer_lanes must be >= 1, got {self.kv_transfer_lanes}")
+        if self.role == "decode" and self.executor == "torch":
+            raise ValueError("role decode with executor torch: each prompt's KV would have to move from the prefill "
+                             "server's GPU, which this server cannot do; use --executor realtime (the twin prices "
+                             "the transfer) or null")
+        if self.role == "decode" and self.executor == "realtime" and not self.kv_link:
+            raise ValueError("role decode with executor realtime needs --kv-link (the link the KV arrives over, "
+                             "to price its transfer)")
+        for name in self.kv_links:
+            try:
+                get_link(name)
+            except Exception as e:
+                raise ValueError(f"kv_link: {e}") from None
+
+    @property
+    def kv_links(self) -> tuple[str, ...]:
+        """The link from each prefill server (one name: from every one)."""
+        return tuple(n.strip() for n in self.kv_link.split(",")) if self.kv_link else ()
 
     @property
     def name(self) -> str:

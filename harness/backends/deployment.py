@@ -28,11 +28,15 @@ class DeploymentPlan:
     block_size: int
 
 
+# The perf.* knobs a Deployment takes: the engine's kernels (engines.perf.kernels), how it sizes its
+# KV cache (engines.perf.memory), the weights' and the KV cache's number format (engines.perf.precision).
+DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype")
+
+
 def _kernel_choice(perf_cfg: Mapping | None) -> dict:
-    """perf.stack / perf.attention_kernel / perf.kv_memory, where the config names them
-    (engines.perf.kernels, engines.perf.memory)."""
+    """The DEPLOYMENT_KNOBS the config names."""
     cfg = perf_cfg or {}
-    return {k: str(cfg[k]) for k in ("stack", "attention_kernel", "kv_memory") if cfg.get(k) is not None}
+    return {k: str(cfg[k]) for k in DEPLOYMENT_KNOBS if cfg.get(k) is not None}
 
 
 def build_deployment(

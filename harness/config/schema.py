@@ -83,6 +83,8 @@ class PerfSchema:
     stack: str = DEFAULT_STACK  # the engine's kernels (engines/perf/kernels.py STACKS)
     attention_kernel: str | None = None  # another attention kernel than the stack's
     kv_memory: str | None = None  # another KV-sizing recipe than the stack's (engines/perf/memory.py)
+    weight_dtype: str | None = None  # fp8: linear layers' weights in FP8 on H100/H200 (engines/perf/precision.py)
+    kv_dtype: str | None = None  # fp8: the KV cache in FP8 (engines/perf/precision.py)
 
 
 ClusterSchema = schema_of(ClusterSettings)

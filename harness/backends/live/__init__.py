@@ -75,6 +75,7 @@ def server_spec(job: BackendJob) -> LiveServerSpec:
         host=s.host, port=s.port, served_model_name=s.vllm.served_model_name if s.server == "vllm" else None,
         seed=int(job.seed), executor=s.executor, gpu=d.gpu, tp=d.tp, time_scale=s.time_scale,
         stack=d.perf.deployment.stack, attention_kernel=d.perf.deployment.attention_kernel,
+        weight_dtype=d.perf.deployment.weight_dtype, kv_dtype=d.perf.deployment.kv_dtype,
         kv_capacity_tokens=kv, gpu_memory_utilization=s.gpu_memory_utilization, block_size=s.block_size,
         vllm_command=tuple(s.vllm.command), vllm_env=tuple(s.vllm.env.items()), vllm_extra_args=tuple(s.vllm.extra_args),
         ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir, api_key=s.api_key,

@@ -65,10 +65,17 @@ class LiveServerSpec:
     tp: int = _SERVER.tp
     stack: str = _SERVER.stack
     attention_kernel: str | None = _SERVER.attention_kernel
+    weight_dtype: str | None = _SERVER.weight_dtype
+    kv_dtype: str | None = _SERVER.kv_dtype
     time_scale: float = _SERVER.time_scale
     kv_capacity_tokens: int | None = None
     gpu_memory_utilization: float = _SERVER.gpu_memory_utilization
     block_size: int = _SERVER.block_size
+    # disaggregated prefill/decode (engines/server/handoff.py)
+    role: str = _SERVER.role
+    kv_link: str | None = None
+    kv_transfer_lanes: int = _SERVER.kv_transfer_lanes
+    kv_transfer: str = _SERVER.kv_transfer
     # vLLM
     vllm_command: tuple[str, ...] = ()
     vllm_env: tuple[tuple[str, str], ...] = ()
@@ -107,8 +114,10 @@ class LiveServerSpec:
             return ServerConfig(
                 model=self.model, served_model_name=self.name, host=self.host, port=port, scheduler=self.scheduler,
                 max_model_len=self.max_model_len, executor=self.executor, gpu=self.gpu, tp=self.tp,
-                stack=self.stack, attention_kernel=self.attention_kernel, gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
-                block_size=self.block_size, time_scale=self.time_scale, seed=self.seed,
+                stack=self.stack, attention_kernel=self.attention_kernel, weight_dtype=self.weight_dtype,
+                kv_dtype=self.kv_dtype, gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
+                block_size=self.block_size, time_scale=self.time_scale, seed=self.seed, role=self.role,
+                kv_link=self.kv_link, kv_transfer_lanes=self.kv_transfer_lanes, kv_transfer=self.kv_transfer,
             )
         except ValueError as e:
             raise HarnessError(f"backend: {e}") from None
@@ -128,12 +137,13 @@ class LiveServerSpec:
             env[key_env] = self.api_key  # by environment: a command line is visible to every user
         log = None
         if self.log_dir is not None:
-            log = str(Path(self.log_dir) / f"server-{self.kind}-{self.scheduler.policy}-{port}.log")
+            role = "" if self.role == "both" else f"{self.role}-"
+            log = str(Path(self.log_dir) / f"server-{self.kind}-{self.scheduler.policy}-{role}{port}.log")
         vocab, specials = model_vocabulary(self.model)
         launch = LaunchSpec(
             command=self.command(port), base_url=base_url, model=self.name, env=env, cwd=str(REPO_ROOT),
             ready_timeout_s=self.ready_timeout_s, stop_timeout_s=self.stop_timeout_s, log_path=log,
-            api_key=self.api_key,
+            api_key=self.api_key, warmup_max_tokens=1 if self.role == "prefill" else LaunchSpec.warmup_max_tokens,
         )
         return launch, Endpoint(base_url, self.name, vocab, specials, self.max_model_len, self.api_key)
 
