@@ -26,6 +26,7 @@ Examples:
   python -m harness -m experiment=mistral7b_strict,yi34b_tp2_strict dataset=openchat_sharegpt4,arxiv_summarization
   python -m harness figure=all       # run what the paper's matrix misses, then figures/REPORT.md
   python -m harness nightly          # re-run results/reference configs, exit 1 on drift
+  python -m harness plan model=llama3-70b hardware=h100_80g slo.tbt_s=0.1 target_qps=40   # plan a deployment
   python -m harness data stats dataset=openchat_sharegpt4      # dataset tools (python -m harness data --help)
   python -m harness profile model=tiny-llama quick=true        # operator profile on this device
 Every harness command reads key=value words (the engine's own tools, python -m engines.server and
@@ -71,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return multirun(argv[1:])
     try:
+        if argv and argv[0] == "plan":
+            from harness.commands.plan import plan_command
+
+            return plan_command(argv[1:])
         if argv and argv[0] == "nightly":
             from harness.commands.nightly import nightly_command
 

@@ -1,7 +1,8 @@
 """Capacity search: the highest request rate (QPS) whose probe passes the SLO.
 
 Bracket, then bisect: starting at `start_qps`, double while probes pass (or halve while they
-fail) until one passing and one failing rate enclose the capacity, then bisect until the bracket
+fail; `growth` other than 2 steps by that factor instead, for a search warm-started near its
+answer, harness.plan) until one passing and one failing rate enclose the capacity, then bisect until the bracket
 is within `rel_tol` (the paper: ~2.5 %). Probes are cached by rate, so no rate runs twice. The
 search assumes pass/fail is monotone in the rate and reports both ends of the final bracket.
 `harness.search.rounds` runs this same search W probes at a time (search.workers).
@@ -43,8 +44,11 @@ def find_capacity(
     min_qps: float = 1e-3,
     max_qps: float = 1e4,
     on_probe: Callable[[Probe], None] | None = None,
+    growth: float = 2.0,
 ) -> CapacityResult:
     check_bounds(start_qps, rel_tol, min_qps, max_qps)
+    if not growth > 1:
+        raise ValueError(f"growth must be > 1, got {growth}")
     ran: dict[float, Probe] = {}
 
     def run(qps: float) -> Probe:
@@ -62,12 +66,12 @@ def find_capacity(
             lo = qps
             if qps >= max_qps or hi < float("inf"):
                 break
-            qps = min(qps * 2, max_qps)
+            qps = min(qps * growth, max_qps)
         else:
             hi = qps
             if qps <= min_qps or lo > 0:
                 break
-            qps = max(qps / 2, min_qps)
+            qps = max(qps / growth, min_qps)
     while lo > 0 and hi < float("inf") and hi / lo - 1 > rel_tol:  # bisect
         mid = (lo + hi) / 2
         if run(mid).passed:

@@ -1,0 +1,124 @@
+"""`python -m harness plan model=M hardware=H dataset=D slo.tbt_s=S target_qps=L [plan.KEY=VALUE ...]`:
+the deployment planner (harness.plan). Prints the ranked table and the winner's `vllm serve` line
+and preset; saves results_dir/plans/<name>/<timestamp>/ (plan.json, table.md, pareto.png,
+serve.sh, experiment/<name>.yaml). Bad input, and a request nothing meets, is one line and exit
+status 2 with nothing written."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+from harness.config import compose
+from harness.plan import answer, export, figure
+from harness.plan.replicas import POISSON_NOTE
+from harness.plan.search import PlanRun, run_plan
+from harness.plan.settings import plan_settings, split_words
+from harness.plan.space import enumerate_space
+
+USAGE = """usage: python -m harness plan model=M hardware=H dataset=D slo.tbt_s=S target_qps=L [plan.KEY=VALUE ...]
+
+Every deployment that fits (TP x PP over the hardware's nodes), crossed with Sarathi-Serve token budgets,
+vLLM and Orca batch sizes; each one's capacity in the simulator; the replicas the target needs; ranked.
+plan.* keys (harness/plan/settings.py PlanSettings): max_gpus, max_total_gpus, tp, pp, sarathi_budgets,
+sarathi_max_seqs, vllm_max_seqs, orca_max_seqs, screen_requests, refine_top, rows, prune, margin,
+workers, prices.GPU, out. Any experiment key works too (search.num_requests, slo.kind, perf.stack ...).
+Example:
+  python -m harness plan model=llama3-70b hardware=h100_80g dataset=openchat_sharegpt4 slo.tbt_s=0.1 target_qps=40
+"""
+
+
+def plan_command(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    mine, overrides = split_words(argv)
+    settings = plan_settings(mine)
+    cfg = compose(overrides)
+    t0 = time.perf_counter()
+    space = enumerate_space(cfg, settings)
+    plan0 = next(iter(space.plans.values()))
+    name = cfg.name if cfg.name != "custom" else f"{plan0.deployment.model_name}_{plan0.deployment.gpu}"
+    target = f"target {settings.target_qps:g} QPS" if settings.target_qps else "no target (capacity per GPU)"
+    print(f"plan {name}: {plan0.deployment.model_name} on {plan0.deployment.gpu} ({space.gpus_per_node} a node, "
+          f"replicas of up to {space.max_gpus} GPUs), {plan0.dataset['name']}, SLO P{plan0.slo.tbt_quantile * 100:g} TBT "
+          f"<= {plan0.slo.tbt_s:.3g} s, {target}: {len(space.plans)} deployments fit"
+          + (f" ({', '.join(f'tp{m.tp}pp{m.pp}' for m in space.misfits)} do not)" if space.misfits else "")
+          + f", {len(space.candidates)} configurations", flush=True)
+    run = run_plan(space, settings)
+    win = answer.winner(run)  # nothing meets the request: one line, exit 2, nothing written
+    elapsed = time.perf_counter() - t0
+    table = answer.rows(run, settings.rows)
+    wplan = space.plans[(win.candidate.tp, win.candidate.pp)]
+    counts = {s: sum(e.status == s for e in run.evaluations) for s in ("pruned", "eliminated", "screened", "refined")}
+    print(f"{len(run.evaluations)} configurations in {elapsed:.1f} s ({len(run.evaluations) / elapsed:.1f} a second): "
+          f"{counts['pruned']} ruled out by their bounds, {counts['eliminated']} by one probe at the rate they needed, "
+          f"{counts['screened'] + counts['refined']} screened ({run.probes_screen} probes of {settings.screen_requests} "
+          f"requests), {counts['refined']} refined ({run.probes_full} probes of {plan0.search.num_requests})")
+    for line in answer.table_lines(table):
+        print(line)
+    print(f"note: {POISSON_NOTE}; latencies at a replica's share of the target")
+    out = Path(settings.out) if settings.out else Path(cfg.results_dir) / "plans" / name / datetime.now().strftime("%Y%m%d-%H%M%S")
+    preset_name = f"plan_{name}".replace("-", "_").replace(".", "_")
+    serve = export.vllm_serve_line(wplan, win.candidate.scheduler)
+    share = settings.target_qps / table[0].replicas if settings.target_qps and table[0].replicas else None
+    check = (f"python -m harness hydra.searchpath=[file://{out.resolve()}] experiment={preset_name} backend=endpoint "
+             f"backend.base_url=http://HOST:PORT/v1 backend.served_model=NAME")
+    print(f"winner: {win.candidate.key}, {answer.describe_deployment(win.candidate.tp, win.candidate.pp)}, "
+          f"{answer.describe_scheduler(win, wplan)}: {win.capacity_qps:.3g} QPS a replica")
+    print(serve)
+    print(f"check it live: {check}" + (f" (one replica at its share: search.fixed_qps={share:.3g})" if share else ""))
+    _write(out, run, cfg, win, table, preset_name, serve, check, elapsed, name)
+    print(f"plan: {out}")
+    return 0
+
+
+def _write(out: Path, run: PlanRun, cfg, win, table, preset_name: str, serve: str, check: str, elapsed: float,
+           name: str) -> None:
+    partial = out.with_name(f".{out.name}.partial")
+    (partial / "experiment").mkdir(parents=True, exist_ok=True)
+    wplan = run.space.plans[(win.candidate.tp, win.candidate.pp)]
+    comment = (f"The winner of `python -m harness plan` ({name}): {win.candidate.key}, {win.capacity_qps:.4g} QPS a replica.\n"
+               f"Check it live: {check}")
+    (partial / "experiment" / f"{preset_name}.yaml").write_text(
+        export.preset_yaml(cfg, wplan, win.candidate.scheduler, preset_name, comment))
+    (partial / "serve.sh").write_text("#!/bin/sh\n" + serve + "\n")
+    (partial / "table.md").write_text(answer.table_markdown(table) + f"\n{POISSON_NOTE}\n")
+    figure.draw(run, win, partial / "pareto.png", f"{name}: SLO P99 TBT <= {wplan.slo.tbt_s:.3g} s")
+    record = {
+        "name": name, "seconds": elapsed, "settings": asdict(run.settings), "winner": win.candidate.key,
+        "probes_screen": run.probes_screen, "probes_full": run.probes_full, "waves": run.waves,
+        "misfits": [asdict(m) for m in run.space.misfits], "table": [asdict(r) for r in table],
+        "candidates": [_evaluation(e) for e in run.evaluations],
+    }
+    (partial / "plan.json").write_text(json.dumps(_clean(record), indent=1))
+    partial.rename(out)
+
+
+def _clean(x):
+    """Plain JSON: non-finite floats (no bound, never failed) as null."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _evaluation(e) -> dict:
+    def search(a):
+        return None if a is None else {"capacity_qps": a.capacity_qps, "lowest_failing_qps": a.lowest_failing_qps,
+                                       "seconds": a.seconds, "probes": [asdict(p) for p in a.probes]}
+    return {"key": e.candidate.key, "status": e.status, "bound_qps": e.bound.qps, "bound": e.bound.binding,
+            "needed_qps": e.needed_qps, "warm_from": e.warm_from,
+            "screen": search(e.screen), "full": search(e.full),
+            "at_target": asdict(e.at_target) if e.at_target else None}
+
+
+if __name__ == "__main__":
+    sys.exit(plan_command(sys.argv[1:]))

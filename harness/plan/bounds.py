@@ -1,0 +1,131 @@
+"""Upper bounds on a configuration's capacity from the performance model alone (no simulation):
+what a plan uses to skip configurations that cannot win.
+
+Each bound is a rate no probe of the configuration can pass above (up to the slack below), from
+facts every simulated iteration obeys:
+
+* decode: a sequence gains at most one token per iteration, so an iteration of b sequences
+  yields at most b tokens and lasts at least a decode of b sequences at the shortest context any
+  decode has (the smallest prompt + 1). b is at most max_num_seqs and what the KV cache holds of
+  the smallest prompts (Orca reserves max_model_len per request). Every TBT sample lasts at least
+  its iteration, so all but (1 - q) of the tokens (q: the SLO's TBT quantile) come from
+  iterations at most the SLO long: those hold at most the b whose decode meets the SLO.
+* tokens: every prompt and output token passes the slowest pipeline stage, which spends at least
+  the token's share of its non-attention work (GEMMs, elementwise, TP all-reduce, LM head, CPU)
+  at the largest batch an iteration may hold (the token budget; whole prompts for vLLM and Orca).
+* KV (Little's law): a request holds at least its context in the KV cache for each of its
+  output tokens, each at least one single-sequence decode long; the cache holds its capacity.
+
+A probe of N requests may run over its sustainable rate for a while before the median
+scheduling delay passes its limit: the running set absorbs up to b requests and the delay limit
+d another rate x d, so the bound is scaled by 1 + 2 (b + rate x d) / N (N: the full probe).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engines.schedulers import SchedulerConfig
+from harness.search.plan import ExperimentPlan
+
+RESERVING = ("orca", "fastertransformer")  # policies that reserve max_model_len of KV per request
+
+
+@dataclass(frozen=True)
+class Bound:
+    qps: float  # no capacity above this
+    binding: str  # which bound: decode, tokens, kv, slo
+    decode_batch: int  # most sequences of a decode iteration that memory and max_num_seqs allow
+
+
+def shortest_decode_context(plan: ExperimentPlan) -> int:
+    return int(plan.workload.prompt_lens.min()) + 1
+
+
+def single_decode_s(plan: ExperimentPlan) -> float:
+    """The fastest decode the deployment runs: one sequence at the shortest context, through every
+    stage. No TBT sample of any of its schedulers is shorter."""
+    perf = plan.deployment.perf
+    c = shortest_decode_context(plan)
+    return float(perf.pipeline_latency(np.ones(1, dtype=np.int64), np.full(1, c, dtype=np.int64)))
+
+
+def _kv_batch(plan: ExperimentPlan, sc: SchedulerConfig) -> int:
+    """The most sequences the KV cache holds at once, of the smallest prompts (whole blocks)."""
+    d = plan.deployment
+    blocks = d.kv_capacity_tokens // d.block_size
+    if sc.policy in RESERVING:
+        return max(1, blocks // -(-plan.max_model_len // d.block_size))
+    need = np.sort(-(-(plan.workload.prompt_lens + 1) // d.block_size))
+    return max(1, int(np.searchsorted(np.cumsum(need), blocks, side="right")))
+
+
+def _decode_time(perf, b: int, c: int) -> float:
+    return float(perf.batch_times(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64)))
+
+
+def _decode_latency(perf, b: int, c: int) -> float:
+    return float(perf.pipeline_latency(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64)))
+
+
+def _best_rate(perf, up_to: int, c: int) -> float:
+    """max over b <= up_to of b / (decode of b): checked at every multiple of 16 (tile edges) and at up_to."""
+    sizes = sorted({*range(16, up_to + 1, 16), up_to, min(8, up_to), 1})
+    return max(b / _decode_time(perf, b, c) for b in sizes)
+
+
+def _slo_batch(perf, up_to: int, c: int, slo_s: float) -> int:
+    """The largest b <= up_to whose decode latency meets the SLO (0 if even one sequence misses it)."""
+    if _decode_latency(perf, 1, c) > slo_s:
+        return 0
+    lo, hi = 1, up_to
+    while lo < hi:  # latency grows with b
+        mid = (lo + hi + 1) // 2
+        if _decode_latency(perf, mid, c) <= slo_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _token_cost(perf, most_tokens: int) -> float:
+    """Least seconds per token the slowest stage spends outside attention, at most `most_tokens` a batch."""
+    sizes = sorted({n for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if n <= most_tokens} | {most_tokens})
+    costs = []
+    for n in sizes:
+        parts = perf.breakdown([n], [0])
+        costs.append((parts["total"] - parts["attention"]) / n)
+    return min(costs)
+
+
+def _most_tokens(plan: ExperimentPlan, sc: SchedulerConfig) -> int:
+    if sc.policy in ("sarathi", "chunked_only"):
+        return int(sc.token_budget)
+    if sc.policy == "vllm":
+        return max(int(sc.max_num_batched_tokens or plan.max_model_len), plan.max_model_len)
+    return int(sc.max_num_seqs) * plan.max_model_len  # whole prompts of a full batch
+
+
+def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
+    """No probe of `scheduler` on `plan`'s deployment passes above `qps` (module docstring)."""
+    perf, sc, w = plan.deployment.perf, plan.schedulers[scheduler], plan.workload
+    c = shortest_decode_context(plan)
+    batch = min(int(sc.max_num_seqs), _kv_batch(plan, sc))
+    slo_batch = min(batch, _slo_batch(perf, batch, c, plan.slo.tbt_s))
+    if slo_batch == 0:
+        return Bound(0.0, "slo", batch)
+    q = plan.slo.tbt_quantile
+    fast, every = _best_rate(perf, slo_batch, c), _best_rate(perf, batch, c)
+    token_rate = 1.0 / (q / fast + (1 - q) / every)
+    p = w.prompt_lens.astype(np.float64)
+    o = w.output_lens.astype(np.float64)
+    decode = token_rate / max(float(np.mean(o - 1)), 1e-9)
+    tokens = 1.0 / (float(np.mean(p + o - 1)) * _token_cost(perf, _most_tokens(plan, sc)))
+    held = plan.max_model_len * (o - 1) if sc.policy in RESERVING else (o - 1) * p + (o - 1) * o / 2
+    kv = plan.deployment.kv_capacity_tokens / max(float(np.mean(held)) * _decode_latency(perf, 1, c), 1e-12)
+    rates = {"decode": decode, "tokens": tokens, "kv": kv}
+    binding = min(rates, key=rates.get)
+    rate = rates[binding]
+    slack = 1 + 2 * (batch + rate * plan.slo.scheduling_delay_s) / len(w.prompt_lens)
+    return Bound(rate * slack, binding, batch)

@@ -1,0 +1,240 @@
+"""The plan's search: every candidate's capacity, cheaply where it cannot win, exactly where it can.
+
+1. Bounds (`bounds`): a candidate whose upper bound cannot reach the rate it needs to rank with
+   the best screened so far is skipped without a probe.
+2. Screen: each remaining candidate's capacity with `plan.screen_requests` requests per probe and
+   a coarse bracket (`plan.screen_rel_tol`), in waves of candidates at once on the executor
+   (`search.executor`: a local pool or Ray), best bounds first. A candidate's search starts at
+   the rate it needs to compete (`replicas.competitive_rate`, less `plan.margin` for a short
+   probe's optimism) and stops there if it fails it: one probe says it cannot win. It is
+   warm-started from its nearest screened neighbour (same deployment and policy, the closest
+   knob; else the same policy elsewhere), scaled by the ratio of their bounds, stepping by 1.25
+   instead of doubling.
+3. Refine: the best screened candidates (`plan.refine_top`, and the best of each policy) get the
+   full search (search.num_requests, search.rel_tol), warm-started from their screened capacity.
+4. At the target: one full probe per refined candidate at a replica's share of the target.
+
+Probes are not stopped inside a run: the simulator's loop has no hook for it (harness/backends/sim
+is not the planner's to change), so the cheap first pass is what saves the time.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from common.errors import HarnessError
+from harness.plan.bounds import Bound, capacity_bound, single_decode_s
+from harness.plan.replicas import competitive_rate, rank_key, replicas_needed
+from harness.plan.settings import PlanSettings
+from harness.plan.space import Candidate, Space
+from harness.plan.tasks import ProbeSummary, RateTask, SearchAnswer, SearchTask, run_rate_task, run_search_task
+from harness.search.executor import open_executor
+from harness.search.plan import ExperimentPlan
+from harness.workload import load_workload
+
+WARM_GROWTH = 1.25  # bracket steps of a warm-started search (a cold one doubles)
+REFINE_GROWTH = 1.15
+
+
+@dataclass
+class Evaluation:
+    """What the plan learned of one candidate."""
+
+    candidate: Candidate
+    bound: Bound
+    status: str = "pending"  # pruned (bound), eliminated (failed the competitive rate), screened, refined
+    needed_qps: float | None = None  # the rate it had to pass to stay in the running
+    screen: SearchAnswer | None = None
+    full: SearchAnswer | None = None
+    at_target: ProbeSummary | None = None
+    warm_from: str | None = None
+
+    @property
+    def capacity_qps(self) -> float:
+        """The best-known capacity: the full search's, else the screen's."""
+        best = self.full or self.screen
+        return best.capacity_qps if best is not None else 0.0
+
+
+@dataclass
+class PlanRun:
+    space: Space
+    settings: PlanSettings
+    evaluations: list[Evaluation]
+    probes_screen: int = 0
+    probes_full: int = 0
+    waves: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Inline:
+    """One worker: the tasks run here, in order (no process to start)."""
+
+    workers = 1
+
+    def map_unordered(self, fn, items):
+        for i, item in enumerate(items):
+            yield i, fn(item)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def fidelity(plan: ExperimentPlan, num_requests: int) -> ExperimentPlan:
+    """`plan` with `num_requests` requests a probe (the same dataset, seed and everything else)."""
+    if num_requests == plan.search.num_requests:
+        return plan
+    return replace(plan, search=replace(plan.search, num_requests=num_requests),
+                   workload=load_workload(plan.dataset, num_requests, plan.seed))
+
+
+def check_slo_reachable(space: Space) -> None:
+    """An SLO below every deployment's fastest decode is met by no configuration: bad input."""
+    fastest = {key: single_decode_s(p) for key, p in space.plans.items()}
+    (tp, pp), best = min(fastest.items(), key=lambda kv: kv[1])
+    slo = next(iter(space.plans.values())).slo.tbt_s
+    if slo < best:
+        gpu = next(iter(space.plans.values())).deployment.gpu
+        raise HarnessError(f"slo.tbt_s={slo:g} is below the fastest single decode on {gpu} ({best:.4f} s: one sequence, "
+                           f"tp={tp} pp={pp}): no configuration can meet it; a looser SLO: slo.tbt_s >= {best:.3g}")
+
+
+def _neighbour(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
+    """The screened candidate (capacity > 0) nearest `c`: same deployment and policy first, then
+    the same policy anywhere; the closest knob, then the closest replica size."""
+    def distance(e: Evaluation) -> tuple:
+        o = e.candidate
+        return (o.deployment != c.deployment, abs(math.log(o.knob / c.knob)), abs(math.log(o.gpus / c.gpus)), o.pp != c.pp)
+
+    same = [e for e in done if e.candidate.policy == c.policy and e.screen is not None and e.screen.capacity_qps > 0]
+    return min(same, key=distance) if same else None
+
+
+def _task(e: Evaluation, plan: ExperimentPlan, done: Sequence[Evaluation], s: PlanSettings, floor: float,
+          ceiling: float) -> SearchTask:
+    n = _neighbour(e.candidate, done)
+    if n is not None:
+        guess, growth = n.screen.capacity_qps * e.bound.qps / n.bound.qps, WARM_GROWTH
+        e.warm_from = n.candidate.key
+    else:
+        guess, growth = max(e.bound.qps / 2, floor), 2.0
+    start = min(max(guess, floor), ceiling)
+    return SearchTask(plan, e.candidate.scheduler, start, floor, ceiling, s.screen_rel_tol, growth)
+
+
+def _best(evals: Sequence[Evaluation], target: float | None, stage: str) -> Evaluation | None:
+    pool = [e for e in evals if (e.full if stage == "full" else e.screen) is not None]
+    scored = [(rank_key(target, (e.full if stage == "full" else e.screen).capacity_qps, e.candidate.gpus), i, e)
+              for i, e in enumerate(pool)]
+    scored = [t for t in scored if t[0][0] != math.inf]
+    return min(scored)[2] if scored else None
+
+
+def _expected(e: Evaluation, evals: Sequence[Evaluation], target: float | None) -> tuple:
+    """Screening order: the rank the candidate's bound would give at the capacity-to-bound ratio
+    its policy has shown so far (a policy whose probes fall far below its bounds, such as vLLM at a
+    strict SLO, waits), so strong candidates come first and raise the bar for the rest."""
+    seen = [x.screen.capacity_qps / x.bound.qps for x in evals
+            if x.candidate.policy == e.candidate.policy and x.screen is not None and x.bound.qps > 0]
+    ratio = sorted(seen)[len(seen) // 2] if seen else 1.0
+    return (rank_key(target, e.bound.qps * max(ratio, 1e-3), e.candidate.gpus), e.candidate.key)
+
+
+def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = None) -> PlanRun:
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    check_slo_reachable(space)
+    target = s.target_qps
+    evals = [Evaluation(c, capacity_bound(space.plans[(c.tp, c.pp)], c.scheduler)) for c in space.candidates]
+    run = PlanRun(space, s, evals)
+    any_plan = next(iter(space.plans.values()))
+    search = any_plan.search
+    workers = s.workers or os.cpu_count() or 1
+    screen_plans = {k: fidelity(p, s.screen_requests) for k, p in space.plans.items()}
+    for e in evals:
+        if e.bound.qps <= 0:
+            e.status = "pruned"
+            e.needed_qps = math.inf
+    order = sorted((e for e in evals if e.status == "pending"),
+                   key=lambda e: (rank_key(target, e.bound.qps, e.candidate.gpus), e.candidate.key))
+    executor = _Inline() if workers == 1 else open_executor(replace(search, workers=workers))
+    with executor as pool:
+        _screen(run, order, screen_plans, pool, workers, log)
+        _refine(run, pool, log)
+    return run
+
+
+def _screen(run: PlanRun, order: list[Evaluation], plans, pool, workers: int, log) -> None:
+    s, target = run.settings, run.settings.target_qps
+    search = next(iter(plans.values())).search
+    wave_size = 2 * workers
+    pending = list(order)
+    while pending:
+        best = _best(run.evaluations, target, "screen")
+        pending.sort(key=lambda e: _expected(e, run.evaluations, target))
+        wave: list[tuple[Evaluation, SearchTask]] = []
+        while pending and len(wave) < wave_size:
+            e = pending.pop(0)
+            c = e.candidate
+            floor, ceiling = search.min_qps, (e.bound.qps if s.prune else search.max_qps)
+            if s.prune and best is not None:
+                need = competitive_rate(target, best.screen.capacity_qps, best.candidate.gpus, c.gpus) * (1 - s.margin)
+                e.needed_qps = need
+                if not need <= e.bound.qps:
+                    e.status = "pruned"
+                    continue
+                floor = max(floor, need)
+            ceiling = max(ceiling, floor)
+            done = [x for x in run.evaluations if x.screen is not None]
+            wave.append((e, _task(e, plans[(c.tp, c.pp)], done, s, floor, ceiling)))
+        if not wave:
+            break
+        run.waves += 1
+        for i, answer in pool.map_unordered(run_search_task, [t for _, t in wave]):
+            e = wave[i][0]
+            e.screen = answer
+            run.probes_screen += len(answer.probes)
+            e.status = "screened" if answer.capacity_qps > 0 else "eliminated"
+        best = _best(run.evaluations, target, "screen")
+        decided = sum(e.status != "pending" for e in run.evaluations)
+        log(f"  screened {decided}/{len(run.evaluations)} (wave {run.waves}): best so far "
+            + (f"{best.candidate.key} {best.screen.capacity_qps:.3g} QPS ({s.screen_requests} requests a probe)" if best else "none"))
+
+
+def _refine(run: PlanRun, pool, log) -> None:
+    s, target = run.settings, run.settings.target_qps
+    screened = [e for e in run.evaluations if e.status == "screened"]
+    ranked = sorted(screened, key=lambda e: (rank_key(target, e.screen.capacity_qps, e.candidate.gpus), e.candidate.key))
+    chosen = ranked[:s.refine_top]
+    for policy in sorted({e.candidate.policy for e in ranked}):
+        first = next(e for e in ranked if e.candidate.policy == policy)
+        if first not in chosen:
+            chosen.append(first)
+    if not chosen:
+        return
+    tasks = []
+    for e in chosen:
+        plan = run.space.plans[(e.candidate.tp, e.candidate.pp)]
+        start = e.screen.capacity_qps
+        ceiling = max(e.bound.qps, start) if s.prune else max(plan.search.max_qps, start)
+        tasks.append(SearchTask(plan, e.candidate.scheduler, start, plan.search.min_qps, ceiling, plan.search.rel_tol,
+                                REFINE_GROWTH))
+    log(f"  refining {len(chosen)} candidates with the full search ({chosen[0].candidate.key} first)")
+    for i, answer in pool.map_unordered(run_search_task, tasks):
+        chosen[i].full = answer
+        chosen[i].status = "refined"
+        run.probes_full += len(answer.probes)
+    rates = []
+    for e in chosen:
+        cap = e.full.capacity_qps
+        if cap > 0:
+            share = target / replicas_needed(target, cap) if target else cap
+            rates.append((e, RateTask(run.space.plans[(e.candidate.tp, e.candidate.pp)], e.candidate.scheduler, share)))
+    for i, summary in pool.map_unordered(run_rate_task, [t for _, t in rates]):
+        rates[i][0].at_target = summary
+        run.probes_full += 1

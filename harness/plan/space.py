@@ -1,0 +1,136 @@
+"""The configurations a plan compares: every TP x PP of the hardware's nodes whose weights and KV
+cache fit (one planned experiment each, `harness.search.plan`), crossed with the scheduler grid.
+
+A deployment fits when the performance model's placement accepts it (TP divides the attention
+heads, PP at most the layers) and the KV room left beside the weights holds one sequence of
+max_model_len, as the engine sizes it (`engines.perf.memory`). GPUs are placed as
+`engines.perf.Deployment.create` places them: TP groups fill a node before the next, so a
+TP group wider than a node crosses the inter-node link (the paper's Falcon-180B TP-8).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from common.errors import HarnessError
+from engines.perf.hardware import get_gpu, get_topology
+from harness.backends import backend_settings
+from harness.backends.deployment import build_deployment
+from harness.plan.settings import PlanSettings
+from harness.search.plan import ExperimentPlan, plan_experiment
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: a deployment (tp, pp) and one scheduler of its planned experiment."""
+
+    tp: int
+    pp: int
+    scheduler: str  # its name in the deployment's plan (e.g. sarathi_b512)
+    policy: str
+    knob: int  # the value the grid varies (token budget, or max batch size): neighbours are close in it
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def deployment(self) -> str:
+        return f"tp{self.tp}pp{self.pp}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.deployment}/{self.scheduler}"
+
+
+@dataclass(frozen=True)
+class Misfit:
+    tp: int
+    pp: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Space:
+    plans: dict[tuple[int, int], ExperimentPlan]  # (tp, pp) -> the experiment with every grid scheduler
+    candidates: tuple[Candidate, ...]
+    misfits: tuple[Misfit, ...]
+    gpus_per_node: int
+    max_gpus: int
+
+
+def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
+    """Each scheduler the plan tries, by name, as a `scheduler.NAME` config node."""
+    grid: dict[str, dict] = {}
+    for seqs in s.sarathi_max_seqs:
+        for budget in s.sarathi_budgets:
+            name = f"sarathi_b{budget}" + (f"_s{seqs}" if len(s.sarathi_max_seqs) > 1 else "")
+            grid[name] = {"policy": "sarathi", "token_budget": int(budget), "max_num_seqs": int(seqs)}
+    for seqs in s.vllm_max_seqs:
+        grid[f"vllm_s{seqs}"] = {"policy": "vllm", "max_num_seqs": int(seqs), "max_num_batched_tokens": None}
+    for seqs in s.orca_max_seqs:
+        grid[f"orca_s{seqs}"] = {"policy": "orca", "max_num_seqs": int(seqs)}
+    return grid
+
+
+def _knob(node: Mapping) -> int:
+    return int(node["token_budget"]) if node["policy"] == "sarathi" else int(node["max_num_seqs"])
+
+
+def gpus_per_node(hardware: Mapping) -> int:
+    gpu = get_gpu(str(hardware["gpu"]))
+    return get_topology(hardware.get("topology"), gpu, hardware.get("gpus_per_node")).gpus_per_node
+
+
+def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
+    """Every (tp, pp) of the grid up to the replica's GPU limit, planned with every scheduler;
+    those that do not fit are kept with their reason. No deployment fitting is bad input: the
+    line names the smallest replica that would (more GPUs)."""
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    per_node = gpus_per_node(base["hardware"])
+    limit = s.max_gpus or 2 * per_node
+    grid = scheduler_grid(s)
+    plans, misfits, candidates = {}, [], []
+    for tp in sorted(set(int(t) for t in s.tp)):
+        for pp in sorted(set(int(p) for p in s.pp)):
+            if tp * pp > limit:
+                continue
+            c = {**base, "parallel": {"tp": tp, "pp": pp}, "scheduler": grid}
+            try:
+                plans[(tp, pp)] = plan_experiment(c)
+            except HarnessError as e:
+                misfits.append(Misfit(tp, pp, str(e)))
+                continue
+            candidates += [Candidate(tp, pp, name, node["policy"], _knob(node)) for name, node in grid.items()]
+    if not plans:
+        raise HarnessError(_nothing_fits(base, s, limit, misfits))
+    return Space(plans, tuple(candidates), tuple(misfits), per_node, limit)
+
+
+def _nothing_fits(cfg: Mapping, s: PlanSettings, limit: int, misfits: list[Misfit]) -> str:
+    model, gpu = cfg["model"]["name"], cfg["hardware"]["gpu"]
+    why = misfits[-1].reason if misfits else f"no tp x pp of plan.tp={s.tp}, plan.pp={s.pp} is <= {limit} GPUs"
+    smallest = _smallest_fit(cfg, limit)
+    fix = (f"; it needs more GPUs: the smallest that fits is tp={smallest[0]} pp={smallest[1]} "
+           f"({smallest[0] * smallest[1]} GPUs: plan.max_gpus={smallest[0] * smallest[1]}"
+           f"{'' if smallest[0] in s.tp and smallest[1] in s.pp else f' plan.tp=[{smallest[0]}] plan.pp=[{smallest[1]}]'})"
+           if smallest else "; no replica of up to 64 GPUs holds it: a GPU with more memory")
+    return f"{model} fits on no deployment of up to {limit}x {gpu} ({why}){fix}"
+
+
+def _smallest_fit(cfg: Mapping, limit: int) -> tuple[int, int] | None:
+    """The (tp, pp) of the fewest GPUs past `limit` (up to 64) that holds the model."""
+    shapes = sorted(((tp, pp) for tp in (1, 2, 4, 8, 16) for pp in (1, 2, 4, 8, 16) if limit < tp * pp <= 64),
+                    key=lambda t: (t[0] * t[1], t[1]))
+    backend = backend_settings(cfg["backend"])
+    for tp, pp in shapes:
+        try:
+            build_deployment(cfg["model"], cfg["hardware"], {"tp": tp, "pp": pp},
+                             gpu_memory_utilization=backend.gpu_memory_utilization, block_size=backend.block_size,
+                             max_model_len=int(cfg["max_model_len"]), perf_cfg=cfg.get("perf"))
+            return tp, pp
+        except HarnessError:
+            continue
+    return None

@@ -1,0 +1,145 @@
+"""The deployment planner (harness.plan): what fits, the bounds, the replica arithmetic, the ranked
+answer and its bad-input lines, on the real simulator with small request counts."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.errors import HarnessError
+from harness.config import compose
+from harness.plan.bounds import capacity_bound, single_decode_s
+from harness.plan.replicas import competitive_rate, gpus_needed, rank_key, replicas_needed
+from harness.plan.search import check_slo_reachable, fidelity
+from harness.plan.settings import PlanSettings, plan_settings, split_words
+from harness.plan.space import enumerate_space, scheduler_grid
+from harness.plan.tasks import SearchTask, run_search_task
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["model=mistral-7b", "hardware=a100_80g", "dataset=openchat_sharegpt4", "slo.tbt_s=0.1", "search.num_requests=128"]
+
+
+def _plan_cli(words, tmp_path):
+    return subprocess.run([sys.executable, "-m", "harness", "plan", *words], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+def test_words_split_and_type_checked():
+    mine, rest = split_words(["target_qps=40", "plan.tp=[2,4]", "model=llama3-70b", "plan.prices.h200-141g=3.5"])
+    assert rest == ["model=llama3-70b"]
+    s = plan_settings(mine)
+    assert s.target_qps == 40 and s.tp == [2, 4] and s.prices["h200-141g"] == 3.5 and s.prices["h100-80g-sxm"] == 4.25
+    with pytest.raises(HarnessError, match="max_gpu"):
+        plan_settings(["plan.max_gpu=8"])
+    with pytest.raises(HarnessError, match="target_qps must be > 0"):
+        plan_settings(["target_qps=-1"])
+
+
+def test_grid_names_each_knob():
+    grid = scheduler_grid(PlanSettings(sarathi_budgets=[512, 2048], vllm_max_seqs=[64], orca_max_seqs=[8, 16]))
+    assert grid["sarathi_b512"] == {"policy": "sarathi", "token_budget": 512, "max_num_seqs": 128}
+    assert set(grid) == {"sarathi_b512", "sarathi_b2048", "vllm_s64", "orca_s8", "orca_s16"}
+
+
+def test_deployments_that_fit_weights_and_kv():
+    cfg = compose(["model=llama3-70b", "hardware=h100_80g", "slo.tbt_s=0.1"])
+    space = enumerate_space(cfg, PlanSettings(tp=[1, 2, 4, 8], pp=[1, 2], sarathi_budgets=[512], vllm_max_seqs=[128],
+                                              orca_max_seqs=[16]))
+    assert space.gpus_per_node == 8 and space.max_gpus == 16
+    # 141 GB of weights: one 80 GB GPU holds no KV at all; two hold a few 8k sequences
+    misfit = {(m.tp, m.pp): m.reason for m in space.misfits}
+    assert set(misfit) == {(1, 1)} and "KV room for 0 tokens" in misfit[(1, 1)]
+    assert 8192 <= space.plans[(2, 1)].deployment.kv_capacity_tokens < 8 * 8192
+    assert (1, 2) in space.plans and (8, 2) in space.plans and (4, 1) in space.plans
+    assert len(space.candidates) == 3 * len(space.plans)
+
+
+def test_nothing_fits_names_the_smallest_replica_that_would():
+    cfg = compose(["model=falcon-180b", "hardware=a100_80g", "slo.tbt_s=1"])
+    with pytest.raises(HarnessError) as e:
+        enumerate_space(cfg, PlanSettings(max_gpus=4))
+    msg = str(e.value)
+    assert "falcon-180b fits on no deployment of up to 4x a100-80g-pcie" in msg
+    assert "plan.max_gpus=8" in msg  # 360 GB of weights: eight 80 GB GPUs
+
+
+def test_replica_arithmetic():
+    assert replicas_needed(40, 2.5) == 16 and replicas_needed(40, 2.49) == 17 and replicas_needed(1, 0) is None
+    assert gpus_needed(40, 2.5, 4) == 64
+    # the best so far: 2.5 QPS on 4 GPUs -> 64 GPUs for 40 QPS; an 8-GPU replica needs 40/8 = 5 QPS to match it
+    assert competitive_rate(40, 2.5, 4, 8) == 5.0
+    assert competitive_rate(None, 2.5, 4, 8) == 5.0
+    assert competitive_rate(40, 2.5, 4, 128) == float("inf")  # one replica is bigger than the best fleet
+    assert rank_key(40, 2.5, 4) < rank_key(40, 4.9, 8) and rank_key(40, 0.0, 1)[0] == float("inf")
+
+
+def test_bounds_hold_over_measured_capacities():
+    """Each bound is at least the capacity the real search finds (and decode-bound configs differ
+    the way their batch limits say)."""
+    cfg = compose(SMALL)
+    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
+                                              orca_max_seqs=[8]))
+    plan = space.plans[(1, 1)]
+    for name in plan.schedulers:
+        b = capacity_bound(plan, name)
+        answer = run_search_task(SearchTask(plan, name, 1.0, plan.search.min_qps, 1000.0, 0.05))
+        assert 0 < answer.capacity_qps <= b.qps, (name, answer.capacity_qps, b)
+    assert capacity_bound(plan, "orca_s8").qps < capacity_bound(plan, "sarathi_b512").qps
+
+
+def test_slo_below_the_fastest_decode_is_refused():
+    cfg = compose(SMALL[:-2] + ["slo.tbt_s=0.001"])
+    space = enumerate_space(cfg, PlanSettings(tp=[1, 2], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
+                                              orca_max_seqs=[8]))
+    fastest = min(single_decode_s(p) for p in space.plans.values())
+    with pytest.raises(HarnessError, match="below the fastest single decode") as e:
+        check_slo_reachable(space)
+    assert f"slo.tbt_s >= {fastest:.3g}" in str(e.value)
+
+
+def test_fidelity_changes_only_the_requests():
+    plan = enumerate_space(compose(SMALL), PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
+                                                        orca_max_seqs=[8])).plans[(1, 1)]
+    small = fidelity(plan, 32)
+    assert small.search.num_requests == 32 and len(small.workload.prompt_lens) == 32
+    assert small.deployment is plan.deployment and small.slo == plan.slo and fidelity(plan, 128) is plan
+
+
+GRID = ["plan.tp=[1,2]", "plan.pp=[1]", "plan.sarathi_budgets=[512,2048]", "plan.vllm_max_seqs=[64]",
+        "plan.orca_max_seqs=[16]", "plan.screen_requests=64", "plan.workers=1", "plan.refine_top=2"]
+
+
+def test_plan_end_to_end(tmp_path):
+    out = tmp_path / "plan"
+    p = _plan_cli(SMALL + GRID + ["target_qps=10", f"plan.out={out}"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "10 configurations" not in p.stdout  # 2 deployments x 4 schedulers
+    assert "8 configurations in" in p.stdout and "winner: " in p.stdout
+    for name in ("plan.json", "table.md", "pareto.png", "serve.sh"):
+        assert (out / name).exists(), name
+    assert "--enable-chunked-prefill --max-num-batched-tokens" in (out / "serve.sh").read_text()
+    presets = list((out / "experiment").glob("*.yaml"))
+    assert len(presets) == 1
+    from harness.search.plan import plan_experiment
+
+    cfg = compose([f"hydra.searchpath=[file://{out}]", f"experiment={presets[0].stem}"])
+    checked = plan_experiment(cfg)  # the preset runs as any experiment does
+    assert list(checked.schedulers) == ["sarathi"] and checked.slo.tbt_s == 0.1
+
+
+def test_a_target_nothing_meets_is_one_line_and_nothing_written(tmp_path):
+    out = tmp_path / "plan"
+    p = _plan_cli(SMALL + GRID + ["target_qps=1000", "plan.max_total_gpus=2", f"plan.out={out}"], tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: target_qps=1000 needs") and "plan.max_total_gpus=" in line
+    assert not out.exists() and not list(tmp_path.glob(".*partial"))
+
+
+def test_bad_input_exits_2_before_anything_runs(tmp_path):
+    p = _plan_cli(["model=falcon-180b", "hardware=a100_80g", "slo.tbt_s=1", "plan.max_gpus=4", f"plan.out={tmp_path / 'x'}"],
+                  tmp_path)
+    assert p.returncode == 2 and "fits on no deployment" in p.stderr and "screened" not in p.stderr
+    assert not (tmp_path / "x").exists()
