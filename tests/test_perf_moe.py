@@ -175,3 +175,18 @@ def test_moe_kv_capacity_counts_every_expert():
         from engines.perf.factory import build_perf_model
 
         build_perf_model(mixtral.deployment, {"kind": "profile", "path": "anything"})
+
+
+def test_a_moe_capacity_search_end_to_end(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.run([sys.executable, "-m", "harness", "model=mixtral-8x7b", "hardware=h100_80g", "parallel=tp2",
+                        "slo.tbt_s=0.1", "scheduler=[sarathi]", "search.num_requests=64", f"results_dir={tmp_path}"],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0].startswith("custom: mixtral-8x7b on 2x h100-80g-sxm (tp=2, pp=1)")
+    run_dir = Path(p.stdout.splitlines()[-1].removeprefix("results: "))
+    assert json.loads((run_dir / "summary.json").read_text())["schedulers"]["sarathi"]["capacity_qps"] > 0

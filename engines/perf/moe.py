@@ -9,8 +9,9 @@ expert is missed by one token with probability 1 - k/E, by all T with (1 - k/E)^
 
 the occupancy ("balls into bins") expectation, [OCCUPANCY]. That MoE decode time follows the
 count of activated experts, and that a batch's union of experts grows fast (Qwen3's k/E = 1/16),
-is measured in [OEA]. Real routers are not uniform: skewed routing hits fewer experts, so this
-is the uniform case, an upper estimate of the weight traffic at a given T.
+is measured in [OEA]. Real routers are skewed; for independently routed tokens a skewed router
+hits fewer experts on average (1 - (1 - p)^T is concave in an expert's share p), so the uniform
+case is an upper estimate of the weight traffic at a given T.
 
 How the engine runs it ([VLLM-MOE]): a replicated router GEMM (hidden x E, 16-bit), then
 vLLM's fused MoE kernels: one grouped GEMM over every hit expert for gate+up (w13), SiLU x up,
