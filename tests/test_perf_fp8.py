@@ -100,5 +100,6 @@ def test_the_perf_group_reaches_the_deployment():
     fp8 = plan_experiment(compose([*cfg, "perf.weight_dtype=fp8", "perf.kv_dtype=fp8"])).deployment
     d = fp8.timer.deployment
     assert (d.weight_dtype, d.kv_dtype) == ("fp8", "fp8") and d.model.is_moe
+    assert fp8.description.endswith("(tp=1, pp=1), weights fp8, KV fp8") and base.description.endswith("pp=1)")
     assert fp8.kv_capacity_tokens > 2 * base.kv_capacity_tokens
     assert fp8.timer.iteration_time([1] * 32, [4096] * 32) < base.timer.iteration_time([1] * 32, [4096] * 32)

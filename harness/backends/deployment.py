@@ -63,6 +63,8 @@ def build_deployment(
             f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
         )
     desc = f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp})"
+    desc += "".join(f", {what} {dtype}" for what, dtype in (("weights", deployment.weight_dtype),
+                                                           ("KV", deployment.kv_dtype)) if dtype)
     profile = getattr(perf, "profile", None)
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
