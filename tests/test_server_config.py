@@ -30,6 +30,10 @@ configs = st.builds(
     seed=st.integers(0, 2**31 - 1),
     shutdown_grace_s=st.floats(0.0, 60.0),
     tokenizer=st.none() | st.just("/models/some dir/tokenizer.json"),
+    role=st.sampled_from(["both", "prefill"]),  # decode: needs a link with the realtime executor, refuses torch
+    kv_link=st.none() | st.just("eth100g,nvlink3"),
+    kv_transfer_lanes=st.integers(1, 8),
+    kv_transfer=st.sampled_from(["after_prefill", "layerwise"]),
 )
 
 
@@ -46,7 +50,7 @@ def test_defaults_are_the_dataclass_defaults():
 def test_every_field_has_a_flag():
     flags = set(server_flags(ServerConfig(kv_capacity_tokens=1, max_model_len=2, served_model_name="x", api_key="k",
                                           tokenizer="tok.json", attention_kernel="fa2-ideal",
-                                          weight_dtype="fp8", kv_dtype="fp8",
+                                          weight_dtype="fp8", kv_dtype="fp8", kv_link="eth100g",
                                           scheduler=SchedulerConfig("vllm", max_num_batched_tokens=3)))[::2])
     names = [f.name for f in fields(ServerConfig) if f.name != "scheduler"] + [f.name for f in fields(SchedulerConfig)]
     assert flags == {"--" + n.replace("_", "-") for n in names}

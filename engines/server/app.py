@@ -16,6 +16,11 @@ several when it falls behind, as vLLM does), `data: [DONE]` last. The final data
 process's CLOCK_MONOTONIC) so a client can measure scheduling delay rather than guess it.
 Every choice also carries its `token_ids` (vLLM's return_token_ids shape).
 
+Roles (--role; engines/server/handoff.py): a prefill server ends every request at its first token
+and reports `kv_transfer_params` for a decode server; a decode server also takes requests whose
+prompt was prefilled elsewhere (`kv_transfer_params` in the body), waits for their KV as the twin
+prices its transfer, and streams their tokens from the second on.
+
 A client that disconnects cancels its handler (handler_cancellation), whose `finally` aborts
 the request in the engine and frees its KV blocks.
 """
@@ -37,6 +42,7 @@ from engines.server.build import ServingParts
 from engines.server.chat import parse_chat
 from engines.server.config import ServerConfig
 from engines.server.errors import ApiError
+from engines.server.handoff import Prefilled, parse_prefilled, remote_decode_max_tokens
 from engines.server.loop import EngineLoop, RequestState
 from engines.server.protocol import CompletionRequest, check_length, parse_completion
 from engines.server.stats import render_prometheus
@@ -103,10 +109,13 @@ class CompletionServer:
         ids = list(req.prompt_token_ids) if req.prompt_token_ids is not None else self.tokenizer.encode(req.prompt_text)
         if not ids:
             raise ApiError(400, "'prompt' holds no tokens", "prompt")
-        check_length(len(ids), req.max_tokens, self.parts.max_model_len)
+        prefilled = self._handoff(req, len(ids))
+        if prefilled is not None:  # the KV moves here from a prefill server: the twin waits its price
+            lands = self.parts.kv_intake.lands(prefilled, len(ids), arrival)
+            await asyncio.sleep(max(0.0, lands - self.loop.clock()))
         sampling = SamplingParams(req.temperature, req.top_p, req.seed, req.ignore_eos)
         try:
-            state = self.loop.submit(ids, req.max_tokens, sampling, arrival)
+            state = self.loop.submit(ids, req.max_tokens, sampling, arrival, prefilled=prefilled is not None)
         except ValueError as e:
             raise ApiError(400, str(e), "prompt") from None
         rid = f"{'chatcmpl' if req.chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -120,6 +129,31 @@ class CompletionServer:
             self.loop.abort(state)  # a no-op once done; else the client left: free its KV now
 
     # -- helpers -----------------------------------------------------------------------------
+    def _handoff(self, req: CompletionRequest, prompt_len: int) -> Prefilled | None:
+        """The request's length checked as its role needs (handoff.py); a decode server's
+        request prefilled elsewhere, or None."""
+        role, params, max_len = self.cfg.role, req.kv_transfer_params, self.parts.max_model_len
+        if role == "prefill":
+            if req.max_tokens != 1:
+                raise ApiError(400, f"a prefill server ends each request at its first token: max_tokens must be 1, "
+                                    f"got {req.max_tokens} (a router sends the rest to a decode server)", "max_tokens")
+            check_length(prompt_len, remote_decode_max_tokens(params) or 1, max_len)
+            return None
+        check_length(prompt_len, req.max_tokens, max_len)
+        if params is None:
+            return None
+        if role != "decode":
+            raise ApiError(400, f"'kv_transfer_params': this server (role {role}) computes prompts itself; only a "
+                                "decode server takes requests prefilled elsewhere", "kv_transfer_params")
+        return parse_prefilled(params, prompt_len, req.max_tokens, self.parts.kv_intake.sources)
+
+    def _report(self, state: RequestState, req: CompletionRequest) -> dict:
+        """What a prefill server tells the router for the decode server (handoff.py)."""
+        if self.cfg.role != "prefill" or req.kv_transfer_params is None or not state.token_times:
+            return {}
+        spent = state.token_times[0] - state.first_scheduled
+        return {"kv_transfer_params": {"prompt_tokens": state.seq.prompt_len, "prefill_s": max(0.0, spent)}}
+
     async def _parse(self, request: web.Request, parse) -> CompletionRequest:
         limit = self.cfg.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
@@ -189,17 +223,21 @@ class CompletionServer:
                 break
             if not ids and not last:
                 continue
+            continued = self.cfg.role == "decode" and req.kv_transfer_params is not None  # token 1 was the prefill's
+            first = sent == len(ids) and not continued
             chunk = {**head, "choices": [self._choice(ids, state.finish_reason if last else None, req.chat,
-                                                      first=sent == len(ids))]}
+                                                      first=first)]}
             if req.continuous_usage_stats:
                 chunk["usage"] = self._usage(state, sent)
             if last and not req.include_usage:
                 chunk["server_timing"] = state.timing()
+                chunk.update(self._report(state, req))
             await resp.write(b"data: " + _dumps(chunk) + b"\n\n")
             if last:
                 break
         if req.include_usage and state.error is None:
-            final = {**head, "choices": [], "usage": self._usage(state, sent), "server_timing": state.timing()}
+            final = {**head, "choices": [], "usage": self._usage(state, sent), "server_timing": state.timing(),
+                     **self._report(state, req)}
             await resp.write(b"data: " + _dumps(final) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -217,6 +255,7 @@ class CompletionServer:
             "choices": [self._choice(state.token_ids, state.finish_reason, req.chat, whole=True)],
             "usage": self._usage(state, n),
             "server_timing": state.timing(),
+            **self._report(state, req),
         }
         return web.Response(body=_dumps(body), content_type="application/json")
 

@@ -19,6 +19,7 @@ _TYPES = {
     408: "invalid_request_error",
     413: "invalid_request_error",
     500: "internal_server_error",
+    502: "upstream_error",  # the router: a server behind it failed the request
     503: "service_unavailable",
 }
 

@@ -82,9 +82,13 @@ class EngineLoop:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-loop")
 
     def submit(self, prompt_token_ids: list[int], max_tokens: int, sampling: SamplingParams,
-               arrival: float | None = None) -> RequestState:
-        """Queue a request; raises ValueError if the engine refuses it (too long)."""
+               arrival: float | None = None, prefilled: bool = False) -> RequestState:
+        """Queue a request; raises ValueError if the engine refuses it (too long). `prefilled`: its
+        prompt's KV was computed elsewhere and its first token made (a decode server's request):
+        what it streams are tokens 2..max_tokens."""
         seq = Sequence(self._next_id, len(prompt_token_ids), max_tokens)
+        if prefilled:
+            seq.arrive_prefilled()
         self.engine.add(seq)
         self._next_id += 1
         self.executor.add_request(seq.seq_id, prompt_token_ids, sampling)

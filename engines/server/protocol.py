@@ -28,6 +28,7 @@ class CompletionRequest:
     include_usage: bool
     continuous_usage_stats: bool
     chat: bool = False  # /v1/chat/completions: the prompt is the rendered messages (chat.py)
+    kv_transfer_params: object = None  # disaggregated prefill/decode: checked by the server's role (handoff.py)
 
 
 def _bad(message: str, param: str) -> ApiError:
@@ -134,6 +135,7 @@ def parse_completion(body: object, vocab_size: int) -> CompletionRequest:
         stream=stream,
         include_usage=include_usage,
         continuous_usage_stats=continuous,
+        kv_transfer_params=body.get("kv_transfer_params"),
     )
 
 
