@@ -183,7 +183,7 @@ def test_cluster_settings_are_in_the_probe_cache_key():
     (["cluster.instances=0"], "cluster: instances must be >= 1, got 0"),
     (["cluster.router=fastest"], "cluster: unknown router 'fastest'"),
     (["cluster.replicas=2"], "cluster.replicas"),
-    (["cluster.instances=2", "cluster.router=least_kv", "backend=live"], "only backend=sim runs a cluster"),
+    (["cluster.instances=2", "cluster.router=least_kv", "backend=live"], "cluster.router least_kv needs each server's KV"),
 ])
 def test_bad_cluster_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     base = [a for a in SMALL if not (a.startswith("experiment=") and any(b.startswith("experiment=") for b in args))]

@@ -173,7 +173,7 @@ def test_the_transfer_prices_kv_bytes_over_the_lanes():
     ([*DISAGG, "cluster.instances=2"], "leave instances=1"),
     ([*DISAGG, "experiment=llama2_70b_tp4pp2_strict", "cluster.decode_tp=1", "cluster.decode_pp=1"],
      "a decode instance: llama2-70b on 1x"),
-    ([*DISAGG, "backend=live"], "only backend=sim runs a cluster"),
+    ([*DISAGG, "backend=endpoint", "backend.base_url=http://127.0.0.1:9/v1"], "only backend=sim and backend=live"),
 ])
 def test_bad_disaggregation_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     base = [a for a in SMALL if not (a.startswith("experiment=") and any(b.startswith("experiment=") for b in args))]

@@ -137,9 +137,10 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     search = typed(SearchSettings, cfg["search"], "search")
     check_workers(search, backend.name)
     cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
-    if (cluster.instances > 1 or cluster.disaggregated) and backend.name != "sim":
+    if (cluster.instances > 1 or cluster.disaggregated) and backend.name not in ("sim", "live"):
         what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
-        raise HarnessError(f"{what}: only backend=sim runs a cluster so far; "
+        raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
+                           "run a cluster; "
                            f"use one engine (cluster.instances=1, no prefill/decode instances) with backend={backend.name}")
     disagg = None
     if cluster.disaggregated:

@@ -1,23 +1,28 @@
 """The live backend: one real server per scheduler, started and stopped by the harness
-(`server`, `lifecycle`), driven over HTTP by the load generator (`client`). Its settings are
-`LiveSettings`, the schema of experiments/backend/live.yaml. Not deterministic: probes are
-measurements, never cached."""
+(`server`, `lifecycle`), driven over HTTP by the load generator (`client`); a cluster (colocated
+replicas, or disaggregated prefill and decode servers) behind the in-repo router (`cluster`).
+Its settings are `LiveSettings`, the schema of experiments/backend/live.yaml. Not deterministic:
+probes are measurements, never cached."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
+from engines.server.router import check_policy
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.deployment import DeploymentPlan
 from harness.backends.live.client import ClientSettings, LiveRunOptions, measure, run_live, run_live_result
+from harness.backends.live.cluster import ClusterProcesses, ClusterSpec, role_specs
 from harness.backends.live.lifecycle import HealthWatch, ServerProcess
 from harness.backends.live.server import SERVER_KINDS, Endpoint, LiveServerSpec, model_vocabulary, serve
 from harness.records import RequestSpec
 
 __all__ = [
-    "Backend", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "VllmSettings",
-    "model_vocabulary", "run_live", "run_live_result", "serve", "server_spec",
+    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "VllmSettings",
+    "model_vocabulary", "cluster_spec", "run_live", "run_live_result", "serve", "server_spec",
 ]
 
 
@@ -56,10 +61,10 @@ class LiveSettings(ClientSettings):
             raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.server!r}")
 
 
-def server_spec(job: BackendJob) -> LiveServerSpec:
-    """The server that serves `job`: its scheduler on the planned deployment."""
+def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> LiveServerSpec:
+    """The server that serves `job`: its scheduler on the planned deployment (or `deployment`)."""
     s = job.settings_as(LiveSettings)
-    d = job.deployment
+    d = deployment or job.deployment
     if d.pp != 1 and s.server == "inrepo":
         raise HarnessError(f"backend=live with the in-repo server runs pp=1 only, got pp={d.pp}")
     model = d.model_name
@@ -82,6 +87,30 @@ def server_spec(job: BackendJob) -> LiveServerSpec:
     )
 
 
+def cluster_spec(job: BackendJob) -> ClusterSpec | None:
+    """The servers and router of a cluster job (harness/backends/live/cluster.py); None for one server."""
+    s, c = job.settings_as(LiveSettings), job.cluster
+    if job.disagg is not None or c.instances > 1:
+        try:
+            for name in ("router", "decode_router"):
+                if getattr(c, name) is not None:
+                    check_policy(getattr(c, name), f"cluster.{name}")
+        except ValueError as e:
+            raise HarnessError(str(e)) from None
+    if job.disagg is not None:
+        plan = job.disagg
+        servers = role_specs(server_spec(job, plan.prefill), plan.prefill, plan.decode, plan.transfers, c,
+                             s.kv_capacity_tokens)
+        return ClusterSpec(servers, c.router, c.decode_router, s.port)
+    if c.instances == 1:
+        return None
+    base = server_spec(job)
+    if base.kind != "inrepo":
+        raise HarnessError(f"cluster.instances={c.instances} live runs the in-repo server only, got server={base.kind}")
+    replicas = tuple((f"replica {i}", dataclasses.replace(base, port=None)) for i in range(c.instances))
+    return ClusterSpec(replicas, c.router, None, s.port)
+
+
 class LiveBackend:
     """One server for every probe of one scheduler's search (a vLLM start costs about a minute);
     probes run back to back, each after the previous one's requests have finished or been aborted."""
@@ -92,15 +121,23 @@ class LiveBackend:
 
     def __init__(self, job: BackendJob) -> None:
         self.job = job
-        self.spec = server_spec(job)
-        self._process: ServerProcess | None = None
+        self.cluster = cluster_spec(job)  # several servers behind the in-repo router, or None
+        self.spec = server_spec(job) if self.cluster is None else self.cluster.servers[0][1]
+        if self.cluster is not None:
+            for _, spec in self.cluster.servers:
+                spec.server_config(0)  # a bad role setting fails here, in one line, before anything starts
+        self._process: ServerProcess | ClusterProcesses | None = None
         self._health: HealthWatch | None = None
         self.endpoint: Endpoint | None = None
 
     def __enter__(self) -> LiveBackend:
-        launch, endpoint = self.spec.launch()
-        process = ServerProcess(launch)
-        process.__enter__()  # started, healthy and warmed up (or it raised, nothing left running)
+        if self.cluster is not None:
+            process = ClusterProcesses(self.cluster).__enter__()  # all up and warm (or all stopped, raised)
+            endpoint = process.endpoint
+        else:
+            launch, endpoint = self.spec.launch()
+            process = ServerProcess(launch)
+            process.__enter__()  # started, healthy and warmed up (or it raised, nothing left running)
         self._process, self.endpoint = process, endpoint
         self._health = HealthWatch(endpoint.base_url, self.job.settings.health_timeout_s).__enter__()
         return self
@@ -115,6 +152,10 @@ class LiveBackend:
 
     def server_gone(self) -> str | None:
         """Why the server can no longer be measured (it exited, or stopped answering /health)."""
+        if isinstance(self._process, ClusterProcesses):
+            if reason := self._process.gone():
+                return reason
+            return self._health.problem() if self._health is not None else None
         proc = self._process.proc if self._process is not None else None
         code = proc.poll() if proc is not None else None
         if code is not None:
@@ -123,6 +164,8 @@ class LiveBackend:
 
     def _broken(self, reason: str) -> RunBroken:
         p = self._process
+        if isinstance(p, ClusterProcesses):
+            return RunBroken(f"{self.spec.kind} cluster for {self.job.scheduler_name}: {p.describe(reason)}")
         where = f"{self.spec.kind} server for {self.job.scheduler_name} at {self.spec.host} (pid {p.pid if p else '?'})"
         tail = f"\n--- last lines of {p.log_path} ---\n{p.log_tail(12)}" if p is not None else ""
         return RunBroken(f"{where}: {reason}{tail}")
