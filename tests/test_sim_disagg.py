@@ -192,8 +192,9 @@ def test_a_disaggregated_run_is_saved_and_loaded_as_its_own_cell(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "1 prefill (tp2) + 1 decode (tp4) instances" in p.stdout
     (summary,) = tmp_path.glob("*/*/summary.json")
-    cluster = json.loads(summary.read_text())["cluster"]
-    assert cluster["num_gpus"] == 6 and cluster["prefill_instances"] == 1 and cluster["decode_tp"] == 4
+    saved = json.loads(summary.read_text())
+    cluster = saved["cluster"]
+    assert saved["num_gpus"] == 6 and cluster["prefill_instances"] == 1 and cluster["decode_tp"] == 4
     runs, _ = load_results(tmp_path)
     row = runs[["num_gpus", "layout"]].to_dict("records")
     assert row == [{"num_gpus": 6, "layout": cluster["layout"]}]

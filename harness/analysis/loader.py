@@ -115,7 +115,7 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         "router": str(cluster.get("router", "round_robin")),
         # a disaggregated cluster's roles (its summary says them; '' for replicas of one deployment)
         "layout": str((summary.get("cluster") or {}).get("layout") or "") if _disaggregated(cluster) else "",
-        "num_gpus": int((summary.get("cluster") or {}).get("num_gpus") or tp * pp * instances),  # saved since disaggregation
+        "num_gpus": int(summary.get("num_gpus") or tp * pp * instances),  # saved since goodput per GPU
         "deployment": summary.get("deployment"),
         "dataset": workload.get("dataset") or (config.get("dataset") or {}).get("name"),
         "num_requests": workload.get("num_requests"),

@@ -40,8 +40,8 @@ def run_experiment(cfg: DictConfig) -> Path:
     parallel = s.workers > 1 and not s.fixed_qps
     if parallel:
         what += f" ({s.workers} probes at once per round{' on Ray' if s.executor == 'ray' else ''})"
-    c = plan.cluster
-    where = plan.deployment.description + (f", {c.instances} instances behind {c.router}" if c.instances > 1 else "")
+    layout = plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)
+    where = plan.deployment.description + (f", {layout}" if layout else "")
     print(
         f"{plan.name}: {where}, {plan.dataset['name']} ({s.num_requests} requests), {what}; {plan.slo.describe()}",
         flush=True,
@@ -197,7 +197,7 @@ def _finite(x: float) -> float | None:
 def num_gpus(plan: ExperimentPlan) -> int:
     """The GPUs the deployment occupies: TP x PP per instance, times the cluster's instances (as
     harness.analysis.loader counts them)."""
-    return plan.deployment.tp * plan.deployment.pp * plan.cluster.instances
+    return plan.cluster.num_gpus(plan.deployment.tp, plan.deployment.pp)
 
 
 def _probe_row(p: Probe, gpus: int) -> dict:
@@ -262,7 +262,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "backend": plan.backend.name,
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
-        "cluster": {"instances": plan.cluster.instances, "router": plan.cluster.router},
+        "cluster": {**asdict(plan.cluster), "layout": plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)},
         "num_gpus": gpus,
         "model": plan.deployment.model_name,
         "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
