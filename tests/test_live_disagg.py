@@ -200,6 +200,33 @@ def test_bad_live_cluster_input_one_line_exit_2_nothing_written(tmp_path, args, 
     assert not any(tmp_path.iterdir())
 
 
+def _received(base_url: str) -> int:
+    text = urllib.request.urlopen(base_url + "/metrics", timeout=5).read().decode()
+    return int(float(re.search(r"^[^#\s]*requests_received_total(?:\{[^}]*\})? (\S+)$", text, re.M).group(1)))
+
+
+def test_two_prefill_and_two_decode_servers_each_with_the_links_the_plan_priced():
+    # Interleaved TP-2 instances on 4-GPU nodes (paper-a100): p0 d0 on node 0, p1 d1 on node 1,
+    # PCIe between a node's NVLink pairs, Ethernet between nodes: each decode server has its own
+    # link from each prefill server, picked by the router's kv_transfer_params.source.
+    plan = plan_experiment(compose(["experiment=live_smoke", "progress=false", "parallel=tp2", "cluster.prefill_instances=2",
+                                    "cluster.decode_instances=2", "cluster.placement=interleaved",
+                                    "cluster.decode_router=least_outstanding"]))
+    backend = open_backend(plan.job("sarathi", progress=False))
+    links = {n: s.kv_link for n, s in backend.cluster.servers if n.startswith("decode")}
+    assert links == {"decode 0": "pcie4,eth100g", "decode 1": "eth100g,pcie4"}
+    with warnings.catch_warnings(), backend:
+        warnings.simplefilter("ignore")
+        reqs = [RequestSpec(i, 0.02 * i, 40, 6) for i in range(24)]
+        records = backend.run(reqs).records
+        served = {n: _received(p.base_url) for n, p in backend._process.processes if n != "router"}
+    assert all(r.completed and len(r.token_times_s) == 6 for r in records)
+    # Each server's own warm-up; then the router's warm-up, the load generator's stream check and
+    # the 24 requests: round robin over the prefill servers, the fewest outstanding over the decode.
+    assert served["prefill 0"] == served["prefill 1"] == 1 + 13, served
+    assert served["decode 0"] + served["decode 1"] == 2 + 26 and min(served.values()) > 1 + 3, served
+
+
 def test_colocated_replicas_behind_the_router_share_the_requests():
     plan = plan_experiment(compose(["experiment=live_smoke", "progress=false", "cluster.instances=2"]))
     backend = open_backend(plan.job("sarathi", progress=False))
@@ -207,11 +234,7 @@ def test_colocated_replicas_behind_the_router_share_the_requests():
         warnings.simplefilter("ignore")
         reqs = [RequestSpec(i, 0.02 * i, 40, 6) for i in range(20)]
         records = backend.run(reqs).records
-        served = []
-        for name, p in backend._process.processes:
-            if name.startswith("replica"):
-                text = urllib.request.urlopen(p.base_url + "/metrics", timeout=5).read().decode()
-                served.append(int(float(re.search(r"^[^#\s]*requests_received_total(?:\{[^}]*\})? (\S+)$", text, re.M).group(1))))
+        served = [_received(p.base_url) for name, p in backend._process.processes if name.startswith("replica")]
     assert all(r.completed and len(r.token_times_s) == 6 for r in records)
     # Round robin: 10 of the 20 each, after its own warm-up and one of the two requests before the
     # clock starts (the router's warm-up, the load generator's check of the stream's token ids).

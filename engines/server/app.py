@@ -265,7 +265,7 @@ class _ClientGone(Exception):
 
 
 @web.middleware
-async def _json_errors(request: web.Request, handler):
+async def json_errors(request: web.Request, handler):
     """Every error, ours or aiohttp's (unknown route, wrong method), in OpenAI's JSON shape."""
     try:
         return await handler(request)
@@ -314,7 +314,7 @@ def make_app(cfg: ServerConfig, parts: ServingParts) -> web.Application:
     if not any(isinstance(f, _ClientFaults) for f in server_log.filters):
         server_log.addFilter(_ClientFaults())
     # aiohttp enforces client_max_size when reading the body; we check Content-Length first.
-    middlewares = [_json_errors] + ([_require_key(cfg.api_key)] if cfg.api_key else [])
+    middlewares = [json_errors] + ([_require_key(cfg.api_key)] if cfg.api_key else [])
     app = web.Application(middlewares=middlewares, client_max_size=cfg.max_body_bytes)
     app[SERVER_KEY] = server
     app.router.add_post("/v1/completions", server.completions)

@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp import web
 
 from engines.routers import InstanceState, make_router
+from engines.server.app import json_errors
 from engines.server.errors import ApiError
 from engines.server.protocol import DEFAULT_MAX_TOKENS
 from engines.server.router import stitch
@@ -315,21 +316,9 @@ class RouterServer:
 ROUTER_KEY = web.AppKey("router", RouterServer)
 
 
-@web.middleware
-async def _json_errors(request: web.Request, handler):
-    try:
-        return await handler(request)
-    except ApiError as e:
-        return e.response()
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        return ApiError(e.status, f"{e.reason}: {request.method} {request.path}").response()
-
-
 def make_router_app(cfg: RouterConfig) -> web.Application:
     server = RouterServer(cfg)
-    app = web.Application(middlewares=[_json_errors], client_max_size=cfg.max_body_bytes)
+    app = web.Application(middlewares=[json_errors], client_max_size=cfg.max_body_bytes)
     app[ROUTER_KEY] = server
     app.router.add_post(PATHS[0], server.completions)
     app.router.add_post(PATHS[1], server.chat_completions)

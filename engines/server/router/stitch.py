@@ -15,7 +15,8 @@ DONE = b"[DONE]"
 
 
 class SseEvents:
-    """`data:` payloads of complete SSE events from a byte stream, fed as it arrives."""
+    """`data:` payloads of complete SSE events from a byte stream, fed as it arrives (the load
+    generator's harness/loadgen/sse.py does the same on its side; engines never import harness)."""
 
     __slots__ = ("_buf",)
 
