@@ -2,6 +2,9 @@
 
     python -m engines.server --policy sarathi --token-budget 512 --model tiny --executor realtime --port 8000
 
+Disaggregated prefill/decode: `--role prefill` and `--role decode --kv-link eth100g` servers behind
+`python -m engines.server.router` (engines/server/handoff.py).
+
 Binds 127.0.0.1 unless --host says otherwise. Prints one line `serving MODEL on http://HOST:PORT`
 when ready. SIGTERM or Ctrl-C: stop accepting requests (503), let running ones finish for up to
 --shutdown-grace-s, abort the rest, exit 0.
