@@ -76,6 +76,17 @@ def test_readme_command(command, tmp_path):
         p = subprocess.run([sys.executable, "-m", "harness", *words], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert p.returncode == 0 and list(tmp_path.glob("*_tp*.csv")), p.stderr
         return
+    if args[:1] == ["plan"]:
+        # Minutes of simulation: planned as the command plans before its search (tests/test_plan*.py run plans)
+        from harness.plan.search import check_slo_reachable
+        from harness.plan.settings import plan_settings, split_words
+        from harness.plan.space import enumerate_space
+
+        mine, rest = split_words(args[1:])
+        space = enumerate_space(compose(rest), plan_settings(mine))
+        check_slo_reachable(space)
+        assert space.candidates
+        return
     if args[:1] == ["nightly"] or (any(a.startswith("figure=") for a in args) and "run_missing=false" not in args):
         # Minutes of simulation: the figure and nightly commands run end to end in test_commands.
         pytest.skip("runs the paper's matrix; checked by tests/test_commands.py")

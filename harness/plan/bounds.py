@@ -37,6 +37,7 @@ class Bound:
     qps: float  # no capacity above this
     binding: str  # which bound: decode, tokens, kv, slo
     decode_batch: int  # most sequences of a decode iteration that memory and max_num_seqs allow
+    estimate_qps: float = 0.0  # the decode bound at the workload's mean context: no bound, an ordering hint
 
 
 def shortest_decode_context(plan: ExperimentPlan) -> int:
@@ -128,4 +129,14 @@ def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
     binding = min(rates, key=rates.get)
     rate = rates[binding]
     slack = 1 + 2 * (batch + rate * plan.slo.scheduling_delay_s) / len(w.prompt_lens)
-    return Bound(rate * slack, binding, batch)
+    return Bound(rate * slack, binding, batch, min(rate, _typical_decode(plan, batch, o)))
+
+
+def _typical_decode(plan: ExperimentPlan, batch: int, o: np.ndarray) -> float:
+    """The decode bound's arithmetic at the mean context a decode sees (mean prompt + half the mean
+    output) instead of the shortest: not a bound (contexts vary), a better guess of which
+    configurations meet a strict SLO, for ordering the search."""
+    perf = plan.deployment.perf
+    c = int(np.mean(plan.workload.prompt_lens) + np.mean(o) / 2)
+    b = _slo_batch(perf, batch, c, plan.slo.tbt_s)
+    return 0.0 if b == 0 else _best_rate(perf, b, c) / max(float(np.mean(o - 1)), 1e-9)

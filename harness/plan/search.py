@@ -105,25 +105,31 @@ def check_slo_reachable(space: Space) -> None:
                            f"tp={tp} pp={pp}): no configuration can meet it; a looser SLO: slo.tbt_s >= {best:.3g}")
 
 
-def _neighbour(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
-    """The screened candidate (capacity > 0) nearest `c`: same deployment and policy first, then
-    the same policy anywhere; the closest knob, then the closest replica size."""
+def _nearest(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
+    """The candidate of `done` nearest `c` in the same policy: same deployment first, then the
+    closest knob, then the closest replica size."""
     def distance(e: Evaluation) -> tuple:
         o = e.candidate
-        return (o.deployment != c.deployment, abs(math.log(o.knob / c.knob)), abs(math.log(o.gpus / c.gpus)), o.pp != c.pp)
+        return (o.deployment != c.deployment, abs(math.log(o.knob / c.knob)), abs(math.log(o.gpus / c.gpus)), o.pp != c.pp,
+                o.key)
 
-    same = [e for e in done if e.candidate.policy == c.policy and e.screen is not None and e.screen.capacity_qps > 0]
+    same = [e for e in done if e.candidate.policy == c.policy]
     return min(same, key=distance) if same else None
+
+
+def _neighbour(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
+    """The screened candidate with a capacity nearest `c` (its warm start)."""
+    return _nearest(c, [e for e in done if e.screen is not None and e.screen.capacity_qps > 0])
 
 
 def _task(e: Evaluation, plan: ExperimentPlan, done: Sequence[Evaluation], s: PlanSettings, floor: float,
           ceiling: float) -> SearchTask:
     n = _neighbour(e.candidate, done)
     if n is not None:
-        guess, growth = n.screen.capacity_qps * e.bound.qps / n.bound.qps, WARM_GROWTH
+        guess, growth = n.screen.capacity_qps * e.bound.estimate_qps / max(n.bound.estimate_qps, 1e-12), WARM_GROWTH
         e.warm_from = n.candidate.key
     else:
-        guess, growth = max(e.bound.qps / 2, floor), 2.0
+        guess, growth = max(e.bound.estimate_qps, floor), 2.0
     start = min(max(guess, floor), ceiling)
     return SearchTask(plan, e.candidate.scheduler, start, floor, ceiling, s.screen_rel_tol, growth)
 
@@ -136,14 +142,41 @@ def _best(evals: Sequence[Evaluation], target: float | None, stage: str) -> Eval
     return min(scored)[2] if scored else None
 
 
-def _expected(e: Evaluation, evals: Sequence[Evaluation], target: float | None) -> tuple:
+def _ratios(evals: Sequence[Evaluation]) -> dict[tuple, float]:
+    """Capacity-to-estimate ratios seen so far (bounds.Bound.estimate_qps), by (policy, deployment, knob octave), (policy, knob
+    octave) and (policy,): the mean of each."""
+    sums: dict[tuple, list[float]] = {}
+    for x in evals:
+        if x.screen is not None and x.bound.estimate_qps > 0:
+            c, r = x.candidate, x.screen.capacity_qps / x.bound.estimate_qps
+            octave = round(math.log2(c.knob))
+            for key in ((c.policy, c.deployment, octave), (c.policy, octave), (c.policy,)):
+                sums.setdefault(key, []).append(r)
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+def _expected(e: Evaluation, ratios: dict[tuple, float], target: float | None) -> tuple:
     """Screening order: the rank the candidate's bound would give at the capacity-to-bound ratio
-    its policy has shown so far (a policy whose probes fall far below its bounds, such as vLLM at a
-    strict SLO, waits), so strong candidates come first and raise the bar for the rest."""
-    seen = [x.screen.capacity_qps / x.bound.qps for x in evals
-            if x.candidate.policy == e.candidate.policy and x.screen is not None and x.bound.qps > 0]
-    ratio = sorted(seen)[len(seen) // 2] if seen else 1.0
-    return (rank_key(target, e.bound.qps * max(ratio, 1e-3), e.candidate.gpus), e.candidate.key)
+    its nearest screened neighbours showed (same policy: a budget too large for a strict SLO, or
+    vLLM's stalls, show there first), 1 while its policy has none, so strong candidates come first
+    and raise the bar for the rest."""
+    c = e.candidate
+    octave = round(math.log2(c.knob))
+    ratio = next((ratios[k] for k in ((c.policy, c.deployment, octave), (c.policy, octave), (c.policy,)) if k in ratios),
+                 1.0)
+    return (rank_key(target, e.bound.estimate_qps * ratio, c.gpus), c.key)
+
+
+def _seeds(order: list[Evaluation]) -> list[Evaluation]:
+    """The first to screen: per policy, the best bound at the policy's middle knob (its grid's
+    median: the paper's defaults sit there), so each policy's ratio is known after one wave."""
+    out = []
+    for policy in sorted({e.candidate.policy for e in order}):
+        mine = [e for e in order if e.candidate.policy == policy]
+        knobs = sorted({e.candidate.knob for e in mine})
+        middle = knobs[(len(knobs) - 1) // 2]
+        out.append(max((e for e in mine if e.candidate.knob == middle), key=lambda e: e.bound.estimate_qps / e.candidate.gpus))
+    return out + [e for e in order if e not in out]
 
 
 def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = None) -> PlanRun:
@@ -161,7 +194,7 @@ def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = 
             e.status = "pruned"
             e.needed_qps = math.inf
     order = sorted((e for e in evals if e.status == "pending"),
-                   key=lambda e: (rank_key(target, e.bound.qps, e.candidate.gpus), e.candidate.key))
+                   key=lambda e: (rank_key(target, e.bound.estimate_qps, e.candidate.gpus), e.candidate.key))
     executor = _Inline() if workers == 1 else open_executor(replace(search, workers=workers))
     with executor as pool:
         _screen(run, order, screen_plans, pool, workers, log)
@@ -173,10 +206,12 @@ def _screen(run: PlanRun, order: list[Evaluation], plans, pool, workers: int, lo
     s, target = run.settings, run.settings.target_qps
     search = next(iter(plans.values())).search
     wave_size = 2 * workers
-    pending = list(order)
+    pending = _seeds(order)
     while pending:
         best = _best(run.evaluations, target, "screen")
-        pending.sort(key=lambda e: _expected(e, run.evaluations, target))
+        if run.waves:  # the seeds go first, as they are
+            ratios = _ratios(run.evaluations)
+            pending.sort(key=lambda e: _expected(e, ratios, target))
         wave: list[tuple[Evaluation, SearchTask]] = []
         while pending and len(wave) < wave_size:
             e = pending.pop(0)
