@@ -30,9 +30,10 @@ from harness.plan.bounds import Bound, capacity_bound, single_decode_s
 from harness.plan.replicas import competitive_rate, rank_key, replicas_needed
 from harness.plan.settings import PlanSettings
 from harness.plan.space import Candidate, Space
-from harness.plan.tasks import ProbeSummary, RateTask, SearchAnswer, SearchTask, run_rate_task, run_search_task
+from harness.plan.tasks import ProbeSummary, SearchAnswer, SearchTask, run_rate_task, run_search_task
 from harness.search.executor import open_executor
 from harness.search.plan import ExperimentPlan
+from harness.search.probe import ProbeTask
 from harness.workload import load_workload
 
 WARM_GROWTH = 1.25  # bracket steps of a warm-started search (a cold one doubles)
@@ -269,7 +270,7 @@ def _refine(run: PlanRun, pool, log) -> None:
         cap = e.full.capacity_qps
         if cap > 0:
             share = target / replicas_needed(target, cap) if target else cap
-            rates.append((e, RateTask(run.space.plans[(e.candidate.tp, e.candidate.pp)], e.candidate.scheduler, share)))
+            rates.append((e, ProbeTask(run.space.plans[(e.candidate.tp, e.candidate.pp)], e.candidate.scheduler, share)))
     for i, summary in pool.map_unordered(run_rate_task, [t for _, t in rates]):
         rates[i][0].at_target = summary
         run.probes_full += 1

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from harness.backends import open_backend
 from harness.search.capacity import Probe, find_capacity
 from harness.search.plan import ExperimentPlan
-from harness.search.probe import ProbeOutcome, run_probe
+from harness.search.probe import ProbeOutcome, ProbeTask, run_probe
 
 
 @dataclass(frozen=True)
@@ -72,14 +72,7 @@ def run_search_task(task: SearchTask) -> SearchAnswer:
     return SearchAnswer(result.capacity_qps, result.lowest_failing_qps, tuple(summaries), time.perf_counter() - t0)
 
 
-@dataclass(frozen=True)
-class RateTask:
-    plan: ExperimentPlan
-    scheduler: str
-    qps: float
-
-
-def run_rate_task(task: RateTask) -> ProbeSummary:
-    """One probe at a fixed rate (a replica's share of the target load)."""
+def run_rate_task(task: ProbeTask) -> ProbeSummary:
+    """One probe at a fixed rate (a replica's share of the target load), summarized in the worker."""
     with open_backend(task.plan.job(task.scheduler, progress=False)) as backend:
         return summarize_probe(run_probe(task.plan, task.scheduler, task.qps, backend.run))
