@@ -53,7 +53,7 @@ def main() -> int:
     n = len(run.evaluations)
     counts = {s: sum(e.status == s for e in run.evaluations) for s in ("pruned", "eliminated", "screened", "refined")}
     print(f"plan: {n} configurations ({len(space.plans)} deployments) in {wall:.1f} s wall, {n / wall:.2f} configurations/s, "
-          f"{args.workers} workers; {counts}; {run.probes_screen} screening probes of {settings.screen_requests} requests, "
+          f"{args.workers} workers; {counts}; {run.probes_screen} screening probes of {run.screen_requests} requests, "
           f"{run.probes_full} full probes of {args.requests}")
     for line in answer.table_lines(answer.rows(run, 5)):
         print(line)

@@ -57,7 +57,7 @@ def plan_command(argv: list[str]) -> int:
     counts = {s: sum(e.status == s for e in run.evaluations) for s in ("pruned", "eliminated", "screened", "refined")}
     print(f"{len(run.evaluations)} configurations in {elapsed:.1f} s ({len(run.evaluations) / elapsed:.1f} a second): "
           f"{counts['pruned']} ruled out by their bounds, {counts['eliminated']} by one probe at the rate they needed, "
-          f"{counts['screened'] + counts['refined']} screened ({run.probes_screen} probes of {settings.screen_requests} "
+          f"{counts['screened'] + counts['refined']} screened ({run.probes_screen} probes of {run.screen_requests} "
           f"requests), {counts['refined']} refined ({run.probes_full} probes of {plan0.search.num_requests})")
     for line in answer.table_lines(table):
         print(line)

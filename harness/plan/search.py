@@ -68,6 +68,7 @@ class PlanRun:
     probes_screen: int = 0
     probes_full: int = 0
     waves: int = 0
+    screen_requests: int = 0  # requests per screening probe
     notes: list[str] = field(default_factory=list)
 
 
@@ -189,7 +190,8 @@ def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = 
     any_plan = next(iter(space.plans.values()))
     search = any_plan.search
     workers = s.workers or os.cpu_count() or 1
-    screen_plans = {k: fidelity(p, s.screen_requests) for k, p in space.plans.items()}
+    run.screen_requests = min(s.screen_requests, search.num_requests)  # never longer than the full probe
+    screen_plans = {k: fidelity(p, run.screen_requests) for k, p in space.plans.items()}
     for e in evals:
         if e.bound.qps <= 0:
             e.status = "pruned"
@@ -239,7 +241,7 @@ def _screen(run: PlanRun, order: list[Evaluation], plans, pool, workers: int, lo
         best = _best(run.evaluations, target, "screen")
         decided = sum(e.status != "pending" for e in run.evaluations)
         log(f"  screened {decided}/{len(run.evaluations)} (wave {run.waves}): best so far "
-            + (f"{best.candidate.key} {best.screen.capacity_qps:.3g} QPS ({s.screen_requests} requests a probe)" if best else "none"))
+            + (f"{best.candidate.key} {best.screen.capacity_qps:.3g} QPS ({run.screen_requests} requests a probe)" if best else "none"))
 
 
 def _refine(run: PlanRun, pool, log) -> None:
