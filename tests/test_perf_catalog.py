@@ -32,6 +32,15 @@ def test_exact_sizes(name, params, kv):
     assert m.kv_bytes_per_token == kv
 
 
+def test_opt_13b_is_within_its_unmodelled_biases_and_positions():
+    """OPT-13B's 12,853,473,280 parameters (facebook/opt-13b checkpoint) less what the catalog leaves
+    out: the learned position table (2050 x 5120) and the out-projection and MLP biases."""
+    m = get_model("opt-13b")
+    left_out = 2050 * 5120 + 40 * (5120 + 20480 + 5120)
+    assert m.num_params + left_out == 12_853_473_280
+    assert m.kv_bytes_per_token == 40 * 2 * 40 * 128 * 2 and not m.gated_mlp and m.tie_word_embeddings
+
+
 def test_llama2_7b_kv_is_512_kib():
     assert get_model("llama2-7b").kv_bytes_per_token == 512 * 1024
 

@@ -39,7 +39,7 @@ REFERENCE = ROOT / "results" / "reference"
 # regenerated reference (new run directories) needs no edit here.
 STRICT = ("mistral7b_strict", "yi34b_tp2_strict", "llama2_70b_tp4pp2_strict", "falcon180b_tp4pp2_strict",
           "falcon180b_tp8_strict")
-SMALL = ("yi34b_tp2_fixed_rate", "yi34b_tp2_ablation")
+SMALL = ("yi34b_tp2_fixed_rate", "yi34b_tp2_ablation", "distserve_opt13b_chatbot_2p1d")  # the last: a disaggregated cluster
 FLOAT_REL = 1e-6
 
 

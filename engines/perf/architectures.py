@@ -256,6 +256,14 @@ _MODELS: dict[str, ModelArch] = {
                              num_kv_heads=8, head_dim=64, intermediate_size=4 * 14848, vocab_size=65024,
                              gated_mlp=False, parallel_attn_mlp=True, max_position_embeddings=2048,
                              tie_word_embeddings=True, layer_norm=True),
+    # facebook/opt-13b config.json: hidden_size 5120, num_hidden_layers 40, num_attention_heads 40 (MHA,
+    # head dim 128), ffn_dim 20480, activation relu (not gated), vocab_size 50272, max_position_embeddings
+    # 2048, do_layer_norm_before true (two LayerNorms per layer), enable_bias true, embeddings tied
+    # (OPTForCausalLM ties lm_head). DistServe's (OSDI'24) chatbot model. Not modelled: the learned
+    # position table (2050 x 5120) and the out/MLP biases, 10.6M of 12.85B parameters (0.08 %).
+    "opt-13b": ModelArch(name="opt-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
+                         head_dim=128, intermediate_size=20480, vocab_size=50272, gated_mlp=False,
+                         max_position_embeddings=2048, tie_word_embeddings=True, layer_norm=True, qkv_bias=True),
     # mistralai/Mixtral-8x7B-v0.1 config.json: hidden_size 4096, 32 layers, 32 heads, 8 KV heads,
     # intermediate_size 14336 (each expert's), num_local_experts 8, num_experts_per_tok 2, vocab 32000,
     # max_position_embeddings 32768, no sliding window (MixtralConfig default None), untied.
@@ -291,6 +299,7 @@ _MODEL_ALIASES = {
     "llama-3-8b": "llama3-8b", "meta-llama/meta-llama-3-8b": "llama3-8b",
     "llama-3-70b": "llama3-70b", "meta-llama/meta-llama-3-70b": "llama3-70b",
     "falcon": "falcon-180b", "tiiuae/falcon-180b": "falcon-180b",
+    "opt": "opt-13b", "facebook/opt-13b": "opt-13b",
     "mixtral": "mixtral-8x7b", "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
     "qwen/qwen3-30b-a3b": "qwen3-30b-a3b", "qwen/qwen3-235b-a22b": "qwen3-235b-a22b",
     "tiny": "tiny-llama", "tiny-test": "tiny-llama",

@@ -18,6 +18,7 @@ from harness.analysis.capacity_figs import MissingResults, fig_capacity, fig_cap
 from harness.analysis.latency_figs import fig_stall
 from harness.analysis.loader import CELL_KEY, latest_per_cell, load_results, probes_of
 from harness.analysis.paper import PAPER_FILE, Paper, load_paper
+from harness.analysis.pd_figs import fig_pd
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Inputs:
     paper: Paper
     left_out: pd.DataFrame = field(default_factory=pd.DataFrame)
     reference_dir: Path | None = None
+    # Runs of clusters (replicas or prefill/decode layouts): the paper's figures are of one engine,
+    # so these are kept apart and only the cluster study's figure and table read them.
+    clusters: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _cell_keys(runs: pd.DataFrame) -> list[tuple]:
@@ -61,7 +65,9 @@ def load_inputs(results_dir: str | Path, paper_path: str | Path = PAPER_FILE, re
         if not fill.empty:
             runs = pd.concat([runs, fill], ignore_index=True)
             probes = pd.concat([probes, probes_of(fill, ref_probes)], ignore_index=True)
-    return Inputs(Path(results_dir), runs, probes, load_paper(paper_path), left_out, ref)
+    one = ((runs["instances"] == 1) & (runs["layout"] == "")).to_numpy(dtype=bool) if not runs.empty else np.ones(0, bool)
+    clusters, runs = runs[~one].reset_index(drop=True), runs[one].reset_index(drop=True)
+    return Inputs(Path(results_dir), runs, probes_of(runs, probes), load_paper(paper_path), left_out, ref, clusters)
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,19 @@ FIGURES: tuple[FigureSpec, ...] = (
                lambda i: fig_pipeline(i.runs, i.probes, i.paper),
                "Left: capacity of each scheduler × parallelism (dotted bars: tensor parallel only), with the paper's "
                "cross-deployment ratios below. Right: median TBT against load for each."),
+    FigureSpec("fig17_prefill_decode", "Colocated chunked prefills vs disaggregated prefill/decode, at equal GPUs (beyond the paper)",
+               lambda i: fig_pd(i.clusters),
+               "Each deployment's GPUs as four colocated replicas (Sarathi-Serve, vLLM; least-outstanding routing) or "
+               "split into prefill and decode instances (P:D; vLLM's whole-prompt prefills, KV moved after each "
+               "prefill over the node's links), 1,024 requests per probe; one row per deployment. Left: "
+               "the paper's criterion, under which the splits with one decode instance come out best; it cannot see "
+               "a request's one long wait for a decode slot (one gap per request is under 1 % of the pooled TBT "
+               "samples). Middle and right: DistServe's criterion (90 % of requests within a TTFT SLO, a multiple of "
+               "one unloaded 2,048-token prefill, and a per-request TPOT SLO, the deployment's strict TBT SLO), "
+               "which does: there a colocated layout wins, vLLM's prefill-first one when TTFT is tight and "
+               "Sarathi-Serve's when it is loose, and the best split stays below the winner, because a decode instance's "
+               "KV pool holds few requests' contexts while the prefill instances' memory goes unused for them. "
+               "The best value in each panel is bold."),
 )
 
 

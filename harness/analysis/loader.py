@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -182,7 +183,8 @@ def latest_per_cell(runs: pd.DataFrame, probes: pd.DataFrame) -> tuple[pd.DataFr
 def probes_of(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
     """The probes of the (run, scheduler) rows in `runs`."""
     keep = set(zip(runs["run_dir"], runs["scheduler"]))
-    return probes[[k in keep for k in zip(probes["run_dir"], probes["scheduler"])]].reset_index(drop=True)
+    mask = np.array([k in keep for k in zip(probes["run_dir"], probes["scheduler"])], dtype=bool)  # rows, even when none
+    return probes[mask].reset_index(drop=True)
 
 
 def _collect(results_dir: str | Path, judge: Judge | None) -> tuple[list[dict], list[dict]]:

@@ -16,6 +16,7 @@ from harness.analysis import tables
 from harness.analysis.compare import capacity_ratio_table, latency_ratio_table, table4_frame, table4_orderings
 from harness.analysis.figures import FigureOutcome, Inputs, build_figures, load_inputs
 from harness.analysis.paper import PAPER_FILE
+from harness.analysis.pd_figs import distserve_check, distserve_markdown, pd_markdown, pd_table
 from harness.analysis.perf_facts import perf_fact_table
 from harness.results.store import provenance
 
@@ -141,6 +142,16 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
     facts = perf_fact_table(paper.perf_facts)
     lines += [f"### Operator-level facts (performance model, not a run) — {_score(facts)}", "",
               tables.perf_facts_markdown(facts), ""]
+    if not inputs.clusters.empty:
+        lines += ["## Beyond the paper: one pool or prefill and decode apart", "",
+                  "Capacity (QPS) of each deployment's four instances' GPUs, colocated or split (fig17). "
+                  "A criterion the colocated schedulers and the splits are both judged by; the winner per row.", "",
+                  pd_markdown(pd_table(inputs.clusters)), "",
+                  "### A published disaggregation result: DistServe (OSDI'24) Fig. 8, chatbot, OPT-13B", "",
+                  "Their settings (data/paper/distserve_osdi24.yaml): one 8x A100-SXM node, TTFT 0.25 s and TPOT "
+                  "0.1 s per request, 90 % attainment, rates per GPU; openchat_sharegpt4 lengths cut at 2,047 tokens "
+                  "stand in for their ShareGPT-v3 prompts.", "",
+                  distserve_markdown(distserve_check(runs, inputs.clusters)), ""]
     if not runs.empty:
         lines += ["## Every capacity result read", "", tables.capacity_markdown(runs), ""]
     return "\n".join(lines)
