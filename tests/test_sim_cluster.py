@@ -25,6 +25,7 @@ from harness.search.cache import cache_key
 from harness.search.plan import plan_experiment
 from harness.search.probe import probe_requests, search_capacity
 from tests.policy_workloads import ALL_POLICIES, build
+from tests.cli import assert_refused
 from tests.test_sim import MAX_LEN, HalfStageTimer, WindowedTimer, _requests, lengths_st
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,11 +188,7 @@ def test_cluster_settings_are_in_the_probe_cache_key():
 ])
 def test_bad_cluster_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     base = [a for a in SMALL if not (a.startswith("experiment=") and any(b.startswith("experiment=") for b in args))]
-    p = subprocess.run([sys.executable, "-m", "harness", *base, f"results_dir={tmp_path}", *args],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert not any(tmp_path.iterdir())
+    assert_refused(tmp_path, [*base, *args], message)
 
 
 def test_a_cluster_run_is_saved_and_loaded_as_its_own_cell(tmp_path):

@@ -23,6 +23,7 @@ from harness.backends.sim import simulate, simulate_disaggregated
 from harness.config import compose
 from harness.search.plan import plan_experiment
 from harness.search.probe import probe_requests
+from tests.cli import assert_refused
 from tests.test_sim import _requests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,11 +178,7 @@ def test_the_transfer_prices_kv_bytes_over_the_lanes():
 ])
 def test_bad_disaggregation_input_one_line_exit_2_nothing_written(tmp_path, args, message):
     base = [a for a in SMALL if not (a.startswith("experiment=") and any(b.startswith("experiment=") for b in args))]
-    p = subprocess.run([sys.executable, "-m", "harness", *base, f"results_dir={tmp_path}", *args],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert not any(tmp_path.iterdir())
+    assert_refused(tmp_path, [*base, *args], message)
 
 
 def test_a_disaggregated_run_is_saved_and_loaded_as_its_own_cell(tmp_path):

@@ -1,0 +1,18 @@
+"""Running `python -m harness` as a user would, for tests of what it refuses."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def assert_refused(tmp_path: Path, args: list[str], message: str) -> None:
+    """`python -m harness ARGS results_dir=tmp_path` exits 2 with one line on stderr holding
+    `message`, and writes nothing."""
+    p = subprocess.run([sys.executable, "-m", "harness", *args, f"results_dir={tmp_path}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not any(tmp_path.iterdir())
