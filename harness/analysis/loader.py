@@ -92,7 +92,8 @@ def parallel_name(tp: int, pp: int) -> str:
 
 
 def _disaggregated(cluster: dict) -> bool:
-    return bool(cluster.get("prefill_instances") or cluster.get("decode_instances"))
+    """Prefill/decode roles or instances of different deployments: the layout names the cell."""
+    return bool(cluster.get("prefill_instances") or cluster.get("decode_instances") or cluster.get("replicas"))
 
 
 def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> dict:
@@ -114,7 +115,7 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         "parallel": parallel_name(tp, pp),
         "instances": instances,
         "router": str(cluster.get("router", "round_robin")),
-        # a disaggregated cluster's roles (its summary says them; '' for replicas of one deployment)
+        # a disaggregated or mixed cluster's instances (its summary says them; '' for replicas of one deployment)
         "layout": str((summary.get("cluster") or {}).get("layout") or "") if _disaggregated(cluster) else "",
         "num_gpus": int(summary.get("num_gpus") or tp * pp * instances),  # saved since goodput per GPU
         "deployment": summary.get("deployment"),

@@ -37,6 +37,23 @@ S = TypeVar("S", bound=BackendSettings)
 
 
 @dataclass(frozen=True)
+class ReplicaGroup:
+    """`count` colocated instances of a deployment other than the experiment's: another GPU (its
+    usual node, engines.perf.hardware) and/or another tp/pp; None keeps the experiment's."""
+
+    count: int = 1
+    gpu: str | None = None
+    tp: int | None = None
+    pp: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("count", "tp", "pp"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"replicas: {name} must be >= 1, got {value}")
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """Engine instances behind a router (the `cluster` config node).
 
@@ -60,6 +77,8 @@ class ClusterSettings:
     kv_transfer: str = "after_prefill"
     placement: str = "by_role"  # by_role | interleaved (engines.perf.transfer)
     decode_router: str | None = None
+    # Colocated instances of different deployments, group by group (their counts replace `instances`).
+    replicas: list[ReplicaGroup] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from engines.perf.transfer import PLACEMENTS, TRANSFER_MODES
@@ -85,12 +104,27 @@ class ClusterSettings:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if self.kv_transfer not in TRANSFER_MODES:
             raise ValueError(f"unknown kv_transfer {self.kv_transfer!r}; known: {', '.join(TRANSFER_MODES)}")
+        if self.replicas and (self.instances != 1 or self.disaggregated):
+            raise ValueError("replicas lists every colocated instance: leave instances=1 and no prefill/decode instances")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}")
 
     @property
     def disaggregated(self) -> bool:
         return bool(self.prefill_instances or self.decode_instances)
+
+    @property
+    def num_instances(self) -> int:
+        """Engine instances of the cluster, whatever its kind."""
+        if self.disaggregated:
+            return self.prefill_instances + self.decode_instances
+        return sum(g.count for g in self.replicas) if self.replicas else self.instances
+
+    def groups(self, gpu: str, tp: int, pp: int) -> list[tuple[int, str, int, int]]:
+        """(count, gpu, tp, pp) of the colocated instances, given the experiment's deployment."""
+        if not self.replicas:
+            return [(self.instances, gpu, tp, pp)]
+        return [(g.count, g.gpu or gpu, g.tp or tp, g.pp or pp) for g in self.replicas]
 
     def role_parallel(self, role: str, tp: int, pp: int) -> tuple[int, int]:
         """(tp, pp) of a prefill or decode instance, given the experiment's."""
@@ -100,13 +134,16 @@ class ClusterSettings:
     def num_gpus(self, tp: int, pp: int) -> int:
         """GPUs the whole cluster uses, given the experiment's tp and pp."""
         if not self.disaggregated:
-            return self.instances * tp * pp
+            return sum(n * gtp * gpp for n, _, gtp, gpp in self.groups("", tp, pp))
         (ptp, ppp), (dtp, dpp) = self.role_parallel("prefill", tp, pp), self.role_parallel("decode", tp, pp)
         return self.prefill_instances * ptp * ppp + self.decode_instances * dtp * dpp
 
-    def describe(self, tp: int, pp: int) -> str:
+    def describe(self, tp: int, pp: int, gpu: str = "") -> str:
         """'' for one engine; else e.g. '2 instances behind round_robin' or
         '1 prefill (tp2) + 3 decode (tp2) instances, KV after_prefill'."""
+        if self.replicas:
+            parts = [f"{n}x {g} tp{gtp}" + (f"pp{gpp}" if gpp > 1 else "") for n, g, gtp, gpp in self.groups(gpu, tp, pp)]
+            return f"{' + '.join(parts)} behind {self.router}"
         if not self.disaggregated:
             return f"{self.instances} instances behind {self.router}" if self.instances > 1 else ""
 
@@ -133,6 +170,7 @@ class BackendJob:
     progress: bool = True
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     disagg: DisaggPlan | None = None  # the roles' deployments when `cluster` is disaggregated
+    replicas: tuple[tuple[int, DeploymentPlan], ...] = ()  # (count, deployment) per group of cluster.replicas
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

@@ -101,3 +101,22 @@ def plan_disaggregation(
                                   cluster.prefill_instances, cluster.decode_instances, topology,
                                   link=cluster.kv_link, mode=cluster.kv_transfer, placement=cluster.placement)
     return DisaggPlan(roles["prefill"], roles["decode"], tuple(tuple(row) for row in transfers))
+
+
+def plan_replicas(
+    cluster, model: Mapping, hardware: Mapping, parallel: Mapping, *, gpu_memory_utilization: float, block_size: int,
+    max_model_len: int, perf_cfg: Mapping | None = None,
+) -> tuple[tuple[int, DeploymentPlan], ...]:
+    """(count, deployment) of each group of `cluster.replicas`: another GPU comes in its usual node
+    (engines.perf.hardware), the same GPU in the experiment's."""
+    out = []
+    for i, group in enumerate(cluster.replicas):
+        hw = dict(hardware) if group.gpu in (None, hardware["gpu"]) else {"gpu": group.gpu}
+        par = {"tp": group.tp or int(parallel["tp"]), "pp": group.pp or int(parallel["pp"])}
+        try:
+            d = build_deployment(model, hw, par, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+                                 max_model_len=max_model_len, perf_cfg=perf_cfg)
+        except HarnessError as e:
+            raise HarnessError(f"cluster.replicas[{i}]: {e}") from None
+        out.append((group.count, d))
+    return tuple(out)

@@ -40,7 +40,7 @@ def run_experiment(cfg: DictConfig) -> Path:
     parallel = s.workers > 1 and not s.fixed_qps
     if parallel:
         what += f" ({s.workers} probes at once per round{' on Ray' if s.executor == 'ray' else ''})"
-    layout = plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)
+    layout = plan.cluster.describe(plan.deployment.tp, plan.deployment.pp, plan.deployment.gpu)
     where = plan.deployment.description + (f", {layout}" if layout else "")
     print(
         f"{plan.name}: {where}, {plan.dataset['name']} ({s.num_requests} requests), {what}; {plan.slo.describe()}",
@@ -262,7 +262,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "backend": plan.backend.name,
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
-        "cluster": {**asdict(plan.cluster), "layout": plan.cluster.describe(plan.deployment.tp, plan.deployment.pp)},
+        "cluster": {**asdict(plan.cluster), "layout": plan.cluster.describe(plan.deployment.tp, plan.deployment.pp, plan.deployment.gpu)},
         "num_gpus": gpus,
         "model": plan.deployment.model_name,
         "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,

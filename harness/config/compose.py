@@ -36,14 +36,26 @@ def _schema_line(e: Exception, overrides: list[str]) -> str:
     if isinstance(cause, ValidationError) and key:
         return f"{key}: {str(cause).strip().splitlines()[0]}"
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:
+        holder = next((o for o in overrides if "." not in key and f"{key}:" in o.partition("=")[2]), None)
+        if holder is not None:  # a key inside a list of dicts (cluster.replicas=[{cnt: 2}]): OmegaConf loses its path
+            where, _, value = holder.lstrip("+~").partition("=")
+            return f"{where}: unknown key {key!r} in {value}"
         parent, _, leaf = key.rpartition(".")
-        known = _known_keys(parent, [o for o in overrides if not o.lstrip("+~").startswith(key + "=")])
+        # Compose again without the override that set the key (or a list or dict holding it, as
+        # `cluster.replicas=[{cnt: 2}]` sets `cluster.replicas[0].cnt`) to read the keys known there.
+        rest = [o for o in overrides if not _sets(o.lstrip("+~").partition("=")[0], key)]
+        known = _known_keys(parent.partition("[")[0], rest) if len(rest) < len(overrides) else []
         hint = did_you_mean(leaf, known) if known else ""
         return f"{key}: unknown key{hint}" + ("" if hint else f"; known: {', '.join(known)}" if known else "")
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     if len(lines) > 1 and "raised while composing" in lines[0]:  # a preset's own typo: the key is below
         return f"{lines[0].removesuffix(':')}: {lines[1]}"
     return lines[0] if lines else type(e).__name__
+
+
+def _sets(override_key: str, key: str) -> bool:
+    """Does an override of `override_key` set `key` (itself, or a node above it)?"""
+    return key == override_key or (key.startswith(override_key) and key[len(override_key)] in ".[")
 
 
 def _known_keys(parent: str, overrides: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ from common.errors import HarnessError
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
 from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings, ClusterSettings
-from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation
+from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation, plan_replicas
 from harness.metrics import Slo
 from harness.search.slo import SloSettings, resolve_slo
 from harness.typed import did_you_mean, typed
@@ -91,6 +91,7 @@ class ExperimentPlan:
     dataset: dict  # the dataset config, plain: reseed() loads the same dataset with another seed
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     disagg: DisaggPlan | None = None  # a disaggregated cluster's roles (cluster.prefill_instances > 0)
+    replicas: tuple[tuple[int, DeploymentPlan], ...] = ()  # (count, deployment) per group of cluster.replicas
     notes: tuple[str, ...] = field(default=())
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
@@ -99,7 +100,7 @@ class ExperimentPlan:
             scheduler_name=scheduler, scheduler=self.schedulers[scheduler], deployment=self.deployment,
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
-            cluster=self.cluster, disagg=self.disagg,
+            cluster=self.cluster, disagg=self.disagg, replicas=self.replicas,
         )
 
 
@@ -152,7 +153,18 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     schedulers = _scheduler_configs(cfg["scheduler"])
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
-    pools = ([("both", deployment)] if disagg is None else [("prefill", disagg.prefill), ("decode", disagg.decode)])
+    replicas = ()
+    if cluster.replicas:
+        if backend.name != "sim":
+            raise HarnessError(f"cluster.replicas (instances of different deployments): only backend=sim runs them so far, "
+                               f"not backend={backend.name}")
+        replicas = plan_replicas(
+            cluster, cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
+            block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"))
+    if disagg is not None:
+        pools = [("prefill", disagg.prefill), ("decode", disagg.decode)]
+    else:
+        pools = [("both", d) for _, d in replicas] or [("both", deployment)]
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
         for role, d in pools:
             try:
@@ -177,6 +189,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         dataset=_plain(cfg["dataset"]),
         cluster=cluster,
         disagg=disagg,
+        replicas=replicas,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))

@@ -49,11 +49,12 @@ class SimBackend:
         stats: dict = {}
         if job.disagg is not None:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
-        if job.cluster.instances > 1:  # one instance is today's single engine, by the same code
-            engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
-                       for _ in range(job.cluster.instances)]
-            records = simulate_cluster(requests, engines, [d.timer] * len(engines), make_router(job.cluster.router),
-                                       pp=d.pp, fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s, stats=stats)
+        if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
+            plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
+            engines = [make_engine(job.scheduler, p.kv_capacity_tokens, job.max_model_len, p.block_size) for p in plans]
+            records = simulate_cluster(requests, engines, [p.timer for p in plans], make_router(job.cluster.router),
+                                       pp=[p.pp for p in plans], fast_forward=self.conf.fast_forward,
+                                       time_limit_s=job.time_limit_s, stats=stats)
             return BackendRun(records, stats)
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats)

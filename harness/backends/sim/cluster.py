@@ -92,10 +92,14 @@ class _Instance:
 
 
 def make_instances(run: SimRun, engines: Seq[Engine], timers: Seq[IterationTimer], fast_forward: bool,
-                   pp: int) -> list[_Instance]:
+                   pp: int | Seq[int]) -> list[_Instance]:
+    """One instance per engine; `pp`: every instance's pipeline stages, or each one's."""
     if not engines or len(engines) != len(timers):
         raise ValueError(f"a cluster needs one timer per engine and at least one engine, got {len(engines)}, {len(timers)}")
-    return [_Instance(run, e, tm, fast_forward, pp) for e, tm in zip(engines, timers)]
+    stages = [pp] * len(engines) if isinstance(pp, int) else list(pp)
+    if len(stages) != len(engines):
+        raise ValueError(f"a cluster needs one pipeline depth per engine, got {len(stages)} for {len(engines)}")
+    return [_Instance(run, e, tm, fast_forward, k) for e, tm, k in zip(engines, timers, stages)]
 
 
 def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tuple[float, int]], limit: float,
@@ -128,7 +132,7 @@ def simulate_cluster(
     timers: Seq[IterationTimer],
     router: Router,
     *,
-    pp: int = 1,
+    pp: int | Seq[int] = 1,
     fast_forward: bool = True,
     time_limit_s: float | None = None,
     on_progress: Callable[[int], None] | None = None,
@@ -136,7 +140,8 @@ def simulate_cluster(
     on_route: Callable[[list[InstanceState], int], None] | None = None,
 ) -> list[RequestRecord]:
     """Run `requests` through a cluster of `engines` (instance i priced by `timers[i]`) behind
-    `router`; one record per request, input order. Every instance has `pp` pipeline stages.
+    `router`; one record per request, input order. Every instance has `pp` pipeline stages (or
+    instance i has pp[i]: instances of different deployments).
     `stats`, if given, receives `instance_requests` (how many requests each instance got) and,
     with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
     sees every decision."""
