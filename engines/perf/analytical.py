@@ -9,6 +9,7 @@ stage and per GPU (all TP ranks do the same work in parallel), the stage time is
   + (last stage)  final norm + LM head for one row per sequence (+ logits all-gather under TP)
                   + the engine's CPU overhead (scheduling, input preparation, sampling, output
                     processing, and the driver-to-worker round trip with more than one GPU).
+  + (every stage, stacks that price them) kernel launches, eager or as CUDA graphs (launch.py).
 
 Operators (see operators.py for the formulas, deployment.py / hardware.py for the constants):
 
@@ -40,13 +41,13 @@ from common.errors import HarnessError
 
 from . import operators as ops
 from .deployment import Deployment
-from . import memory
+from . import launch, memory
 from .kernels import get_stack, kernels_for
 from .moe import ExpertRouting
 from .scratch import SCRATCH as _SCRATCH, check_counts as _check_counts, prepare
 
 # Components of one stage's time (summing to "total") and the details of "linear".
-BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead")
+BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead", "launch")
 LINEAR_PARTS = ("linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_down")
 
 
@@ -149,6 +150,10 @@ class PerfModel:
         multi_gpu = d.num_gpus > 1
         self._cpu_fixed = d.cpu_overhead_s + (d.multi_gpu_overhead_s if multi_gpu else 0.0)
         self._cpu_per_seq = d.cpu_overhead_per_seq_s + (d.multi_gpu_overhead_per_seq_s if multi_gpu else 0.0)
+        # Kernel launches, eager or as CUDA graphs (launch.py); None where the stack prices none.
+        self.launch = launch.build("eager" if d.cuda_graphs is False else self.stack.graphs, self.stack.launch_s,
+                                   self.stack.graph_max_tokens, elementwise_kernels=len(self.elementwise_kernels),
+                                   gemms=4 + m.is_moe, allreduces_per_layer=self._allreduces_per_layer, tp=d.tp)
         # Stage-to-stage send: hidden states, plus the residual stream Llama-style blocks carry
         # separately (vLLM's PP sends both); Falcon's parallel block has none.
         self._send_bytes_per_token = (1 if m.parallel_attn_mlp else 2) * self._act_bytes_per_token
@@ -232,6 +237,7 @@ class PerfModel:
         out["embedding"] = float(comp["embedding"][0]) if (active and first) else 0.0
         out["lm_head"] = float(comp["lm_head"][0]) if (active and last) else 0.0
         out["cpu_overhead"] = float(comp["cpu_overhead"][0]) if (active and last) else 0.0
+        out["launch"] = self._launch(comp["seqs"][0], comp["tokens"][0], s) if self.launch else 0.0
         out["total"] = float(stages[s, 0])
         out["stage"] = float(s)
         out["layers"] = float(layers)
@@ -352,13 +358,15 @@ class PerfModel:
                 t = t + ((tokens * self._embedding_per_token + self._embedding_fixed) + allreduce)
             if s == last:
                 t = t + lm_head + cpu
+            if self.launch:
+                t = t + self._launch(seqs, tokens, s)
             stages.append(t)
         return stages
 
     def _stage_times(self, comp: dict[str, np.ndarray]) -> np.ndarray:
         """(pp, rows) seconds of each stage (0 for rows without tokens: every part is 0 there)."""
         last = self.pp - 1
-        if last == 0:
+        if last == 0 and not self.launch:
             return (self.stage_layers[0] * comp["layer"] + comp["embedding"] + comp["lm_head"]
                     + comp["cpu_overhead"])[None]
         rows = []
@@ -368,8 +376,13 @@ class PerfModel:
                 t = t + comp["embedding"]
             if s == last:
                 t = t + comp["lm_head"] + comp["cpu_overhead"]
+            if self.launch:
+                t = t + self._launch(comp["seqs"], comp["tokens"], s)
             rows.append(t)
         return np.stack(rows)
+
+    def _launch(self, seqs, tokens, stage: int):
+        return self.launch.stage_s(seqs, tokens, self.stage_layers[stage], stage == 0, stage == self.pp - 1)
 
     def _send(self, tokens: np.ndarray) -> np.ndarray:
         """Activation bytes of the batch over the PP link (see _send_bytes_per_token)."""

@@ -23,6 +23,16 @@ Sources:
              scenarios" (one CTA per token, scalar loads), fixed with vector loads; #27931
              (2025-11) vectorized rms_norm: why the early-2024 kernels reach 0.4-0.5 of HBM.
   [FA2]      hardware.py: FlashAttention-2 paper efficiencies (GpuSpec.attention_efficiency).
+  [FA3]      Shah et al., "FlashAttention-3" (arXiv 2407.08608, 2024): FP16 forward on H100 SXM
+             "up to 740 TFLOPs/s (75% utilization)", i.e. 0.75 of the 989 TFLOP/s peak.
+  [VLLM-V1]  vLLM V1 alpha blog (blog.vllm.ai, 2025-01-27, "vLLM V1: A Major Upgrade..."):
+             "the kernels used for V0 and V1 are almost identical, the performance difference is
+             mainly due to ... reduced CPU overheads"; FlashAttention 3 integrated; torch.compile
+             with piecewise CUDA graphs. vLLM docs, design/cuda_graphs.md (PR #24374, Sep 2025)
+             and vllm/config/compilation.py: cudagraph_mode FULL_AND_PIECEWISE (full graphs for
+             uniform decode batches, piecewise graphs, attention left out, for the rest), captured
+             up to max_cudagraph_capture_size = 512 tokens by default.
+Launch costs and CUDA graphs: launch.py; CPU costs: cpu_costs.py.
 """
 from __future__ import annotations
 
@@ -120,6 +130,10 @@ _ATTENTION = {
     # (in-chunk masked tiles cost about as much as unmasked ones: n = 4096, c = 0 takes 2.3 ms);
     # decode 13.4 us + KV bytes at 0.807 of HBM. One prefill call per sequence ([SARATHI]
     # flash_attention_wrapper.py). Measured on A100 only: other GPUs take the same fractions.
+    # FlashAttention-3 on Hopper [FA3]: 0.75 of peak where the GPU's FA2 figure is 0.34 (hardware.py
+    # H100/H200); no launch or per-call cost measured (0: the datasheet-style entry). Decode as FA2.
+    "fa3-2024": AttentionKernel("fa3-2024", prefill_fixed_s=0.0, prefill_fa2_fraction=0.75 / 0.34, causal_flops=True,
+                                decode_fixed_s=0.0, decode_efficiency=None),
     "sarathi-2024": AttentionKernel("sarathi-2024", prefill_fixed_s=21.5e-6, prefill_fa2_fraction=0.374 / 0.60,
                                     causal_flops=False, decode_fixed_s=13.4e-6, decode_efficiency=0.807),
 }
@@ -152,7 +166,8 @@ _VLLM_2024_FALLBACK = "a100-80g-pcie"
 
 @dataclass(frozen=True)
 class EngineStack:
-    """An engine's kernel choices, resolved for one GPU by `kernels_for`."""
+    """An engine's kernel choices, resolved for one GPU by `kernels_for`, its CPU costs and how it
+    launches kernels (launch.py)."""
 
     name: str
     gemm: str  # "datasheet" or "cublas-2024"
@@ -160,9 +175,19 @@ class EngineStack:
     elementwise: str  # "ideal" or "vllm-2024"
     kv_memory: str  # how the engine sizes its KV cache (memory.py RECIPES)
     description: str
+    cpu: str = "vidur-2024"  # per-iteration / per-sequence CPU costs (cpu_costs.py CPU_PROFILES)
+    graphs: str = "eager"  # launch.py GRAPH_MODES
+    launch_s: float = 0.0  # exposed CPU cost of one eager kernel launch (launch.py)
+    graph_max_tokens: int = 0  # largest captured batch (tokens; = sequences for a decode batch)
+    attention_hopper: str | None = None  # the attention kernel on Hopper GPUs, where it differs
 
 
 STACKS = {
+    # [SARATHI] model_runner.py (commit 13f16cf) calls self.model(...) directly: eager PyTorch, no CUDA
+    # graphs. Its launches are not priced (launch_s 0, the zero-effect value): Vidur's operator times
+    # are kernel times (vidur/profiling/common/cuda_timer.py: torch profiler CUDA time), its CPU
+    # profile has no model-execution column, and an eager engine enqueues ahead of the GPU, so only
+    # launches longer than their kernels would show; no measurement of that for this engine exists.
     "sarathi-serve-2024": EngineStack(
         "sarathi-serve-2024", gemm="cublas-2024", attention="sarathi-2024", elementwise="vllm-2024",
         kv_memory="sarathi-serve",
@@ -173,18 +198,35 @@ STACKS = {
         description="datasheet fractions: large-GEMM efficiency at every shape, FlashAttention-2 paper "
                     "efficiency, fused add+norm, kernels at 0.85 of HBM, no launch costs (the model before "
                     "measured kernels)"),
+    # [VLLM-V1]: V0's cuBLAS GEMMs ("almost identical" kernels); FA3 on Hopper, FA2 elsewhere (V1 picks
+    # FLASH_ATTN, vllm_flash_attn's FA3 build on sm90); torch.compile fuses the residual add into the
+    # norm (no profile of Inductor's kernels: the `ideal` elementwise entries); full CUDA graphs for
+    # decode batches, piecewise for the rest, up to 512 tokens; eager launches at launch.py LAUNCH_S.
+    # CPU costs: the blog gives no per-iteration figure for V1's lower overheads, so Vidur's profile
+    # stays (the conservative, zero-effect value): V1's gain here is kernels and graphs only.
+    "vllm-v1-2025": EngineStack(
+        "vllm-v1-2025", gemm="cublas-2024", attention="fa2-ideal", attention_hopper="fa3-2024",
+        elementwise="ideal", kv_memory="sarathi-serve", graphs="full-and-piecewise", launch_s=4e-6,
+        graph_max_tokens=512,
+        description="vLLM V1 (2025): cuBLAS GEMMs, FlashAttention-3 on Hopper / FA2 elsewhere, torch.compile-"
+                    "fused add+norm, CUDA graphs (full for decodes, piecewise otherwise, up to 512 tokens), "
+                    "Vidur's CPU costs (no V1 figure published)"),
 }
+# Vidur profiled Sarathi-Serve's vLLM-derived engine (vidur/profiling: "compatibility with sarathi
+# cudatimer"; the operator and CPU profiles above): the vLLM Vidur profiled is the paper's engine.
+STACK_ALIASES = {"vllm-vidur-2024": "sarathi-serve-2024"}
 DEFAULT_STACK = "sarathi-serve-2024"
 
 
 def known_stacks() -> list[str]:
-    return sorted(STACKS)
+    return sorted([*STACKS, *STACK_ALIASES])
 
 
 def get_stack(name: str | EngineStack | None) -> EngineStack:
     if isinstance(name, EngineStack):
         return name
     key = DEFAULT_STACK if name is None else str(name).strip().lower().replace("_", "-")
+    key = STACK_ALIASES.get(key, key)
     if key not in STACKS:
         raise HarnessError(f"unknown engine stack {name!r}; known: {', '.join(known_stacks())}")
     return STACKS[key]
@@ -201,6 +243,9 @@ def get_attention_kernel(name: str) -> AttentionKernel:
     return _ATTENTION[key]
 
 
+_HOPPER = ("h100", "h200")  # hardware.py catalog names of sm90 parts
+
+
 @dataclass(frozen=True)
 class Kernels:
     """One stack's kernels on one GPU (what PerfModel prices with)."""
@@ -213,7 +258,8 @@ class Kernels:
 def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
                 attention: str | None = None) -> Kernels:
     """The stack's kernels on one GPU; `attention` names another attention kernel than the stack's."""
-    att = get_attention_kernel(attention or stack.attention)
+    hopper = stack.attention_hopper if gpu_name.startswith(_HOPPER) else None
+    att = get_attention_kernel(attention or hopper or stack.attention)
     if stack.gemm == "datasheet":
         gemm = _GEMM_IDEAL
     elif gpu_name in _GEMM_2024:

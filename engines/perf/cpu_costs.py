@@ -1,0 +1,70 @@
+"""An engine's CPU costs per iteration: scheduling, input preparation, sampling, output processing,
+and the driver-to-worker hop with more than one GPU. Each engine stack (kernels.py) names its
+profile; a Deployment's explicit value wins (deployment.py).
+
+The one measured profile, `vidur-2024`, is the public CPU-overhead profile of the Vidur simulator
+(microsoft/vidur, data/profiling/a100/cpu_overheads.csv), measured on the Sarathi-Serve-era
+engine on the paper's A100s. Medians for Llama-2-7B, TP1:
+
+    batch   schedule  sampler_e2e  prepare_inputs_e2e  process_model_outputs   sum (ms)
+      8      0.165      0.888          0.293               0.624               1.97
+     32      0.580      1.126          0.671               2.246               4.62
+     64      0.952      1.370          1.163               4.108               7.59
+
+A straight line through them is 1.2 ms + 0.10 ms per sequence. The same file reports
+RAY_COMM_TIME_MEDIAN, the driver-to-worker round trip that only multi-GPU deployments pay
+(0.16-0.45 ms at TP1, i.e. nothing to speak of). It grows with the batch (the inputs and
+outputs it carries); medians for Llama-2-70B, TP4, the shape of the paper's PP stages:
+
+    batch       8     16     24     32     40     48     56     64
+    ray (ms)  3.05   3.76   4.39   5.40   6.44   7.86   8.50   8.49
+
+A least-squares line through them is 2.05 ms + 0.109 ms per sequence (Llama-2-7B TP4:
+2.3 + 0.098; TP2: 2.0 + 0.067) -> 2.0 ms + 0.10 ms per sequence. (The vLLM v0.6.0
+performance blog, Sep 2024, makes the same point qualitatively: on Llama-3-8B/H100, scheduling
+alone was 29 % of the step time in v0.5.3.)
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from common.errors import HarnessError
+
+
+@dataclass(frozen=True)
+class CpuCosts:
+    cpu_overhead_s: float  # per iteration, fixed part
+    cpu_overhead_per_seq_s: float  # per sequence in the batch
+    multi_gpu_overhead_s: float  # per iteration when tp * pp > 1 (the driver-to-worker hop)
+    multi_gpu_overhead_per_seq_s: float  # per sequence when tp * pp > 1
+
+
+CPU_FIELDS = tuple(CpuCosts.__dataclass_fields__)
+
+# Vidur's A100 profile (module docstring): 1.2 ms + 0.10 ms/seq; RAY_COMM_TIME_MEDIAN 2.0 ms + 0.10 ms/seq.
+CPU_PROFILES: dict[str, CpuCosts] = {
+    "vidur-2024": CpuCosts(cpu_overhead_s=1.2e-3, cpu_overhead_per_seq_s=0.10e-3,
+                           multi_gpu_overhead_s=2.0e-3, multi_gpu_overhead_per_seq_s=0.10e-3),
+}
+
+# The profile above was measured on the A100 servers. The A40 server has its own host CPU and
+# its own profile (Vidur data/profiling/a40/cpu_overheads.csv, Llama-2-70B TP4 medians, ms):
+#
+#    batch   schedule + sampler_e2e + prepare_inputs_e2e + process_model_outputs   ray_comm
+#      8        0.27   +   1.68    +   0.47             +   1.00  =  3.43          3.92
+#     32        0.89   +   2.05    +   1.05             +   3.16  =  7.14          6.56
+#     64        1.24   +   2.09    +   1.82             +   5.74  = 10.89          9.31
+#
+# Least-squares lines: 2.6 ms + 0.13 ms per sequence, and 3.3 ms + 0.096 ms per sequence.
+# Keyed by (CPU profile, topology name): a server's host goes with its GPUs.
+HOST_OVERHEADS: dict[tuple[str, str], CpuCosts] = {
+    ("vidur-2024", "paper-a40"): CpuCosts(cpu_overhead_s=2.6e-3, cpu_overhead_per_seq_s=0.13e-3,
+                                          multi_gpu_overhead_s=3.3e-3, multi_gpu_overhead_per_seq_s=0.096e-3),
+}
+
+
+def cpu_costs(profile: str, host: str | None = None) -> dict[str, float]:
+    """The profile's costs on `host` (a topology name), as Deployment field values."""
+    if profile not in CPU_PROFILES:
+        raise HarnessError(f"unknown CPU-cost profile {profile!r}; known: {', '.join(sorted(CPU_PROFILES))}")
+    return asdict(HOST_OVERHEADS.get((profile, host or ""), CPU_PROFILES[profile]))
