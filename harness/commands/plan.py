@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.config import compose
 from harness.plan import answer, export, figure
+from harness.plan.check import check_winner
 from harness.plan.replicas import POISSON_NOTE
 from harness.plan.search import PlanRun, run_plan
 from harness.plan.settings import plan_settings, split_words
@@ -26,7 +27,8 @@ Every deployment that fits (TP x PP over the hardware's nodes), crossed with Sar
 vLLM and Orca batch sizes; each one's capacity in the simulator; the replicas the target needs; ranked.
 plan.* keys (harness/plan/settings.py PlanSettings): max_gpus, max_total_gpus, tp, pp, sarathi_budgets,
 sarathi_max_seqs, vllm_max_seqs, orca_max_seqs, screen_requests, refine_top, rows, prune, margin,
-workers, prices.GPU, out. Any experiment key works too (search.num_requests, slo.kind, perf.stack ...).
+workers, prices.GPU, out, disaggregated (P/D units too), pd_max, pd_policies, check (the winner's replicas
+simulated behind least_outstanding at the target). Any experiment key works too (search.num_requests, slo.kind, perf.stack ...).
 Example:
   python -m harness plan model=llama3-70b hardware=h100_80g dataset=openchat_sharegpt4 slo.tbt_s=0.1 target_qps=40
 """
@@ -48,12 +50,13 @@ def plan_command(argv: list[str]) -> int:
           f"replicas of up to {space.max_gpus} GPUs), {plan0.dataset['name']}, SLO P{plan0.slo.tbt_quantile * 100:g} TBT "
           f"<= {plan0.slo.tbt_s:.3g} s, {target}: {len(space.plans)} deployments fit"
           + (f" ({', '.join(f'tp{m.tp}pp{m.pp}' for m in space.misfits)} do not)" if space.misfits else "")
+          + (f", {len(space.unit_plans)} P/D units" if settings.disaggregated else "")
           + f", {len(space.candidates)} configurations", flush=True)
     run = run_plan(space, settings)
     win = answer.winner(run)  # nothing meets the request: one line, exit 2, nothing written
     elapsed = time.perf_counter() - t0
     table = answer.rows(run, settings.rows)
-    wplan = space.plans[(win.candidate.tp, win.candidate.pp)]
+    wplan = space.plan_of(win.candidate)
     counts = {s: sum(e.status == s for e in run.evaluations) for s in ("pruned", "eliminated", "screened", "refined")}
     print(f"{len(run.evaluations)} configurations in {elapsed:.1f} s ({len(run.evaluations) / elapsed:.1f} a second): "
           f"{counts['pruned']} ruled out by their bounds, {counts['eliminated']} by one probe at the rate they needed, "
@@ -62,38 +65,54 @@ def plan_command(argv: list[str]) -> int:
     for line in answer.table_lines(table):
         print(line)
     print(f"note: {POISSON_NOTE}; latencies at a replica's share of the target")
+    checks = check_winner(space, win, settings.target_qps, _log) if settings.target_qps and settings.check else []
+    for c in checks:
+        print(c.line(wplan.slo.criterion))
+    if checks and not checks[0].passed:
+        print(f"WARNING: {checks[0].replicas} replicas of the winner FAIL the SLO at the target in the cluster simulation: "
+              f"the answer is not trustworthy as it stands"
+              + (f"; {checks[-1].replicas} replicas pass" if checks[-1].passed else f"; {checks[-1].replicas} fail too"))
     out = Path(settings.out) if settings.out else Path(cfg.results_dir) / "plans" / name / datetime.now().strftime("%Y%m%d-%H%M%S")
     preset_name = f"plan_{name}".replace("-", "_").replace(".", "_")
     serve = export.vllm_serve_line(wplan, win.candidate.scheduler)
     share = settings.target_qps / table[0].replicas if settings.target_qps and table[0].replicas else None
     check = (f"python -m harness hydra.searchpath=[file://{out.resolve()}] experiment={preset_name} backend=endpoint "
              f"backend.base_url=http://HOST:PORT/v1 backend.served_model=NAME")
-    print(f"winner: {win.candidate.key}, {answer.describe_deployment(win.candidate.tp, win.candidate.pp)}, "
+    if win.candidate.unit is not None:  # backend=endpoint measures one server; the unit's cluster runs simulated or live
+        check = f"python -m harness hydra.searchpath=[file://{out.resolve()}] experiment={preset_name} (the unit simulated; backend=live runs it as in-repo servers)"
+    print(f"winner: {win.candidate.key}, {answer.describe_deployment(win.candidate.tp, win.candidate.pp, win.candidate.unit)}, "
           f"{answer.describe_scheduler(win, wplan)}: {win.capacity_qps:.3g} QPS a replica")
     print(serve)
-    print(f"check it live: {check}" + (f" (one replica at its share: search.fixed_qps={share:.3g})" if share else ""))
-    _write(out, run, cfg, win, table, preset_name, serve, check, elapsed, name)
+    print(f"check it{'' if win.candidate.unit else ' live'}: {check}" + (f" (one replica at its share: search.fixed_qps={share:.3g})" if share else ""))
+    _write(out, run, cfg, win, table, preset_name, serve, check, elapsed, name, checks)
     print(f"plan: {out}")
     return 0
 
 
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def _write(out: Path, run: PlanRun, cfg, win, table, preset_name: str, serve: str, check: str, elapsed: float,
-           name: str) -> None:
+           name: str, checks) -> None:
     partial = out.with_name(f".{out.name}.partial")
     (partial / "experiment").mkdir(parents=True, exist_ok=True)
-    wplan = run.space.plans[(win.candidate.tp, win.candidate.pp)]
+    wplan = run.space.plan_of(win.candidate)
     comment = (f"The winner of `python -m harness plan` ({name}): {win.candidate.key}, {win.capacity_qps:.4g} QPS a replica.\n"
                f"Check it live: {check}")
     (partial / "experiment" / f"{preset_name}.yaml").write_text(
         export.preset_yaml(cfg, wplan, win.candidate.scheduler, preset_name, comment))
     (partial / "serve.sh").write_text("#!/bin/sh\n" + serve + "\n")
-    (partial / "table.md").write_text(answer.table_markdown(table) + f"\n{POISSON_NOTE}\n")
+    checked = "".join(f"{c.line(wplan.slo.criterion)}\n" for c in checks)
+    (partial / "table.md").write_text(answer.table_markdown(table) + f"\n{POISSON_NOTE}\n" + (f"\n{checked}" if checked else ""))
     figure.draw(run, win, partial / "pareto.png", f"{name}: SLO P99 TBT <= {wplan.slo.tbt_s:.3g} s")
     record = {
         "name": name, "seconds": elapsed, "settings": asdict(run.settings), "winner": win.candidate.key,
         "probes_screen": run.probes_screen, "probes_full": run.probes_full, "waves": run.waves,
         "misfits": [asdict(m) for m in run.space.misfits], "table": [asdict(r) for r in table],
         "candidates": [_evaluation(e) for e in run.evaluations],
+        "checked": [{"replicas": c.replicas, "gpus": c.gpus, "qps": c.qps, "requests": c.requests,
+                     "verdict": "pass" if c.passed else "fail", "probe": asdict(c.probe)} for c in checks],
     }
     (partial / "plan.json").write_text(json.dumps(_clean(record), indent=1))
     partial.rename(out)

@@ -34,14 +34,19 @@ class Row:
 
 def describe_scheduler(e: Evaluation, plan) -> str:
     sc = plan.schedulers[e.candidate.scheduler]
+    if e.candidate.unit is not None:  # the prefill role's policy; the decode role keeps max_num_seqs
+        what = f"budget {sc.token_budget} chunks" if sc.policy == "sarathi" else "whole prefills"
+        return f"P: {scheduler_label(sc.policy)} {what}, D: batch {sc.max_num_seqs}"
     if sc.policy == "sarathi":
         return f"{scheduler_label('sarathi')} budget {sc.token_budget}" + (f", batch {sc.max_num_seqs}" if sc.max_num_seqs != 128 else "")
     return f"{scheduler_label(sc.policy)} batch {sc.max_num_seqs}"
 
 
-def describe_deployment(tp: int, pp: int) -> str:
-    shape = f"TP{tp}-PP{pp}" if pp > 1 else f"TP-{tp}"
-    return f"{shape} ({tp * pp} GPU{'s' if tp * pp > 1 else ''})"
+def describe_deployment(tp: int, pp: int, unit=None) -> str:
+    """TP-2 (2 GPUs); a P/D unit as its layout, 2P(tp2):1D(tp2) (6 GPUs)."""
+    gpus = unit.gpus if unit is not None else tp * pp
+    shape = unit.layout if unit is not None else (f"TP{tp}-PP{pp}" if pp > 1 else f"TP-{tp}")
+    return f"{shape} ({gpus} GPU{'s' if gpus > 1 else ''})"
 
 
 def mean_output_tokens(run: PlanRun) -> float:
@@ -72,11 +77,11 @@ def rows(run: PlanRun, limit: int | None = None) -> list[Row]:
     out = []
     for i, e in enumerate(ranked(run)[:limit], start=1):
         c, cap = e.candidate, e.capacity_qps
-        plan = run.space.plans[(c.tp, c.pp)]
+        plan = run.space.plan_of(c)
         reps = replicas_needed(target, cap) if target else 1
         gpus = gpus_needed(target, cap, c.gpus) if target else c.gpus
         at = e.at_target or ((e.full or e.screen).at_capacity if not target else None)
-        out.append(Row(i, c.key, describe_deployment(c.tp, c.pp), describe_scheduler(e, plan), c.policy, c.gpus, cap,
+        out.append(Row(i, c.key, describe_deployment(c.tp, c.pp, c.unit), describe_scheduler(e, plan), c.policy, c.gpus, cap,
                        cap / c.gpus, reps, gpus, at.ttft_p50_s if at else None, at.tbt_s if at else None,
                        cost_per_million(run, gpus, target or cap), "full" if e.full is not None else "screen"))
     return out

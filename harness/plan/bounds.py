@@ -140,3 +140,41 @@ def _typical_decode(plan: ExperimentPlan, batch: int, o: np.ndarray) -> float:
     c = int(np.mean(plan.workload.prompt_lens) + np.mean(o) / 2)
     b = _slo_batch(perf, batch, c, plan.slo.tbt_s)
     return 0.0 if b == 0 else _best_rate(perf, b, c) / max(float(np.mean(o - 1)), 1e-9)
+
+
+def unit_bound(plan: ExperimentPlan, scheduler: str, prefill: int, decode: int) -> Bound:
+    """No probe of a P/D unit (`plan.disagg`, `prefill` and `decode` instances) passes above `qps`,
+    from each role's share of the facts above: every prompt token passes the slowest stage of a
+    prefill instance (at most the scheduler's batch of tokens); on a decode instance, the decode
+    bound (its KV pool and max_num_seqs; token 2's TBT sample holds the transfer and any wait, so
+    it too lasts at least its iteration), its output tokens through the slowest stage, and Little's
+    law on its KV. The unit is at most min(P x prefill rate, D x decode rate). Only the paper's
+    criterion is bounded (attainment judges per-request TPOT, not pooled TBT samples): under
+    another the bound is infinite (never pruned) and only the estimate orders the search."""
+    from dataclasses import replace
+
+    sc, w = plan.schedulers[scheduler], plan.workload
+    pplan, dplan = replace(plan, deployment=plan.disagg.prefill), replace(plan, deployment=plan.disagg.decode)
+    pperf, dperf = pplan.deployment.perf, dplan.deployment.perf
+    c = shortest_decode_context(plan)
+    p, o = w.prompt_lens.astype(np.float64), w.output_lens.astype(np.float64)
+    batch = min(int(sc.max_num_seqs), _kv_batch(dplan, sc))
+    rates = {"prefill": prefill / (float(np.mean(p)) * _token_cost(pperf, _most_tokens(pplan, sc)))}
+    estimate = min(rates["prefill"], decode * _typical_decode(dplan, batch, o))
+    if plan.slo.criterion != "paper":
+        return Bound(float("inf"), "none", batch, estimate)
+    slo_batch = min(batch, _slo_batch(dperf, batch, c, plan.slo.tbt_s))
+    if slo_batch == 0:
+        return Bound(0.0, "slo", batch)
+    q = plan.slo.tbt_quantile
+    token_rate = 1.0 / (q / _best_rate(dperf, slo_batch, c) + (1 - q) / _best_rate(dperf, batch, c))
+    outputs = max(float(np.mean(o - 1)), 1e-9)
+    held = (o - 1) * p + (o - 1) * o / 2
+    rates["decode"] = decode * token_rate / outputs
+    rates["tokens"] = decode / (outputs * _token_cost(dperf, batch))
+    rates["kv"] = decode * dplan.deployment.kv_capacity_tokens / max(float(np.mean(held)) * _decode_latency(dperf, 1, c), 1e-12)
+    binding = min(rates, key=rates.get)
+    rate = rates[binding]
+    absorbed = prefill * int(sc.max_num_seqs) + decode * batch  # requests the running sets hold
+    slack = 1 + 2 * (absorbed + rate * plan.slo.scheduling_delay_s) / len(w.prompt_lens)
+    return Bound(rate * slack, binding, batch, min(rate, estimate))

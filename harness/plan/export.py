@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from dataclasses import asdict
 
 from omegaconf import OmegaConf
 
@@ -24,7 +25,15 @@ def vllm_serve_words(plan: ExperimentPlan, scheduler: str) -> list[str] | str:
             "--block-size", str(d.block_size), "--no-enable-prefix-caching", *policy]
 
 
+# vLLM's disaggregated prefill: every instance loads a KV connector (NIXL here; vLLM's docs,
+# "Disaggregated Prefilling", features/nixl_connector_usage) and a proxy sends each request to a
+# prefill server, then to a decode server with the prefill's kv_transfer_params.
+KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+
+
 def vllm_serve_line(plan: ExperimentPlan, scheduler: str) -> str:
+    if plan.disagg is not None:
+        return _pd_serve_lines(plan, scheduler)
     words = vllm_serve_words(plan, scheduler)
     if isinstance(words, str):
         return f"# not expressible with vllm serve: {words}"
@@ -46,6 +55,7 @@ def preset_yaml(cfg: Mapping, plan: ExperimentPlan, scheduler: str, name: str, c
         "dataset": resolved["dataset"],
         "perf": resolved.get("perf"),
         "parallel": {"tp": plan.deployment.tp, "pp": plan.deployment.pp},
+        "cluster": ({k: v for k, v in asdict(plan.cluster).items() if k != "replicas"} if plan.disagg else None),
         "slo": {**{k: v for k, v in resolved["slo"].items() if k != "table"}, "tbt_s": plan.slo.tbt_s},
         "search": {"num_requests": plan.search.num_requests},
         "scheduler": {sc.policy: knobs},
@@ -53,3 +63,22 @@ def preset_yaml(cfg: Mapping, plan: ExperimentPlan, scheduler: str, name: str, c
     head = "\n".join(f"# {line}" for line in comment.splitlines())
     return (f"# @package _global_\n{head}\ndefaults:\n  - override /scheduler: [{sc.policy}]\n\n"
             + OmegaConf.to_yaml(OmegaConf.create({k: v for k, v in body.items() if v is not None})))
+
+
+def _pd_serve_lines(plan: ExperimentPlan, scheduler: str) -> str:
+    """Each role's `vllm serve` flags with a P/D connector, marked for what they are: the harness
+    simulates the unit but does not generate a working P/D deployment (no proxy, no connector setup)."""
+    from dataclasses import replace
+
+    c = plan.cluster
+    lines = [f"# A P/D unit ({c.prefill_instances} prefill + {c.decode_instances} decode servers): NOT a working deployment.",
+             "# vLLM serves it only with a KV connector on every server (--kv-transfer-config) and a proxy that sends",
+             "# each request to a prefill server, then to a decode server; the harness generates neither (it simulates",
+             f"# the unit). MODEL: the Hugging Face id or local path of {plan.deployment.model_name}"]
+    for role, count, d in (("prefill", c.prefill_instances, plan.disagg.prefill), ("decode", c.decode_instances, plan.disagg.decode)):
+        words = vllm_serve_words(replace(plan, deployment=d), scheduler)
+        if isinstance(words, str):
+            return f"# not expressible with vllm serve: {words}"
+        lines += [f"# {role} servers (x{count}):",
+                  " ".join(shlex.quote(w) for w in words + ["--kv-transfer-config", KV_TRANSFER_CONFIG])]
+    return "\n".join(lines)

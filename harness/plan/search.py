@@ -10,7 +10,8 @@
    warm-started from its nearest screened neighbour (same deployment and policy, the closest
    knob; else the same policy elsewhere), scaled by the ratio of their bounds, stepping by 1.25
    instead of doubling.
-3. Refine: the best screened candidates (`plan.refine_top`, and the best of each policy) get the
+3. Refine: the best screened candidates (`plan.refine_top`, and the best of each policy, P/D
+   units apart: `Candidate.family`) get the
    full search (search.num_requests, search.rel_tol), warm-started from their screened capacity.
 4. At the target: one full probe per refined candidate at a replica's share of the target.
 
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from common.errors import HarnessError
-from harness.plan.bounds import Bound, capacity_bound, single_decode_s
+from harness.plan.bounds import Bound, capacity_bound, single_decode_s, unit_bound
 from harness.plan.replicas import competitive_rate, rank_key, replicas_needed
 from harness.plan.settings import PlanSettings
 from harness.plan.space import Candidate, Space
@@ -96,6 +97,11 @@ def fidelity(plan: ExperimentPlan, num_requests: int) -> ExperimentPlan:
                    workload=load_workload(plan.dataset, num_requests, plan.seed))
 
 
+def bound_of(space: Space, c: Candidate) -> Bound:
+    plan = space.plan_of(c)
+    return unit_bound(plan, c.scheduler, c.unit.prefill, c.unit.decode) if c.unit else capacity_bound(plan, c.scheduler)
+
+
 def check_slo_reachable(space: Space) -> None:
     """An SLO below every deployment's fastest decode is met by no configuration: bad input."""
     fastest = {key: single_decode_s(p) for key, p in space.plans.items()}
@@ -115,7 +121,7 @@ def _nearest(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
         return (o.deployment != c.deployment, abs(math.log(o.knob / c.knob)), abs(math.log(o.gpus / c.gpus)), o.pp != c.pp,
                 o.key)
 
-    same = [e for e in done if e.candidate.policy == c.policy]
+    same = [e for e in done if e.candidate.family == c.family]
     return min(same, key=distance) if same else None
 
 
@@ -152,7 +158,7 @@ def _ratios(evals: Sequence[Evaluation]) -> dict[tuple, float]:
         if x.screen is not None and x.bound.estimate_qps > 0:
             c, r = x.candidate, x.screen.capacity_qps / x.bound.estimate_qps
             octave = round(math.log2(c.knob))
-            for key in ((c.policy, c.deployment, octave), (c.policy, octave), (c.policy,)):
+            for key in ((c.family, c.deployment, octave), (c.family, octave), (c.family,)):
                 sums.setdefault(key, []).append(r)
     return {k: sum(v) / len(v) for k, v in sums.items()}
 
@@ -164,7 +170,7 @@ def _expected(e: Evaluation, ratios: dict[tuple, float], target: float | None) -
     and raise the bar for the rest."""
     c = e.candidate
     octave = round(math.log2(c.knob))
-    ratio = next((ratios[k] for k in ((c.policy, c.deployment, octave), (c.policy, octave), (c.policy,)) if k in ratios),
+    ratio = next((ratios[k] for k in ((c.family, c.deployment, octave), (c.family, octave), (c.family,)) if k in ratios),
                  1.0)
     return (rank_key(target, e.bound.estimate_qps * ratio, c.gpus), c.key)
 
@@ -173,8 +179,8 @@ def _seeds(order: list[Evaluation]) -> list[Evaluation]:
     """The first to screen: per policy, the best bound at the policy's middle knob (its grid's
     median: the paper's defaults sit there), so each policy's ratio is known after one wave."""
     out = []
-    for policy in sorted({e.candidate.policy for e in order}):
-        mine = [e for e in order if e.candidate.policy == policy]
+    for family in sorted({e.candidate.family for e in order}):
+        mine = [e for e in order if e.candidate.family == family]
         knobs = sorted({e.candidate.knob for e in mine})
         middle = knobs[(len(knobs) - 1) // 2]
         out.append(max((e for e in mine if e.candidate.knob == middle), key=lambda e: e.bound.estimate_qps / e.candidate.gpus))
@@ -185,13 +191,13 @@ def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     check_slo_reachable(space)
     target = s.target_qps
-    evals = [Evaluation(c, capacity_bound(space.plans[(c.tp, c.pp)], c.scheduler)) for c in space.candidates]
+    evals = [Evaluation(c, bound_of(space, c)) for c in space.candidates]
     run = PlanRun(space, s, evals)
     any_plan = next(iter(space.plans.values()))
     search = any_plan.search
     workers = s.workers or os.cpu_count() or 1
     run.screen_requests = min(s.screen_requests, search.num_requests)  # never longer than the full probe
-    screen_plans = {k: fidelity(p, run.screen_requests) for k, p in space.plans.items()}
+    screen_plans = {c.key: fidelity(space.plan_of(c), run.screen_requests) for c in space.candidates}
     for e in evals:
         if e.bound.qps <= 0:
             e.status = "pruned"
@@ -219,7 +225,7 @@ def _screen(run: PlanRun, order: list[Evaluation], plans, pool, workers: int, lo
         while pending and len(wave) < wave_size:
             e = pending.pop(0)
             c = e.candidate
-            floor, ceiling = search.min_qps, (e.bound.qps if s.prune else search.max_qps)
+            floor, ceiling = search.min_qps, (min(e.bound.qps, search.max_qps) if s.prune else search.max_qps)
             if s.prune and best is not None:
                 need = competitive_rate(target, best.screen.capacity_qps, best.candidate.gpus, c.gpus) * (1 - s.margin)
                 e.needed_qps = need
@@ -229,7 +235,7 @@ def _screen(run: PlanRun, order: list[Evaluation], plans, pool, workers: int, lo
                 floor = max(floor, need)
             ceiling = max(ceiling, floor)
             done = [x for x in run.evaluations if x.screen is not None]
-            wave.append((e, _task(e, plans[(c.tp, c.pp)], done, s, floor, ceiling)))
+            wave.append((e, _task(e, plans[c.key], done, s, floor, ceiling)))
         if not wave:
             break
         run.waves += 1
@@ -249,17 +255,17 @@ def _refine(run: PlanRun, pool, log) -> None:
     screened = [e for e in run.evaluations if e.status == "screened"]
     ranked = sorted(screened, key=lambda e: (rank_key(target, e.screen.capacity_qps, e.candidate.gpus), e.candidate.key))
     chosen = ranked[:s.refine_top]
-    for policy in sorted({e.candidate.policy for e in ranked}):
-        first = next(e for e in ranked if e.candidate.policy == policy)
+    for family in sorted({e.candidate.family for e in ranked}):
+        first = next(e for e in ranked if e.candidate.family == family)
         if first not in chosen:
             chosen.append(first)
     if not chosen:
         return
     tasks = []
     for e in chosen:
-        plan = run.space.plans[(e.candidate.tp, e.candidate.pp)]
+        plan = run.space.plan_of(e.candidate)
         start = e.screen.capacity_qps
-        ceiling = max(e.bound.qps, start) if s.prune else max(plan.search.max_qps, start)
+        ceiling = max(min(e.bound.qps, plan.search.max_qps), start) if s.prune else max(plan.search.max_qps, start)
         tasks.append(SearchTask(plan, e.candidate.scheduler, start, plan.search.min_qps, ceiling, plan.search.rel_tol,
                                 REFINE_GROWTH))
     log(f"  refining {len(chosen)} candidates with the full search ({chosen[0].candidate.key} first)")
@@ -272,7 +278,7 @@ def _refine(run: PlanRun, pool, log) -> None:
         cap = e.full.capacity_qps
         if cap > 0:
             share = target / replicas_needed(target, cap) if target else cap
-            rates.append((e, ProbeTask(run.space.plans[(e.candidate.tp, e.candidate.pp)], e.candidate.scheduler, share)))
+            rates.append((e, ProbeTask(run.space.plan_of(e.candidate), e.candidate.scheduler, share)))
     for i, summary in pool.map_unordered(run_rate_task, [t for _, t in rates]):
         rates[i][0].at_target = summary
         run.probes_full += 1

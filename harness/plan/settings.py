@@ -40,6 +40,10 @@ class PlanSettings:
     workers: int | None = None  # capacities at once; None: this machine's CPUs (search.executor says where)
     prices: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRICES))  # $ per GPU-hour by GPU
     out: str | None = None  # the plan's directory; None: results_dir/plans/<name>/<timestamp>
+    disaggregated: bool = False  # also units of P prefill + D decode instances (harness.plan.units)
+    pd_max: int = 3  # P and D of a unit each in 1..pd_max
+    pd_policies: list[str] = field(default_factory=lambda: ["vllm"])  # the prefill role's: vllm (whole prompts), sarathi
+    check: bool = True  # simulate the winner's replicas behind least_outstanding at the target (harness.plan.check)
 
     def __post_init__(self) -> None:
         if self.target_qps is not None and not self.target_qps > 0:
@@ -57,6 +61,8 @@ class PlanSettings:
             raise ValueError("screen_requests, refine_top and rows must be >= 1")
         if not 0 < self.screen_rel_tol < 1 or not 0 <= self.margin < 1:
             raise ValueError(f"need 0 < screen_rel_tol < 1 and 0 <= margin < 1, got {self.screen_rel_tol}, {self.margin}")
+        if self.pd_max < 1 or any(p not in ("vllm", "sarathi") for p in self.pd_policies):
+            raise ValueError(f"need pd_max >= 1 and pd_policies of vllm, sarathi; got {self.pd_max}, {self.pd_policies}")
         if any(not p >= 0 for p in self.prices.values()):
             raise ValueError(f"prices must be >= 0 dollars per GPU-hour, got {self.prices}")
 

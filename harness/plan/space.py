@@ -10,13 +10,14 @@ TP group wider than a node crosses the inter-node link (the paper's Falcon-180B 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.errors import HarnessError
 from engines.perf.hardware import get_gpu, get_topology
 from harness.backends import backend_settings
 from harness.backends.deployment import build_deployment
 from harness.plan.settings import PlanSettings
+from harness.plan.units import Unit, enumerate_units
 from harness.search.plan import ExperimentPlan, plan_experiment
 
 
@@ -29,14 +30,20 @@ class Candidate:
     scheduler: str  # its name in the deployment's plan (e.g. sarathi_b512)
     policy: str
     knob: int  # the value the grid varies (token budget, or max batch size): neighbours are close in it
+    unit: Unit | None = None  # a disaggregated unit (tp, pp: its prefill role's); None: one colocated engine
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.unit.gpus if self.unit else self.tp * self.pp
 
     @property
     def deployment(self) -> str:
-        return f"tp{self.tp}pp{self.pp}"
+        return self.unit.layout if self.unit else f"tp{self.tp}pp{self.pp}"
+
+    @property
+    def family(self) -> str:
+        """What the search compares its ratios and warm starts within: the policy, apart for units."""
+        return f"{self.policy}/pd" if self.unit else self.policy
 
     @property
     def key(self) -> str:
@@ -57,6 +64,13 @@ class Space:
     misfits: tuple[Misfit, ...]
     gpus_per_node: int
     max_gpus: int
+    config: dict = field(default_factory=dict)  # the experiment config the plans came from (resolved, plain)
+    grid: dict = field(default_factory=dict)  # scheduler_grid: each scheduler's config node by name
+    unit_plans: dict[Unit, ExperimentPlan] = field(default_factory=dict)  # plan.disaggregated: each unit's cluster
+    unit_misfits: tuple[str, ...] = ()
+
+    def plan_of(self, c: Candidate) -> ExperimentPlan:
+        return self.unit_plans[c.unit] if c.unit else self.plans[(c.tp, c.pp)]
 
 
 def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
@@ -84,8 +98,9 @@ def gpus_per_node(hardware: Mapping) -> int:
 
 def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
     """Every (tp, pp) of the grid up to the replica's GPU limit, planned with every scheduler;
-    those that do not fit are kept with their reason. No deployment fitting is bad input: the
-    line names the smallest replica that would (more GPUs)."""
+    those that do not fit are kept with their reason; with plan.disaggregated, the P/D units over
+    the deployments that fit (harness.plan.units). No deployment fitting is bad input: the line
+    names the smallest replica that would (more GPUs)."""
     from omegaconf import OmegaConf
 
     base = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
@@ -106,7 +121,11 @@ def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
             candidates += [Candidate(tp, pp, name, node["policy"], _knob(node)) for name, node in grid.items()]
     if not plans:
         raise HarnessError(_nothing_fits(base, s, limit, misfits))
-    return Space(plans, tuple(candidates), tuple(misfits), per_node, limit)
+    units, skipped = {}, []
+    if s.disaggregated:
+        units, found, skipped = enumerate_units(base, list(plans), grid, s.pd_policies, s.pd_max, limit)
+        candidates += [Candidate(u.prefill_tp, u.prefill_pp, name, node["policy"], _knob(node), u) for u, name, node in found]
+    return Space(plans, tuple(candidates), tuple(misfits), per_node, limit, base, grid, units, tuple(skipped))
 
 
 def _nothing_fits(cfg: Mapping, s: PlanSettings, limit: int, misfits: list[Misfit]) -> str:

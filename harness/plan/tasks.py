@@ -24,12 +24,13 @@ class ProbeSummary:
     ttft_p50_s: float
     ttft_p99_s: float
     output_token_throughput: float
+    goodput_fraction: float = float("nan")  # the share of requests within the SLO (DistServe's attainment)
 
 
 def summarize_probe(o: ProbeOutcome) -> ProbeSummary:
     v, s = o.verdict, o.summary
     return ProbeSummary(o.qps, v.passed, v.reason, v.tbt_s, v.scheduling_delay_s, s.ttft.p50, s.ttft.p99,
-                        s.output_token_throughput)
+                        s.output_token_throughput, v.goodput_fraction)
 
 
 @dataclass(frozen=True)

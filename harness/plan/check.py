@@ -1,0 +1,75 @@
+"""The winner's replicas checked in the cluster simulation: R = ceil(target / capacity) replicas
+(a P/D unit: R units, P x R prefill and D x R decode instances) behind `least_outstanding`, one
+probe at the target load, judged by the experiment's SLO. `replicas.py` says when a split of the
+load is exactly one replica's probe; this measures it instead. The probe sends R x
+search.num_requests requests, so each replica sees about as many as its capacity probe did over
+the same time. A fleet that fails is tried once more with R + 1."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.plan.replicas import replicas_needed
+from harness.plan.search import Evaluation
+from harness.plan.space import Candidate, Space
+from harness.plan.tasks import ProbeSummary, run_rate_task
+from harness.plan.units import unit_config
+from harness.search.plan import ExperimentPlan, plan_experiment
+from harness.search.probe import ProbeTask
+
+ROUTER = "least_outstanding"
+
+
+@dataclass(frozen=True)
+class ReplicaCheck:
+    replicas: int
+    gpus: int
+    qps: float
+    requests: int
+    probe: ProbeSummary
+
+    @property
+    def passed(self) -> bool:
+        return self.probe.passed
+
+    def line(self, criterion: str) -> str:
+        p = self.probe
+        measured = (f"attainment {p.goodput_fraction:.1%}" if criterion == "attainment"
+                    else f"P99 TBT {p.tbt_s:.3f} s, median scheduling delay {p.scheduling_delay_s:.3f} s")
+        return (f"checked: {'pass' if p.passed else 'FAIL'} at target ({self.replicas} replica{'s' if self.replicas > 1 else ''}, {self.gpus} GPUs, "
+                f"{self.qps:g} QPS behind {ROUTER}, {self.requests} requests: {measured}"
+                + ("" if p.passed else f"; {p.reason}") + ")")
+
+
+def fleet_config(space: Space, c: Candidate, replicas: int) -> dict:
+    """The experiment config of `replicas` copies of `c` as one simulated cluster."""
+    base = space.config
+    schedulers = {c.scheduler: space.grid[c.scheduler]}
+    search = {**dict(base["search"]), "num_requests": int(base["search"]["num_requests"]) * replicas}
+    if c.unit is not None:
+        cfg = unit_config(base, c.unit, schedulers, copies=replicas)
+    else:
+        cfg = {**base, "parallel": {"tp": c.tp, "pp": c.pp}, "scheduler": schedulers,
+               "cluster": {**dict(base.get("cluster") or {}), "instances": replicas, "replicas": [],
+                           "prefill_instances": 0, "decode_instances": 0}}
+    cfg["cluster"] = {**cfg["cluster"], "router": ROUTER}
+    return {**cfg, "search": search}
+
+
+def fleet_plan(space: Space, c: Candidate, replicas: int) -> ExperimentPlan:
+    return plan_experiment(fleet_config(space, c, replicas))
+
+
+def check_winner(space: Space, win: Evaluation, target: float, log: Callable[[str], None]) -> list[ReplicaCheck]:
+    """One probe of the winner's fleet at `target`; if it fails, one more with a replica more."""
+    c = win.candidate
+    replicas = replicas_needed(target, win.capacity_qps)
+    out = []
+    for r in (replicas, replicas + 1):
+        plan = fleet_plan(space, c, r)
+        log(f"  checking {r} replicas of {c.key} at {target:g} QPS ({plan.search.num_requests} requests)")
+        out.append(ReplicaCheck(r, r * c.gpus, target, plan.search.num_requests,
+                                run_rate_task(ProbeTask(plan, c.scheduler, target))))
+        if out[-1].passed:
+            break
+    return out
