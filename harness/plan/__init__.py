@@ -6,5 +6,7 @@ a target load needs, ranked by GPUs and cost; the winner as `vllm serve` flags a
 `space` enumerates, `bounds` prices what cannot win from the performance model alone, `search`
 runs the capacities (screened with few requests, the leaders refined with the full search),
 `replicas` is the arithmetic of a load split over replicas, `answer` ranks and prints, `figure`
-draws the Pareto front, `export` writes the winner out.
+draws the Pareto front, `export` writes the winner out. With `plan.disaggregated=true`, `units`
+adds P prefill + D decode instances as candidates; `check` simulates the winner's replicas
+behind a router at the target.
 """
