@@ -17,15 +17,13 @@ import dataclasses
 import ipaddress
 import logging
 import os
-import signal
 import sys
-
-from aiohttp import web
 
 from common.errors import HarnessError
 from engines.server.app import SERVER_KEY, make_app
 from engines.server.build import ExecutorUnavailable, build_parts
 from engines.server.config import API_KEY_ENV, ServerConfig, add_flags, from_flags
+from engines.server.listen import listen, until_signalled
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
@@ -48,26 +46,16 @@ async def serve(cfg: ServerConfig, ready=None) -> None:
     parts = build_parts(cfg)
     app = make_app(cfg, parts)
     server = app[SERVER_KEY]
-    # handler_cancellation: a client that disconnects cancels its handler, which aborts the request.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=cfg.shutdown_grace_s)
-    await runner.setup()
-    # A large backlog: a load generator opens hundreds of connections within milliseconds, and a
-    # dropped SYN costs a one-second retransmit that would show up as latency.
-    site = web.TCPSite(runner, cfg.host, cfg.port, backlog=4096, reuse_address=True)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await listen(app, cfg.host, cfg.port, cfg.shutdown_grace_s)
     print(f"serving {cfg.name} on http://{cfg.host}:{port} (policy {cfg.policy}, executor {cfg.executor})", flush=True)
     if cfg.api_key is None and not _loopback(cfg.host):
         print(f"WARNING: serving on {cfg.host} without an API key: anyone who can reach it may use it "
               f"(--api-key or ${API_KEY_ENV})", file=sys.stderr, flush=True)
     if ready is not None:
         ready(port)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_signalled()
         server.draining = True  # /health and new requests: 503
         deadline = loop.time() + cfg.shutdown_grace_s
         while server.loop.num_requests and loop.time() < deadline:

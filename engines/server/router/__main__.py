@@ -12,12 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 
-from aiohttp import web
-
 from engines.routers import ROUTERS
+from engines.server.listen import listen, until_signalled
 from engines.server.router.app import ROUTER_KEY, RouterConfig, make_router_app
 
 
@@ -47,20 +45,12 @@ def parse_args(argv: list[str] | None = None) -> RouterConfig:
 async def serve(cfg: RouterConfig) -> None:
     app = make_router_app(cfg)
     router = app[ROUTER_KEY]
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=cfg.shutdown_grace_s)
-    await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port, backlog=4096, reuse_address=True)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, port = await listen(app, cfg.host, cfg.port, cfg.shutdown_grace_s)
     what = (f"{len(cfg.prefill)} prefill + {len(cfg.decode)} decode servers" if cfg.prefill
             else f"{len(cfg.replicas)} replicas")
     print(f"routing on http://{cfg.host}:{port} to {what} ({cfg.router})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_signalled()
         router.draining = True
     finally:
         await runner.cleanup()
