@@ -59,8 +59,12 @@ ERROR_KINDS = ("connect", "http_status", "stream_cut", "timeout", "short_output"
                "unfinished", "not_sent", "other")
 PROMPT_MISCOUNT = "prompt counted as "  # + "N tokens by the server, planned M"
 CUT_OFF_KINDS = ("unfinished", "not_sent")
+# A simulated probe stopped once failing its criterion was certain (search.stop_early): what had not
+# finished then carries this, a cut-off like a time limit's.
+STOPPED_EARLY = "stopped early: the probe's failure was certain"
 _PREFIXES = (
     ("unfinished at time limit", "unfinished"),
+    (STOPPED_EARLY, "unfinished"),
     ("not sent before time limit", "not_sent"),
     ("aborted: ", "aborted"),
     ("HTTP ", "http_status"),

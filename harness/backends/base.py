@@ -12,6 +12,7 @@ Each backend declares its settings as a dataclass (`settings`, the schema of
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -156,6 +157,28 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class GiveUp:
+    """The paper's criterion as a backend may check it mid-probe (search.stop_early): the probe
+    may stop once P{tbt_quantile} TBT > tbt_s or P{delay_quantile} scheduling delay > delay_s is
+    certain whatever the rest of it does. num_tbt_samples: the probe's TBT samples in all."""
+
+    tbt_s: float
+    tbt_quantile: float
+    delay_s: float
+    delay_quantile: float
+
+    def tbt_exceed_needed(self, num_samples: int) -> int:
+        """Gaps over tbt_s that make the linear-interpolated quantile exceed it: the sorted sample
+        at floor(q (n - 1)) is then over it, and the quantile is at least that sample."""
+        return num_samples - math.floor(self.tbt_quantile * (num_samples - 1)) if num_samples else 1 << 62
+
+    def late_needed(self, num_requests: int) -> int:
+        """Requests late by more than delay_s that make the quantile ('higher' method: the sorted
+        value at ceil(q (n - 1))) exceed it."""
+        return num_requests - math.ceil(self.delay_quantile * (num_requests - 1))
+
+
+@dataclass(frozen=True)
 class BackendJob:
     """Everything a backend needs to serve one scheduler of a planned experiment."""
 
@@ -171,6 +194,7 @@ class BackendJob:
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     disagg: DisaggPlan | None = None  # the roles' deployments when `cluster` is disaggregated
     replicas: tuple[tuple[int, DeploymentPlan], ...] = ()  # (count, deployment) per group of cluster.replicas
+    give_up: GiveUp | None = None  # a backend may stop a probe whose failure is certain (search.stop_early)
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

@@ -97,6 +97,10 @@ def fidelity(plan: ExperimentPlan, num_requests: int) -> ExperimentPlan:
                    workload=load_workload(plan.dataset, num_requests, plan.seed))
 
 
+def _stopping_early(plan: ExperimentPlan) -> ExperimentPlan:
+    return replace(plan, search=replace(plan.search, stop_early=True))
+
+
 def bound_of(space: Space, c: Candidate) -> Bound:
     plan = space.plan_of(c)
     return unit_bound(plan, c.scheduler, c.unit.prefill, c.unit.decode) if c.unit else capacity_bound(plan, c.scheduler)
@@ -197,7 +201,8 @@ def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = 
     search = any_plan.search
     workers = s.workers or os.cpu_count() or 1
     run.screen_requests = min(s.screen_requests, search.num_requests)  # never longer than the full probe
-    screen_plans = {c.key: fidelity(space.plan_of(c), run.screen_requests) for c in space.candidates}
+    # Screening probes stop once they are certain to fail (search.stop_early: the same verdicts).
+    screen_plans = {c.key: _stopping_early(fidelity(space.plan_of(c), run.screen_requests)) for c in space.candidates}
     for e in evals:
         if e.bound.qps <= 0:
             e.status = "pruned"

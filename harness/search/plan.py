@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from common.errors import HarnessError
 from engines.schedulers import POLICIES, SchedulerConfig, make_engine
 from harness.backends import backend_class, backend_settings
-from harness.backends.base import BackendJob, BackendSettings, ClusterSettings
+from harness.backends.base import BackendJob, BackendSettings, ClusterSettings, GiveUp
 from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation, plan_replicas
 from harness.metrics import Slo
 from harness.search.slo import SloSettings, resolve_slo
@@ -44,6 +44,9 @@ class SearchSettings:
     workers: int = 1  # probes at once: each round of the search probes this many rates (deterministic backends)
     executor: str = "local"  # where a round's probes run: local (a process pool here) | ray (harness.search.executor)
     ray_address: str | None = None  # executor=ray: null = a local Ray for the run (or the Ray this job runs in), auto, HOST:PORT
+    # Stop a simulated probe once failing the paper's criterion is certain (one engine, pp = 1; the
+    # verdict is the same, its records end there): the planner's screening probes use it.
+    stop_early: bool = False
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -100,8 +103,14 @@ class ExperimentPlan:
             scheduler_name=scheduler, scheduler=self.schedulers[scheduler], deployment=self.deployment,
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
-            cluster=self.cluster, disagg=self.disagg, replicas=self.replicas,
+            cluster=self.cluster, disagg=self.disagg, replicas=self.replicas, give_up=self._give_up(),
         )
+
+    def _give_up(self) -> GiveUp | None:
+        s = self.slo
+        if not self.search.stop_early or s.criterion != "paper":
+            return None
+        return GiveUp(s.tbt_s, s.tbt_quantile, s.scheduling_delay_s, s.scheduling_delay_quantile)
 
 
 def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:

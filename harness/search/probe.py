@@ -6,7 +6,7 @@ runs in rounds (harness.search.rounds), each round's probes at once through an e
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +16,7 @@ from common.errors import HarnessError
 from harness.backends import open_backend
 from harness.backends.base import BackendRun
 from harness.metrics import SloVerdict, Summary, check_slo, summarize
-from harness.records import RequestRecord, RequestSpec
+from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
 from harness.results.store import records_frame
 from harness.search.capacity import CapacityResult, Probe, find_capacity
 from harness.search.executor import LocalProcessPool, ProbeExecutor
@@ -50,7 +50,10 @@ def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
 def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: list[RequestRecord]) -> ProbeOutcome:
     """A probe's verdict, summary and per-request rows from its records (any backend)."""
     frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
-    return ProbeOutcome(qps, plan.seed, check_slo(records, plan.slo), summarize(records), frame, records)
+    verdict = check_slo(records, plan.slo)
+    if any(r.error == STOPPED_EARLY for r in records):  # its latencies are of the part that ran
+        verdict = replace(verdict, reason=f"{verdict.reason} (stopped early: the failure was certain)")
+    return ProbeOutcome(qps, plan.seed, verdict, summarize(records), frame, records)
 
 
 def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests) -> ProbeOutcome:

@@ -57,7 +57,7 @@ class SimBackend:
                                        time_limit_s=job.time_limit_s, stats=stats)
             return BackendRun(records, stats)
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
-                           time_limit_s=job.time_limit_s, stats=stats)
+                           time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up)
         return BackendRun(records, stats)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from engines.core import Batch, Engine, Sequence
 from harness.backends.sim.pipeline import Pipeline
-from harness.records import RequestRecord, RequestSpec
+from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
 
 
 class IterationTimer(Protocol):
@@ -38,18 +38,26 @@ class IterationTimer(Protocol):
 
 
 class _Timeline:
-    """Per request: first scheduled, token times, finish."""
+    """Per request: first scheduled, token times, finish; with a `Watch`, the gaps over its TBT limit."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, watch: Watch | None = None) -> None:
         self.first_scheduled = np.full(n, np.nan)
         self.finished = np.full(n, np.nan)
         self.tokens: list[list[float]] = [[] for _ in range(n)]
+        self.watch = watch
 
     def token(self, i: int, t: float) -> None:
-        self.tokens[i].append(t)
+        mine = self.tokens[i]
+        if self.watch is not None and mine and t - mine[-1] > self.watch.tbt_s:
+            self.watch.tbt_over += 1
+        mine.append(t)
 
     def tokens_run(self, i: int, times: list[float]) -> None:
-        self.tokens[i].extend(times)
+        mine = self.tokens[i]
+        if self.watch is not None and times:
+            gaps = np.diff(np.asarray(mine[-1:] + times))
+            self.watch.tbt_over += int(np.count_nonzero(gaps > self.watch.tbt_s))
+        mine.extend(times)
 
     def token_times(self, i: int) -> np.ndarray:
         return np.array(self.tokens[i], dtype=np.float64)
@@ -65,6 +73,7 @@ def simulate(
     time_limit_s: float | None = None,
     on_progress: Callable[[int], None] | None = None,
     stats: dict[str, int] | None = None,
+    give_up=None,
 ) -> list[RequestRecord]:
     """Run `requests` through `engine` on a virtual clock; one record per request, input order.
 
@@ -73,9 +82,14 @@ def simulate(
     `time_limit_s`, the run stops at the first iteration boundary at or after it: requests not
     finished then carry `error="unfinished at time limit"` (never dropped), and those never
     started have NaN first-scheduled and first-token times. `stats`, if given, receives counters
-    of the pipelined loop (launches stepped and replayed, replays, rows priced in bulk).
+    of the pipelined loop (launches stepped and replayed, replays, rows priced in bulk). With
+    `give_up` (a GiveUp, pp = 1 only) the run stops at the first iteration boundary where failing
+    it is certain; what did not finish then says so (STOPPED_EARLY) and `stats` gets
+    `stopped_early_s`.
     """
-    run = SimRun(requests, engine, on_progress)
+    if give_up is not None and pp > 1:
+        give_up = None  # the pipelined loop does not watch; the run goes to its end, as without
+    run = SimRun(requests, engine, on_progress, give_up)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
     if pp > 1:
         pipe = Pipeline(run, timer, pp, fast_forward, limit)
@@ -85,14 +99,32 @@ def simulate(
             if stats is not None:
                 stats.update(pipe.stats)
     else:
-        _run_serial(run, timer, fast_forward, limit)
+        t = _run_serial(run, timer, fast_forward, limit)
+        if stats is not None and run.watch is not None and run.watch.certain:
+            stats["stopped_early_s"] = t
     return run.records()
+
+
+class Watch:
+    """Counts, as a run goes, what makes its failure of `give_up` certain (a lower bound of the
+    gaps over the TBT limit and of the late starts it will end with), so the run can stop there."""
+
+    def __init__(self, give_up, requests: Seq[RequestSpec]) -> None:
+        self.tbt_s, self.delay_s = give_up.tbt_s, give_up.delay_s
+        self.tbt_needed = give_up.tbt_exceed_needed(sum(r.output_len - 1 for r in requests))
+        self.late_needed = give_up.late_needed(len(requests))
+        self.tbt_over = 0
+        self.late = 0
+
+    @property
+    def certain(self) -> bool:
+        return self.tbt_over >= self.tbt_needed or self.late >= self.late_needed
 
 
 class SimRun:
     """The state both loops share: arrivals in order, the engine, the timeline of every request."""
 
-    def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress) -> None:
+    def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up=None) -> None:
         n = len(requests)
         self.requests = requests
         self.order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
@@ -100,7 +132,8 @@ class SimRun:
         # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
         self.seqs = [Sequence(rank, requests[i].prompt_len, requests[i].output_len) for rank, i in enumerate(self.order)]
         self.engine = engine
-        self.line = _Timeline(n)
+        self.watch = Watch(give_up, requests) if give_up is not None else None
+        self.line = _Timeline(n, self.watch)
         self.next = 0  # next arrival not yet given to the engine
         self.on_progress = on_progress
 
@@ -118,6 +151,8 @@ class SimRun:
         for seq, prefill in zip(batch.seqs, batch.is_prefill):
             if prefill and np.isnan(first[seq.seq_id]):
                 first[seq.seq_id] = t
+                if self.watch is not None and t - self.arrivals[seq.seq_id] > self.watch.delay_s:
+                    self.watch.late += 1
 
     def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
         for seq in seqs:
@@ -127,6 +162,11 @@ class SimRun:
 
     def stalled(self, t: float) -> RuntimeError:
         return stalled_error(self.engine, t)
+
+    @property
+    def cut_off(self) -> str:
+        """Why a request that did not finish did not."""
+        return STOPPED_EARLY if self.watch is not None and self.watch.certain else "unfinished at time limit"
 
     def records(self) -> list[RequestRecord]:
         out: list[RequestRecord] = [None] * len(self.order)  # type: ignore[list-item]
@@ -144,7 +184,7 @@ class SimRun:
                 finished_s=finished_s,
                 token_times_s=times,
                 num_preemptions=self.seqs[rank].num_preemptions,
-                error=None if not np.isnan(finished_s) else "unfinished at time limit",
+                error=None if not np.isnan(finished_s) else self.cut_off,
             )
         return out
 
@@ -153,8 +193,8 @@ def stalled_error(engine: Engine, t: float) -> RuntimeError:
     return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
 
 
-def _run_serial(run: SimRun, timer: IterationTimer, fast_forward: bool, limit: float) -> None:
-    step_until(run, timer, fast_forward, 0.0, limit, final=True)
+def _run_serial(run: SimRun, timer: IterationTimer, fast_forward: bool, limit: float) -> float:
+    return step_until(run, timer, fast_forward, 0.0, limit, final=True)[0]
 
 
 def step_until(run, timer: IterationTimer, fast_forward: bool, t: float, stop: float, *, final: bool,
@@ -167,7 +207,10 @@ def step_until(run, timer: IterationTimer, fast_forward: bool, t: float, stop: f
     stall (raised), otherwise the run waits for its next arrival (a cluster instance resumed after
     more requests are routed to it)."""
     engine = run.engine
+    watch = getattr(run, "watch", None)  # only a single engine's run stops early (search.stop_early)
     while t < stop:
+        if watch is not None and watch.certain:
+            break
         run.admit_arrivals(t)
         if not engine.has_unfinished or stuck:
             if run.next_arrival == np.inf:
