@@ -29,6 +29,7 @@ from harness.config import compose
 from harness.metrics import summarize
 from harness.records import RequestSpec
 from harness.search.plan import plan_experiment
+from tests.cli import kill_mid_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SCALE = 2.0  # Mistral-7B's iterations are tens of ms already; 2x keeps HTTP hops small next to them
@@ -169,12 +170,8 @@ def test_a_decode_server_killed_mid_probe_breaks_the_cli_run_and_leaves_no_proce
                     break
             except OSError:
                 time.sleep(0.1)
-        time.sleep(3.0)  # warm-up done, the 30 s probe under way
-        (pid,) = _pids_with(int(re.search(r"-(\d+)\.log$", decode_log.name).group(1)))
-        os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
-        out, err = proc.communicate(timeout=60)
-        stopped_after = time.monotonic() - killed
+        decode_port = int(re.search(r"-(\d+)\.log$", decode_log.name).group(1))
+        out, err, stopped_after = kill_mid_run(proc, lambda: _pids_with(decode_port)[0])
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.loadgen.sse import SseSplitter
+from common.sse import SseSplitter
 from harness.loadgen.tokens import parse_stream
 from harness.loadgen.validity import LagPolicy, judge_dispatch
 

@@ -21,7 +21,7 @@ from engines.perf.hardware import get_link
 from engines.perf.transfer import KvTransfer
 from engines.server.handoff import KvIntake, Prefilled
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
-from harness.loadgen.sse import SseSplitter
+from common.sse import SseSplitter
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {"PYTHONPATH": str(ROOT)}

@@ -203,3 +203,14 @@ def test_simulate_disaggregated_refuses_a_role_without_engines():
     with pytest.raises(ValueError, match="at least one engine"):
         simulate_disaggregated(reqs, ([], [], 1), ([make_engine(sc, 4096, 512, role="decode")], [None], 1), [[]],
                                (make_router("round_robin"), make_router("round_robin")))
+
+
+def test_the_decode_router_is_its_own():
+    """cluster.decode_router routes the handoffs; cluster.router the arrivals."""
+    plan = plan_experiment(compose([*SMALL, "cluster.prefill_instances=1", "cluster.decode_instances=3",
+                                    "cluster.router=least_outstanding", "cluster.decode_router=round_robin"]))
+    reqs, run = _run(plan, qps=4.0)
+    handed = sum(r.output_len > 1 for r in reqs)
+    assert sorted(run.diagnostics["decode_instance_requests"]) == sorted(handed // 3 + (k < handed % 3) for k in range(3))
+    _, other = _run(plan, qps=4.0, decode_router="least_outstanding")
+    assert other.diagnostics["decode_instance_requests"] != run.diagnostics["decode_instance_requests"]

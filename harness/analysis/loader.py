@@ -91,7 +91,7 @@ def parallel_name(tp: int, pp: int) -> str:
     return f"tp{tp}" if pp == 1 else f"tp{tp}pp{pp}"
 
 
-def _disaggregated(cluster: dict) -> bool:
+def _has_layout(cluster: dict) -> bool:
     """Prefill/decode roles or instances of different deployments: the layout names the cell."""
     return bool(cluster.get("prefill_instances") or cluster.get("decode_instances") or cluster.get("replicas"))
 
@@ -116,7 +116,7 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         "instances": instances,
         "router": str(cluster.get("router", "round_robin")),
         # a disaggregated or mixed cluster's instances (its summary says them; '' for replicas of one deployment)
-        "layout": str((summary.get("cluster") or {}).get("layout") or "") if _disaggregated(cluster) else "",
+        "layout": str((summary.get("cluster") or {}).get("layout") or "") if _has_layout(cluster) else "",
         "num_gpus": int(summary.get("num_gpus") or tp * pp * instances),  # saved since goodput per GPU
         "deployment": summary.get("deployment"),
         "dataset": workload.get("dataset") or (config.get("dataset") or {}).get("name"),

@@ -13,7 +13,7 @@ import numpy as np
 
 from harness.loadgen.http import Exchange
 from harness.loadgen.options import LoadOptions
-from harness.loadgen.sse import SseSplitter
+from common.sse import SseSplitter
 from harness.loadgen.tokens import parse_stream
 from harness.loadgen.validity import ClientLoad, DispatchVerdict, judge_dispatch
 from harness.records import PROMPT_MISCOUNT, RequestRecord, RequestSpec

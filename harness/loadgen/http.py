@@ -6,7 +6,7 @@ runs its parser callbacks, a StreamReader and a coroutine wake-up, about 20 us o
 2-core development machine; `vllm bench serve` pays the same, so no client built on it can be much
 faster than vllm bench (benchmarks/bench_loadgen.py measures both). Here `data_received` takes
 one timestamp per read, strips the chunked framing with a few slices and appends the payload;
-SSE events are split and JSON parsed after the run (sse.py, tokens.py).
+SSE events are split (common/sse.py) and JSON parsed after the run (tokens.py).
 
 What it does: keep-alive connections in a bounded pool (one request per connection at a time, no
 pipelining; a request waits for a free connection when all are busy, and the pool counts how

@@ -42,7 +42,7 @@ from harness.loadgen.http import Exchange, Target
 from harness.loadgen.options import LoadOptions
 from harness.loadgen.pacer import Pacer, restore_priority, set_realtime_priority
 from harness.loadgen.pool import ConnectionPool
-from harness.loadgen.sse import SseSplitter
+from common.sse import SseSplitter
 from harness.loadgen.validity import ClientLoad
 from harness.records import RequestSpec
 

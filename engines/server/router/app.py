@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
+from common.sse import SseSplitter
 from engines.routers import InstanceState, make_router
 from engines.server.app import json_errors
 from engines.server.errors import ApiError
@@ -105,7 +106,7 @@ def _upstream_message(status: int, text: str) -> str:
 
 
 async def _payloads(resp: aiohttp.ClientResponse):
-    events = stitch.SseEvents()
+    events = SseSplitter()
     async for chunk in resp.content.iter_any():
         for payload in events.feed(chunk):
             yield payload

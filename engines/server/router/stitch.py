@@ -14,25 +14,6 @@ import json
 DONE = b"[DONE]"
 
 
-class SseEvents:
-    """`data:` payloads of complete SSE events from a byte stream, fed as it arrives (the load
-    generator's harness/loadgen/sse.py does the same on its side; engines never import harness)."""
-
-    __slots__ = ("_buf",)
-
-    def __init__(self) -> None:
-        self._buf = b""
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        *events, self._buf = (self._buf + chunk).replace(b"\r\n", b"\n").split(b"\n\n")
-        out = []
-        for ev in events:
-            data = [line[5:].lstrip(b" ") for line in ev.split(b"\n") if line.startswith(b"data:")]
-            if data:
-                out.append(b"\n".join(data))
-        return out
-
-
 def event(obj: dict | bytes) -> bytes:
     payload = obj if isinstance(obj, bytes) else json.dumps(obj, separators=(",", ":")).encode()
     return b"data: " + payload + b"\n\n"

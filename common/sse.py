@@ -1,8 +1,9 @@
 """Server-sent events, split incrementally from the bytes of a streaming response.
 
 Only what a completion stream uses: events separated by a blank line, `data:` lines. The payload
-is kept as bytes; JSON is parsed after the stream ends (tokens.py), so the read loop does no
-more than split and timestamp.
+is kept as bytes, so a read loop does no more than split (and timestamp). Here, in `common`,
+because both sides of the HTTP stream need it: the load generator (harness/loadgen, which JSON-parses
+after the stream ends) and the in-repo router (engines/server/router), which may not import each other.
 """
 from __future__ import annotations
 
