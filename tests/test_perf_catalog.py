@@ -9,7 +9,8 @@ from engines.perf import Deployment, ModelArch, get_gpu, get_model, get_topology
 # (model, exact parameter count, KV bytes per token in fp16 over all layers).
 # Parameter counts are the totals of the public checkpoints (safetensors metadata / model cards:
 # Llama-2-7B 6.74B, Mistral-7B 7.24B, Yi-34B 34.4B, CodeLlama-34B 33.7B, Llama-2-70B 69.0B,
-# Llama-3-8B 8.03B, Llama-3-70B 70.6B); exact values follow from the config shapes.
+# Llama-3-8B 8.03B, Llama-3-70B 70.6B, Qwen3-32B 32.8B of which 31.2B non-embedding); exact values
+# follow from the config shapes.
 # KV = layers * 2 (K, V) * kv_heads * head_dim * 2 bytes.
 SIZES = [
     ("llama2-7b", 6_738_415_616, 32 * 2 * 32 * 128 * 2),  # 524288 B = 512 KiB per token (MHA)
@@ -19,6 +20,7 @@ SIZES = [
     ("llama2-70b", 68_976_648_192, 80 * 2 * 8 * 128 * 2),  # 327680 B
     ("llama3-8b", 8_030_261_248, 32 * 2 * 8 * 128 * 2),  # 131072 B
     ("llama3-70b", 70_553_706_496, 80 * 2 * 8 * 128 * 2),  # 327680 B
+    ("qwen3-32b", 32_762_123_264, 64 * 2 * 8 * 128 * 2),  # 262144 B; 31,206,298,624 without the untied embeddings
     ("tiny-llama", None, 2 * 2 * 2 * 32 * 2),  # 512 B
 ]
 
@@ -187,3 +189,18 @@ def test_link_selection_follows_topology():
     assert big_node.pp_link.name == "pcie4"
     with pytest.raises(HarnessError):
         Deployment(model=get_model("yi-34b"), gpu=get_gpu("a100"), tp=2)  # tp > 1 without a link
+
+
+# Qwen/Qwen3-32B config.json (the shape keys, as published).
+QWEN3_32B_CFG = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
+                 "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                 "intermediate_size": 25600, "vocab_size": 151936, "max_position_embeddings": 40960,
+                 "tie_word_embeddings": False, "attention_bias": False, "sliding_window": None,
+                 "use_sliding_window": False, "hidden_act": "silu"}
+
+
+def test_qwen3_32b_is_its_hf_config():
+    """The catalog entry is what the HF reader makes of the published config (qk-norm included)."""
+    m = get_model("Qwen/Qwen3-32B")
+    assert ModelArch.from_hf_config(QWEN3_32B_CFG, name="qwen3-32b") == m
+    assert m.qk_norm and not m.tie_word_embeddings and round(m.num_params / 1e9, 1) == 32.8

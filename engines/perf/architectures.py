@@ -270,6 +270,13 @@ _MODELS: dict[str, ModelArch] = {
     # 46,702,792,704 parameters ("46.7B total, 12.9B active", the model card / Mixtral paper).
     "mixtral-8x7b": replace(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768),
                             num_experts=8, experts_per_token=2),
+    # Qwen/Qwen3-32B config.json: hidden_size 5120, 64 layers, 64 heads, 8 KV heads, head_dim 128,
+    # intermediate_size 25600, vocab 151936, max_position_embeddings 40960, tie_word_embeddings false,
+    # attention_bias false; q_norm/k_norm (Qwen3). 32,762,123,264 parameters (model card: 32.8B,
+    # 31.2B non-embedding). AIConfigurator's QWEN3_32B (data/paper/aiconfigurator_2025.yaml).
+    "qwen3-32b": ModelArch(name="qwen3-32b", num_layers=64, hidden_size=5120, num_attention_heads=64,
+                           num_kv_heads=8, head_dim=128, intermediate_size=25600, vocab_size=151936,
+                           max_position_embeddings=40960, qk_norm=True),
     # Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, 48 layers, 32 heads, 4 KV heads, head_dim 128,
     # moe_intermediate_size 768, num_experts 128, num_experts_per_tok 8, decoder_sparse_step 1,
     # mlp_only_layers [] (every layer MoE, no shared expert), vocab 151936, max_position_embeddings 40960,
@@ -301,6 +308,7 @@ _MODEL_ALIASES = {
     "falcon": "falcon-180b", "tiiuae/falcon-180b": "falcon-180b",
     "opt": "opt-13b", "facebook/opt-13b": "opt-13b",
     "mixtral": "mixtral-8x7b", "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "qwen/qwen3-32b": "qwen3-32b",
     "qwen/qwen3-30b-a3b": "qwen3-30b-a3b", "qwen/qwen3-235b-a22b": "qwen3-235b-a22b",
     "tiny": "tiny-llama", "tiny-test": "tiny-llama",
 }
