@@ -11,6 +11,9 @@ odd ones). Only operator data goes in; no serving or capacity result is used any
     elementwise   t = t0 + bytes / (eta HBM)     per kernel (norm, add, rotary, activation, embedding)
     attention     prefill t = t0 + 4 hd heads n (c + n) / (eta peak); decode t = t0 + KV bytes / (eta HBM)
     collectives   t = alpha + f bytes / B        (f = 2(p-1)/p for all-reduce, 1 for send/recv)
+    link curves   t = alpha + sum_i clip(f bytes - x_i, 0, x_(i+1) - x_i) / B_i, one or two segments
+                  per link (engines/perf/links.py Curve; a second only where it cuts held-out MAPE
+                  by over a point), all-reduces pooled over the rank counts of one link
 
 Usage: python benchmarks/fit_operators.py [--profiles DIR]   (needs scipy: the dev extra)
 The constants it prints are the ones cited in engines/perf/hardware.py and kernels.py.
@@ -130,6 +133,65 @@ def network_rows(profiles: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+# Which measured points each link's curves are fitted on (links.py): (name, network, collective, rows).
+LINK_POINTS = [
+    ("nvlink3 all-reduce", "a100_pairwise_nvlink", "all_reduce", lambda d: d["workers"] == 2),
+    ("nvlink3 send", "a100_pairwise_nvlink", "send_recv", lambda d: d["per_node"] == 2),
+    ("eth100g send", "a100_pairwise_nvlink", "send_recv", lambda d: d["per_node"] == 1),
+    ("eth100g-a40 send", "a40_pairwise_nvlink", "send_recv", lambda d: d["per_node"] == 1),
+    ("nvswitch-a100 all-reduce", "a100_dgx", "all_reduce", lambda d: d["workers"] == d["per_node"]),
+    ("nvswitch-a100 send", "a100_dgx", "send_recv", lambda d: d["per_node"] == 2),
+    *((f"ib-hdr all-reduce, {g} a node", "a100_dgx", "all_reduce",
+       (lambda g: lambda d: (d["per_node"] == g) & (d["workers"] == 2 * g))(g)) for g in (1, 2, 4, 8)),
+]
+
+
+def curve_law(segments: int):
+    """x = (log alpha, log B_1..B_k, log widths of segments 1..k-1): positive by construction."""
+    def law(x, d):
+        w = d["work"].to_numpy(float)
+        t = np.full(len(w), np.exp(x[0]))
+        edges = np.concatenate([[0.0], np.cumsum(np.exp(x[1 + segments:])), [np.inf]])
+        for i in range(segments):
+            t = t + np.clip(w - edges[i], 0, edges[i + 1] - edges[i]) / np.exp(x[1 + i])
+        return t
+    return law
+
+
+def fit_curve(d: pd.DataFrame, train: pd.Series, segments: int):
+    law, best = curve_law(segments), None
+    for alpha in (1e-5, 5e-5):  # a few starts: the segment boundary makes the loss non-convex
+        for bw in (5e9, 1e11):
+            for edge in (1e6, 8e6):
+                x0 = [np.log(alpha)] + [np.log(bw)] * segments + [np.log(edge)] * (segments - 1)
+                res = least_squares(lambda x: law(x, d[train]) / d[train]["measured"] - 1, x0=x0,
+                                    loss="soft_l1", f_scale=0.05)
+                best = res if best is None or res.cost < best.cost else best
+    return law, best.x
+
+
+def chosen_curve(net: pd.DataFrame, name: str) -> tuple[float, list[float], list[float], float, float]:
+    """LINK_POINTS entry `name`'s curve: (latency s, segment starts in bytes, bandwidths B/s), and
+    its train and held-out MAPE."""
+    _, where, coll, rows = next(entry for entry in LINK_POINTS if entry[0] == name)
+    d = net[(net["net"] == where) & (net["coll"] == coll)]
+    d = d[rows(d)].sort_values(["workers", "size"]).reset_index(drop=True)
+    train = pd.Series(d.index % 2 == 0)
+    (law1, x1), (law2, x2) = fit_curve(d, train, 1), fit_curve(d, train, 2)
+    law, x = (law2, x2) if mape(law2, x2, d[~train]) < mape(law1, x1, d[~train]) - 1 else (law1, x1)
+    k = len(x) // 2  # x: alpha, k bandwidths, k - 1 widths
+    starts = np.concatenate([[0.0], np.cumsum(np.exp(x[1 + k:]))])
+    return float(np.exp(x[0])), list(starts), list(np.exp(x[1:1 + k])), mape(law, x, d[train]), mape(law, x, d[~train])
+
+
+def link_curves(net: pd.DataFrame) -> None:
+    print("link curves (links.py): alpha us, then [segment start MiB: GB/s] of bus bytes")
+    for name, *_ in LINK_POINTS:
+        alpha, starts, bandwidths, train, held = chosen_curve(net, name)
+        segs = " ".join(f"[{s / 2**20:.2f}: {b / 1e9:.1f}]" for s, b in zip(starts, bandwidths))
+        print(f"  {name:<26} {alpha * 1e6:6.1f} us {segs:<30} train {train:5.1f} %   held-out {held:5.1f} %")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profiles", default=str(VIDUR), help="Vidur's data/profiling layout (compute/, network/)")
@@ -167,6 +229,7 @@ def main() -> None:
         law = lambda x, dd: x[0] + dd["work"].to_numpy(float) / x[1]  # noqa: E731
         x = fit(law, [10e-6, 50e9], [1e-5, 1e10], [0, 1e8], [1e-3, 1e12], d[train])
         report(" ".join(map(str, key)), law, x, d, train, "alpha {:.2e} s  B {:.3g}")
+    link_curves(network_rows(profiles))
 
 
 if __name__ == "__main__":

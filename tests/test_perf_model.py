@@ -170,11 +170,11 @@ def test_tp_and_pp_communication():
     assert MISTRAL.breakdown([256], [0])["tp_comm"] == 0
     assert MISTRAL.pp_send_time(4096) == 0.0 and YI.pp_send_time(4096) == 0.0
     send = FALCON.pp_send_time(4096)
-    # 4096 x 14848 x 2 B over 100 GbE: 60 % of 12.5 GB/s for the first 2 MiB, 18.4 % past them (Vidur's
-    # measured second regime), plus latency; a decode batch's 950 KB stays in the first regime
-    nbytes = 4096 * 14848 * 2
-    assert send == pytest.approx(2**21 / 7.5e9 + (nbytes - 2**21) / (12.5e9 * 0.184), rel=0.01)
-    assert FALCON.pp_send_time(32) == pytest.approx(12e-6 + 32 * 14848 * 2 / 7.5e9, rel=1e-9)
+    # 4096 x 14848 x 2 B over 100 GbE on Vidur's measured curve (links.py): 14.3 us, 8.6 GB/s for the
+    # first 2.33 MiB, 2.1 GB/s past them; a decode batch's 950 KB stays in the first segment
+    nbytes, knee = 4096 * 14848 * 2, 2.33 * 2**20
+    assert send == pytest.approx(14.3e-6 + knee / 8.6e9 + (nbytes - knee) / 2.1e9, rel=1e-9)
+    assert FALCON.pp_send_time(32) == pytest.approx(14.3e-6 + 32 * 14848 * 2 / 8.6e9, rel=1e-9)
     assert FALCON.pp_send_time(0) == 0.0
     # Falcon sums attention and MLP before one all-reduce; Llama all-reduces twice per layer
     assert FALCON._allreduces_per_layer == 1 and LLAMA70._allreduces_per_layer == 2

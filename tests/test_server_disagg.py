@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from engines.perf import get_model
-from engines.perf.hardware import get_link
+from engines.perf.links import get_link
 from engines.perf.transfer import KvTransfer
 from engines.server.handoff import KvIntake, Prefilled
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port

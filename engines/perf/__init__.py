@@ -9,17 +9,8 @@ Pure numpy; importable without torch or hydra.
 from .analytical import BREAKDOWN_PARTS, DEFAULT_GPU_MEMORY_UTILIZATION, LINEAR_PARTS, PerfModel
 from .architectures import ModelArch, get_model, known_models
 from .deployment import Deployment
-from .hardware import (
-    GpuSpec,
-    LinkSpec,
-    Topology,
-    get_gpu,
-    get_link,
-    get_topology,
-    known_gpus,
-    known_links,
-    known_topologies,
-)
+from .hardware import GpuSpec, Topology, get_gpu, get_topology, known_gpus, known_topologies
+from .links import LinkSpec, get_link, known_links
 
 __all__ = [
     "BREAKDOWN_PARTS", "DEFAULT_GPU_MEMORY_UTILIZATION", "LINEAR_PARTS", "Deployment", "GpuSpec", "LinkSpec", "ModelArch", "PerfModel", "Topology",

@@ -125,8 +125,7 @@ class PerfModel:
         # TP all-reduce of the hidden states: twice per layer, once for Falcon's parallel block.
         self._act_bytes_per_token = h * bpe
         self._allreduces_per_layer = 1 if m.parallel_attn_mlp else 2
-        ar_per_byte, self._ar_fixed = ops.allreduce_coefficients(d.tp, d.tp_link)
-        self._ar_per_token = ar_per_byte * self._act_bytes_per_token
+        self._allreduce = ops.allreduce_curve(d.tp, d.tp_link).scaled(self._act_bytes_per_token)  # by tokens
         # Attention: 2 matmuls (QK^T, PV) x 2 FLOPs per multiply-add x head_dim x local heads.
         att = k.attention
         self._attn_flops_per_pair = 4.0 * hd * qh
@@ -145,8 +144,7 @@ class PerfModel:
         self._lm_norm_per_row = (4 if ew.fused_add_norm else 2) * h * bpe * ew.norm.per_byte(hbm)
         self._lm_norm_fixed = ew.norm.fixed_s
         self._lm_c, self._lm_w, self._lm_a = self._gemm_coefficients(h, self._vocab_per_gpu, flops16, weight_bw, bpe)
-        ag_per_byte, self._ag_fixed = ops.allgather_coefficients(d.tp, d.tp_link)
-        self._ag_per_row = ag_per_byte * self._vocab_per_gpu * d.tp * bpe
+        self._allgather = ops.allgather_curve(d.tp, d.tp_link).scaled(self._vocab_per_gpu * d.tp * bpe)  # by rows
         multi_gpu = d.num_gpus > 1
         self._cpu_fixed = d.cpu_overhead_s + (d.multi_gpu_overhead_s if multi_gpu else 0.0)
         self._cpu_per_seq = d.cpu_overhead_per_seq_s + (d.multi_gpu_overhead_per_seq_s if multi_gpu else 0.0)
@@ -301,7 +299,7 @@ class PerfModel:
         linear = gemms[0] + gemms[1] + gemms[2] + gemms[3]
         attention = self._attention_units(n, c, _SCRATCH.views(n.shape, 2, 3)) * ops.TIME_QUANTUM_S
         elementwise = (tokens * self._elementwise_per_token + self._elementwise_fixed) * active
-        allreduce = ops.collective_time(tokens, self._ar_per_token, self._ar_fixed)
+        allreduce = self._allreduce.time(tokens)
         tp_comm = self._allreduces_per_layer * allreduce
         comp["linear"] = linear
         comp["attention"] = attention
@@ -313,7 +311,7 @@ class PerfModel:
         # Last stage: final norm + LM head on one row per sequence + logits all-gather.
         comp["lm_head"] = ((seqs * self._lm_norm_per_row + self._lm_norm_fixed) * active
                            + self._gemms(seqs, self._lm_c, self._lm_w, self._lm_a)
-                           + ops.collective_time(seqs, self._ag_per_row, self._ag_fixed))
+                           + self._allgather.time(seqs))
         cpu = seqs * self._cpu_per_seq + self._cpu_fixed
         cpu *= active
         comp["cpu_overhead"] = cpu
@@ -342,13 +340,13 @@ class PerfModel:
         linear = g[0] + g[1] + g[2] + g[3]
         units = self._attention_units(n[None], c[None], _SCRATCH.views((1, n.size), 2, 3))
         attention = float(units[0]) * ops.TIME_QUANTUM_S
-        allreduce = tokens * self._ar_per_token + self._ar_fixed
+        allreduce = self._allreduce.seconds(tokens)
         elementwise = tokens * self._elementwise_per_token + self._elementwise_fixed
         layer = linear + attention + elementwise + self._allreduces_per_layer * allreduce
         seqs_tiled = float(math.ceil(seqs / self._tile) * self._tile)
         lm_head = ((seqs * self._lm_norm_per_row + self._lm_norm_fixed)
                    + self._gemm_scalar(seqs, seqs_tiled, self._lm_c, self._lm_w, self._lm_a)
-                   + (seqs * self._ag_per_row + self._ag_fixed))
+                   + self._allgather.seconds(seqs))
         cpu = seqs * self._cpu_per_seq + self._cpu_fixed
         last = self.pp - 1
         stages = []

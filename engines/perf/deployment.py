@@ -14,7 +14,8 @@ from typing import Any
 from common.errors import HarnessError
 
 from .architectures import ModelArch, get_model
-from .hardware import GpuSpec, LinkSpec, Topology, get_gpu, get_topology
+from .hardware import GpuSpec, Topology, get_gpu, get_topology
+from .links import LinkSpec
 from .cpu_costs import CPU_FIELDS, CPU_PROFILES, HOST_OVERHEADS, cpu_costs  # noqa: F401 (HOST_OVERHEADS re-exported)
 from .kernels import DEFAULT_STACK, get_attention_kernel, get_stack
 from .memory import check_recipe

@@ -1,4 +1,4 @@
-"""Hardware catalog: GPUs, links and node topologies, each constant with its public source.
+"""Hardware catalog: GPUs and node topologies, each constant with its public source (links: links.py).
 
 Two kinds of numbers live here:
 
@@ -45,6 +45,8 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 
+from .links import _LINKS, LinkSpec, _norm
+
 GiB = 1024**3
 
 
@@ -86,35 +88,6 @@ class GpuSpec:
     @property
     def weight_bandwidth(self) -> float:
         return self.hbm_bandwidth * self.weight_stream_efficiency
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """A GPU-to-GPU path. `bandwidth` is the datasheet peak per direction; `efficiency` the
-    achievable fraction (NCCL bus bandwidth / peak); `latency_s` the per-hop start-up cost."""
-
-    name: str
-    bandwidth: float  # B/s per direction
-    latency_s: float
-    efficiency: float = 1.0
-    # NCCL's start-up cost of one all-reduce / all-gather over this link, where measured: nearly
-    # independent of the rank count inside an NVLink domain. None: 2(p-1) (or p-1) hop latencies.
-    collective_latency_s: float | None = None
-    # Achievable fraction of `bandwidth` for one point-to-point send, where measured apart from the
-    # collectives' (a send keeps the link busy one way; a ring all-reduce pays its protocol). None: efficiency.
-    p2p_efficiency: float | None = None
-    # Sends above `p2p_large_bytes` run at `p2p_large_efficiency` of `bandwidth` past that size (a
-    # second regime where measured: socket buffers on Ethernet). None: one regime.
-    p2p_large_bytes: float | None = None
-    p2p_large_efficiency: float | None = None
-
-    @property
-    def effective_bandwidth(self) -> float:
-        return self.bandwidth * self.efficiency
-
-    @property
-    def p2p_bandwidth(self) -> float:
-        return self.bandwidth * (self.efficiency if self.p2p_efficiency is None else self.p2p_efficiency)
 
 
 # HBM fraction used for streaming kernels (KV reads in attention, elementwise ops): 0.85, a
@@ -212,10 +185,6 @@ _AMBIGUOUS = {
 }
 
 
-def _norm(name: str) -> str:
-    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
-
-
 def known_gpus() -> list[str]:
     return sorted(_GPUS)
 
@@ -234,62 +203,6 @@ def get_gpu(name: str | GpuSpec) -> GpuSpec:
             f"(aliases: {', '.join(sorted(_GPU_ALIASES))})"
         )
     return _GPUS[key]
-
-
-# ---------------------------------------------------------------- links
-_LINKS: dict[str, LinkSpec] = {
-    # A100 NVLink3: 12 links x 25 GB/s per direction = 600 GB/s bidirectional ([A100-DS] "NVLink:
-    # 600 GB/s"; the PCIe card reaches it with three NVLink bridges for 2 GPUs). Measured all-reduces
-    # up to 64 MiB (Vidur network profiles, fits by benchmarks/fit_operators.py: alpha + bus bytes / B):
-    # a100_pairwise_nvlink 2 GPUs 26 us + 178 GB/s; a100_dgx (NVSwitch) 2/4/8 GPUs 33/29/38 us +
-    # 154/154/152 GB/s. Efficiency 0.59 = 178/300 (the paper's pairwise servers), one collective start-up
-    # of 26 us. Sends (Vidur send_recv, 2 GPUs over NVLink): 4-8 us for the smallest, 285 GB/s on
-    # a100_dgx (0.95 of 300) at 8-64 MiB.
-    "nvlink3": LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6, efficiency=0.59, collective_latency_s=26e-6,
-                        p2p_efficiency=0.95),
-    # A40 NVLink bridge: 112.5 GB/s bidirectional ([A40-DS]). [VIDUR] a40 all_reduce, 2 GPUs:
-    # 33.5 MB in 0.83 ms = 40 GB/s bus bandwidth = 0.72 of 56.25 GB/s. Sends on the paper's A40 server
-    # (Vidur network/a40_pairwise_nvlink/send_recv.csv, 2 GPUs of one node) run at 4.0-4.3 GB/s from
-    # 128 KB to 64 MiB, 4 us for the smallest: no GPU peer-to-peer for sends on that host (the
-    # all-reduce uses the bridge), so they are staged through host memory: 4.1 GB/s = 0.073 of 56.25.
-    "nvlink-a40": LinkSpec("nvlink-a40", bandwidth=56.25e9, latency_s=4e-6, efficiency=0.72, p2p_efficiency=0.073),
-    # PCIe Gen4 x16: 64 GB/s bidirectional ([A100-DS], [A40-DS] "PCIe Gen4: 64GB/s").
-    # [VIDUR] a100_pairwise_nvlink all_reduce, 4 GPUs (ring crosses PCIe): 500 MB in 31.8 ms
-    # -> bus bandwidth 1.5 * 500e6 / 31.8e-3 = 23.6 GB/s = 0.74 of 32 GB/s.
-    "pcie4": LinkSpec("pcie4", bandwidth=32e9, latency_s=10e-6, efficiency=0.74),
-    # The same PCIe on the paper's A40 server, whose sends are staged through host memory (above):
-    # 4.1 GB/s = 0.128 of 32 GB/s, 4 us.
-    "pcie4-a40": LinkSpec("pcie4-a40", bandwidth=32e9, latency_s=10e-6, efficiency=0.74, p2p_efficiency=0.128),
-    # H100/H200 NVLink4 via NVSwitch: 900 GB/s bidirectional ([H100-DS], [H200-DS]); the NVLink3
-    # efficiency is assumed.
-    "nvlink4": LinkSpec("nvlink4", bandwidth=450e9, latency_s=5e-6, efficiency=0.78),
-    # 100 Gbps Ethernet between the paper's A100 nodes (Sarathi-Serve OSDI'24, Sec. 5).
-    # [VIDUR] a100_pairwise_nvlink send_recv across nodes: ~12 us for 2 KB; 2 MB in ~0.28 ms
-    # = 7.5 GB/s = 0.6 of 12.5 GB/s; past 2 MiB each further byte goes at 2.2-2.5 GB/s (2 -> 8 MiB:
-    # 0.28 -> 3.09 ms; 8 -> 64 MiB: 3.09 -> 27.1 ms): 2.3 GB/s = 0.184 of 12.5 GB/s.
-    "eth100g": LinkSpec("eth100g", bandwidth=12.5e9, latency_s=12e-6, efficiency=0.6,
-                        p2p_large_bytes=2 * 2**20, p2p_large_efficiency=0.184),
-    # InfiniBand HDR 200 Gb/s per GPU (DGX A100: 8 x ConnectX-6 200 Gb/s, NVIDIA DGX A100
-    # datasheet); NDR 400 Gb/s per GPU (DGX H100: 8 x ConnectX-7). HDR measured between two
-    # a100_dgx nodes (Vidur send_recv, 1 GPU per node, up to 64 MiB): 29 us + 7.8 GB/s = 0.31 of
-    # 25 GB/s. All-reduces across nodes start in 64 us (2 and 4 ranks) to 143-152 us (8 and 16 ranks;
-    # NCCL's tree, not p-1 ring hops): 100 us. NDR: not measured, HDR's fractions assumed.
-    "ib-hdr": LinkSpec("ib-hdr", bandwidth=25e9, latency_s=29e-6, efficiency=0.31, collective_latency_s=100e-6),
-    "ib-ndr": LinkSpec("ib-ndr", bandwidth=50e9, latency_s=29e-6, efficiency=0.31, collective_latency_s=100e-6),
-}
-
-
-def known_links() -> list[str]:
-    return sorted(_LINKS)
-
-
-def get_link(name: str | LinkSpec) -> LinkSpec:
-    if isinstance(name, LinkSpec):
-        return name
-    key = _norm(name)
-    if key not in _LINKS:
-        raise HarnessError(f"unknown link {name!r}; known: {', '.join(known_links())}")
-    return _LINKS[key]
 
 
 # ---------------------------------------------------------------- topologies
@@ -330,7 +243,11 @@ class Topology:
             return None
         gpus = list(range(first, first + count))
         hops = [self.link_between(gpus[i], gpus[(i + 1) % count]) for i in range(count)]
-        return min(hops, key=lambda link: (link.effective_bandwidth, -link.latency_s))
+        slowest = min(hops, key=lambda link: (link.effective_bandwidth, -link.latency_s))
+        if slowest is not self.inter_node_link:
+            return slowest
+        nodes = [g // self.gpus_per_node for g in gpus]
+        return slowest.for_ring(min(nodes.count(n) for n in set(nodes)))
 
 
 _TOPOLOGIES: dict[str, Topology] = {
@@ -338,12 +255,12 @@ _TOPOLOGIES: dict[str, Topology] = {
     # 100 Gbps Ethernet between nodes ([VIDUR] device_configs/a100.yml: num_devices_per_node 4).
     "paper-a100": Topology("paper-a100", 4, 2, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["eth100g"]),
     # Sarathi-Serve Sec. 5: one server of 8 A40 with pairwise NVLink ([VIDUR] a40.yml: 8 per node).
-    "paper-a40": Topology("paper-a40", 8, 2, _LINKS["nvlink-a40"], _LINKS["pcie4-a40"], _LINKS["eth100g"]),
+    "paper-a40": Topology("paper-a40", 8, 2, _LINKS["nvlink-a40"], _LINKS["pcie4-a40"], _LINKS["eth100g-a40"]),
     # DGX/HGX nodes: 8 GPUs on NVSwitch (every pair at full NVLink bandwidth), InfiniBand between nodes.
-    "dgx-a100": Topology("dgx-a100", 8, 8, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["ib-hdr"]),
+    "dgx-a100": Topology("dgx-a100", 8, 8, _LINKS["nvswitch-a100"], _LINKS["pcie4"], _LINKS["ib-hdr"]),
     "dgx-h100": Topology("dgx-h100", 8, 8, _LINKS["nvlink4"], _LINKS["pcie4"], _LINKS["ib-ndr"]),
     # NVSwitch nodes joined by plain 100 Gbps Ethernet (the brief's "DGX-style nodes + Ethernet").
-    "nvswitch-a100-eth": Topology("nvswitch-a100-eth", 8, 8, _LINKS["nvlink3"], _LINKS["pcie4"], _LINKS["eth100g"]),
+    "nvswitch-a100-eth": Topology("nvswitch-a100-eth", 8, 8, _LINKS["nvswitch-a100"], _LINKS["pcie4"], _LINKS["eth100g"]),
     "nvswitch-h100-eth": Topology("nvswitch-h100-eth", 8, 8, _LINKS["nvlink4"], _LINKS["pcie4"], _LINKS["eth100g"]),
     # PCIe-only servers (no NVLink at all).
     "pcie-only": Topology("pcie-only", 8, 1, _LINKS["pcie4"], _LINKS["pcie4"], _LINKS["eth100g"]),

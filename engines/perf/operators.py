@@ -14,7 +14,7 @@ import numpy as np
 
 from collections.abc import Sequence
 
-from .hardware import LinkSpec
+from .links import Curve, LinkSpec
 
 # Per-item attention times are rounded down to whole units of 0.1 ps before they are summed, so a
 # batch's sum is exact whatever order numpy reduces in: a (k, B) call and k single-row calls agree
@@ -95,52 +95,51 @@ def stream_time(nbytes: np.ndarray, bandwidth: float) -> np.ndarray:
     return np.asarray(nbytes, dtype=np.float64) / bandwidth
 
 
-def allreduce_coefficients(ranks: int, link: LinkSpec | None) -> tuple[float, float]:
-    """Ring all-reduce over the slowest hop: (seconds per byte, fixed seconds) =
-    (2(p-1)/p / bandwidth, 2(p-1) hop latencies) — reduce-scatter then all-gather, p-1 steps each.
-    (0, 0) for a single rank."""
+def allreduce_curve(ranks: int, link: LinkSpec | None) -> Curve:
+    """All-reduce time by payload bytes: the link's measured curve over NCCL's bus bytes
+    (2(p-1)/p of the payload), or a ring over the slowest hop, 2(p-1)/p / bandwidth a byte after
+    2(p-1) hop latencies (reduce-scatter then all-gather, p-1 steps each). Zero for one rank."""
+    return _ring_curve(ranks, link, 2 * (ranks - 1))
+
+
+def allgather_curve(ranks: int, link: LinkSpec | None) -> Curve:
+    """All-gather of a tensor of B bytes in total (each rank holds B/p): bus bytes (p-1)/p of B
+    on the link's measured curve, or (p-1)/p / bandwidth a byte after p-1 hop latencies."""
+    return _ring_curve(ranks, link, ranks - 1)
+
+
+def _ring_curve(ranks: int, link: LinkSpec | None, steps: int) -> Curve:
     if ranks <= 1 or link is None:
-        return 0.0, 0.0
-    steps = 2 * (ranks - 1)
+        return _NOTHING
+    if link.allreduce_curve is not None:
+        return link.allreduce_curve.scaled(steps / ranks)
     fixed = steps * link.latency_s if link.collective_latency_s is None else link.collective_latency_s
-    return steps / ranks / link.effective_bandwidth, fixed
+    return Curve(fixed, (steps / ranks / link.effective_bandwidth,))
 
 
-def allgather_coefficients(ranks: int, link: LinkSpec | None) -> tuple[float, float]:
-    """Ring all-gather of a tensor of B bytes in total (each rank holds B/p): ((p-1)/p / bw, (p-1) latencies)."""
-    if ranks <= 1 or link is None:
-        return 0.0, 0.0
-    steps = ranks - 1
-    fixed = steps * link.latency_s if link.collective_latency_s is None else link.collective_latency_s
-    return steps / ranks / link.effective_bandwidth, fixed
+def p2p_curve(link: LinkSpec | None) -> Curve:
+    """One point-to-point send (pipeline stage boundary, KV transfer): the link's measured curve,
+    or one hop latency + bytes over its send bandwidth."""
+    if link is None:
+        return _NOTHING
+    if link.p2p_curve is not None:
+        return link.p2p_curve
+    return Curve(link.latency_s, (1.0 / link.p2p_bandwidth,))
 
 
-def collective_time(nbytes: np.ndarray, per_byte: float, fixed: float) -> np.ndarray:
-    """A collective or send from its coefficients; 0 where nothing is sent."""
-    nbytes = np.asarray(nbytes, dtype=np.float64)
-    t = nbytes * per_byte + fixed
-    t *= nbytes > 0
-    return t
+_NOTHING = Curve(0.0, (0.0,))
 
 
 def allreduce_time(nbytes: np.ndarray, ranks: int, link: LinkSpec | None) -> np.ndarray:
-    return collective_time(nbytes, *allreduce_coefficients(ranks, link))
+    return allreduce_curve(ranks, link).time(nbytes)
 
 
 def allgather_time(nbytes_total: np.ndarray, ranks: int, link: LinkSpec | None) -> np.ndarray:
-    return collective_time(nbytes_total, *allgather_coefficients(ranks, link))
+    return allgather_curve(ranks, link).time(nbytes_total)
 
 
 def p2p_time(nbytes: np.ndarray, link: LinkSpec | None) -> np.ndarray:
-    """One point-to-point send (pipeline stage boundary): bytes / bandwidth + one hop latency, and
-    the link's slower second regime for the bytes past `p2p_large_bytes` where it has one."""
-    if link is None:
-        return np.zeros(np.shape(nbytes))
-    t = collective_time(nbytes, 1.0 / link.p2p_bandwidth, link.latency_s)
-    if link.p2p_large_bytes is not None:
-        extra = 1.0 / (link.bandwidth * link.p2p_large_efficiency) - 1.0 / link.p2p_bandwidth
-        t = t + np.maximum(np.asarray(nbytes, dtype=np.float64) - link.p2p_large_bytes, 0.0) * extra
-    return t
+    return p2p_curve(link).time(nbytes)
 
 
 def attended_keys_x2(new: np.ndarray, context: np.ndarray, window: int | None) -> np.ndarray:

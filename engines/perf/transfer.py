@@ -31,7 +31,8 @@ import numpy as np
 from common.errors import HarnessError
 
 from .deployment import Deployment
-from .hardware import LinkSpec, Topology
+from .hardware import Topology
+from .links import LinkSpec
 from .operators import p2p_time
 
 TRANSFER_MODES = ("after_prefill", "layerwise")

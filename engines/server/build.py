@@ -133,7 +133,7 @@ def _kv_intake(cfg: ServerConfig, model):
     """A decode server's pricing of each prompt's KV transfer: the model's KV bytes per token
     over `kv_transfer_lanes` lanes of each named link, as engines.perf.transfer.plan_kv_transfers
     prices the simulator's (config.py refuses the torch executor here)."""
-    from engines.perf.hardware import get_link
+    from engines.perf.links import get_link
     from engines.perf.transfer import KvTransfer
     from engines.server.handoff import KvIntake
 

@@ -9,7 +9,7 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
-from engines.perf.hardware import get_link
+from engines.perf.links import get_link
 from engines.perf.kernels import DEFAULT_STACK
 from engines.perf.transfer import TRANSFER_MODES
 from engines.schedulers import POLICIES, ROLES, SchedulerConfig

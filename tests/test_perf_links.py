@@ -1,0 +1,91 @@
+"""Measured link curves (engines/perf/links.py): the segment arithmetic, the scalar path the
+simulator prices one batch with, which curve a ring across nodes gets, and that the constants are
+what benchmarks/fit_operators.py fits to Vidur's network profiles."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engines.perf import operators as ops
+from engines.perf.hardware import get_topology
+from engines.perf.links import Curve, get_link
+from harness.analysis import vidur_points as vp
+
+ROOT = Path(__file__).resolve().parent.parent
+TWO = Curve.fitted(10.0, (0, 100.0), (1.0, 50.0))  # 10 us, 100 GB/s for 1 MiB, then 50 GB/s
+
+
+def test_a_two_segment_curve_is_latency_then_each_segment_at_its_bandwidth():
+    mib = 2**20
+    assert TWO.time(0.0) == 0.0
+    assert TWO.time(mib / 2) == pytest.approx(10e-6 + mib / 2 / 100e9, rel=1e-12)
+    assert TWO.time(3 * mib) == pytest.approx(10e-6 + mib / 100e9 + 2 * mib / 50e9, rel=1e-12)
+    below, above = TWO.time(mib * (1 - 1e-9)), TWO.time(mib * (1 + 1e-9))
+    assert above - below == pytest.approx(0.0, abs=1e-12)  # continuous at the knee (a jump would be us)
+    per_token = TWO.scaled(1000.0)  # the same curve in units of 1,000 bytes
+    assert per_token.time(3 * mib / 1000) == pytest.approx(TWO.time(3 * mib), rel=1e-12)
+    assert TWO.faster(2.0).time(3 * mib) - 10e-6 == pytest.approx((TWO.time(3 * mib) - 10e-6) / 2, rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1e9, allow_nan=False))
+def test_the_scalar_path_is_the_vector_path_bit_for_bit(x):
+    for curve in (TWO, get_link("eth100g").p2p_curve, ops.allreduce_curve(2, get_link("nvlink3")),
+                  ops.allreduce_curve(4, get_link("pcie4"))):
+        assert curve.seconds(x) == float(curve.time(np.array([x]))[0])
+
+
+def test_a_ring_across_nodes_gets_the_curve_measured_with_its_gpus_a_node():
+    ib = get_link("ib-hdr")
+    by_node = dict(ib.allreduce_by_node)
+    dgx = get_topology("dgx-a100")
+    assert dgx.ring_link(0, 8).name == "nvswitch-a100"  # one node: no InfiniBand
+    assert dgx.ring_link(0, 16).allreduce_curve == by_node[8]
+    assert dgx.ring_link(4, 8).allreduce_curve == by_node[4]  # GPUs 4-11: four on each node
+    assert dgx.ring_link(0, 12).allreduce_curve == by_node[4]  # 8 + 4: the node with fewer
+    assert get_topology("dgx-a100", gpus_per_node=3).ring_link(0, 6).allreduce_curve == by_node[2]
+    # 16 ranks on two nodes at 64 MiB: about 3x faster on the 8-a-node curve than on the 1-a-node one
+    size = 64 * 2**20
+    assert 2.5 < ops.allreduce_time(size, 16, ib) / ops.allreduce_time(size, 16, dgx.ring_link(0, 16)) < 4.0
+
+
+def test_unmeasured_links_keep_the_ring_arithmetic():
+    pcie = get_link("pcie4")
+    assert pcie.allreduce_curve is None and pcie.p2p_curve is None
+    nbytes = 8e6
+    assert ops.allreduce_time(nbytes, 4, pcie) == pytest.approx(6 * 10e-6 + 1.5 * nbytes / (32e9 * 0.74), rel=1e-12)
+    assert ops.p2p_time(nbytes, pcie) == pytest.approx(10e-6 + nbytes / (32e9 * 0.74), rel=1e-12)
+
+
+def _fitter():
+    spec = importlib.util.spec_from_file_location("fit_operators", ROOT / "benchmarks" / "fit_operators.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not (vp.VIDUR_DIR / "network").is_dir(),
+                    reason=f"Vidur's network profiles are not at {vp.VIDUR_DIR} (../shared is not in every checkout)")
+def test_the_curves_are_what_the_fitting_script_fits():
+    fit = _fitter()
+    net = fit.network_rows(vp.VIDUR_DIR)
+    ib = dict(get_link("ib-hdr").allreduce_by_node)
+    expected = {"nvlink3 all-reduce": get_link("nvlink3").allreduce_curve, "nvlink3 send": get_link("nvlink3").p2p_curve,
+                "eth100g send": get_link("eth100g").p2p_curve, "eth100g-a40 send": get_link("eth100g-a40").p2p_curve,
+                "nvswitch-a100 all-reduce": get_link("nvswitch-a100").allreduce_curve,
+                "nvswitch-a100 send": get_link("nvswitch-a100").p2p_curve,
+                **{f"ib-hdr all-reduce, {g} a node": ib[g] for g in (1, 2, 4, 8)}}
+    assert set(expected) == {name for name, *_ in fit.LINK_POINTS}
+    for name, curve in expected.items():
+        latency_s, starts, bandwidths, _, held_out = fit.chosen_curve(net, name)
+        assert held_out < 15.0, name
+        assert curve.latency_s == pytest.approx(latency_s, abs=0.051e-6), name
+        assert [1 / s for s in curve.seconds_per_byte] == pytest.approx(bandwidths, abs=0.051e9), name
+        assert curve.starts == pytest.approx(starts, abs=0.0051 * 2**20), name
+        assert math.isclose(curve.starts[0], 0.0)
