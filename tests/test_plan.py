@@ -89,6 +89,20 @@ def test_bounds_hold_over_measured_capacities():
     assert capacity_bound(plan, "orca_s8").qps < capacity_bound(plan, "sarathi_b512").qps
 
 
+def test_bounds_hold_under_attainment():
+    """Under DistServe's attainment the pooled-TBT argument does not hold: a TBT SLO that only one
+    sequence's decode meets (Mistral-7B: 12.6 ms for 1, 13.4 for 8) does not bound a criterion that
+    judges each request's TPOT (the bound built on slo.tbt_s gave Sarathi 2.17 QPS; it passes 3.88)."""
+    cfg = compose(SMALL + ["slo.criterion=attainment", "slo.ttft_s=2", "slo.tpot_s=0.1", "slo.tbt_s=0.013"])
+    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
+                                              orca_max_seqs=[8]))
+    plan = space.plans[(1, 1)]
+    for name in plan.schedulers:
+        b = capacity_bound(plan, name)
+        answer = run_search_task(SearchTask(plan, name, 1.0, plan.search.min_qps, 1000.0, 0.05))
+        assert 0 < answer.capacity_qps <= b.qps < float("inf"), (name, answer.capacity_qps, b)
+
+
 def test_slo_below_the_fastest_decode_is_refused():
     cfg = compose(SMALL[:-2] + ["slo.tbt_s=0.001"])
     space = enumerate_space(cfg, PlanSettings(tp=[1, 2], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
@@ -97,6 +111,11 @@ def test_slo_below_the_fastest_decode_is_refused():
     with pytest.raises(HarnessError, match="below the fastest single decode") as e:
         check_slo_reachable(space)
     assert f"slo.tbt_s >= {fastest:.3g}" in str(e.value)
+    # under attainment a request's TPOT is what one decode must meet
+    cfg = compose(SMALL[:-2] + ["slo.criterion=attainment", "slo.ttft_s=2", "slo.tpot_s=0.001"])
+    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32], orca_max_seqs=[8]))
+    with pytest.raises(HarnessError, match=r"slo.tpot_s=0.001 is below the fastest single decode"):
+        check_slo_reachable(space)
 
 
 def test_fidelity_changes_only_the_requests():

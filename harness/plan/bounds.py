@@ -19,6 +19,11 @@ facts every simulated iteration obeys:
 A probe of N requests may run over its sustainable rate for a while before the median
 scheduling delay passes its limit: the running set absorbs up to b requests and the delay limit
 d another rate x d, so the bound is scaled by 1 + 2 (b + rate x d) / N (N: the full probe).
+
+Under DistServe's attainment criterion (a share of requests each within TTFT and TPOT) the pooled
+TBT-sample argument above does not hold: there the decode bound is the throughput of any batch
+the memory allows, a request whose single-sequence decode exceeds the TPOT limit cannot meet it,
+and d is the TTFT limit (the requests that pass wait at most that; 2 / N covers their 90 %).
 """
 from __future__ import annotations
 
@@ -108,17 +113,35 @@ def _most_tokens(plan: ExperimentPlan, sc: SchedulerConfig) -> int:
     return int(sc.max_num_seqs) * plan.max_model_len  # whole prompts of a full batch
 
 
+def decode_limit_s(plan: ExperimentPlan) -> float:
+    """What one decode must meet: the TBT SLO under the paper's criterion, the per-request TPOT
+    limit under attainment (Slo.tpot_s, the TBT SLO unless set)."""
+    slo = plan.slo
+    return slo.tbt_s if slo.criterion == "paper" or slo.tpot_s is None else slo.tpot_s
+
+
+def _decode_token_rate(perf, plan: ExperimentPlan, batch: int, slo_batch: int, c: int) -> float:
+    """Most decode tokens a second a passing probe sustains (module docstring)."""
+    every = _best_rate(perf, batch, c)
+    if plan.slo.criterion != "paper":
+        return every
+    q = plan.slo.tbt_quantile
+    return 1.0 / (q / _best_rate(perf, slo_batch, c) + (1 - q) / every)
+
+
+def _waited_s(plan: ExperimentPlan) -> float:
+    return plan.slo.scheduling_delay_s if plan.slo.criterion == "paper" else float(plan.slo.ttft_s)
+
+
 def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
     """No probe of `scheduler` on `plan`'s deployment passes above `qps` (module docstring)."""
     perf, sc, w = plan.deployment.perf, plan.schedulers[scheduler], plan.workload
     c = shortest_decode_context(plan)
     batch = min(int(sc.max_num_seqs), _kv_batch(plan, sc))
-    slo_batch = min(batch, _slo_batch(perf, batch, c, plan.slo.tbt_s))
+    slo_batch = min(batch, _slo_batch(perf, batch, c, decode_limit_s(plan)))
     if slo_batch == 0:
         return Bound(0.0, "slo", batch)
-    q = plan.slo.tbt_quantile
-    fast, every = _best_rate(perf, slo_batch, c), _best_rate(perf, batch, c)
-    token_rate = 1.0 / (q / fast + (1 - q) / every)
+    token_rate = _decode_token_rate(perf, plan, batch, slo_batch, c)
     p = w.prompt_lens.astype(np.float64)
     o = w.output_lens.astype(np.float64)
     decode = token_rate / max(float(np.mean(o - 1)), 1e-9)
@@ -128,7 +151,7 @@ def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
     rates = {"decode": decode, "tokens": tokens, "kv": kv}
     binding = min(rates, key=rates.get)
     rate = rates[binding]
-    slack = 1 + 2 * (batch + rate * plan.slo.scheduling_delay_s) / len(w.prompt_lens)
+    slack = 1 + 2 * (batch + rate * _waited_s(plan)) / len(w.prompt_lens)
     return Bound(rate * slack, binding, batch, min(rate, _typical_decode(plan, batch, o)))
 
 
@@ -138,7 +161,7 @@ def _typical_decode(plan: ExperimentPlan, batch: int, o: np.ndarray) -> float:
     configurations meet a strict SLO, for ordering the search."""
     perf = plan.deployment.perf
     c = int(np.mean(plan.workload.prompt_lens) + np.mean(o) / 2)
-    b = _slo_batch(perf, batch, c, plan.slo.tbt_s)
+    b = _slo_batch(perf, batch, c, decode_limit_s(plan))
     return 0.0 if b == 0 else _best_rate(perf, b, c) / max(float(np.mean(o - 1)), 1e-9)
 
 
@@ -148,9 +171,8 @@ def unit_bound(plan: ExperimentPlan, scheduler: str, prefill: int, decode: int) 
     prefill instance (at most the scheduler's batch of tokens); on a decode instance, the decode
     bound (its KV pool and max_num_seqs; token 2's TBT sample holds the transfer and any wait, so
     it too lasts at least its iteration), its output tokens through the slowest stage, and Little's
-    law on its KV. The unit is at most min(P x prefill rate, D x decode rate). Only the paper's
-    criterion is bounded (attainment judges per-request TPOT, not pooled TBT samples): under
-    another the bound is infinite (never pruned) and only the estimate orders the search."""
+    law on its KV. The unit is at most min(P x prefill rate, D x decode rate); under attainment,
+    as for one engine (module docstring)."""
     from dataclasses import replace
 
     sc, w = plan.schedulers[scheduler], plan.workload
@@ -161,13 +183,10 @@ def unit_bound(plan: ExperimentPlan, scheduler: str, prefill: int, decode: int) 
     batch = min(int(sc.max_num_seqs), _kv_batch(dplan, sc))
     rates = {"prefill": prefill / (float(np.mean(p)) * _token_cost(pperf, _most_tokens(pplan, sc)))}
     estimate = min(rates["prefill"], decode * _typical_decode(dplan, batch, o))
-    if plan.slo.criterion != "paper":
-        return Bound(float("inf"), "none", batch, estimate)
-    slo_batch = min(batch, _slo_batch(dperf, batch, c, plan.slo.tbt_s))
+    slo_batch = min(batch, _slo_batch(dperf, batch, c, decode_limit_s(plan)))
     if slo_batch == 0:
         return Bound(0.0, "slo", batch)
-    q = plan.slo.tbt_quantile
-    token_rate = 1.0 / (q / _best_rate(dperf, slo_batch, c) + (1 - q) / _best_rate(dperf, batch, c))
+    token_rate = _decode_token_rate(dperf, plan, batch, slo_batch, c)
     outputs = max(float(np.mean(o - 1)), 1e-9)
     held = (o - 1) * p + (o - 1) * o / 2
     rates["decode"] = decode * token_rate / outputs
@@ -176,5 +195,5 @@ def unit_bound(plan: ExperimentPlan, scheduler: str, prefill: int, decode: int) 
     binding = min(rates, key=rates.get)
     rate = rates[binding]
     absorbed = prefill * int(sc.max_num_seqs) + decode * batch  # requests the running sets hold
-    slack = 1 + 2 * (absorbed + rate * plan.slo.scheduling_delay_s) / len(w.prompt_lens)
+    slack = 1 + 2 * (absorbed + rate * _waited_s(plan)) / len(w.prompt_lens)
     return Bound(rate * slack, binding, batch, min(rate, estimate))

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from common.errors import HarnessError
-from harness.plan.bounds import Bound, capacity_bound, single_decode_s, unit_bound
+from harness.plan.bounds import Bound, capacity_bound, decode_limit_s, single_decode_s, unit_bound
 from harness.plan.replicas import competitive_rate, rank_key, replicas_needed
 from harness.plan.settings import PlanSettings
 from harness.plan.space import Candidate, Space
@@ -110,11 +110,12 @@ def check_slo_reachable(space: Space) -> None:
     """An SLO below every deployment's fastest decode is met by no configuration: bad input."""
     fastest = {key: single_decode_s(p) for key, p in space.plans.items()}
     (tp, pp), best = min(fastest.items(), key=lambda kv: kv[1])
-    slo = next(iter(space.plans.values())).slo.tbt_s
-    if slo < best:
-        gpu = next(iter(space.plans.values())).deployment.gpu
-        raise HarnessError(f"slo.tbt_s={slo:g} is below the fastest single decode on {gpu} ({best:.4f} s: one sequence, "
-                           f"tp={tp} pp={pp}): no configuration can meet it; a looser SLO: slo.tbt_s >= {best:.3g}")
+    plan = next(iter(space.plans.values()))
+    limit = decode_limit_s(plan)
+    if limit < best:
+        name = "slo.tbt_s" if limit == plan.slo.tbt_s else "slo.tpot_s"
+        raise HarnessError(f"{name}={limit:g} is below the fastest single decode on {plan.deployment.gpu} ({best:.4f} s: "
+                           f"one sequence, tp={tp} pp={pp}): no configuration can meet it; a looser SLO: {name} >= {best:.3g}")
 
 
 def _nearest(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
