@@ -47,8 +47,8 @@ def plan_command(argv: list[str]) -> int:
     name = cfg.name if cfg.name != "custom" else f"{plan0.deployment.model_name}_{plan0.deployment.gpu}"
     target = f"target {settings.target_qps:g} QPS" if settings.target_qps else "no target (capacity per GPU)"
     print(f"plan {name}: {plan0.deployment.model_name} on {plan0.deployment.gpu} ({space.gpus_per_node} a node, "
-          f"replicas of up to {space.max_gpus} GPUs), {plan0.dataset['name']}, SLO P{plan0.slo.tbt_quantile * 100:g} TBT "
-          f"<= {plan0.slo.tbt_s:.3g} s, {target}: {len(space.plans)} deployments fit"
+          f"replicas of up to {space.max_gpus} GPUs), {plan0.dataset['name']}, {plan0.slo.describe()}, {target}: "
+          f"{len(space.plans)} deployments fit"
           + (f" ({', '.join(f'tp{m.tp}pp{m.pp}' for m in space.misfits)} do not)" if space.misfits else "")
           + (f", {len(space.unit_plans)} P/D units" if settings.disaggregated else "")
           + f", {len(space.candidates)} configurations", flush=True)

@@ -102,17 +102,18 @@ def winner(run: PlanRun) -> Evaluation:
             raise HarnessError(
                 f"target_qps={s.target_qps:g} needs {need} GPUs at best ({best.candidate.key}, {best.capacity_qps:.3g} QPS a "
                 f"replica), over plan.max_total_gpus={s.max_total_gpus}: more GPUs (plan.max_total_gpus={need}) or a looser "
-                f"SLO; {s.max_total_gpus} GPUs serve at most {most:.3g} QPS at slo.tbt_s={plan.slo.tbt_s:g}")
+                f"SLO; {s.max_total_gpus} GPUs serve at most {most:.3g} QPS under {plan.slo.describe()}")
     return best
 
 
 def _nothing_meets(run: PlanRun, plan) -> str:
     tried = [(p.tbt_s, p.qps, e.candidate.key) for e in run.evaluations for a in (e.screen, e.full) if a for p in a.probes]
     slo = plan.slo
-    what = f"P{slo.tbt_quantile * 100:g} TBT <= {slo.tbt_s:g} s with P{slo.scheduling_delay_quantile * 100:g} " \
-           f"scheduling delay <= {slo.scheduling_delay_s:g} s"
+    what = slo.describe()
     if not tried:
         return f"nothing meets {what}: every configuration's bound rules it out; a looser SLO or more GPUs (plan.max_gpus)"
+    if slo.criterion != "paper":
+        return f"nothing meets {what} at any rate tried; a looser SLO (slo.ttft_s, slo.tpot_s) or more GPUs per replica (plan.max_gpus)"
     tbt, qps, key = min(tried)
     return (f"nothing meets {what} at any rate tried (the lowest P{slo.tbt_quantile * 100:g} TBT seen: {tbt:.3g} s, "
             f"{key} at {qps:.3g} QPS); a looser SLO (slo.tbt_s >= {math.ceil(tbt * 1000) / 1000:g}) or more GPUs "

@@ -116,8 +116,7 @@ def _most_tokens(plan: ExperimentPlan, sc: SchedulerConfig) -> int:
 def decode_limit_s(plan: ExperimentPlan) -> float:
     """What one decode must meet: the TBT SLO under the paper's criterion, the per-request TPOT
     limit under attainment (Slo.tpot_s, the TBT SLO unless set)."""
-    slo = plan.slo
-    return slo.tbt_s if slo.criterion == "paper" or slo.tpot_s is None else slo.tpot_s
+    return plan.slo.tbt_s if plan.slo.criterion == "paper" else plan.slo.tpot_limit_s
 
 
 def _decode_token_rate(perf, plan: ExperimentPlan, batch: int, slo_batch: int, c: int) -> float:
