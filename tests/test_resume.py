@@ -59,3 +59,33 @@ def test_repeats_and_fixed_rate(tmp_path):
     assert p.returncode == 0, p.stderr
     summary = json.loads((Path(p.stdout.splitlines()[-1].removeprefix("results: ")) / "summary.json").read_text())
     assert summary["mode"] == "fixed_rate" and len(summary["schedulers"]["sarathi"]["probes"]) == 1
+
+
+def test_the_cache_key_sees_uncommitted_changes(tmp_path):
+    """The probe cache keys on the commit; a checkout that edits the code (a tracked file changed, a
+    new file) must not be served the commit's probes: worktree_changes is its digest, None if clean."""
+    import subprocess
+
+    from harness.results.store import worktree_changes
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "model.py").write_text("COST = 1.0\n")
+    (tmp_path / ".gitignore").write_text("results/\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    assert worktree_changes(tmp_path) is None
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "probe.json").write_text("{}")  # ignored output changes nothing
+    assert worktree_changes(tmp_path) is None
+    (tmp_path / "model.py").write_text("COST = 2.0\n")
+    edited = worktree_changes(tmp_path)
+    assert edited is not None
+    (tmp_path / "links.py").write_text("X = 1\n")
+    added = worktree_changes(tmp_path)
+    assert added not in (None, edited)
+    (tmp_path / "links.py").write_text("X = 2\n")
+    assert worktree_changes(tmp_path) not in (None, edited, added)
+    assert worktree_changes(tmp_path / "results") == worktree_changes(tmp_path)  # from any folder of it

@@ -59,6 +59,8 @@ def run_experiment(cfg: DictConfig) -> Path:
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
         profile = getattr(plan.deployment.perf, "profile", None)
         code = f"{prov['git_commit']}/{prov['versions'].get('sarathi-harness')}/{profile.digest if profile else ''}"
+        if prov["git_changes"]:  # edited code: its own probes, never the commit's
+            code += f"/{prov['git_changes']}"
         key = cache_key(OmegaConf.to_container(cfg), code)
         cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
 

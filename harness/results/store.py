@@ -12,6 +12,7 @@ crashed or interrupted run never looks like a finished one.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -30,11 +31,35 @@ from harness.records import RequestRecord, error_kind
 PACKAGES = ("numpy", "pandas", "pyarrow", "hydra-core", "sarathi-harness")
 
 
+def _git(args: list[str], cwd: Path) -> bytes:
+    return subprocess.run(["git", *args], capture_output=True, timeout=10, cwd=cwd).stdout
+
+
+def worktree_changes(cwd: Path = Path(__file__).parent) -> str | None:
+    """A digest of what the checkout at `cwd` changes against its commit (tracked files' diff, and
+    untracked files not ignored), None when it changes nothing or is no checkout: results of edited
+    code must not pass for the commit's (the probe cache keys on it)."""
+    try:
+        top = _git(["rev-parse", "--show-toplevel"], cwd).decode().strip()
+        if not top:
+            return None
+        top = Path(top)
+        diff = _git(["diff", "HEAD", "--binary"], top)
+        others = [n for n in _git(["ls-files", "--others", "--exclude-standard", "-z"], top).split(b"\0") if n]
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not diff and not others:
+        return None
+    h = hashlib.sha256(diff)
+    for name in sorted(others):
+        f = top / name.decode(errors="replace")
+        h.update(name + b"\0" + (f.read_bytes() if f.is_file() and f.stat().st_size < 2**20 else str(f.stat().st_size).encode()))
+    return h.hexdigest()[:16]
+
+
 def provenance() -> dict:
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
-        ).stdout.strip() or None
+        commit = _git(["rev-parse", "HEAD"], Path(__file__).parent).decode().strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
     versions = {}
@@ -43,7 +68,8 @@ def provenance() -> dict:
             versions[p] = metadata.version(p)
         except metadata.PackageNotFoundError:
             versions[p] = None
-    return {"git_commit": commit, "versions": versions, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    return {"git_commit": commit, "git_changes": worktree_changes(), "versions": versions,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "host": socket.gethostname()}  # where it ran (a cluster's job runs anywhere)
 
 

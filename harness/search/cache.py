@@ -3,7 +3,8 @@
 A probe is fully determined by the resolved config, the scheduler, the seed and the rate (the
 simulator is deterministic), and by the code: the cache key hashes the config (less the keys
 that only say where output goes, and search.workers/executor/ray_address: how many probes ran
-at once, and where) with the git commit and the package version. A probe is one JSON file
+at once, and where) with the git commit, the package version and, in a checkout with uncommitted
+changes, a digest of them (results/store.py worktree_changes). A probe is one JSON file
 (verdict, summary) plus a Parquet file (per-request rows), each written atomically.
 Token times are not cached (they are large); a run that needs them re-runs that one probe.
 """
