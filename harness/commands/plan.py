@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.config import compose
 from harness.plan import answer, export, figure
 from harness.plan.check import check_winner
+from common.errors import HarnessError
 from harness.plan.replicas import POISSON_NOTE
 from harness.plan.search import PlanRun, run_plan
 from harness.plan.settings import plan_settings, split_words
@@ -40,6 +41,9 @@ def plan_command(argv: list[str]) -> int:
         return 0
     mine, overrides = split_words(argv)
     settings = plan_settings(mine)
+    if settings.out and Path(settings.out).exists() and any(Path(settings.out).iterdir()):
+        raise HarnessError(f"plan.out={settings.out} is not empty (an earlier plan?): remove it or name another "
+                           f"directory; nothing was run")
     cfg = compose(overrides)
     t0 = time.perf_counter()
     space = enumerate_space(cfg, settings)
@@ -105,7 +109,7 @@ def _write(out: Path, run: PlanRun, cfg, win, table, preset_name: str, serve: st
     (partial / "serve.sh").write_text("#!/bin/sh\n" + serve + "\n")
     checked = "".join(f"{c.line(wplan.slo.criterion)}\n" for c in checks)
     (partial / "table.md").write_text(answer.table_markdown(table) + f"\n{POISSON_NOTE}\n" + (f"\n{checked}" if checked else ""))
-    figure.draw(run, win, partial / "pareto.png", f"{name}: SLO P99 TBT <= {wplan.slo.tbt_s:.3g} s")
+    figure.draw(run, win, partial / "pareto.png", f"{name}: {wplan.slo.describe()}")
     record = {
         "name": name, "seconds": elapsed, "settings": asdict(run.settings), "winner": win.candidate.key,
         "probes_screen": run.probes_screen, "probes_full": run.probes_full, "waves": run.waves,
