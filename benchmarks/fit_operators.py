@@ -192,6 +192,21 @@ def link_curves(net: pd.DataFrame) -> None:
         print(f"  {name:<26} {alpha * 1e6:6.1f} us {segs:<30} train {train:5.1f} %   held-out {held:5.1f} %")
 
 
+# vLLM's own all-reduce on H100 NVSwitch, the fastest of its implementations at each size (links.py
+# ALLREDUCE_KERNELS cites it): vllm-project/vllm PR #24111, H100 table, (TP, MiB, ms per all-reduce).
+VLLM_ALLREDUCE_H100 = [(2, 0.5, 0.007), (4, 0.5, 0.010), (4, 1.0, 0.015), (4, 1.5, 0.019), (4, 2.0, 0.022),
+                       (4, 3.0, 0.025), (4, 4.0, 0.029), (6, 0.5, 0.013), (6, 1.0, 0.016), (6, 2.0, 0.021),
+                       (6, 4.0, 0.031)]
+
+
+def vllm_allreduce_curve() -> tuple[float, float, float]:
+    """One line through VLLM_ALLREDUCE_H100 over bus bytes: (latency s, bus bandwidth B/s, MAPE %);
+    eleven points, so no held-out split."""
+    d = pd.DataFrame([dict(work=2 * (p - 1) / p * mib * 2**20, measured=ms * MS) for p, mib, ms in VLLM_ALLREDUCE_H100])
+    law, x = fit_curve(d, pd.Series(True, index=d.index), 1)
+    return float(np.exp(x[0])), float(np.exp(x[1])), mape(law, x, d)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profiles", default=str(VIDUR), help="Vidur's data/profiling layout (compute/, network/)")
@@ -230,6 +245,8 @@ def main() -> None:
         x = fit(law, [10e-6, 50e9], [1e-5, 1e10], [0, 1e8], [1e-3, 1e12], d[train])
         report(" ".join(map(str, key)), law, x, d, train, "alpha {:.2e} s  B {:.3g}")
     link_curves(network_rows(profiles))
+    alpha, bw, err = vllm_allreduce_curve()
+    print(f"vLLM's all-reduce, H100 (PR #24111): {alpha * 1e6:.1f} us + bus bytes at {bw / 1e9:.1f} GB/s, {err:.1f} % over 11 points")
 
 
 if __name__ == "__main__":

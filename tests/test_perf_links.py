@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from engines.perf import operators as ops
 from engines.perf.hardware import get_topology
-from engines.perf.links import Curve, get_link
+from engines.perf import Deployment, PerfModel
+from engines.perf.links import ALLREDUCE_KERNELS, Cheapest, Curve, get_link
 from harness.analysis import vidur_points as vp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,3 +90,21 @@ def test_the_curves_are_what_the_fitting_script_fits():
         assert [1 / s for s in curve.seconds_per_byte] == pytest.approx(bandwidths, abs=0.051e9), name
         assert curve.starts == pytest.approx(starts, abs=0.0051 * 2**20), name
         assert math.isclose(curve.starts[0], 0.0)
+
+
+def test_vllm_v1_uses_its_own_all_reduce_where_it_is_faster():
+    """The vllm-v1-2025 stack on H100 NVSwitch: the faster of vLLM's kernels (PR #24111's fit) and
+    NCCL's ring at each size; other stacks keep NCCL's; the constants are the fitting script's."""
+    alpha, bw, err = _fitter().vllm_allreduce_curve()
+    own = ALLREDUCE_KERNELS["vllm-2025"]["nvlink4"]
+    assert own.latency_s == pytest.approx(alpha, abs=0.051e-6) and own.final_bandwidth == pytest.approx(bw, abs=0.051e9)
+    assert err < 15.0
+    link = get_link("nvlink4")
+    curve = ops.allreduce_curve(4, link, "vllm-2025")
+    assert isinstance(curve, Cheapest) and ops.allreduce_curve(4, link) == ops.allreduce_curve(4, link, None)
+    small, large = 2**19, 256 * 2**20  # a decode batch's 0.5 MiB; a long prefill's 256 MiB
+    assert curve.time(small) == pytest.approx(7.9e-6 + 1.5 * small / 273.1e9, rel=1e-9)  # PR #24111: 10 us
+    assert curve.time(large) == pytest.approx(float(ops.allreduce_time(large, 4, link)), rel=1e-12)  # NCCL wins
+    v1, nccl = (PerfModel(Deployment.create(model="qwen3-32b", gpu="h100", tp=4, stack=s)) for s in ("vllm-v1-2025", "ideal"))
+    batch = ([1] * 60, [4000] * 60)
+    assert v1.breakdown(*batch)["tp_comm"] < 0.5 * nccl.breakdown(*batch)["tp_comm"]

@@ -47,6 +47,15 @@ def test_cpu_costs_come_from_the_stack_and_host_and_an_override_wins():
     assert direct.cpu_overhead_s == cpu_costs("vidur-2024")["cpu_overhead_s"]
     lean = d.with_changes(cpu_overhead_s=0.0)
     assert lean.with_changes(stack="vllm-v1-2025").cpu_overhead_s == 0.0  # an explicit value stays
+    # vLLM V1's own step costs (cpu_costs.py `vllm-v1`), not the 2024 engine's
+    v1 = Deployment.create(model="yi-34b", gpu="h100", tp=2, stack="vllm-v1-2025")
+    assert get_stack("vllm-v1-2025").cpu == "vllm-v1"
+    assert (v1.cpu_overhead_s, v1.cpu_overhead_per_seq_s, v1.multi_gpu_overhead_s, v1.multi_gpu_overhead_per_seq_s) == (
+        0.43e-3, 1.1e-6, 0.0, 9.5e-6)
+    old = Deployment.create(model="yi-34b", gpu="h100", tp=2)
+    cpu = {dep.stack: PerfModel(dep).breakdown([1] * 60, [4000] * 60)["cpu_overhead"] for dep in (v1, old)}
+    assert cpu["vllm-v1-2025"] == pytest.approx(0.43e-3 + 60 * (1.1e-6 + 9.5e-6), rel=1e-9)
+    assert cpu["sarathi-serve-2024"] > 10 * cpu["vllm-v1-2025"]  # 1.2 + 2.0 ms + 0.2 ms a sequence: 15.2 ms
 
 
 # ----------------------------------------------------------------------------- CUDA graphs

@@ -125,7 +125,7 @@ class PerfModel:
         # TP all-reduce of the hidden states: twice per layer, once for Falcon's parallel block.
         self._act_bytes_per_token = h * bpe
         self._allreduces_per_layer = 1 if m.parallel_attn_mlp else 2
-        self._allreduce = ops.allreduce_curve(d.tp, d.tp_link).scaled(self._act_bytes_per_token)  # by tokens
+        self._allreduce = ops.allreduce_curve(d.tp, d.tp_link, self.stack.allreduce).scaled(self._act_bytes_per_token)
         # Attention: 2 matmuls (QK^T, PV) x 2 FLOPs per multiply-add x head_dim x local heads.
         att = k.attention
         self._attn_flops_per_pair = 4.0 * hd * qh

@@ -23,6 +23,25 @@ A least-squares line through them is 2.05 ms + 0.109 ms per sequence (Llama-2-7B
 2.3 + 0.098; TP2: 2.0 + 0.067) -> 2.0 ms + 0.10 ms per sequence. (The vLLM v0.6.0
 performance blog, Sep 2024, makes the same point qualitatively: on Llama-3-8B/H100, scheduling
 alone was 29 % of the step time in v0.5.3.)
+
+`vllm-v1` is vLLM V1's engine core, synchronous (no `--async-scheduling`), from per-step component
+times its developers measured (no V1 per-iteration total is published; the V1 blog, Jan 2025,
+aims at "near-zero CPU overhead" and gives no figure):
+
+    Scheduler.schedule()                     0.20 ms a step     vllm PR #42131 (B200, before the PR's
+    GPUModelRunner._update_states            0.18 ms             own savings: schedule 0.2 -> 0.04 ms,
+    _prepare_inputs (decode-only batch)      0.05 ms             update_states -0.18, prepare -0.05)
+    Scheduler.update_from_output()           1.1 us a request   vllm PR #46112 (batch 128: 0.142 ms,
+                                                                 batch 256: 0.287 ms)
+    SchedulerOutput to the TP workers        9.5 us a request   vllm benchmarks/overheads/
+      (shared-memory message queue:                              benchmark_scheduler_output_rpc_pack.py,
+       writer pickle + worker load)                              845 + 1054 us for a ~200-request step
+
+-> 0.43 ms + 1.1 us a sequence, and with more than one GPU 9.5 us a sequence more (that benchmark's
+step carries 2K-token prompts; a decode step sends only per-request diffs, so this is high; its fixed
+part is not measured: 0). Sampling and detokenization are not in them (V1 detokenizes in the API
+server's process, beside the engine core). A check, not a fit: vllm issue #48229 reports ~6 ms
+steps for Qwen2.5-7B at batch 32 on one H100 with CUDA graphs.
 """
 from __future__ import annotations
 
@@ -45,6 +64,9 @@ CPU_FIELDS = tuple(CpuCosts.__dataclass_fields__)
 CPU_PROFILES: dict[str, CpuCosts] = {
     "vidur-2024": CpuCosts(cpu_overhead_s=1.2e-3, cpu_overhead_per_seq_s=0.10e-3,
                            multi_gpu_overhead_s=2.0e-3, multi_gpu_overhead_per_seq_s=0.10e-3),
+    # vLLM V1's measured step components (module docstring): 0.43 ms + 1.1 us/seq; TP hop 9.5 us/seq.
+    "vllm-v1": CpuCosts(cpu_overhead_s=0.43e-3, cpu_overhead_per_seq_s=1.1e-6,
+                        multi_gpu_overhead_s=0.0, multi_gpu_overhead_per_seq_s=9.5e-6),
 }
 
 # The profile above was measured on the A100 servers. The A40 server has its own host CPU and

@@ -180,6 +180,7 @@ class EngineStack:
     launch_s: float = 0.0  # exposed CPU cost of one eager kernel launch (launch.py)
     graph_max_tokens: int = 0  # largest captured batch (tokens; = sequences for a decode batch)
     attention_hopper: str | None = None  # the attention kernel on Hopper GPUs, where it differs
+    allreduce: str | None = None  # the engine's own all-reduce kernels (links.py ALLREDUCE_KERNELS); None: NCCL's
 
 
 STACKS = {
@@ -202,15 +203,16 @@ STACKS = {
     # FLASH_ATTN, vllm_flash_attn's FA3 build on sm90); torch.compile fuses the residual add into the
     # norm (no profile of Inductor's kernels: the `ideal` elementwise entries); full CUDA graphs for
     # decode batches, piecewise for the rest, up to 512 tokens; eager launches at launch.py LAUNCH_S.
-    # CPU costs: the blog gives no per-iteration figure for V1's lower overheads, so Vidur's profile
-    # stays (the conservative, zero-effect value): V1's gain here is kernels and graphs only.
+    # CPU costs: V1's engine core as its developers measured its step components (cpu_costs.py
+    # `vllm-v1`; synchronous scheduling, no overlap with the GPU priced). All-reduce: vLLM's own
+    # kernels where measured (links.py ALLREDUCE_KERNELS: H100 NVSwitch), NCCL's pricing elsewhere.
     "vllm-v1-2025": EngineStack(
         "vllm-v1-2025", gemm="cublas-2024", attention="fa2-ideal", attention_hopper="fa3-2024",
-        elementwise="ideal", kv_memory="sarathi-serve", graphs="full-and-piecewise", launch_s=4e-6,
-        graph_max_tokens=512,
+        elementwise="ideal", kv_memory="sarathi-serve", cpu="vllm-v1", graphs="full-and-piecewise", launch_s=4e-6,
+        graph_max_tokens=512, allreduce="vllm-2025",
         description="vLLM V1 (2025): cuBLAS GEMMs, FlashAttention-3 on Hopper / FA2 elsewhere, torch.compile-"
                     "fused add+norm, CUDA graphs (full for decodes, piecewise otherwise, up to 512 tokens), "
-                    "Vidur's CPU costs (no V1 figure published)"),
+                    "V1's measured step CPU costs (0.43 ms + 1.1 us a sequence), its custom all-reduce on H100 NVSwitch"),
 }
 # Vidur profiled Sarathi-Serve's vLLM-derived engine (vidur/profiling: "compatibility with sarathi
 # cudatimer"; the operator and CPU profiles above): the vLLM Vidur profiled is the paper's engine.

@@ -79,6 +79,23 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class Cheapest:
+    """The fastest of several implementations at each size: an engine that picks its all-reduce by
+    the message size (vLLM's custom one-shot, symmetric memory or NCCL). Curve's interface."""
+
+    curves: tuple[Curve, ...]
+
+    def scaled(self, unit_bytes: float) -> Cheapest:
+        return Cheapest(tuple(c.scaled(unit_bytes) for c in self.curves))
+
+    def seconds(self, x: float) -> float:
+        return min(c.seconds(x) for c in self.curves)
+
+    def time(self, x) -> np.ndarray:
+        return np.minimum.reduce([c.time(x) for c in self.curves])
+
+
+@dataclass(frozen=True)
 class LinkSpec:
     """A GPU-to-GPU path. `bandwidth` is the datasheet peak per direction; `efficiency` the
     achievable fraction (NCCL bus bandwidth / peak); `latency_s` the per-hop start-up cost."""
@@ -181,6 +198,22 @@ _LINKS: dict[str, LinkSpec] = {
                        allreduce_curve=_HDR_ALLREDUCE_BY_NODE[0][1], allreduce_by_node=_HDR_ALLREDUCE_BY_NODE),
     "ib-ndr": LinkSpec("ib-ndr", bandwidth=50e9, latency_s=29e-6, efficiency=0.31,
                        allreduce_curve=_NDR_ALLREDUCE_BY_NODE[0][1], allreduce_by_node=_NDR_ALLREDUCE_BY_NODE),
+}
+
+
+# An engine's own all-reduce kernels, by kernel set and the link they run over: curves over bus
+# bytes, used where they beat the link's NCCL pricing. vLLM (2025) on H100 NVSwitch: the fastest of
+# its implementations at each size in vllm-project/vllm PR #24111 ("Enable Torch Symmetric Memory
+# All-Reduce By Default", H100 table, ms per all-reduce: TP2 0.5 MiB 0.007; TP4 0.5-4 MiB 0.010,
+# 0.015, 0.019, 0.022, 0.025, 0.029; TP6 0.5-4 MiB 0.013, 0.016, 0.021, 0.031; one-shot custom
+# all-reduce up to 2 MiB, symmetric-memory two-shot above), measured as back-to-back CUDA-graph
+# replays (benchmarks/kernels/benchmark_device_communicators.py: no compute between them, so no
+# skew between ranks: a lower bound). Fit (fit_operators.py): 7.9 us + bus bytes at 273 GB/s,
+# 11.3 % over those 11 points (H200: the same NVLink4 switch, assumed alike). The same PR's NCCL
+# column is 17-26 us at TP4 0.5-2 MiB, where the nvlink4 line above gives 32-39 us: that line stays
+# the other engines' NCCL (no H100 NCCL profile here to replace it with).
+ALLREDUCE_KERNELS: dict[str, dict[str, Curve]] = {
+    "vllm-2025": {"nvlink4": Curve.fitted(7.9, (0, 273.1))},
 }
 
 

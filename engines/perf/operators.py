@@ -14,7 +14,7 @@ import numpy as np
 
 from collections.abc import Sequence
 
-from .links import Curve, LinkSpec
+from .links import ALLREDUCE_KERNELS, Cheapest, Curve, LinkSpec
 
 # Per-item attention times are rounded down to whole units of 0.1 ps before they are summed, so a
 # batch's sum is exact whatever order numpy reduces in: a (k, B) call and k single-row calls agree
@@ -95,11 +95,15 @@ def stream_time(nbytes: np.ndarray, bandwidth: float) -> np.ndarray:
     return np.asarray(nbytes, dtype=np.float64) / bandwidth
 
 
-def allreduce_curve(ranks: int, link: LinkSpec | None) -> Curve:
+def allreduce_curve(ranks: int, link: LinkSpec | None, kernels: str | None = None) -> Curve | Cheapest:
     """All-reduce time by payload bytes: the link's measured curve over NCCL's bus bytes
     (2(p-1)/p of the payload), or a ring over the slowest hop, 2(p-1)/p / bandwidth a byte after
-    2(p-1) hop latencies (reduce-scatter then all-gather, p-1 steps each). Zero for one rank."""
-    return _ring_curve(ranks, link, 2 * (ranks - 1))
+    2(p-1) hop latencies (reduce-scatter then all-gather, p-1 steps each). Zero for one rank.
+    With an engine's own all-reduce `kernels` for the link (links.ALLREDUCE_KERNELS), the faster
+    of the two at each size."""
+    ring = _ring_curve(ranks, link, 2 * (ranks - 1))
+    own = ALLREDUCE_KERNELS.get(kernels or "", {}).get(link.name) if ranks > 1 and link is not None else None
+    return ring if own is None else Cheapest((ring, own.scaled(2 * (ranks - 1) / ranks)))
 
 
 def allgather_curve(ranks: int, link: LinkSpec | None) -> Curve:
