@@ -89,3 +89,10 @@ def test_the_cache_key_sees_uncommitted_changes(tmp_path):
     (tmp_path / "links.py").write_text("X = 2\n")
     assert worktree_changes(tmp_path) not in (None, edited, added)
     assert worktree_changes(tmp_path / "results") == worktree_changes(tmp_path)  # from any folder of it
+    # ... and the probe cache's key takes it in (a clean checkout's key as before)
+    from harness.search.cache import cache_key, code_version
+
+    prov = {"git_commit": "abc", "versions": {"sarathi-harness": "0.1"}, "git_changes": None}
+    assert code_version(prov) == "abc/0.1/"
+    keys = {cache_key({"seed": 0}, code_version({**prov, "git_changes": d})) for d in (None, edited, added)}
+    assert len(keys) == 3

@@ -138,10 +138,6 @@ def allreduce_time(nbytes: np.ndarray, ranks: int, link: LinkSpec | None) -> np.
     return allreduce_curve(ranks, link).time(nbytes)
 
 
-def allgather_time(nbytes_total: np.ndarray, ranks: int, link: LinkSpec | None) -> np.ndarray:
-    return allgather_curve(ranks, link).time(nbytes_total)
-
-
 def p2p_time(nbytes: np.ndarray, link: LinkSpec | None) -> np.ndarray:
     return p2p_curve(link).time(nbytes)
 

@@ -13,10 +13,10 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
+from common.errors import HarnessError
 from harness.config import compose
 from harness.plan import answer, export, figure
 from harness.plan.check import check_winner
-from common.errors import HarnessError
 from harness.plan.replicas import POISSON_NOTE
 from harness.plan.search import PlanRun, run_plan
 from harness.plan.settings import plan_settings, split_words

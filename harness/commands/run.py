@@ -17,7 +17,7 @@ from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, open_backend
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
-from harness.search.cache import ProbeCache, cache_key
+from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.executor import ProbeExecutor, open_executor
 from harness.search.plan import ExperimentPlan, plan_experiment, reseed
@@ -58,10 +58,7 @@ def run_experiment(cfg: DictConfig) -> Path:
     if cfg.get("cache", True) and backend.deterministic:  # measurements (live probes) are never cached
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
         profile = getattr(plan.deployment.perf, "profile", None)
-        code = f"{prov['git_commit']}/{prov['versions'].get('sarathi-harness')}/{profile.digest if profile else ''}"
-        if prov["git_changes"]:  # edited code: its own probes, never the commit's
-            code += f"/{prov['git_changes']}"
-        key = cache_key(OmegaConf.to_container(cfg), code)
+        key = cache_key(OmegaConf.to_container(cfg), code_version(prov, profile.digest if profile else ""))
         cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
 
     for where, reason in broken_runs(cfg.results_dir, plan.name)[:1]:

@@ -26,6 +26,13 @@ NOT_IN_KEY = ("results_dir", "progress", "cache")
 HOW_NOT_WHAT = {"search": ("workers", "executor", "ray_address")}  # how many probes run at once, and where, changes no probe's result
 
 
+def code_version(provenance: dict, profile_digest: str = "") -> str:
+    """What the probes were computed by: the commit, the package version, a measured profile's
+    digest and, in an edited checkout, its changes' digest (clean checkouts keep their old keys)."""
+    code = f"{provenance['git_commit']}/{provenance['versions'].get('sarathi-harness')}/{profile_digest}"
+    return code + f"/{provenance['git_changes']}" if provenance.get("git_changes") else code
+
+
 def cache_key(config: dict, code_version: str) -> str:
     relevant = {k: v for k, v in config.items() if k not in NOT_IN_KEY}
     for group, keys in HOW_NOT_WHAT.items():
