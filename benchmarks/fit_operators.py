@@ -9,7 +9,9 @@ odd ones). Only operator data goes in; no serving or capacity result is used any
     GEMM          t = t0 + (C^4 + W^4)^(1/4)     C = 2 ceil(M/128)128 K N / (peak eta_c K/(K+K0))
                                                  W = 2 B (K N + M (K + N)) / (eta_w HBM)
     elementwise   t = t0 + bytes / (eta HBM)     per kernel (norm, add, rotary, activation, embedding)
-    attention     prefill t = t0 + 4 hd heads n (c + n) / (eta peak); decode t = t0 + KV bytes / (eta HBM)
+    attention     prefill t = t0 + 4 hd heads n (c + n) / (eta peak)
+                  decode (one call, FlashAttention-2's split-KV kernel: engines/perf/split_kv.py)
+                  t = t0 + [splits > 1] t_combine + max(KV bytes / (eta HBM), critical blocks x block bytes / B_cta)
     collectives   t = alpha + f bytes / B        (f = 2(p-1)/p for all-reduce, 1 for send/recv)
     link curves   t = alpha + sum_i clip(f bytes - x_i, 0, x_(i+1) - x_i) / B_i, one or two segments
                   per link (engines/perf/links.py Curve; a second only where it cuts held-out MAPE
@@ -114,8 +116,35 @@ def attention_rows(profiles: Path) -> pd.DataFrame:
     b, cd = dec["batch_size"].to_numpy(float), dec["kv_cache_size"].to_numpy(float)
     return pd.concat([
         pd.DataFrame(dict(kind="prefill", work=4.0 * hd * qh * n * (c + n), measured=pre.iloc[:, -1] * MS)),
-        pd.DataFrame(dict(kind="decode", work=b * cd * 2 * kvh * hd * m.bytes_per_param, measured=dec.iloc[:, -1] * MS)),
+        pd.DataFrame(dict(kind="decode", batch=b, context=cd, measured=dec.iloc[:, -1] * MS)),
     ], ignore_index=True)
+
+
+# The four readings of FlashAttention-2's split heuristic (split_kv.py): query groups swapped into
+# the rows or not, the heuristic counting SMs or 2 x SMs. The first is the kernels' newest and the model's.
+READINGS = {"groups swapped, 2 x SMs": (True, 2), "groups swapped, SMs": (True, 1),
+            "not swapped, 2 x SMs": (False, 2), "not swapped, SMs": (False, 1)}
+
+
+def decode_split_law(d: pd.DataFrame, swap: bool, per_sm: int):
+    """The split-KV decode law on Llama-2-70B TP2 on A100 80GB PCIe, x = (t0, eta, t_combine, B_cta)."""
+    from engines.perf.hardware import get_gpu
+    from engines.perf.split_kv import DecodeCall, SplitKvDecode
+    m, tp = get_model("llama2-70b"), 2
+    qh, kvh, hd, bpe = m.q_heads_per_gpu(tp), m.kv_heads_per_gpu(tp), m.head_dim, m.bytes_per_param
+    kv, qo = 2.0 * kvh * hd * bpe, 2.0 * qh * hd * bpe
+    call = DecodeCall(SplitKvDecode(combine_s=0.0, cta_bandwidth=1.0), sm_count=get_gpu("a100-80g-pcie").sm_count,
+                      q_heads=qh, kv_heads=kvh, head_dim=hd, kv_bytes_per_token=kv, qo_bytes_per_token=qo,
+                      bandwidth=1.0, window=None, swap_groups=swap, ctas_per_sm=per_sm)
+    b = d["batch"].to_numpy(int)
+    n = (np.arange(b.max())[None, :] < b[:, None]).astype(float)
+    seqs, keys, splits, critical = call.layout(n, n * d["context"].to_numpy(float)[:, None])
+    stream, block = keys * kv + seqs * qo, call.block * kv / kvh
+
+    def law(x, dd):
+        i = dd.index.to_numpy()
+        return x[0] + (splits[i] > 1) * x[2] + np.maximum(stream[i] / (x[1] * HBM["a100"]), critical[i] * block / x[3])
+    return law
 
 
 def network_rows(profiles: Path) -> pd.DataFrame:
@@ -228,13 +257,17 @@ def main() -> None:
             report(kind, law, x, s, train, "t0 {:.2e} s  eta {:.2f}")
     print("a100: attention, Llama-2-70B TP2 (t0, eta of peak | of HBM)")
     att = attention_rows(profiles)
-    for kind, d in att.groupby("kind"):
-        d = d.reset_index(drop=True)
-        train = pd.Series(d.index % 2 == 0)
-        rate = 312e12 if kind == "prefill" else 1935e9
-        law = (lambda r: lambda x, dd: x[0] + dd["work"].to_numpy(float) / (x[1] * r))(rate)
-        x = fit(law, [15e-6, 0.5], [1e-5, 0.1], [0, 0.05], [1e-3, 1.0], d[train])
-        report(kind, law, x, d, train, "t0 {:.2e} s  eta {:.3f}")
+    d = att[att["kind"] == "prefill"].reset_index(drop=True)
+    train = pd.Series(d.index % 2 == 0)
+    law = lambda x, dd: x[0] + dd["work"].to_numpy(float) / (x[1] * PEAK["a100"])  # noqa: E731
+    report("prefill", law, fit(law, [15e-6, 0.5], [1e-5, 0.1], [0, 0.05], [1e-3, 1.0], d[train]), d, train,
+           "t0 {:.2e} s  eta {:.3f}")
+    d = att[att["kind"] == "decode"].reset_index(drop=True)
+    train = pd.Series(d.index % 2 == 0)
+    for reading, (swap, per_sm) in READINGS.items():
+        law = decode_split_law(d, swap, per_sm)
+        x = fit(law, [7e-6, 0.85, 5e-6, 1e10], [1e-6, 0.1, 1e-6, 1e9], [0, 0.3, 0, 1e8], [5e-5, 1.0, 5e-5, 1e12], d[train])
+        report(f"decode, {reading}", law, x, d, train, "t0 {:.2e} s  eta {:.3f}  combine {:.2e} s  B_cta {:.3g}")
     print("collectives, sizes <= 64 MiB (alpha s, bus bandwidth B/s)")
     net = network_rows(profiles)
     net = net[net["size"] <= 64 * 2**20]

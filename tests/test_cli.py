@@ -124,6 +124,13 @@ def test_the_perf_group_names_the_engine_stack_and_kv_recipe():
     assert chosen.timer.iteration_time([512], [0]) != default.timer.iteration_time([512], [0])
     p = run("experiment=yi34b_tp2_strict", "perf.stack=vllm-v9", "search.num_requests=8")
     assert p.returncode == 2 and "unknown engine stack 'vllm-v9'" in p.stderr
+    # perf.cuda_graphs=false: vLLM V1's captured decode graphs launched eagerly (a typed bool, not "False")
+    v1 = ["experiment=yi34b_tp2_strict", "perf.stack=vllm-v1-2025"]
+    graphed = plan_experiment(compose(v1)).deployment.timer
+    eager = plan_experiment(compose([*v1, "perf.cuda_graphs=false"])).deployment.timer
+    assert (graphed.deployment.cuda_graphs, eager.deployment.cuda_graphs) == (None, False)
+    decode = ([1] * 16, [700] * 16)
+    assert eager.iteration_time(*decode) > graphed.iteration_time(*decode) + 1e-3  # 2.9 ms of launches
 
 
 def test_planning_refuses_what_the_server_would_refuse():

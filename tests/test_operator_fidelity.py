@@ -24,11 +24,12 @@ from harness.analysis.fidelity_figure import PANELS, fig_operator_fidelity
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks" / "validate_operators.py"
 # The default stack's MAPE (%) on the sample, per family and GPU, must stay under these (the model
-# today: 5-10 % for GEMMs, elementwise and embedding, 9.0 prefill and 10.9 decode attention; the
-# collectives on their measured link curves 2.8-8.6 %, the 10 % goal). The elementwise
-# pieces (ew.*) are looser: regression guards.
+# today: 5-10 % for GEMMs, elementwise and embedding, 9.0 prefill and 8.3 decode attention (the
+# split-KV kernel, engines/perf/split_kv.py); the collectives on their measured link curves
+# 2.8-8.6 %, the 10 % goal, as decode attention). The elementwise pieces (ew.*) are looser:
+# regression guards.
 BOUND = {**{f: 12.0 for f in [*of.GEMM_OPS, "elementwise", "embedding", *of.ATTENTION]},
-         **{f: 20.0 for f in of.ELEMENTWISE}, "all_reduce": 10.0, "send_recv": 10.0}
+         **{f: 20.0 for f in of.ELEMENTWISE}, "attn_decode": 10.0, "all_reduce": 10.0, "send_recv": 10.0}
 # Families the measured kernels fixed: the `ideal` stack is at least this many times worse.
 IDEAL_WORSE = {"elementwise": 2.0, "embedding": 2.0, "attn_prefill": 2.0, "attn_decode": 2.0}
 

@@ -88,7 +88,11 @@ def test_falcon_batch32_decode_about_200ms():
 
 SLO_CASES = [
     # (deployment, published strict P99 TBT SLO = 5 x decode iteration, reason if the model misses it)
-    pytest.param(MISTRAL, 0.1, id="mistral-7b-1xA100"),
+    pytest.param(MISTRAL, 0.1, id="mistral-7b-1xA100", marks=pytest.mark.xfail(strict=True, reason=(
+        "a measured operator against a published fact: 5x decode = 0.145 s (+45 %; the ideal stack 0.126). "
+        "32 sequences x 8 KV heads are 256 CTAs of FlashAttention-2's decode kernel, two waves on 2 x 108 "
+        "SMs: 0.42 ms of attention a layer where the KV stream takes 0.33 (Vidur measured the same layout, "
+        "Llama-2-70B TP2 at 64 x 2,048: 219 us; test_decode_waves_as_measured)"))),
     pytest.param(YI, 0.2, id="yi-34b-tp2-A100"),
     pytest.param(LLAMA70, 1.0, id="llama2-70b-tp4pp2-A40", marks=pytest.mark.xfail(strict=True, reason=(
         "model (measured kernels): 5x decode = 0.59 s. Last stage: GEMMs streaming 17.2 GB of weights per "
@@ -104,6 +108,19 @@ def test_strict_slo_is_five_decode_iterations(p, slo):
     # Paper: strict P99 TBT SLO = 5 x a decode iteration (batch 32, 4k context, no prefill).
     # Tolerance: +-35 %; for pp = 2 an iteration is the sum of the stages + the send.
     assert abs(5 * decode_iteration_time(p) / slo - 1) <= 0.35
+
+
+def test_decode_waves_as_measured():
+    # FlashAttention-2's split-KV decode (engines/perf/split_kv.py) runs one CTA per sequence and KV
+    # head: Mistral-7B's 32 x 8 is Llama-2-70B TP2's 64 x 4, which Vidur measured (A100 80GB PCIe,
+    # attention.csv, c = 2,048): 219 us, against 137 us at 52 sequences (208 CTAs, one wave of the
+    # 2 x 108 the heuristic counts) and a KV stream of 167 us at 0.83 of HBM.
+    mistral, llama = MISTRAL, perf("llama2-70b", "a100-80g-pcie", tp=2)
+    att = lambda p, b: float(p._components(np.ones((1, b)), np.full((1, b), 2048.0))["attention"][0])  # noqa: E731
+    assert att(mistral, 32) == pytest.approx(att(llama, 64), rel=1e-6)
+    assert att(llama, 64) == pytest.approx(219e-6, rel=0.10)
+    assert att(llama, 52) == pytest.approx(137e-6, rel=0.10)
+    assert att(llama, 56) > 1.3 * att(llama, 52)  # the second wave (measured: 191 us, 1.39x)
 
 
 YI_IDEAL = perf("yi-34b", "a100-80g-pcie", tp=2, stack="ideal")

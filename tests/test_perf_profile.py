@@ -74,13 +74,28 @@ DEPLOYMENTS = {
 
 @pytest.fixture(scope="module", params=list(DEPLOYMENTS))
 def pair(request, tmp_path_factory):
-    d = Deployment.create(**DEPLOYMENTS[request.param])
+    # The profile path prices a mixed decode batch as the mean of its per-context times: exact for a
+    # decode cost linear in each context (the FA2-paper kernel). The default stack's split-KV decode
+    # (engines/perf/split_kv.py) costs a mixed batch its longest sequence's CTAs, which no grid of
+    # equal-length batches holds: test_split_kv_mixed_batches_are_what_a_grid_cannot_hold.
+    d = Deployment.create(**DEPLOYMENTS[request.param], attention_kernel="fa2-ideal")
     analytical = PerfModel(d)
     path = write_grid_profile(analytical, tmp_path_factory.mktemp("prof") / f"{request.param}.csv")
     return analytical, ProfilePerfModel(d, path)
 
 
 # ------------------------------------------------------------ reproduces the analytical model
+def test_split_kv_mixed_batches_are_what_a_grid_cannot_hold(tmp_path):
+    # the default stack: equal-length decode batches come back as profiled, a mixed one does not
+    d = Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2)
+    analytical = PerfModel(d)
+    profiled = ProfilePerfModel(d, write_grid_profile(analytical, tmp_path / "yi.csv"))
+    equal = (np.ones((1, 32)), np.full((1, 32), 2048))
+    assert profiled.batch_times(*equal)[0] == pytest.approx(analytical.batch_times(*equal)[0], rel=0.02)
+    mixed = (np.ones((1, 48)), np.array([[8000] + [200] * 47]))  # one long sequence among short ones
+    assert analytical.batch_times(*mixed)[0] > 1.05 * profiled.batch_times(*mixed)[0]
+
+
 def test_grid_profile_reproduces_analytical_on_mixed_batches(pair):
     analytical, profiled = pair
     n, c = random_mixed_batches(np.random.default_rng(1))

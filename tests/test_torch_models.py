@@ -94,7 +94,9 @@ def test_chunked_prefill_matches_full_and_reference(reference, chunk):
     full = prefill_logits(runner, prompt, chunk=len(prompt))
     # Different (scattered) blocks than the full prefill, to exercise the block table.
     chunked = prefill_logits(runner, prompt, chunk=chunk, first_block=20)
-    torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-5)
+    # fp32 sums in another order: Falcon token by token differs from its full prefill by up to 1.2e-5
+    # on logits of order one (1 of 25,600), still 3x inside the transformers comparison's 1e-4
+    torch.testing.assert_close(chunked, full, rtol=1e-5, atol=3e-5)
     torch.testing.assert_close(chunked, ref, rtol=1e-4, atol=1e-4)
 
 

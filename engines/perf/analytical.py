@@ -44,6 +44,7 @@ from .deployment import Deployment
 from . import launch, memory
 from .kernels import get_stack, kernels_for
 from .moe import ExpertRouting
+from .split_kv import DecodeCall
 from .scratch import SCRATCH as _SCRATCH, check_counts as _check_counts, prepare
 
 # Components of one stage's time (summing to "total") and the details of "linear".
@@ -136,6 +137,10 @@ class PerfModel:
         self._attn_causal = att.causal_flops
         self._attn_prefill_fixed_units = math.floor(att.prefill_fixed_s / ops.TIME_QUANTUM_S)
         self._attn_decode_fixed_units = math.floor(att.decode_fixed_s / ops.TIME_QUANTUM_S)
+        self._decode_call = None if att.decode_split is None else DecodeCall(
+            att.decode_split, sm_count=gpu.sm_count, q_heads=qh, kv_heads=kvh, head_dim=hd,
+            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
+            bandwidth=self._attn_bandwidth, window=m.sliding_window)
         # Embedding gather (read + write a row per token) on the first stage.
         self._embedding_per_token = 2 * self._act_bytes_per_token * ew.embedding.per_byte(hbm)
         self._embedding_fixed = ew.embedding.fixed_s
@@ -278,11 +283,16 @@ class PerfModel:
         return ops.gemm_time_one(m, m_tiled, per_tiled_row, weights, per_row, self._gemm_fixed, self._gemm_smooth)
 
     def _attention_units(self, n: np.ndarray, c: np.ndarray, scratch) -> np.ndarray:
-        return ops.attention_units(
+        units = ops.attention_units(
             n, c, window=self.model.sliding_window, flops_per_pair=self._attn_flops_per_pair,
             kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
             flops=self._attn_flops, bandwidth=self._attn_bandwidth, scratch=scratch, causal=self._attn_causal,
             prefill_fixed_units=self._attn_prefill_fixed_units, decode_fixed_units=self._attn_decode_fixed_units)
+        if self._decode_call is None:
+            return units
+        if n.shape[0] == 1:  # one batch: the scalar path, bit-identical to the vectorized one
+            return units + self._decode_call.row_units(n[0], c[0])
+        return units + self._decode_call.units(n, c, scratch[0])
 
     def _components(self, n: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
         """Per-row costs: per-layer operator times, per-stage extras, and the token counts.

@@ -15,6 +15,10 @@ Abbreviations used in the source comments:
              with sparsity: 1,979 dense; A100 and A40 list TF32/BF16/FP16/INT8/INT4 only, no FP8).
   [H200-DS]  NVIDIA H200 Tensor Core GPU datasheet, column "H200 SXM" (FP8 Tensor Core 3,958 TFLOPS
              with sparsity: 1,979 dense).
+  [SMS]      Streaming multiprocessors: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020):
+             "108 SMs" on A100 (SXM and PCIe); [A40-DS] 10,752 CUDA cores = 84 GA102 SMs of 128;
+             NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): "132 SMs" on H100 SXM5,
+             the GH100 configuration H200 SXM keeps.
   [MAMF]     S. Bekman, "Machine Learning Engineering", compute/accelerator/README.md, table
              "Maximum Achievable Matmul FLOPS comparison table" (BF16, measured with mamf-finder.py):
              A100 SXM 271.2/312 = 86.9 %, A100 PCIe 252.9/312 = 81.1 %, H100 SXM 794.5/989 = 80.3 %.
@@ -61,6 +65,7 @@ class GpuSpec:
     matmul_efficiency: float  # achievable fraction of peak_flops for large GEMMs
     attention_efficiency: float  # achievable fraction of peak_flops for prefill attention kernels
     hbm_efficiency: float  # achievable fraction of hbm_bandwidth for streaming kernels
+    sm_count: int  # streaming multiprocessors [SMS]: how many thread blocks run at once (split_kv.py)
     # achievable fraction of hbm_bandwidth while a GEMM streams its weights for a few rows (decode)
     weight_stream_efficiency: float = 0.73
     # the device total CUDA reports (torch.cuda.get_device_properties().total_memory), where it is
@@ -105,6 +110,7 @@ _WEIGHT_STREAM_EFF = 0.73
 _GPUS: dict[str, GpuSpec] = {
     "a100-80g-sxm": GpuSpec(
         name="a100-80g-sxm",
+        sm_count=108,  # [SMS]
         peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS (624 with sparsity)
         hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e (5 stacks x 16 GiB)
         cuda_total_bytes=_CUDA_TOTAL_80G,
@@ -117,6 +123,7 @@ _GPUS: dict[str, GpuSpec] = {
     ),
     "a100-80g-pcie": GpuSpec(
         name="a100-80g-pcie",
+        sm_count=108,  # [SMS]
         peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS
         hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e
         cuda_total_bytes=_CUDA_TOTAL_80G,
@@ -128,6 +135,7 @@ _GPUS: dict[str, GpuSpec] = {
     ),
     "a40-48g": GpuSpec(
         name="a40-48g",
+        sm_count=84,  # [SMS]
         peak_flops=149.7e12,  # [A40-DS] Peak BF16/FP16 Tensor TFLOPS with FP32 accumulate 149.7 (299.4 sparse)
         hbm_bytes=45 * GiB,  # [A40-DS] 48 GB GDDR6 with ECC; ECC on GDDR6 carves 1/16 of it, leaving
         # 45 GiB visible ([VIDUR] data/device_configs/a40.yml: total_memory_gb 45)
@@ -140,6 +148,7 @@ _GPUS: dict[str, GpuSpec] = {
     ),
     "h100-80g-sxm": GpuSpec(
         name="h100-80g-sxm",
+        sm_count=132,  # [SMS]
         peak_flops=989e12,  # [H100-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
         fp8_peak_flops=1979e12,  # [H100-DS] FP8 Tensor Core 3,958 TFLOPS with sparsity -> 1,979 dense
         hbm_bytes=80 * GiB,  # [H100-DS] 80GB HBM3
@@ -152,6 +161,7 @@ _GPUS: dict[str, GpuSpec] = {
     ),
     "h200-141g": GpuSpec(
         name="h200-141g",
+        sm_count=132,  # [SMS]
         peak_flops=989e12,  # [H200-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
         fp8_peak_flops=1979e12,  # [H200-DS] FP8 Tensor Core 3,958 TFLOPS with sparsity -> 1,979 dense
         hbm_bytes=141 * GiB,  # [H200-DS] 141GB HBM3e (read as GiB like the 80 GB parts; CUDA reports ~140 GiB)

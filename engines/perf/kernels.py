@@ -40,6 +40,8 @@ from dataclasses import dataclass, replace
 
 from common.errors import HarnessError
 
+from .split_kv import SplitKvDecode
+
 
 @dataclass(frozen=True)
 class GemmKernel:
@@ -98,6 +100,9 @@ class AttentionKernel:
     causal_flops: bool  # masked tiles skipped (causal pairs) or paid (the full n x (c + n) rectangle)
     decode_fixed_s: float  # per batch of decodes (one call)
     decode_efficiency: float | None  # of HBM bandwidth; None: the GPU's streaming fraction
+    # FlashAttention-2's split-KV decode (split_kv.py): small batches cost their busiest CTAs, not
+    # their bytes. None: the decode call is its fixed cost + its KV stream.
+    decode_split: SplitKvDecode | None = None
 
 
 # ----------------------------------------------------------------------------- GEMM kernels
@@ -125,17 +130,23 @@ _ATTENTION = {
     "fa2-ideal": AttentionKernel("fa2-ideal", prefill_fixed_s=0.0, prefill_fa2_fraction=1.0, causal_flops=True,
                                  decode_fixed_s=0.0, decode_efficiency=None),
     # Sarathi-Serve's attention wrapper as Vidur profiled it on A100 80GB PCIe (paged KV, block 16),
-    # [VIDUR-OPS] attention.csv (Llama-2-70B TP2; fit 9.1 % / held-out 9.2 % prefill, 11.0 / 11.1 %
+    # [VIDUR-OPS] attention.csv (Llama-2-70B TP2; fit 9.1 % / held-out 9.2 % prefill, 8.3 / 8.3 %
     # decode): prefill 21.5 us + rectangle FLOPs at 0.374 of peak = 0.62 of the A100's FA2 figure
     # (in-chunk masked tiles cost about as much as unmasked ones: n = 4096, c = 0 takes 2.3 ms);
-    # decode 13.4 us + KV bytes at 0.807 of HBM. One prefill call per sequence ([SARATHI]
-    # flash_attention_wrapper.py). Measured on A100 only: other GPUs take the same fractions.
+    # decode: one call, FlashAttention-2's split-KV kernel (split_kv.py [FA2-SPLITKV]) as the
+    # profile's small batches show it (b = 1 takes 17-18 us from 160 to 3,648 cached tokens, as the
+    # splits grow; b = 4 stays at 27 us from 800 to 3,648): 6.45 us + KV bytes at 0.830 of HBM, or, where
+    # too few CTAs run, their blocks of 128 keys at 10.2 GB/s a CTA (random 16-token pages: Vidur's
+    # profiler scatters the block table), + 6.70 us for the combine kernel when the call splits. One
+    # prefill call per sequence ([SARATHI] flash_attention_wrapper.py). Measured on A100 only: other
+    # GPUs take the same fractions and CTA rate, with their own SM counts.
     # FlashAttention-3 on Hopper [FA3]: 0.75 of peak where the GPU's FA2 figure is 0.34 (hardware.py
     # H100/H200); no launch or per-call cost measured (0: the datasheet-style entry). Decode as FA2.
     "fa3-2024": AttentionKernel("fa3-2024", prefill_fixed_s=0.0, prefill_fa2_fraction=0.75 / 0.34, causal_flops=True,
                                 decode_fixed_s=0.0, decode_efficiency=None),
     "sarathi-2024": AttentionKernel("sarathi-2024", prefill_fixed_s=21.5e-6, prefill_fa2_fraction=0.374 / 0.60,
-                                    causal_flops=False, decode_fixed_s=13.4e-6, decode_efficiency=0.807),
+                                    causal_flops=False, decode_fixed_s=6.45e-6, decode_efficiency=0.830,
+                                    decode_split=SplitKvDecode(combine_s=6.70e-6, cta_bandwidth=10.2e9)),
 }
 
 # ----------------------------------------------------------------------------- elementwise kernels

@@ -29,14 +29,16 @@ class DeploymentPlan:
 
 
 # The perf.* knobs a Deployment takes: the engine's kernels (engines.perf.kernels), how it sizes its
-# KV cache (engines.perf.memory), the weights' and the KV cache's number format (engines.perf.precision).
-DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype")
+# KV cache (engines.perf.memory), the weights' and the KV cache's number format (engines.perf.precision),
+# and whether a stack that captures CUDA graphs does (false: its kernels launched eagerly, launch.py).
+DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype", "cuda_graphs")
+_BOOL_KNOBS = ("cuda_graphs",)
 
 
 def _kernel_choice(perf_cfg: Mapping | None) -> dict:
     """The DEPLOYMENT_KNOBS the config names."""
     cfg = perf_cfg or {}
-    return {k: str(cfg[k]) for k in DEPLOYMENT_KNOBS if cfg.get(k) is not None}
+    return {k: (bool(cfg[k]) if k in _BOOL_KNOBS else str(cfg[k])) for k in DEPLOYMENT_KNOBS if cfg.get(k) is not None}
 
 
 def build_deployment(

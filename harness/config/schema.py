@@ -85,6 +85,7 @@ class PerfSchema:
     kv_memory: str | None = None  # another KV-sizing recipe than the stack's (engines/perf/memory.py)
     weight_dtype: str | None = None  # fp8: linear layers' weights in FP8 on H100/H200 (engines/perf/precision.py)
     kv_dtype: str | None = None  # fp8: the KV cache in FP8 (engines/perf/precision.py)
+    cuda_graphs: bool | None = None  # false: a graph-capturing stack's kernels launched eagerly (engines/perf/launch.py)
 
 
 ClusterSchema = schema_of(ClusterSettings)
