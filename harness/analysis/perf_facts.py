@@ -68,13 +68,13 @@ def _within(f: PerfFact, v: float) -> bool:
 
 
 def perf_fact_table(facts: tuple[PerfFact, ...]) -> pd.DataFrame:
-    """One row per fact: published, model value, tolerance, within; `note` when not computable."""
+    """One row per fact: published, model value, tolerance, within; `note`: the fact's own, or why it was not computed."""
     rows = []
     for f in facts:
         row = {"id": f.id, "claim": f.claim, "source": f.source, "published": f.value,
                "reproduced": float("nan"), "tolerance": f.tolerance.describe()
                + (" (upper bound)" if f.params.get("bound") == "upper" else ""),
-               "within": False, "note": ""}
+               "within": False, "note": str(f.params.get("note", ""))}  # the YAML's, where a fact is a known miss
         fn = KINDS.get(f.params.get("kind", ""))
         if fn is None:
             row["note"] = f"unknown kind {f.params.get('kind')!r}"
