@@ -74,6 +74,18 @@ def test_a_server_killed_mid_probe_breaks_the_run_loudly(tmp_path):
     assert "an earlier run of live_smoke broke (" in again.stdout and str(partial) in again.stdout
 
 
+def _wait_for_requests(port: int, count: int, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    """Until the server has accepted `count` requests (its /metrics requests_received_total)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        received = re.search(r"^\S*requests_received_total(?:\{[^}]*\})? (\S+)$", text, re.M)
+        if received and float(received.group(1)) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the run sent no {count} requests in {timeout_s:g} s (exit {proc.poll()})")
+
+
 def test_an_endpoint_that_stops_answering_breaks_the_run(tmp_path):
     """A server that hangs (SIGSTOP: alive, silent) is caught by /health, not only a dead one."""
     from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
@@ -91,7 +103,7 @@ def test_an_endpoint_that_stops_answering_breaks_the_run(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            time.sleep(4.0)  # checks done, the 30 s probe under way
+            _wait_for_requests(port, 5, proc)  # checks done, the 30 s probe under way (a fixed sleep raced a loaded host)
             os.kill(server.pid, signal.SIGSTOP)
             stopped = time.monotonic()
             out, err = proc.communicate(timeout=90)
