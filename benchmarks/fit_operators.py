@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engines.perf.architectures import get_model  # noqa: E402
+from engines.perf.hardware import get_gpu  # noqa: E402
+from engines.perf.split_kv import DecodeCall, SplitKvDecode  # noqa: E402
 
 VIDUR = REPO.parent / "shared" / "profiles" / "vidur"
 from harness.analysis.operator_fidelity import MODELS  # noqa: E402  (Vidur directory -> catalog name)
@@ -128,8 +130,6 @@ READINGS = {"groups swapped, 2 x SMs": (True, 2), "groups swapped, SMs": (True, 
 
 def decode_split_law(d: pd.DataFrame, swap: bool, per_sm: int):
     """The split-KV decode law on Llama-2-70B TP2 on A100 80GB PCIe, x = (t0, eta, t_combine, B_cta)."""
-    from engines.perf.hardware import get_gpu
-    from engines.perf.split_kv import DecodeCall, SplitKvDecode
     m, tp = get_model("llama2-70b"), 2
     qh, kvh, hd, bpe = m.q_heads_per_gpu(tp), m.kv_heads_per_gpu(tp), m.head_dim, m.bytes_per_param
     kv, qo = 2.0 * kvh * hd * bpe, 2.0 * qh * hd * bpe

@@ -65,3 +65,15 @@ def test_mixed_batches_split_by_the_longest_sequence():
 def test_stacks_without_the_split_model_keep_their_decode_law():
     ideal = PerfModel(Deployment.create(model="llama2-70b", gpu="a100-80g-pcie", tp=2, stack="ideal"))
     assert ideal._decode_call is None and ideal.kernels.attention.decode_split is None
+
+
+def test_a_long_sequence_among_short_ones_costs_its_own_blocks_not_a_wave_each():
+    # 55 decodes x 4 KV heads = 220 CTAs: one split, two waves of 2 x 108. One sequence of 8,000
+    # tokens (63 blocks of 128) among 54 of 200 (2 blocks): the long CTAs stream their 63 blocks
+    # once, while the second wave's few CTAs run beside them (not 2 x 63)
+    c = np.array([[8000.0] + [200.0] * 54])
+    _, _, splits, critical = LLAMA70_TP2._decode_call.layout(np.ones_like(c), c)
+    assert splits[0] == 1 and critical[0] == 63
+    # equal lengths keep the profile's wave quantization: 2 waves x 63 blocks
+    _, _, _, critical = LLAMA70_TP2._decode_call.layout(np.ones_like(c), np.full_like(c, 8000.0))
+    assert critical[0] == 126
