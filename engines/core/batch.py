@@ -16,19 +16,32 @@ class Batch:
     @staticmethod
     def build(items: list[tuple[Sequence, int]]) -> Batch:
         """From (sequence, new tokens) pairs, taking context and phase from each sequence's state."""
-        seqs = tuple(s for s, _ in items)
+        seqs = tuple([s for s, _ in items])
         return Batch(
             seqs=seqs,
-            new_tokens=tuple(n for _, n in items),
-            context_lens=tuple(s.num_computed for s in seqs),
-            is_prefill=tuple(s.is_prefill for s in seqs),
+            new_tokens=tuple([n for _, n in items]),
+            context_lens=tuple([s.num_computed for s in seqs]),
+            is_prefill=tuple([s.num_computed < s.prefill_target for s in seqs]),  # Sequence.is_prefill
+        )
+
+    @staticmethod
+    def mixed(decodes: list[Sequence], prefills: list[Sequence], chunks: list[int]) -> Batch:
+        """`build` of decodes (one token each, past their prefill) followed by prefill chunks, made
+        without a pair per item (the Sarathi-style schedulers build one every iteration)."""
+        seqs = tuple(decodes + prefills)
+        d = len(decodes)
+        return Batch(
+            seqs=seqs,
+            new_tokens=(1,) * d + tuple(chunks),
+            context_lens=tuple([s.num_computed for s in seqs]),
+            is_prefill=(False,) * d + tuple([s.num_computed < s.prefill_target for s in prefills]),
         )
 
     @staticmethod
     def decodes(seqs: tuple[Sequence, ...]) -> Batch:
         """One decode token for each sequence (all past their prefill)."""
         n = len(seqs)
-        return Batch(seqs, (1,) * n, tuple(s.num_computed for s in seqs), (False,) * n)
+        return Batch(seqs, (1,) * n, tuple([s.num_computed for s in seqs]), (False,) * n)
 
     def __len__(self) -> int:
         return len(self.seqs)

@@ -74,7 +74,9 @@ class BlockManager:
         return self.blocks_to_grow(seq, num_tokens) <= self.num_free
 
     def grow(self, seq: Sequence, num_tokens: int) -> None:
-        self._take(seq, self.blocks_to_grow(seq, num_tokens))
+        need = -(-num_tokens // self.block_size) - len(seq.block_table)  # blocks_to_grow, inlined: a hot path
+        if need > 0:
+            self._take(seq, need)
 
     def free(self, seq: Sequence) -> None:
         self._free.extend(reversed(seq.block_table))
@@ -83,6 +85,8 @@ class BlockManager:
     def _take(self, seq: Sequence, n: int) -> None:
         if n > len(self._free):
             raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {len(self._free)} free")
-        if n > 0:
+        if n == 1:
+            seq.block_table.append(self._free.pop())
+        elif n > 0:
             seq.block_table.extend(self._free[-n:][::-1])
             del self._free[-n:]

@@ -106,16 +106,19 @@ class Engine:
     def complete(self, batch: Batch) -> StepOutput:
         produced: list[Sequence] = []
         finished: list[Sequence] = []
+        running = SequenceStatus.RUNNING  # a local: this loop runs for every sequence of every iteration
         for seq, n in zip(batch.seqs, batch.new_tokens):
             seq.in_flight = False
-            if seq.status is not SequenceStatus.RUNNING:  # aborted while in flight
+            if seq.status is not running:  # aborted while in flight
                 continue
-            seq.num_computed += n
-            if seq.num_computed < seq.prefill_target:
+            computed = seq.num_computed + n
+            seq.num_computed = computed
+            if computed < seq.prefill_target:
                 continue  # a prefill chunk that is not the last one makes no token
-            seq.num_generated += 1
+            generated = seq.num_generated + 1
+            seq.num_generated = generated
             produced.append(seq)
-            if seq.num_generated == seq.output_len:
+            if generated == seq.output_len:
                 self._finish(seq)
                 finished.append(seq)
         return StepOutput(tuple(produced), tuple(finished))

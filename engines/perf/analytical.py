@@ -45,7 +45,8 @@ from . import launch, memory
 from .kernels import get_stack, kernels_for
 from .moe import ExpertRouting
 from .split_kv import DecodeCall
-from .scratch import SCRATCH as _SCRATCH, check_counts as _check_counts, prepare
+from .batch_pricer import BatchPricer
+from .scratch import SCRATCH as _SCRATCH, prepare
 
 # Components of one stage's time (summing to "total") and the details of "linear".
 BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead", "launch")
@@ -165,6 +166,7 @@ class PerfModel:
         self._scalar_rows = type(self)._components is PerfModel._components
         self._gemm_scalars = [tuple(float(x[g, 0]) for x in (self._gemm_c, self._gemm_w, self._gemm_a))
                               for g in range(len(self._gemm_shapes))]
+        self._pricer = BatchPricer(self) if self._scalar_rows else None
 
     # ------------------------------------------------------------ public API
     def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
@@ -176,8 +178,28 @@ class PerfModel:
         return np.max(stages, axis=0).reshape(shape)
 
     def iteration_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
-        """batch_times for one batch given as sequences of ints."""
+        """batch_times for one batch given as sequences of ints (the simulator's stepped iterations)."""
+        if self._scalar_rows:
+            return max(self._row_stage_times(new_tokens, context_lens))
         return float(self.batch_times(np.asarray(new_tokens), np.asarray(context_lens)))
+
+    def iteration_stage_times(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> list[float]:
+        """stage_times for one batch given as sequences of ints, as a list (the pipelined simulator)."""
+        if self._scalar_rows:
+            return self._row_stage_times(new_tokens, context_lens)
+        return self.stage_times(np.asarray(new_tokens), np.asarray(context_lens)).tolist()
+
+    def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """batch_times of the same iterations as decode_run_stage_times, (hi - lo,)."""
+        return np.max(self.decode_run_stage_times(base, lo, hi), axis=-1)
+
+    def decode_run_stage_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """(hi - lo, pp) stage_times of decode-only iterations lo..hi-1 of a run whose iteration 0 has
+        contexts `base` (iteration i: base + i, one new token each): the simulator's fast-forward."""
+        if self._scalar_rows:
+            return self._pricer.decode_run_stages(np.asarray(base, dtype=np.int64), lo, hi)
+        ctx = np.asarray(base, dtype=np.int64)[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+        return self.stage_times(np.ones_like(ctx), ctx)
 
     def stage_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
         """Seconds of each pipeline stage for each batch; shapes (..., B) -> (..., pp).
@@ -290,8 +312,6 @@ class PerfModel:
             prefill_fixed_units=self._attn_prefill_fixed_units, decode_fixed_units=self._attn_decode_fixed_units)
         if self._decode_call is None:
             return units
-        if n.shape[0] == 1:  # one batch: the scalar path, bit-identical to the vectorized one
-            return units + self._decode_call.row_units(n[0], c[0])
         return units + self._decode_call.units(n, c, scratch[0])
 
     def _components(self, n: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
@@ -328,48 +348,19 @@ class PerfModel:
         return comp
 
     def _row_stage_times(self, new_tokens, context_lens) -> list[float]:
-        """Stage times of ONE batch, bit-identical to `_stage_times(_components(...))` on a row.
-
-        The simulator prices most iterations one batch at a time, where numpy's per-call
-        overhead on (1, B) arrays costs more than the arithmetic: here every per-batch quantity
-        is a Python float, computed with the same IEEE operations in the same order as the
-        vectorized path (tests/test_perf_model.py checks equality bit for bit), and only the
-        per-sequence attention runs on arrays.
-        """
-        n = np.array(new_tokens, dtype=np.float64)
-        c = np.array(context_lens, dtype=np.float64)
-        _check_counts(n, c)
-        seqs = float(np.count_nonzero(n))
-        if seqs == 0:
-            return [0.0] * self.pp
-        tokens = float(n.sum())
-        tiled = float(math.ceil(tokens / self._tile) * self._tile)
-        g = [self._gemm_scalar(tokens, tiled, *coeffs) for coeffs in self._gemm_scalars]
-        if self._routing is not None:
-            g[2:] = self._expert_gemms_one(tokens, tiled)
-        linear = g[0] + g[1] + g[2] + g[3]
-        units = self._attention_units(n[None], c[None], _SCRATCH.views((1, n.size), 2, 3))
-        attention = float(units[0]) * ops.TIME_QUANTUM_S
-        allreduce = self._allreduce.seconds(tokens)
-        elementwise = tokens * self._elementwise_per_token + self._elementwise_fixed
-        layer = linear + attention + elementwise + self._allreduces_per_layer * allreduce
-        seqs_tiled = float(math.ceil(seqs / self._tile) * self._tile)
-        lm_head = ((seqs * self._lm_norm_per_row + self._lm_norm_fixed)
-                   + self._gemm_scalar(seqs, seqs_tiled, self._lm_c, self._lm_w, self._lm_a)
-                   + self._allgather.seconds(seqs))
-        cpu = seqs * self._cpu_per_seq + self._cpu_fixed
-        last = self.pp - 1
-        stages = []
-        for s, layers in enumerate(self.stage_layers):
-            t = layers * layer
-            if s == 0:
-                t = t + ((tokens * self._embedding_per_token + self._embedding_fixed) + allreduce)
-            if s == last:
-                t = t + lm_head + cpu
-            if self.launch:
-                t = t + self._launch(seqs, tokens, s)
-            stages.append(t)
-        return stages
+        """Stage times of ONE batch (1-D sequences), bit-identical to `_stage_times(_components(...))`
+        on a row: whole-number token counts go to the table-driven BatchPricer (batch_pricer.py),
+        anything else (float arrays) to the vectorized path."""
+        if isinstance(new_tokens, np.ndarray) or isinstance(context_lens, np.ndarray):
+            n, c = np.asarray(new_tokens), np.asarray(context_lens)
+            if n.dtype.kind not in "iub" or c.dtype.kind not in "iub":
+                n, c, _ = prepare(n[None], c[None])
+                return self._stage_times(self._components(n, c))[:, 0].tolist()
+            new_tokens, context_lens = n.tolist(), c.tolist()
+        try:
+            return self._pricer.stage_times(new_tokens, context_lens)
+        except TypeError:  # sequences of floats: the tables index by whole numbers
+            return self._row_stage_times(np.asarray(new_tokens, dtype=np.float64), np.asarray(context_lens, dtype=np.float64))
 
     def _stage_times(self, comp: dict[str, np.ndarray]) -> np.ndarray:
         """(pp, rows) seconds of each stage (0 for rows without tokens: every part is 0 there)."""

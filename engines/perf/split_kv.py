@@ -141,25 +141,6 @@ class DecodeCall:
         mean_blocks = cached.sum(axis=-1) / np.maximum(seqs, 1.0)
         return seqs, keys, splits, np.maximum(np.ceil(n_blocks / splits), waves * mean_blocks)
 
-    def row_units(self, n: np.ndarray, c: np.ndarray) -> float:
-        """`units` of one batch (1-D arrays) in Python floats, the same IEEE operations in the same
-        order (the simulator prices most iterations one at a time: analytical._row_stage_times)."""
-        decode = n == 1.0
-        seqs = float(np.count_nonzero(decode))
-        if not seqs:
-            return 0.0
-        cached = c[decode]
-        if self._window is not None:
-            cached = np.minimum(cached, float(self._window - 1))
-        keys = float(cached.sum()) + seqs
-        n_blocks = math.ceil((float(cached.max()) + 1.0) / self.block)
-        splits = num_splits(int(seqs) * self.ctas_per_seq, self.slots, n_blocks) if n_blocks else 1
-        waves = math.ceil(seqs * self.ctas_per_seq * splits / self.slots)
-        mean_blocks = float(np.ceil(np.ceil((cached + 1.0) / self.block) / float(splits)).sum()) / seqs
-        critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * self._block_units
-        stream = keys * self._kv_units + seqs * self._qo_units
-        return float(math.floor(self._combine_units * (splits > 1) + max(critical - stream, 0.0)))
-
     def units(self, n: np.ndarray, c: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
         """Per row, whole TIME_QUANTUM_S units: the combine kernel where the call splits, plus how much
         longer its busiest CTAs take than the row's decode KV stream (0 where the stream is longer).

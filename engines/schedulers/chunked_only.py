@@ -56,7 +56,7 @@ class ChunkedOnlyPolicy:
         decodes, _ = schedule_decodes(engine)
         self._prefill_turn = True
         if decodes:
-            return Batch.build([(s, 1) for s in decodes])
+            return Batch.decodes(tuple(decodes))
         items = self._prefill_batch(engine)
         if items:
             self._prefill_turn = False

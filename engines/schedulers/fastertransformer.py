@@ -17,8 +17,8 @@ class FasterTransformerPolicy:
 
     def schedule(self, engine: Engine) -> Batch | None:
         if engine.running:
-            items = [(s, 1) for s in engine.running if not s.in_flight]
-            return Batch.build(items) if items else None
+            decodes = tuple([s for s in engine.running if not s.in_flight])
+            return Batch.decodes(decodes) if decodes else None
         admitted: list[tuple[Sequence, int]] = []
         while engine.waiting and len(engine.running) < self.max_num_seqs:
             seq = engine.waiting[0]

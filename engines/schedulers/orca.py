@@ -15,11 +15,14 @@ class OrcaPolicy:
         self.max_num_seqs = max_num_seqs
 
     def schedule(self, engine: Engine) -> Batch | None:
-        items: list[tuple[Sequence, int]] = [(s, 1) for s in engine.running if not s.in_flight]
+        decodes = [s for s in engine.running if not s.in_flight]  # KV reserved: every running one decodes
+        admitted: list[Sequence] = []
         while engine.waiting:
             seq = engine.waiting[0]
             if len(engine.running) >= self.max_num_seqs or not engine.blocks.can_admit(seq):
                 break
             engine.admit_next()
-            items.append((seq, seq.remaining_prefill))
-        return Batch.build(items) if items else None
+            admitted.append(seq)
+        if not decodes and not admitted:
+            return None
+        return Batch.mixed(decodes, admitted, [s.remaining_prefill for s in admitted])

@@ -29,14 +29,16 @@ class SarathiPolicy:
 
     def schedule(self, engine: Engine) -> Batch | None:
         decodes, prefills = schedule_decodes(engine)
-        items: list[tuple[Sequence, int]] = [(s, 1) for s in decodes]
+        chunked: list[Sequence] = []
+        chunks: list[int] = []
         used = len(decodes)
         has_prefill = False
         for seq in prefills:
             chunk = self._chunk(seq, self.token_budget - used, has_prefill)
             if chunk == 0:
                 break
-            items.append((seq, chunk))
+            chunked.append(seq)
+            chunks.append(chunk)
             used += chunk
             has_prefill = True
         while engine.waiting:
@@ -47,7 +49,8 @@ class SarathiPolicy:
             if chunk == 0:
                 break
             engine.admit_next()
-            items.append((seq, chunk))
+            chunked.append(seq)
+            chunks.append(chunk)
             used += chunk
             has_prefill = True
-        return Batch.build(items) if items else None
+        return Batch.mixed(decodes, chunked, chunks) if decodes or chunked else None

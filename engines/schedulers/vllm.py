@@ -33,4 +33,4 @@ class VllmPolicy:
         if items:
             return Batch.build(items)
         decodes, _ = schedule_decodes(engine)
-        return Batch.build([(s, 1) for s in decodes]) if decodes else None
+        return Batch.decodes(tuple(decodes)) if decodes else None

@@ -23,6 +23,7 @@ import numpy as np
 from engines.core import Engine
 from engines.routers import InstanceState, Router
 from harness.backends.sim.loop import IterationTimer, SimRun, stalled_error, step_until
+from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.pipeline import Pipeline
 from harness.records import RequestRecord, RequestSpec
 
@@ -31,6 +32,7 @@ class _Instance:
     """One engine of the cluster: the ranks routed to it, its clock, its finishes."""
 
     def __init__(self, run: SimRun, engine: Engine, timer: IterationTimer, fast_forward: bool, pp: int = 1) -> None:
+        timer = fast_timer(timer)
         self.run, self.engine, self.timer, self.fast_forward = run, engine, timer, fast_forward
         self.queue: deque[int] = deque()  # routed ranks not yet given to the engine, in arrival order
         self.routed = 0

@@ -12,39 +12,37 @@ tests/test_sim.py proves against plain stepping on the same workloads.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from typing import Protocol
+from itertools import compress
 
 import numpy as np
 
 from engines.core import Batch, Engine, Sequence
 from harness.backends.sim.pipeline import Pipeline
+from harness.backends.sim.timer import FastTimer, IterationTimer, fast_timer
 from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
-
-
-class IterationTimer(Protocol):
-    def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
-        """Seconds of one iteration per batch row (used without pipeline parallelism)."""
-        ...
-
-    def stage_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
-        """Seconds of each pipeline stage, shape (..., pp) (used with pipeline parallelism)."""
-        ...
-
-    def pp_send_time(self, num_tokens: int) -> float:
-        """Seconds to send a micro-batch's activations to the next pipeline stage."""
-        ...
 
 
 class _Timeline:
     """Per request: first scheduled, token times, finish; with a `Watch`, the gaps over its TBT limit."""
 
     def __init__(self, n: int, watch: Watch | None = None) -> None:
-        self.first_scheduled = np.full(n, np.nan)
+        self.first_scheduled = [math.nan] * n
         self.finished = np.full(n, np.nan)
         self.tokens: list[list[float]] = [[] for _ in range(n)]
         self.watch = watch
+
+    def tokens_at(self, seqs, t: float) -> None:
+        """One token at `t` for each of `seqs` (engine sequences; their ids index the timeline)."""
+        if self.watch is not None:
+            for seq in seqs:
+                self.token(seq.seq_id, t)
+            return
+        tokens = self.tokens
+        for seq in seqs:
+            tokens[seq.seq_id].append(t)
 
     def token(self, i: int, t: float) -> None:
         mine = self.tokens[i]
@@ -91,6 +89,7 @@ def simulate(
         give_up = None  # the pipelined loop does not watch; the run goes to its end, as without
     run = SimRun(requests, engine, on_progress, give_up)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
+    timer = fast_timer(timer)
     if pp > 1:
         pipe = Pipeline(run, timer, pp, fast_forward, limit)
         try:
@@ -148,8 +147,8 @@ class SimRun:
 
     def started(self, batch: Batch, t: float) -> None:
         first = self.line.first_scheduled
-        for seq, prefill in zip(batch.seqs, batch.is_prefill):
-            if prefill and np.isnan(first[seq.seq_id]):
+        for seq in compress(batch.seqs, batch.is_prefill):
+            if first[seq.seq_id] != first[seq.seq_id]:  # NaN: not scheduled before
                 first[seq.seq_id] = t
                 if self.watch is not None and t - self.arrivals[seq.seq_id] > self.watch.delay_s:
                     self.watch.late += 1
@@ -193,11 +192,11 @@ def stalled_error(engine: Engine, t: float) -> RuntimeError:
     return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
 
 
-def _run_serial(run: SimRun, timer: IterationTimer, fast_forward: bool, limit: float) -> float:
+def _run_serial(run: SimRun, timer: FastTimer, fast_forward: bool, limit: float) -> float:
     return step_until(run, timer, fast_forward, 0.0, limit, final=True)[0]
 
 
-def step_until(run, timer: IterationTimer, fast_forward: bool, t: float, stop: float, *, final: bool,
+def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float, *, final: bool,
                stuck: bool = False) -> tuple[float, bool]:
     """Step `run`'s engine from `t` to its first iteration boundary at or after `stop`, or until it
     idles with no arrival to come; returns (time, stuck). `run` is a SimRun or anything with its
@@ -241,19 +240,18 @@ def step_until(run, timer: IterationTimer, fast_forward: bool, t: float, stop: f
     return t, stuck
 
 
-def _one_iteration(engine: Engine, batch: Batch, timer: IterationTimer, line: _Timeline, t: float):
-    dt = float(timer.batch_times(np.asarray(batch.new_tokens), np.asarray(batch.context_lens)))
+def _one_iteration(engine: Engine, batch: Batch, timer: FastTimer, line: _Timeline, t: float):
+    dt = timer.iteration_time(batch.new_tokens, batch.context_lens)
     t_end = t + dt
     out = engine.complete(batch)
-    for seq in out.produced:
-        line.token(seq.seq_id, t_end)
+    line.tokens_at(out.produced, t_end)
     return t_end, out.finished
 
 
 def _decode_run(
     engine: Engine,
     batch: Batch,
-    timer: IterationTimer,
+    timer: FastTimer,
     line: _Timeline,
     t: float,
     next_arrival: float,
@@ -262,15 +260,13 @@ def _decode_run(
     """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
     k = engine.decode_run_limit(batch)
     ctx0 = np.asarray(batch.context_lens, dtype=np.int64)
-    ones = np.ones((1, len(ctx0)), dtype=np.int64)
-    dt0 = float(timer.batch_times(ones[0], ctx0))
+    dt0 = timer.iteration_time(batch.new_tokens, batch.context_lens)
     horizon = min(next_arrival, limit) if not engine.waiting else limit
     if np.isfinite(horizon):
         # Iterations only get longer as contexts grow, so at most this many start before horizon.
         k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
     k = max(k, 1)
-    ctx = ctx0[None, :] + np.arange(k, dtype=np.int64)[:, None]
-    dts = timer.batch_times(np.broadcast_to(ones, ctx.shape), ctx)
+    dts = timer.decode_run_times(ctx0, 0, k)
     # Summed from t in order, as plain stepping would (bit-identical clock).
     ends = np.cumsum(np.concatenate(([t], dts)))[1:]
     if np.isfinite(horizon) and k > 1:

@@ -11,7 +11,8 @@ from engines.core import Batch
 from harness.backends.sim.replay import Replay, Table
 
 if TYPE_CHECKING:
-    from harness.backends.sim.loop import IterationTimer, SimRun
+    from harness.backends.sim.loop import SimRun
+    from harness.backends.sim.timer import FastTimer
 
 
 class Pipeline:
@@ -42,7 +43,7 @@ class Pipeline:
     Exactness (bit-identical token times) is proven against plain stepping in tests/test_sim*.py.
     """
 
-    def __init__(self, run: SimRun, timer: IterationTimer, pp: int, fast_forward: bool, limit: float) -> None:
+    def __init__(self, run: SimRun, timer: FastTimer, pp: int, fast_forward: bool, limit: float) -> None:
         self.run_ = run
         self.engine = run.engine
         self.timer = timer
@@ -76,8 +77,7 @@ class Pipeline:
                 end, _, done, _ = heapq.heappop(in_flight)
                 self.inflight_seqs -= len(done)
                 out = engine.complete(done)
-                for seq in out.produced:
-                    run.line.token(seq.seq_id, end)
+                run.line.tokens_at(out.produced, end)
                 if out.finished:
                     self.epoch += 1
                 run.finished(out.finished, end)
@@ -143,9 +143,8 @@ class Pipeline:
                 if row is not None:
                     self.stats["table_hits"] += 1
                     return row, table.send
-        new = np.asarray(batch.new_tokens)
-        stages = self.timer.stage_times(new, np.asarray(batch.context_lens)).tolist()
-        return stages, self.timer.pp_send_time(int(new.sum()))
+        stages = self.timer.iteration_stage_times(batch.new_tokens, batch.context_lens)
+        return stages, self.timer.pp_send_time(sum(batch.new_tokens))
 
     # -- the replay -------------------------------------------------------------------------
     def _fast_forward(self, t: float) -> float:

@@ -86,8 +86,7 @@ class Replay:
         # Rows past the replay's estimated end serve the plain loop's next launches (via _price).
         est = int(span / self.latency) + 8 if np.isfinite(span) and self.latency > 0 else g.rem
         hi = off + max(upto + 1, min(g.rem, self.cap, max(upto + est, 2 * (lo - off))))
-        ctx = table.base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
-        table.rows.extend(self.p.timer.stage_times(np.ones_like(ctx), ctx).tolist())
+        table.rows.extend(self.p.timer.decode_run_stage_times(table.base, lo, hi).tolist())
         self.p.stats["priced_rows"] += hi - lo
         if table.d is None:
             table.need.extend([0] * (hi - lo))

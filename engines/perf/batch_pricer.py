@@ -1,0 +1,261 @@
+"""Pricing one batch in a few microseconds, bit for bit what the vectorized model computes.
+
+The simulator prices an iteration at a time (and runs of decode-only iterations in bulk). The
+vectorized path (`PerfModel._stage_times(_components(...))`) spends ~30 numpy calls on a (1, B)
+row, where the arithmetic is nothing. But the price of a batch depends on very little:
+
+* everything outside attention on (tokens, sequences) alone: the GEMMs, elementwise kernels,
+  collectives, embedding, LM head, CPU and launch costs are cached per (tokens, sequences);
+* attention on a sum over items of whole TIME_QUANTUM_S units, each a function of the item's
+  (new tokens, context): a decode's units are read from a table by its context, a prefill chunk's
+  computed by `_prefill_units`, the IEEE operations of `operators.attention_units` in the same
+  order, on Python floats;
+* the split-KV decode call on the decodes' count, longest context, summed contexts and summed
+  K/V blocks (tables by context again).
+
+Sums of whole units are exact in any order (float64 holds them exactly), the per-item and per-shape
+parts are the very operations of the vectorized path, so the result is the same double.
+tests/test_perf_pricer.py prices thousands of random batches both ways and compares them bit for
+bit; `python benchmarks/bench_perf_model.py` measures the speed.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from common.errors import HarnessError
+
+from . import operators as ops
+from .split_kv import num_splits
+
+if TYPE_CHECKING:
+    from .analytical import PerfModel
+
+_SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
+_TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
+
+
+class BatchPricer:
+    """The one-batch and decode-run prices of a PerfModel whose components are the analytical ones."""
+
+    def __init__(self, model: PerfModel) -> None:
+        self.m = model
+        att = model
+        self.window = model.model.sliding_window
+        self.causal = att._attn_causal
+        q = ops.TIME_QUANTUM_S
+        # The constants operators.attention_units multiplies by, evaluated as it evaluates them.
+        self.k_pairs = 0.5 * att._attn_flops_per_pair / att._attn_flops / q
+        self.k_kv = att._attn_kv_bytes_per_token / att._attn_bandwidth / q
+        self.k_qo = att._attn_qo_bytes_per_token / att._attn_bandwidth / q
+        self.prefill_fixed = float(att._attn_prefill_fixed_units)
+        self.decode_fixed = float(att._attn_decode_fixed_units)
+        self.call = att._decode_call  # the split-KV decode kernel, or None
+        self.layers = tuple(model.stage_layers)
+        self.last = model.pp - 1
+        self._shapes: dict[tuple[int, int], tuple] = {}
+        # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
+        self._decode_units: list[float] = []
+        self._decode_units_arr = np.zeros(0)
+        self._cached: list[int] = []
+        self._cached_arr = np.zeros(0)
+        self._blocks: list[float] = []
+        self._blocks_arr = np.zeros(0)
+
+    # -- tables ------------------------------------------------------------------------------
+    def _grow(self, top: int) -> None:
+        """Tables cover contexts 0..top at least."""
+        size = max(_TABLE_MIN, 2 * len(self._decode_units))
+        while size <= top:
+            size *= 2
+        c = np.arange(size, dtype=np.float64)[:, None]
+        m = self.m
+        units = ops.attention_units(
+            np.ones_like(c), c, window=self.window, flops_per_pair=m._attn_flops_per_pair,
+            kv_bytes_per_token=m._attn_kv_bytes_per_token, qo_bytes_per_token=m._attn_qo_bytes_per_token,
+            flops=m._attn_flops, bandwidth=m._attn_bandwidth, causal=self.causal)
+        self._decode_units_arr = units
+        self._decode_units = units.tolist()
+        cached = c[:, 0] if self.window is None else np.minimum(c[:, 0], float(self.window - 1))
+        self._cached_arr = cached
+        self._cached = cached.astype(np.int64).tolist()
+        if self.call is not None:
+            self._blocks_arr = np.ceil((cached + 1.0) / self.call.block)
+            self._blocks = self._blocks_arr.tolist()
+
+    # -- per (tokens, sequences) ---------------------------------------------------------------
+    def _shape(self, tokens: int, seqs: int) -> tuple:
+        """(linear, elementwise, all-reduces of a layer, embedding, LM head, CPU, launches per stage):
+        the operations of PerfModel._row_stage_times on Python floats, once per shape."""
+        key = (tokens, seqs)
+        got = self._shapes.get(key)
+        if got is not None:
+            return got
+        m = self.m
+        t, s = float(tokens), float(seqs)
+        tiled = float(math.ceil(t / m._tile) * m._tile)
+        g = [m._gemm_scalar(t, tiled, *coeffs) for coeffs in m._gemm_scalars]
+        if m._routing is not None:
+            g[2:] = m._expert_gemms_one(t, tiled)
+        linear = g[0] + g[1] + g[2] + g[3]
+        allreduce = m._allreduce.seconds(t)
+        elementwise = t * m._elementwise_per_token + m._elementwise_fixed
+        seqs_tiled = float(math.ceil(s / m._tile) * m._tile)
+        lm_head = ((s * m._lm_norm_per_row + m._lm_norm_fixed)
+                   + m._gemm_scalar(s, seqs_tiled, m._lm_c, m._lm_w, m._lm_a)
+                   + m._allgather.seconds(s))
+        cpu = s * m._cpu_per_seq + m._cpu_fixed
+        embedding = (t * m._embedding_per_token + m._embedding_fixed) + allreduce
+        launches = tuple(m._launch(s, t, i) for i in range(m.pp)) if m.launch else None
+        got = (linear, elementwise, m._allreduces_per_layer * allreduce, embedding, lm_head, cpu, launches)
+        if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
+            self._shapes.clear()
+        self._shapes[key] = got
+        return got
+
+    def _stages(self, shape: tuple, attention: float) -> list[float]:
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = shape
+        layer = linear + attention + elementwise + tp_comm
+        out = []
+        for s, layers in enumerate(self.layers):
+            t = layers * layer
+            if s == 0:
+                t = t + embedding
+            if s == self.last:
+                t = t + lm_head + cpu
+            if launches is not None:
+                t = t + launches[s]
+            out.append(t)
+        return out
+
+    # -- one batch -----------------------------------------------------------------------------
+    def stage_times(self, new_tokens, context_lens) -> list[float]:
+        """Seconds of each stage of one batch, given as sequences (tuples or lists) of ints."""
+        b = len(new_tokens)
+        if b != len(context_lens):
+            raise HarnessError(f"new_tokens shape ({b},) != context_lens shape ({len(context_lens)},)")
+        if not b:
+            return [0.0] * len(self.layers)
+        if min(new_tokens) < 0 or min(context_lens) < 0:
+            raise HarnessError("new_tokens and context_lens must be >= 0")
+        ones = new_tokens.count(1)
+        units = 0.0
+        if ones == b:  # decode-only
+            seqs = tokens = b
+            decodes = context_lens
+        else:
+            if ones and new_tokens[:ones].count(1) == ones:  # decodes first (Batch.mixed), then chunks
+                decodes = context_lens[:ones]
+                rest = zip(new_tokens[ones:], context_lens[ones:])
+            else:
+                decodes = [c for n, c in zip(new_tokens, context_lens) if n == 1]
+                rest = zip(new_tokens, context_lens)
+            for n, c in rest:
+                if n > 1:
+                    units += self._prefill_units(float(n), float(c))
+            seqs = b - new_tokens.count(0)
+            if not seqs:
+                return [0.0] * len(self.layers)
+            tokens = sum(new_tokens)
+        if ones:
+            units += self._decode_units_of(decodes)
+        return self._stages(self._shape(tokens, seqs), units * ops.TIME_QUANTUM_S)
+
+    def _decode_units_of(self, decodes) -> float:
+        """Attention units of a batch's decodes: theirs from the table, the call's fixed cost, and
+        what the split-KV critical path adds (split_kv.DecodeCall.row_units, term for term)."""
+        top = max(decodes)
+        if top >= len(self._decode_units):
+            self._grow(top)
+        units = sum(map(self._decode_units.__getitem__, decodes)) + self.decode_fixed
+        call = self.call
+        if call is None:
+            return units
+        seqs = float(len(decodes))
+        cached = self._cached
+        keys = float(sum(map(cached.__getitem__, decodes)) if self.window is not None else sum(decodes)) + seqs
+        n_blocks = int(self._blocks[top])
+        splits = num_splits(len(decodes) * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
+        waves = math.ceil(seqs * call.ctas_per_seq * splits / call.slots)
+        blocks = map(self._blocks.__getitem__, decodes)
+        if splits == 1:
+            total = sum(blocks)
+        else:
+            fs = float(splits)
+            total = float(sum([math.ceil(b / fs) for b in blocks]))
+        mean_blocks = total / seqs
+        critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
+        stream = keys * call._kv_units + seqs * call._qo_units
+        return units + float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
+
+    def _prefill_units(self, n: float, c: float) -> float:
+        """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""
+        w = self.window
+        a = c + n
+        if not self.causal:
+            if w is not None:
+                a = min(a, n + (float(w) - 1.0))
+            pairs = n * a * 2.0
+        elif w is None:
+            pairs = (a + c + 1.0) * n
+        else:
+            wf = float(w)
+            hi = min(a, wf)
+            pairs = hi * (hi + 1.0)
+            lo = min(c, wf)
+            pairs -= (lo + 1.0) * lo
+            beyond = (max(c + n - wf, 0.0) - max(c - wf, 0.0)) * (2.0 * wf)
+            pairs += beyond
+            a = min(c + n, n + (wf - 1.0))
+        a = min(a, n * ops._BIG)
+        pairs *= self.k_pairs
+        a = a * self.k_kv + n * self.k_qo
+        return math.floor(max(pairs, a)) + self.prefill_fixed
+
+    # -- decode runs ---------------------------------------------------------------------------
+    def decode_run_stages(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """(hi - lo, pp) stage seconds of decode-only iterations lo..hi-1 of a run whose iteration 0
+        has contexts `base` (int64, every item one new token): iteration i has contexts base + i."""
+        b = len(base)
+        k = hi - lo
+        if b == 0 or k <= 0:
+            return np.zeros((max(k, 0), len(self.layers)))
+        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+        top = int(base.max()) + hi - 1
+        if top >= len(self._decode_units):
+            self._grow(top)
+        units = self._decode_units_arr[ctx].sum(axis=-1) + self.decode_fixed
+        call = self.call
+        if call is not None:
+            seqs = float(b)
+            cached = self._cached_arr[ctx]
+            keys = cached.sum(axis=-1) + seqs
+            n_blocks = self._blocks_arr[ctx.max(axis=-1)]
+            splits = call._splits(np.full(k, seqs), n_blocks)
+            waves = np.ceil(seqs * call.ctas_per_seq * splits / call.slots)
+            blocks = self._blocks_arr[ctx]
+            if splits.max() > 1.0:
+                blocks = np.ceil(blocks / splits[:, None])
+            mean_blocks = blocks.sum(axis=-1) / max(seqs, 1.0)
+            critical = np.maximum(np.ceil(n_blocks / splits), waves * mean_blocks) * call._block_units
+            stream = keys * call._kv_units + seqs * call._qo_units
+            units = units + np.floor(call._combine_units * (splits > 1.0) + np.maximum(critical - stream, 0.0))
+        attention = units * ops.TIME_QUANTUM_S
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        layer = linear + attention
+        layer += elementwise
+        layer += tp_comm
+        out = np.empty((k, len(self.layers)))
+        for s, layers in enumerate(self.layers):
+            t = layers * layer
+            if s == 0:
+                t += embedding
+            if s == self.last:
+                t += lm_head
+                t += cpu
+            if launches is not None:
+                t += launches[s]
+            out[:, s] = t
+        return out
