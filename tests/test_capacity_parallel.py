@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +25,7 @@ from harness.config import compose
 from harness.config.diff import differences
 from harness.search.cache import ProbeCache, cache_key
 from harness.search.capacity import Probe, find_capacity
-from harness.search.executor import LocalProcessPool
+from harness.search.executor import LocalProcessPool, searches_at_once
 from harness.search.plan import plan_experiment
 from harness.search.probe import search_capacity
 from harness.search.rounds import SearchBounds, find_capacity_rounds, plan_round
@@ -200,8 +202,9 @@ def test_bad_workers_one_line_exit_2(tmp_path, capsys, args, message):
     assert not any(tmp_path.iterdir())
 
 
-def test_workers_change_no_cache_key_and_no_paper_setting():
-    a, b = compose(SMALL), compose([*SMALL, "search.workers=8"])
+@pytest.mark.parametrize("how", ["search.workers=8", "search.searches_at_once=2"])
+def test_workers_change_no_cache_key_and_no_paper_setting(how):
+    a, b = compose(SMALL), compose([*SMALL, how])
     a, b = OmegaConf.to_container(a), OmegaConf.to_container(b)
     assert cache_key(a, "v") == cache_key(b, "v")
     assert cache_key(a, "v") != cache_key({**a, "seed": 1}, "v")
@@ -223,3 +226,32 @@ def test_command_line_prints_rounds_and_saves_the_serial_answer(tmp_path, serial
     assert (vllm["capacity_qps"], vllm["lowest_failing_qps"]) == fresh.bracket
     assert vllm["rounds"] == len(rounds) < fresh.rounds
     assert f"vllm {vllm['rounds']} ({len(vllm['probes'])} probes)" in p.stdout
+
+
+def test_searches_at_once_by_default_only_where_it_pays():
+    plan = plan_experiment(compose(["experiment=yi34b_tp2_strict"]))
+    cpus = len(os.sched_getaffinity(0))
+    assert searches_at_once(plan.search, True, 3, None) == max(1, min(cpus, 3))
+    assert searches_at_once(plan.search, False, 3, None) == 1  # a live server takes one probe at a time
+    assert searches_at_once(plan.search, True, 1, None) == 1
+    assert searches_at_once(plan.search, True, 3, LocalProcessPool(2)) == 1  # probes at once instead
+    assert searches_at_once(plan.search, True, 3, None, one_of_many=True) == 1  # the launcher runs jobs side by side
+    small = plan_experiment(compose(["experiment=yi34b_tp2_strict", "search.num_requests=64"]))
+    assert searches_at_once(small.search, True, 3, None) == 1  # a process costs more than the search
+    forced = plan_experiment(compose(["experiment=yi34b_tp2_strict", "search.num_requests=64", "search.searches_at_once=5"]))
+    assert searches_at_once(forced.search, True, 3, None) == 3
+
+
+def test_searches_at_once_save_what_one_after_another_saves(tmp_path):
+    """Each scheduler's search in a process of its own: the same summary, requests and token times."""
+    args = ["experiment=yi34b_tp2_strict", "scheduler=[sarathi,vllm,orca]", "search.num_requests=64", "progress=false",
+            "cache=false"]
+    out = {}
+    for at_once in (1, 3):
+        assert main([*args, f"search.searches_at_once={at_once}", f"results_dir={tmp_path / str(at_once)}"]) == 0
+        (run,) = (tmp_path / str(at_once) / "yi34b_tp2_strict").iterdir()
+        summary = json.loads((run / "summary.json").read_text())
+        out[at_once] = (summary["schedulers"], pd.read_parquet(run / "requests.parquet"),
+                        pd.read_parquet(run / "token_times.parquet"))
+    assert out[1][0] == out[3][0] and list(out[1][0]) == ["sarathi", "vllm", "orca"]
+    assert out[1][1].equals(out[3][1]) and out[1][2].equals(out[3][2])

@@ -21,7 +21,7 @@ from harness.config.diff import differences as config_differences
 # backend's knobs (live URL, sim fast-forward) and search.workers/executor/ray_address (probes at
 # once and where, same answer) are how it ran, recorded with the run, not what.
 IGNORED_PREFIXES = ("name", "seed", "results_dir", "progress", "cache", "backend", "hydra", "search.workers",
-                    "search.executor", "search.ray_address")
+                    "search.executor", "search.ray_address", "search.searches_at_once")
 NOT_A_CELL = "not a paper cell"
 
 

@@ -15,7 +15,8 @@ from common.errors import HarnessError, RunBroken
 from harness.config.diff import differences
 
 # search.workers/executor/ray_address: how fast and where, not what
-OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address")
+OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address",
+               "search.searches_at_once")
 
 
 def _same(a: DictConfig, b: DictConfig) -> bool:
@@ -55,7 +56,7 @@ def _run_one(cfg_yaml: str, cwd: str | None = None) -> tuple[str, str | None, st
     path = None
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
-            path = str(run_experiment(cfg))
+            path = str(run_experiment(cfg, one_of_many=True))
         except (HarnessError, RunBroken) as e:
             print(f"error: {e}")
         except Exception:  # one job's crash must not take the others' results with it

@@ -49,7 +49,7 @@ def _job(cfg: DictConfig) -> JobOutcome:
         os.chdir(driver_cwd)
     OmegaConf.resolve(cfg)
     try:
-        return JobOutcome(0, run_dir=str(run_experiment(cfg)), host=here())
+        return JobOutcome(0, run_dir=str(run_experiment(cfg, one_of_many=True)), host=here())
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return JobOutcome(EXIT_BAD_INPUT, error=_one_line(e), host=here())

@@ -6,7 +6,7 @@ import math
 import statistics
 import sys
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +19,7 @@ from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
-from harness.search.executor import ProbeExecutor, open_executor
+from harness.search.executor import LocalProcessPool, ProbeExecutor, open_executor, searches_at_once
 from harness.search.plan import ExperimentPlan, plan_experiment, reseed
 from harness.search.probe import probe_requests, search_capacity
 from harness.search.rounds import Round
@@ -32,7 +32,8 @@ class SchedulerRun:
     result: CapacityResult
 
 
-def run_experiment(cfg: DictConfig) -> Path:
+def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
+    """`one_of_many`: a job of a multirun, figure=all or nightly (searches_at_once)."""
     plan = plan_experiment(cfg)
     show = bool(cfg.get("progress", True))
     s = plan.search
@@ -68,18 +69,18 @@ def run_experiment(cfg: DictConfig) -> Path:
     # One pool of workers for every search of the run: a local pool starts on the first round, Ray
     # connects now (an unreachable cluster is bad input, before anything is written).
     with open_executor(s) if parallel else nullcontext() as pool:
-        return _claim_and_run(cfg, plan, show, cache, prov, pool)
+        return _claim_and_run(cfg, plan, show, cache, prov, pool, one_of_many)
 
 
 def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: ProbeCache | None, prov: dict,
-                   pool: ProbeExecutor | None) -> Path:
+                   pool: ProbeExecutor | None, one_of_many: bool) -> Path:
     s = plan.search
     parallel = pool is not None
     writer = RunWriter(cfg.results_dir, plan.name)  # claims the run's directory (kept partial until done)
     runs: list[SchedulerRun] = []
     token_frames = []
     try:
-        _run_all(plan, show, cache, pool, runs, token_frames)
+        _run_all(plan, show, cache, pool, runs, token_frames, one_of_many)
     except BaseException as e:  # whatever stopped it, the claimed directory must say so
         if isinstance(e, HarnessError) and not runs:
             writer.discard()  # bad input a backend found before anything was measured: leave nothing
@@ -108,24 +109,46 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
 
 
 def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: ProbeExecutor | None,
-             runs: list[SchedulerRun], token_frames: list) -> None:
-    """Every scheduler's search, seed by seed, appended to `runs` as each finishes."""
+             runs: list[SchedulerRun], token_frames: list, one_of_many: bool) -> None:
+    """Every scheduler's search, seed by seed, appended to `runs` in that order (with what
+    finished when another broke). Simulated searches of probes big enough to pay for a process
+    run at once, one per CPU (`search.searches_at_once`): each gives what it gives alone."""
+    jobs = [(plan if r == 0 else reseed(plan, plan.seed + r), name) for r in range(plan.search.repeats)
+            for name in plan.schedulers]
+    at_once = searches_at_once(plan.search, backend_class(plan.backend.name).deterministic, len(jobs), pool, one_of_many)
+    done: dict[int, tuple[SchedulerRun, object]] = {}
+    try:
+        if at_once > 1:
+            with LocalProcessPool(at_once) as searches:
+                for i, out in searches.map_unordered(_search_job, [(p, name, show, cache, None) for p, name in jobs]):
+                    done[i] = out
+        else:
+            for i, (p, name) in enumerate(jobs):
+                done[i] = _search_job((p, name, show, cache, pool))
+    finally:
+        for i in sorted(done):
+            runs.append(done[i][0])
+            if done[i][1] is not None:
+                token_frames.append(done[i][1])
+
+
+def _search_job(job) -> tuple[SchedulerRun, object]:
+    """One scheduler's search (a process of its own when searches run at once): the run and the
+    token-time frame of its capacity probe. Other probes' token times stay behind (large, unused)."""
+    plan, name, show, cache, pool = job
     s = plan.search
-    for r in range(s.repeats):
-        seeded = plan if r == 0 else reseed(plan, plan.seed + r)
-        for name in plan.schedulers:
-            with open_backend(seeded.job(name, progress=show)) as serving:
-                result = _run_scheduler(seeded, name, show, cache, serving.run, pool)
-                shown = _shown_probe(result, fixed=bool(s.fixed_qps))
-                records = shown.detail.records if shown is not None else None
-                if shown is not None and records is None:
-                    # Cached probes carry no token times; the backend is deterministic (only
-                    # then is there a cache), so running the probe again gives the same records.
-                    label = f"{name} @ {shown.qps:.3g} QPS"
-                    records = serving.run(probe_requests(seeded, shown.qps), label).records
-            runs.append(SchedulerRun(name, seeded.seed, result))
-            if shown is not None:
-                token_frames.append(token_frame(records, scheduler=name, seed=seeded.seed, qps=shown.qps))
+    with open_backend(plan.job(name, progress=show)) as serving:
+        result = _run_scheduler(plan, name, show, cache, serving.run, pool)
+        shown = _shown_probe(result, fixed=bool(s.fixed_qps))
+        records = shown.detail.records if shown is not None else None
+        if shown is not None and records is None:
+            # Cached probes carry no token times; the backend is deterministic (only
+            # then is there a cache), so running the probe again gives the same records.
+            label = f"{name} @ {shown.qps:.3g} QPS"
+            records = serving.run(probe_requests(plan, shown.qps), label).records
+    frame = token_frame(records, scheduler=name, seed=plan.seed, qps=shown.qps) if shown is not None else None
+    probes = tuple(replace(p, detail=replace(p.detail, records=None)) for p in result.probes)
+    return SchedulerRun(name, plan.seed, replace(result, probes=probes)), frame
 
 
 def _saved_config(cfg: DictConfig) -> str:

@@ -2,8 +2,8 @@
 
 A probe is fully determined by the resolved config, the scheduler, the seed and the rate (the
 simulator is deterministic), and by the code: the cache key hashes the config (less the keys
-that only say where output goes, and search.workers/executor/ray_address: how many probes ran
-at once, and where) with the git commit, the package version and, in a checkout with uncommitted
+that only say where output goes, and search.workers/executor/ray_address/searches_at_once: how many probes
+ran at once, and where) with the git commit, the package version and, in a checkout with uncommitted
 changes, a digest of them (results/store.py worktree_changes). A probe is one JSON file
 (verdict, summary) plus a Parquet file (per-request rows), each written atomically.
 Token times are not cached (they are large); a run that needs them re-runs that one probe.
@@ -23,7 +23,7 @@ from harness.metrics import Distribution, SloVerdict, Summary
 from harness.search.probe import ProbeOutcome
 
 NOT_IN_KEY = ("results_dir", "progress", "cache")
-HOW_NOT_WHAT = {"search": ("workers", "executor", "ray_address")}  # how many probes run at once, and where, changes no probe's result
+HOW_NOT_WHAT = {"search": ("workers", "executor", "ray_address", "searches_at_once")}  # how many probes run at once, and where, changes no probe's result
 
 
 def code_version(provenance: dict, profile_digest: str = "") -> str:

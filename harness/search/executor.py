@@ -11,6 +11,7 @@ for the run, the cluster by `search.ray_address`, or the Ray the job already run
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -25,6 +26,27 @@ R = TypeVar("R")
 
 # What a worker needs, imported once in the fork server rather than once per worker.
 PRELOAD = ("harness.search.probe", "harness.backends.sim")
+
+
+# A search whose probes are smaller than this runs faster alone than it pays to start a process for it.
+SEARCH_PROCESS_MIN_REQUESTS = 512
+
+
+def searches_at_once(search: SearchSettings, deterministic: bool, searches: int, pool: ProbeExecutor | None,
+                     one_of_many: bool = False) -> int:
+    """How many of a run's searches (one per scheduler and seed) run at once, each in a process of
+    its own: `search.searches_at_once`, or with 0 one per CPU where the searches are simulated
+    (deterministic: the same answer as one after another), serial ones (no `pool` of probes), of
+    probes of at least SEARCH_PROCESS_MIN_REQUESTS requests, and the run is not `one_of_many` jobs
+    (a multirun, figure=all, nightly: the launcher runs those side by side, one CPU each)."""
+    if not deterministic or pool is not None or searches < 2:
+        return 1
+    wanted = search.searches_at_once
+    if wanted == 0:
+        if search.num_requests < SEARCH_PROCESS_MIN_REQUESTS or one_of_many:
+            return 1
+        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(wanted, searches))
 
 
 class ProbeExecutor(Protocol):

@@ -47,6 +47,9 @@ class SearchSettings:
     # Stop a simulated probe once failing the paper's criterion is certain (one engine, pp = 1; the
     # verdict is the same, its records end there): the planner's screening probes use it.
     stop_early: bool = False
+    # Searches at once (one per scheduler and seed), each in a local process, simulated backends only:
+    # 0 = one per CPU where probes have >= 512 requests (harness.search.executor.searches_at_once), 1 = serial.
+    searches_at_once: int = 0
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -65,6 +68,8 @@ class SearchSettings:
             raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1 (1: the serial search), got {self.workers}")
+        if self.searches_at_once < 0:
+            raise ValueError(f"searches_at_once must be >= 0 (0: one per CPU), got {self.searches_at_once}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
 
