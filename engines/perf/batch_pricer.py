@@ -222,18 +222,25 @@ class BatchPricer:
         k = hi - lo
         if b == 0 or k <= 0:
             return np.zeros((max(k, 0), len(self.layers)))
-        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
-        top = int(base.max()) + hi - 1
+        steps = np.arange(lo, hi, dtype=np.int64)
+        ctx = base[None, :] + steps[:, None]
+        longest = int(base.max()) + steps  # each row's longest context
+        top = int(longest[-1])
         if top >= len(self._decode_units):
             self._grow(top)
         units = self._decode_units_arr[ctx].sum(axis=-1) + self.decode_fixed
         call = self.call
         if call is not None:
             seqs = float(b)
-            cached = self._cached_arr[ctx]
-            keys = cached.sum(axis=-1) + seqs
-            n_blocks = self._blocks_arr[ctx.max(axis=-1)]
-            splits = call._splits(np.full(k, seqs), n_blocks)
+            if self.window is None:  # the cached contexts are the contexts: their sum in closed form (exact integers)
+                keys = (float(base.sum()) + b * steps) + seqs
+            else:
+                keys = self._cached_arr[ctx].sum(axis=-1) + seqs
+            n_blocks = self._blocks_arr[longest]
+            if b * call.ctas_per_seq >= 0.8 * call.slots:  # split_kv.num_splits: enough CTAs, one split
+                splits = np.ones(k)
+            else:
+                splits = call._splits(np.full(k, seqs), n_blocks)
             waves = np.ceil(seqs * call.ctas_per_seq * splits / call.slots)
             blocks = self._blocks_arr[ctx]
             if splits.max() > 1.0:

@@ -235,13 +235,12 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
         if fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
             t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, stop)
         else:
-            t, finished = _one_iteration(engine, batch, timer, run.line, t)
+            t, finished = _one_iteration(engine, batch, run.line, t, timer.iteration_time(batch.new_tokens, batch.context_lens))
         run.finished(finished, t)
     return t, stuck
 
 
-def _one_iteration(engine: Engine, batch: Batch, timer: FastTimer, line: _Timeline, t: float):
-    dt = timer.iteration_time(batch.new_tokens, batch.context_lens)
+def _one_iteration(engine: Engine, batch: Batch, line: _Timeline, t: float, dt: float):
     t_end = t + dt
     out = engine.complete(batch)
     line.tokens_at(out.produced, t_end)
@@ -259,14 +258,14 @@ def _decode_run(
 ):
     """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
     k = engine.decode_run_limit(batch)
-    ctx0 = np.asarray(batch.context_lens, dtype=np.int64)
     dt0 = timer.iteration_time(batch.new_tokens, batch.context_lens)
     horizon = min(next_arrival, limit) if not engine.waiting else limit
     if np.isfinite(horizon):
         # Iterations only get longer as contexts grow, so at most this many start before horizon.
         k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
-    k = max(k, 1)
-    dts = timer.decode_run_times(ctx0, 0, k)
+    if k <= 1:  # a run of one is one iteration (complete_decode_run(batch, 1) is complete(batch))
+        return _one_iteration(engine, batch, line, t, dt0)
+    dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, k)
     # Summed from t in order, as plain stepping would (bit-identical clock).
     ends = np.cumsum(np.concatenate(([t], dts)))[1:]
     if np.isfinite(horizon) and k > 1:
