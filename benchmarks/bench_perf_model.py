@@ -3,9 +3,12 @@ runs of decode iterations, on the paper's four deployments.
 
     python benchmarks/bench_perf_model.py [--seconds 1.0]
 
-Single batch: ~100 items (one 512-token prefill chunk, a few smaller chunks, the rest decodes),
-priced with iteration_time. Vectorized: a (300, 128) array of decode steps (context growing by one
-per step), priced with one batch_times call; reported as calls/s and iterations/s.
+Single batch: ~100 items (97 decodes, then a 512-token prefill chunk and two smaller ones, as
+Batch.mixed orders them), priced as the simulator prices a stepped iteration (iteration_time on
+tuples: the table-driven BatchPricer) and by the vectorized reference (batch_times on a (1, B)
+array). Decode run: 300 decode steps of 128 sequences (context growing by one per step), priced as
+the simulator's fast-forward does (decode_run_times) and by the reference (batch_times on the
+(300, 128) array); reported as best microseconds a call and iterations/s.
 """
 from __future__ import annotations
 
@@ -47,18 +50,22 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.0, help="time spent per measurement")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    mixed_new = np.concatenate([[512, 200, 37], np.ones(97, dtype=np.int64)])
-    mixed_ctx = np.concatenate([[1024, 0, 3000], rng.integers(10, 6000, size=97)])
+    mixed_new = np.concatenate([np.ones(97, dtype=np.int64), [512, 200, 37]])
+    mixed_ctx = np.concatenate([rng.integers(10, 6000, size=97), [1024, 0, 3000]])
+    new_t, ctx_t = tuple(mixed_new.tolist()), tuple(mixed_ctx.tolist())
     steps, batch = 300, 128
+    base = rng.integers(10, 6000, size=batch)
     dec_new = np.ones((steps, batch), dtype=np.int64)
-    dec_ctx = rng.integers(10, 6000, size=batch)[None, :] + np.arange(steps)[:, None]
-    print(f"{'deployment':52s} {'single/s':>10s} {'best us':>8s} {'(300,128)/s':>12s} {'best ms':>8s} {'iters/s':>10s}")
+    dec_ctx = base[None, :] + np.arange(steps)[:, None]
+    print(f"{'deployment':44s} {'batch us':>9s} {'(ref)':>7s} {'run ms':>8s} {'(ref)':>7s} {'run iters/s':>12s}")
     for spec in DEPLOYMENTS:
         perf = PerfModel(Deployment.create(**spec))
-        single, single_best = rate(lambda: perf.iteration_time(mixed_new, mixed_ctx), args.seconds)
-        vec, vec_best = rate(lambda: perf.batch_times(dec_new, dec_ctx), args.seconds)
-        print(f"{perf.deployment.describe()[:52]:52s} {single:10.0f} {single_best * 1e6:8.0f} "
-              f"{vec:12.0f} {vec_best * 1e3:8.3f} {vec * steps:10.0f}")
+        _, one = rate(lambda: perf.iteration_time(new_t, ctx_t), args.seconds)
+        _, one_ref = rate(lambda: perf.batch_times(mixed_new[None], mixed_ctx[None]), args.seconds)
+        runs, run = rate(lambda: perf.decode_run_times(base, 0, steps), args.seconds)
+        _, run_ref = rate(lambda: perf.batch_times(dec_new, dec_ctx), args.seconds)
+        print(f"{perf.deployment.describe()[:44]:44s} {one * 1e6:9.1f} {one_ref * 1e6:7.0f} {run * 1e3:8.3f} "
+              f"{run_ref * 1e3:7.3f} {runs * steps:12.0f}")
 
 
 if __name__ == "__main__":
