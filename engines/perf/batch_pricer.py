@@ -63,6 +63,7 @@ class BatchPricer:
         self._cached_arr = np.zeros(0)
         self._blocks: list[float] = []
         self._blocks_arr = np.zeros(0)
+        self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
 
     # -- tables ------------------------------------------------------------------------------
     def _grow(self, top: int) -> None:
@@ -84,6 +85,16 @@ class BatchPricer:
         if self.call is not None:
             self._blocks_arr = np.ceil((cached + 1.0) / self.call.block)
             self._blocks = self._blocks_arr.tolist()
+
+    def _split_blocks(self, splits: int) -> list[float]:
+        """Per context: the K/V blocks a CTA of one sequence streams under `splits` splits
+        (split_kv.DecodeCall.layout's ceil(ceil((cached + 1) / block) / splits)), a table per split count."""
+        if splits == 1:
+            return self._blocks
+        table = self._by_splits.get(splits)
+        if table is None or len(table) != len(self._blocks):
+            table = self._by_splits[splits] = np.ceil(self._blocks_arr / float(splits)).tolist()
+        return table
 
     # -- per (tokens, sequences) ---------------------------------------------------------------
     def _shape(self, tokens: int, seqs: int) -> tuple:
@@ -179,12 +190,7 @@ class BatchPricer:
         n_blocks = int(self._blocks[top])
         splits = num_splits(len(decodes) * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
         waves = math.ceil(seqs * call.ctas_per_seq * splits / call.slots)
-        blocks = map(self._blocks.__getitem__, decodes)
-        if splits == 1:
-            total = sum(blocks)
-        else:
-            fs = float(splits)
-            total = float(sum([math.ceil(b / fs) for b in blocks]))
+        total = sum(map(self._split_blocks(splits).__getitem__, decodes))
         mean_blocks = total / seqs
         critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
         stream = keys * call._kv_units + seqs * call._qo_units
