@@ -29,19 +29,17 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import logging
 import time
 import uuid
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
 
 from engines.executors.base import SamplingParams
+from engines.server.body import read_json
 from engines.server.build import ServingParts
 from engines.server.chat import parse_chat
 from engines.server.config import ServerConfig
-from engines.server.errors import ApiError
+from engines.server.errors import ApiError, ClientGone, json_errors, quiet_client_faults
 from engines.server.handoff import Prefilled, parse_prefilled, remote_decode_max_tokens
 from engines.server.loop import EngineLoop, RequestState
 from engines.server.protocol import CompletionRequest, check_length, parse_completion
@@ -124,7 +122,7 @@ class CompletionServer:
                 return await self._stream(request, state, req, rid)
             return await self._whole(state, req, rid)
         except ConnectionResetError:  # the client left mid-stream: its request is aborted below
-            raise _ClientGone() from None
+            raise ClientGone() from None
         finally:
             self.loop.abort(state)  # a no-op once done; else the client left: free its KV now
 
@@ -155,25 +153,7 @@ class CompletionServer:
         return {"kv_transfer_params": {"prompt_tokens": state.seq.prompt_len, "prefill_s": max(0.0, spent)}}
 
     async def _parse(self, request: web.Request, parse) -> CompletionRequest:
-        limit = self.cfg.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise ApiError(413, f"request body of {request.content_length} bytes is over the limit of {limit} bytes")
-        try:
-            raw = await asyncio.wait_for(request.read(), timeout=self.cfg.body_timeout_s)
-        except web.HTTPRequestEntityTooLarge:
-            raise ApiError(413, f"request body is over the limit of {limit} bytes") from None
-        except TimeoutError:
-            raise ApiError(408, f"the request body did not arrive within {self.cfg.body_timeout_s:g} s") from None
-        except ConnectionResetError:  # the client left while sending: nobody to answer, nothing to log
-            raise _ClientGone() from None
-        except (RequestPayloadError, HttpProcessingError, web.HTTPException, ValueError) as e:  # a bogus Content-Encoding
-            raise ApiError(400, f"cannot read the request body: {type(e).__name__}: {e}", "body") from None
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"the request body is not valid JSON: {e}", "body") from None
-        except RecursionError:
-            raise ApiError(400, "the request body nests JSON too deeply", "body") from None
+        body = await read_json(request, self.cfg.max_body_bytes, self.cfg.body_timeout_s)
         if isinstance(body, dict) and "model" in body and body["model"] is not None:
             model = body["model"]
             if not isinstance(model, str):
@@ -260,26 +240,6 @@ class CompletionServer:
         return web.Response(body=_dumps(body), content_type="application/json")
 
 
-class _ClientGone(Exception):
-    """The client closed its connection: a quiet end (debug log), not a server error."""
-
-
-@web.middleware
-async def json_errors(request: web.Request, handler):
-    """Every error, ours or aiohttp's (unknown route, wrong method), in OpenAI's JSON shape."""
-    try:
-        return await handler(request)
-    except _ClientGone:
-        logging.getLogger(__name__).debug("client %s left before its answer", request.remote)
-        return web.Response(status=499)  # nginx's "client closed request"; never reaches anyone
-    except ApiError as e:
-        return e.response()
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        return ApiError(e.status, f"{e.reason}: {request.method} {request.path}").response()
-
-
 def _require_key(key: str):
     """OpenAI's (and vLLM's --api-key) rule: /v1/* needs `Authorization: Bearer KEY`; 401 otherwise."""
     expected = f"Bearer {key}".encode()
@@ -295,24 +255,12 @@ def _require_key(key: str):
     return check
 
 
-class _ClientFaults(logging.Filter):
-    """aiohttp drains a request's unread body after the handler answered; a body it cannot decode
-    (a bogus Content-Encoding) then surfaces again as an "Unhandled exception". It is the
-    client's fault and was answered 400: not an error of this server."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, (RequestPayloadError, HttpProcessingError))
-
-
 SERVER_KEY = web.AppKey("server", CompletionServer)
 
 
 def make_app(cfg: ServerConfig, parts: ServingParts) -> web.Application:
     server = CompletionServer(cfg, parts)
-    server_log = logging.getLogger("aiohttp.server")
-    if not any(isinstance(f, _ClientFaults) for f in server_log.filters):
-        server_log.addFilter(_ClientFaults())
+    quiet_client_faults()
     # aiohttp enforces client_max_size when reading the body; we check Content-Length first.
     middlewares = [json_errors] + ([_require_key(cfg.api_key)] if cfg.api_key else [])
     app = web.Application(middlewares=middlewares, client_max_size=cfg.max_body_bytes)

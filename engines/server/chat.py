@@ -49,7 +49,7 @@ def render(messages: object) -> str:
     return "\n".join([*lines, "<|assistant|>", ""])
 
 
-def parse_chat(body: object, vocab_size: int) -> CompletionRequest:
+def parse_chat(body: object, vocab_size: int | None) -> CompletionRequest:
     if not isinstance(body, dict):
         raise _bad(f"the request body must be a JSON object, got {type(body).__name__}", "body")
     if "messages" not in body:

@@ -52,7 +52,7 @@ def _bool(body: dict, key: str, default: bool, where: str = "") -> bool:
     return v
 
 
-def _prompt(value: object, vocab_size: int) -> tuple[tuple[int, ...] | None, str | None]:
+def _prompt(value: object, vocab_size: int | None) -> tuple[tuple[int, ...] | None, str | None]:
     # OpenAI accepts a string, a list of token ids, or a batch of either; a batch of one is fine.
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
         value = value[0]
@@ -68,9 +68,10 @@ def _prompt(value: object, vocab_size: int) -> tuple[tuple[int, ...] | None, str
         if not value:
             raise _bad("'prompt' must not be empty", "prompt")
         if all(_is_int(t) for t in value):
-            bad = next((t for t in value if not 0 <= t < vocab_size), None)
+            bad = next((t for t in value if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
             if bad is not None:
-                raise _bad(f"token id {bad} in 'prompt' is out of vocabulary [0, {vocab_size})", "prompt")
+                where = "negative" if vocab_size is None else f"out of vocabulary [0, {vocab_size})"
+                raise _bad(f"token id {bad} in 'prompt' is {where}", "prompt")
             return tuple(value), None
         if all(isinstance(p, (str, list)) for p in value):
             raise _bad(f"'prompt' holds a batch of {len(value)} prompts; send one prompt per request", "prompt")
@@ -79,8 +80,10 @@ def _prompt(value: object, vocab_size: int) -> tuple[tuple[int, ...] | None, str
     )
 
 
-def parse_completion(body: object, vocab_size: int) -> CompletionRequest:
-    """Check the JSON body's fields (not yet its length against the model: that needs the tokens)."""
+def parse_completion(body: object, vocab_size: int | None) -> CompletionRequest:
+    """Check the JSON body's fields (not yet its length against the model: that needs the tokens).
+    `vocab_size` None (the router, which has no model): token ids are checked against the
+    vocabulary by the server that gets the request."""
     if not isinstance(body, dict):
         raise _bad(f"the request body must be a JSON object, got {type(body).__name__}", "body")
     if "prompt" not in body:

@@ -31,13 +31,17 @@ def parse_args(argv: list[str] | None = None) -> RouterConfig:
     p.add_argument("--port", type=int, default=RouterConfig.port, help="0 picks a free port")
     p.add_argument("--connect-timeout-s", type=float, default=RouterConfig.connect_timeout_s)
     p.add_argument("--shutdown-grace-s", type=float, default=RouterConfig.shutdown_grace_s)
+    p.add_argument("--max-body-bytes", type=int, default=RouterConfig.max_body_bytes, help="larger bodies: 413")
+    p.add_argument("--body-timeout-s", type=float, default=RouterConfig.body_timeout_s,
+                   help="a request body not received by then: 408 (slow senders)")
     p.add_argument("--log-level", default="WARNING")
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return RouterConfig(prefill=tuple(a.prefill), decode=tuple(a.decode), replicas=tuple(a.replica),
                             router=a.router, decode_router=a.decode_router, host=a.host, port=a.port,
-                            connect_timeout_s=a.connect_timeout_s, shutdown_grace_s=a.shutdown_grace_s)
+                            connect_timeout_s=a.connect_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
+                            max_body_bytes=a.max_body_bytes, body_timeout_s=a.body_timeout_s)
     except ValueError as e:
         p.error(str(e))
 

@@ -12,6 +12,13 @@ outstanding at each server (a request counts at a prefill server until its prefi
 a decode server until its last token). least_kv needs each server's KV blocks, which the router
 does not see, and is refused.
 
+A request is checked as its server would check it (engines/server/body.py, protocol.py, chat.py:
+the same code) before it goes anywhere, so a client's mistake is the server's own 4xx from the
+router too, never a server's refusal midway through a disaggregated request turned into a 502.
+Token ids against the vocabulary and the prompt's length against the model are the servers'
+checks (the router has no model); a server refuses those before the client's stream begins, and
+its answer is passed on. `kv_transfer_params` is the router's to set: a client's is refused.
+
 Failures are never a silently short answer: an upstream's error before the client's stream began
 is answered with its status and message; after, as an SSE error event (OpenAI's error shape)
 before `[DONE]`, naming the server; a stream that ends early is such an error too.
@@ -28,12 +35,16 @@ from aiohttp import web
 
 from common.sse import SseSplitter
 from engines.routers import InstanceState, make_router
-from engines.server.app import json_errors
-from engines.server.errors import ApiError
-from engines.server.protocol import DEFAULT_MAX_TOKENS
+from engines.server.body import read_json
+from engines.server.chat import parse_chat
+from engines.server.config import ServerConfig
+from engines.server.errors import ApiError, json_errors, quiet_client_faults
+from engines.server.handoff import PARAM as KV_PARAM
+from engines.server.protocol import CompletionRequest, parse_completion
 from engines.server.router import stitch
 
 PATHS = ("/v1/completions", "/v1/chat/completions")
+PARSERS = {PATHS[0]: parse_completion, PATHS[1]: parse_chat}
 
 
 def check_policy(name: str, what: str = "router") -> str:
@@ -56,7 +67,8 @@ class RouterConfig:
     port: int = 8000
     connect_timeout_s: float = 10.0
     shutdown_grace_s: float = 5.0
-    max_body_bytes: int = 4 << 20
+    max_body_bytes: int = ServerConfig.max_body_bytes  # a client's body, read as the servers read it
+    body_timeout_s: float = ServerConfig.body_timeout_s
 
     def __post_init__(self) -> None:
         if bool(self.prefill) != bool(self.decode):
@@ -67,6 +79,8 @@ class RouterConfig:
         for name in ("router", "decode_router"):
             if getattr(self, name) is not None:
                 check_policy(getattr(self, name), name)
+        if not self.body_timeout_s > 0:
+            raise ValueError(f"body_timeout_s must be > 0, got {self.body_timeout_s}")
         for url in (*self.prefill, *self.decode, *self.replicas):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"not an http(s) URL: {url!r}")
@@ -128,9 +142,12 @@ class RouterServer:
         return web.Response(status=200)
 
     async def models(self, request: web.Request) -> web.Response:
-        pool = self.replicas or self.prefill
-        async with self.session.get(pool.urls[0] + "/v1/models", headers=self._auth(request)) as up:
-            return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
+        url = (self.replicas or self.prefill).urls[0]
+        try:
+            async with self.session.get(url + "/v1/models", headers=self._auth(request)) as up:
+                return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise ApiError(502, f"server {url}: {type(e).__name__}: {e}") from None
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, PATHS[0])
@@ -143,22 +160,17 @@ class RouterServer:
         arrival = time.monotonic()
         if self.draining:
             raise ApiError(503, "router is shutting down")
-        try:
-            body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(400, f"the request body is not valid JSON: {e}", "body") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}", "body")
-        n = body.get("max_completion_tokens") if path == PATHS[1] else None
-        n = body.get("max_tokens", DEFAULT_MAX_TOKENS) if n is None else n
-        n = DEFAULT_MAX_TOKENS if n is None else n
+        body = await read_json(request, self.cfg.max_body_bytes, self.cfg.body_timeout_s)
+        req = PARSERS[path](body, None)  # a client's mistake: the server's own 400, raised here
+        if req.kv_transfer_params is not None:
+            raise ApiError(400, f"'{KV_PARAM}' is set by the router between its servers, never by a client", KV_PARAM)
         if self.replicas is not None:
             return await self._relay(request, self.replicas, path, body)
-        if not isinstance(n, int) or isinstance(n, bool) or n <= 1:  # one token (or a bad count: its server says why)
+        if req.max_tokens == 1:  # one token: the prefill server's answer is the whole answer
             return await self._relay(request, self.prefill, path, body)
-        if body.get("stream") is True:
-            return await self._stream(request, path, body, n, arrival)
-        return await self._whole(request, path, body, n, arrival)
+        if req.stream:
+            return await self._stream(request, path, body, req, arrival)
+        return await self._whole(request, path, body, req.max_tokens, arrival)
 
     @staticmethod
     def _auth(request: web.Request) -> dict[str, str]:
@@ -184,13 +196,13 @@ class RouterServer:
         finally:
             pool.done(i)
 
-    async def _stream(self, request: web.Request, path: str, body: dict, n: int, arrival: float):
-        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+    async def _stream(self, request: web.Request, path: str, body: dict, req: CompletionRequest, arrival: float):
         client = None
         try:
-            client, first, stopped = await self._stream_prefill(request, path, body, n, continuous)
+            client, first, stopped = await self._stream_prefill(request, path, body, req.max_tokens,
+                                                                req.continuous_usage_stats)
             if stopped is not None:  # an end of sequence as its first token: nothing to decode
-                if stopped and (body.get("stream_options") or {}).get("include_usage"):
+                if stopped and req.include_usage:
                     await client.write(stitch.event({k: v for k, v in stopped.items() if k != "kv_transfer_params"}))
             else:
                 await self._stream_decode(request, client, path, body, first, arrival)
@@ -319,6 +331,7 @@ ROUTER_KEY = web.AppKey("router", RouterServer)
 
 def make_router_app(cfg: RouterConfig) -> web.Application:
     server = RouterServer(cfg)
+    quiet_client_faults()
     app = web.Application(middlewares=[json_errors], client_max_size=cfg.max_body_bytes)
     app[ROUTER_KEY] = server
     app.router.add_post(PATHS[0], server.completions)
