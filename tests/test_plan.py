@@ -6,16 +6,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from common.errors import HarnessError
 from harness.config import compose
-from harness.plan.bounds import capacity_bound, single_decode_s
+from harness.plan.bounds import capacity_bound, single_decode_s, ttft_floors_s
 from harness.plan.replicas import competitive_rate, gpus_needed, rank_key, replicas_needed
 from harness.plan.search import check_slo_reachable, fidelity
 from harness.plan.settings import PlanSettings, plan_settings, split_words
 from harness.plan.space import enumerate_space, scheduler_grid
 from harness.plan.tasks import SearchTask, run_search_task
+from harness.search.probe import ProbeTask, run_probe_task
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["model=mistral-7b", "hardware=a100_80g", "dataset=openchat_sharegpt4", "slo.tbt_s=0.1", "search.num_requests=128"]
@@ -33,8 +35,9 @@ def test_words_split_and_type_checked():
     assert s.target_qps == 40 and s.tp == [2, 4] and s.prices["h200-141g"] == 3.5 and s.prices["h100-80g-sxm"] == 4.25
     with pytest.raises(HarnessError, match="max_gpu"):
         plan_settings(["plan.max_gpu=8"])
-    with pytest.raises(HarnessError, match="target_qps must be > 0"):
-        plan_settings(["target_qps=-1"])
+    for bad in ("-1", "0", "inf", "nan"):  # inf used to overflow in replicas_needed after the whole search
+        with pytest.raises(HarnessError, match="target_qps must be a finite number > 0"):
+            plan_settings([f"target_qps={bad}"])
 
 
 def test_grid_names_each_knob():
@@ -103,12 +106,44 @@ def test_slo_below_the_fastest_decode_is_refused():
     fastest = min(single_decode_s(p) for p in space.plans.values())
     with pytest.raises(HarnessError, match="below the fastest single decode") as e:
         check_slo_reachable(space)
-    assert f"slo.tbt_s >= {fastest:.3g}" in str(e.value)
+    suggested = float(str(e.value).rsplit("slo.tbt_s >= ", 1)[1])
+    assert fastest <= suggested <= fastest * 1.01  # looser, by its last digit at most
     # under attainment a request's TPOT is what one decode must meet
     cfg = compose(SMALL[:-2] + ["slo.criterion=attainment", "slo.ttft_s=2", "slo.tpot_s=0.001"])
     space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32], orca_max_seqs=[8]))
     with pytest.raises(HarnessError, match=r"slo.tpot_s=0.001 is below the fastest single decode"):
         check_slo_reachable(space)
+
+
+def test_a_ttft_too_few_prompts_can_meet_is_refused_from_the_model():
+    """A TTFT limit too few of the workload's prompts meet even prefilled alone on the fastest
+    deployment: refused before any probe (it took screening every configuration), naming the
+    least TTFT that is not refused, which then passes the check; and the floor is one: no request
+    of a real probe, at any scheduler, gets its first token sooner."""
+    small = [w for w in SMALL if not w.startswith("slo.")]
+    grid = PlanSettings(tp=[1, 2], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32], orca_max_seqs=[8])
+    for criterion in (["slo.criterion=attainment", "slo.tpot_s=0.1"], ["slo.tbt_s=0.1"]):
+        space = enumerate_space(compose(small + criterion + ["slo.ttft_s=0.01"]), grid)
+        with pytest.raises(HarnessError, match=r"slo.ttft_s=0.01 is out of reach: even prefilled alone on the fastest "
+                                               r"deployment \(tp=2 pp=1\)") as e:
+            check_slo_reachable(space)
+        least = str(e.value).rsplit("slo.ttft_s >= ", 1)[1]
+        check_slo_reachable(enumerate_space(compose(small + criterion + [f"slo.ttft_s={least}"]), grid))
+    plan = space.plans[(1, 1)]
+    floors = ttft_floors_s(plan)
+    for name in plan.schedulers:
+        rows = run_probe_task(ProbeTask(plan, name, 2.0)).requests
+        ttft = (rows["first_token_s"] - rows["arrival_s"]).to_numpy()
+        assert np.all(ttft >= floors), (name, float(np.min(ttft - floors)))
+
+
+def test_an_slo_the_model_refuses_is_named_not_blamed_on_the_gpus(tmp_path):
+    """slo.tbt_s=0 is refused for what it is, not as 'fits on no deployment ... needs more GPUs'."""
+    p = _plan_cli(SMALL[:-2] + ["slo.tbt_s=0", "target_qps=10", f"plan.out={tmp_path / 'plan'}"], tmp_path)
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("error: slo: SLO limits must be > 0, got tbt 0.0") and "GPUs" not in line, line
+    assert not any(tmp_path.iterdir())
 
 
 def test_fidelity_changes_only_the_requests():

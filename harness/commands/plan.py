@@ -13,7 +13,8 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
-from common.errors import HarnessError
+from common.errors import HarnessError, RunBroken
+from harness.commands.run import broken_reason
 from harness.config import compose
 from harness.plan import answer, export, figure
 from harness.plan.check import check_winner
@@ -21,6 +22,7 @@ from harness.plan.replicas import POISSON_NOTE
 from harness.plan.search import PlanRun, run_plan
 from harness.plan.settings import plan_settings, split_words
 from harness.plan.space import enumerate_space
+from harness.results.claim import discard, finish, make_room, record_failure, unwritable, why
 
 USAGE = """usage: python -m harness plan model=M hardware=H dataset=D slo.tbt_s=S target_qps=L [plan.KEY=VALUE ...]
 
@@ -56,8 +58,36 @@ def plan_command(argv: list[str]) -> int:
           + (f" ({', '.join(f'tp{m.tp}pp{m.pp}' for m in space.misfits)} do not)" if space.misfits else "")
           + (f", {len(space.unit_plans)} P/D units" if settings.disaggregated else "")
           + f", {len(space.candidates)} configurations", flush=True)
+    out = Path(settings.out) if settings.out else Path(cfg.results_dir) / "plans" / name / datetime.now().strftime("%Y%m%d-%H%M%S")
+    partial = _claim(out, "plan.out" if settings.out else "results_dir")  # a place it cannot write: exit 2 now, not after the search
+    try:
+        _plan(space, settings, cfg, name, out, partial, t0)
+    except HarnessError:  # nothing meets the request: one line, exit 2, nothing written
+        discard(partial)
+        raise
+    except BaseException as e:  # whatever stopped it, the claimed directory says so
+        e_disk = record_failure(partial, broken_reason(e))
+        print(f"partial plan (not a finished plan): {partial}" + (f" (no reason saved: {why(e_disk)})" if e_disk else ""),
+              file=sys.stderr)
+        raise
+    print(f"plan: {out}")
+    return 0
+
+
+def _claim(out: Path, what: str) -> Path:
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HarnessError(f"{what}: {unwritable(Path(e.filename or partial), e)}") from None
+    make_room(partial, what)
+    return partial
+
+
+def _plan(space, settings, cfg, name: str, out: Path, partial: Path, t0: float) -> None:
+    plan0 = next(iter(space.plans.values()))
     run = run_plan(space, settings)
-    win = answer.winner(run)  # nothing meets the request: one line, exit 2, nothing written
+    win = answer.winner(run)  # nothing meets the request: HarnessError
     elapsed = time.perf_counter() - t0
     table = answer.rows(run, settings.rows)
     wplan = space.plan_of(win.candidate)
@@ -76,7 +106,6 @@ def plan_command(argv: list[str]) -> int:
         print(f"WARNING: {checks[0].replicas} replicas of the winner FAIL the SLO at the target in the cluster simulation: "
               f"the answer is not trustworthy as it stands"
               + (f"; {checks[-1].replicas} replicas pass" if checks[-1].passed else f"; {checks[-1].replicas} fail too"))
-    out = Path(settings.out) if settings.out else Path(cfg.results_dir) / "plans" / name / datetime.now().strftime("%Y%m%d-%H%M%S")
     preset_name = f"plan_{name}".replace("-", "_").replace(".", "_")
     serve = export.vllm_serve_line(wplan, win.candidate.scheduler)
     share = settings.target_qps / table[0].replicas if settings.target_qps and table[0].replicas else None
@@ -88,19 +117,20 @@ def plan_command(argv: list[str]) -> int:
           f"{answer.describe_scheduler(win, wplan)}: {win.capacity_qps:.3g} QPS a replica")
     print(serve)
     print(f"check it{'' if win.candidate.unit else ' live'}: {check}" + (f" (one replica at its share: search.fixed_qps={share:.3g})" if share else ""))
-    _write(out, run, cfg, win, table, preset_name, serve, check, elapsed, name, checks)
-    print(f"plan: {out}")
-    return 0
+    try:
+        _write(partial, run, cfg, win, table, preset_name, serve, check, elapsed, name, checks)
+    except OSError as e:
+        raise RunBroken(f"saving the plan: {unwritable(Path(e.filename or partial), e)}") from None
+    finish(partial, out, "saving the plan")
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _write(out: Path, run: PlanRun, cfg, win, table, preset_name: str, serve: str, check: str, elapsed: float,
+def _write(partial: Path, run: PlanRun, cfg, win, table, preset_name: str, serve: str, check: str, elapsed: float,
            name: str, checks) -> None:
-    partial = out.with_name(f".{out.name}.partial")
-    (partial / "experiment").mkdir(parents=True, exist_ok=True)
+    (partial / "experiment").mkdir(exist_ok=True)
     wplan = run.space.plan_of(win.candidate)
     comment = (f"The winner of `python -m harness plan` ({name}): {win.candidate.key}, {win.capacity_qps:.4g} QPS a replica.\n"
                f"Check it live: {check}")
@@ -119,7 +149,6 @@ def _write(out: Path, run: PlanRun, cfg, win, table, preset_name: str, serve: st
                      "verdict": "pass" if c.passed else "fail", "probe": asdict(c.probe)} for c in checks],
     }
     (partial / "plan.json").write_text(json.dumps(_clean(record), indent=1))
-    partial.rename(out)
 
 
 def _clean(x):

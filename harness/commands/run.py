@@ -81,24 +81,19 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
     token_frames = []
     try:
         _run_all(plan, show, cache, pool, runs, token_frames, one_of_many)
+        tokens = pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([])
+        path = writer.write(_saved_config(cfg), _summary(plan, runs, prov), _requests(runs), tokens)
     except BaseException as e:  # whatever stopped it, the claimed directory must say so
         if isinstance(e, HarnessError) and not runs:
             writer.discard()  # bad input a backend found before anything was measured: leave nothing
             raise
-        reason = (str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt)
-                  else f"{type(e).__name__}: {e}")
+        reason = broken_reason(e)
         summary = {**_summary(plan, runs, prov), "status": "broken", "reason": reason}
-        writer.fail(reason, _saved_config(cfg), summary, _requests(runs))
-        print(f"partial results (not a finished run): {writer.partial}", file=sys.stderr)
+        unsaved = writer.fail(reason, _saved_config(cfg), summary, _requests(runs))
+        print(f"partial results (not a finished run): {writer.partial}" + (f" (not saved: {unsaved})" if unsaved else ""),
+              file=sys.stderr)
         raise
 
-    summary = _summary(plan, runs, prov)
-    path = writer.write(
-        _saved_config(cfg),
-        summary,
-        _requests(runs),
-        pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([]),
-    )
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
     _print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
     if parallel:
@@ -106,6 +101,11 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
               + ", ".join(f"{r.scheduler} {r.result.rounds} ({len(r.result.probes)} probes)" for r in runs))
     print(f"results: {path}")
     return path
+
+
+def broken_reason(e: BaseException) -> str:
+    """What a broken run's FAILED.txt says."""
+    return str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
 
 
 def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: ProbeExecutor | None,

@@ -113,6 +113,14 @@ def _most_tokens(plan: ExperimentPlan, sc: SchedulerConfig) -> int:
     return int(sc.max_num_seqs) * plan.max_model_len  # whole prompts of a full batch
 
 
+def ttft_floors_s(plan: ExperimentPlan) -> np.ndarray:
+    """Each request's least possible TTFT on the deployment, whatever the scheduler: its prompt's
+    tokens through the slowest stage at the least a token costs there outside attention, at any
+    batch a scheduler of the plan may form (the tokens bound's fact, for one request)."""
+    most = max(_most_tokens(plan, sc) for sc in plan.schedulers.values())
+    return plan.workload.prompt_lens.astype(np.float64) * _token_cost(plan.deployment.perf, most)
+
+
 def decode_limit_s(plan: ExperimentPlan) -> float:
     """What one decode must meet: the TBT SLO under the paper's criterion, the per-request TPOT
     limit under attainment (Slo.tpot_s, the TBT SLO unless set)."""

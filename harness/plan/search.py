@@ -26,8 +26,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from common.errors import HarnessError
-from harness.plan.bounds import Bound, capacity_bound, decode_limit_s, single_decode_s, unit_bound
+from harness.plan.bounds import Bound, capacity_bound, decode_limit_s, single_decode_s, ttft_floors_s, unit_bound
 from harness.plan.replicas import competitive_rate, rank_key, replicas_needed
 from harness.plan.settings import PlanSettings
 from harness.plan.space import Candidate, Space
@@ -107,7 +109,9 @@ def bound_of(space: Space, c: Candidate) -> Bound:
 
 
 def check_slo_reachable(space: Space) -> None:
-    """An SLO below every deployment's fastest decode is met by no configuration: bad input."""
+    """An SLO that no configuration can meet, by the performance model alone, is bad input: a
+    decode limit below every deployment's fastest decode; a TTFT limit that too few of the
+    workload's prompts can meet even prefilled alone on the fastest deployment."""
     fastest = {key: single_decode_s(p) for key, p in space.plans.items()}
     (tp, pp), best = min(fastest.items(), key=lambda kv: kv[1])
     plan = next(iter(space.plans.values()))
@@ -115,7 +119,36 @@ def check_slo_reachable(space: Space) -> None:
     if limit < best:
         name = "slo.tbt_s" if limit == plan.slo.tbt_s else "slo.tpot_s"
         raise HarnessError(f"{name}={limit:g} is below the fastest single decode on {plan.deployment.gpu} ({best:.4f} s: "
-                           f"one sequence, tp={tp} pp={pp}): no configuration can meet it; a looser SLO: {name} >= {best:.3g}")
+                           f"one sequence, tp={tp} pp={pp}): no configuration can meet it; a looser SLO: {name} >= {_up(best):g}")
+    if plan.slo.ttft_s is not None:
+        _check_ttft_reachable(space)
+
+
+def _check_ttft_reachable(space: Space) -> None:
+    """TTFT <= slo.ttft_s for `attainment` of the requests (or at the TTFT quantile, as
+    metrics.check_slo takes it), judged on each request's least TTFT (bounds.ttft_floors_s) on
+    the deployment that prefills fastest."""
+    floors = {key: ttft_floors_s(p) for key, p in space.plans.items()}
+    (tp, pp), least = min(floors.items(), key=lambda kv: float(np.sum(kv[1])))  # one factor a deployment
+    slo = next(iter(space.plans.values())).slo
+    if slo.criterion == "attainment":
+        need, what = slo.attainment, "slo.attainment"
+        reachable = float(np.sort(least)[math.ceil(need * len(least) - 1e-9) - 1])
+    else:
+        need, what = slo.ttft_quantile, f"the P{slo.ttft_quantile * 100:g} TTFT"
+        reachable = float(np.quantile(least, need, method="higher"))
+    if slo.ttft_s < reachable:
+        share = float(np.mean(least <= slo.ttft_s))
+        raise HarnessError(
+            f"slo.ttft_s={slo.ttft_s:g} is out of reach: even prefilled alone on the fastest deployment (tp={tp} pp={pp}) "
+            f"only {share:.1%} of the requests could have their first token within it, where {what} needs {need:.0%}; "
+            f"a looser SLO: slo.ttft_s >= {_up(reachable):g}")
+
+
+def _up(x: float) -> float:
+    """`x` to three significant digits, rounded up: a limit suggested as looser must be."""
+    step = 10.0 ** (math.floor(math.log10(x)) - 2)
+    return round(math.ceil(x / step - 1e-9) * step, 12)
 
 
 def _nearest(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:

@@ -6,6 +6,7 @@ scheduler knobs to cross, how the search saves time, and what a GPU costs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from common.errors import HarnessError
@@ -46,8 +47,8 @@ class PlanSettings:
     check: bool = True  # simulate the winner's replicas behind least_outstanding at the target (harness.plan.check)
 
     def __post_init__(self) -> None:
-        if self.target_qps is not None and not self.target_qps > 0:
-            raise ValueError(f"target_qps must be > 0, got {self.target_qps}")
+        if self.target_qps is not None and not 0 < self.target_qps < math.inf:
+            raise ValueError(f"target_qps must be a finite number > 0, got {self.target_qps}")
         for name in ("max_gpus", "max_total_gpus", "workers"):
             v = getattr(self, name)
             if v is not None and v < 1:

@@ -116,6 +116,8 @@ def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
             try:
                 plans[(tp, pp)] = plan_experiment(c)
             except HarnessError as e:
+                if _fits(base, tp, pp):  # refused for the request (its SLO, its workload), not the deployment: say so
+                    raise
                 misfits.append(Misfit(tp, pp, str(e)))
                 continue
             candidates += [Candidate(tp, pp, name, node["policy"], _knob(node)) for name, node in grid.items()]
@@ -143,13 +145,16 @@ def _smallest_fit(cfg: Mapping, limit: int) -> tuple[int, int] | None:
     """The (tp, pp) of the fewest GPUs past `limit` (up to 64) that holds the model."""
     shapes = sorted(((tp, pp) for tp in (1, 2, 4, 8, 16) for pp in (1, 2, 4, 8, 16) if limit < tp * pp <= 64),
                     key=lambda t: (t[0] * t[1], t[1]))
+    return next(((tp, pp) for tp, pp in shapes if _fits(cfg, tp, pp)), None)
+
+
+def _fits(cfg: Mapping, tp: int, pp: int) -> bool:
+    """Whether tp x pp holds the model: placed, and KV room for one sequence of max_model_len."""
     backend = backend_settings(cfg["backend"])
-    for tp, pp in shapes:
-        try:
-            build_deployment(cfg["model"], cfg["hardware"], {"tp": tp, "pp": pp},
-                             gpu_memory_utilization=backend.gpu_memory_utilization, block_size=backend.block_size,
-                             max_model_len=int(cfg["max_model_len"]), perf_cfg=cfg.get("perf"))
-            return tp, pp
-        except HarnessError:
-            continue
-    return None
+    try:
+        build_deployment(cfg["model"], cfg["hardware"], {"tp": tp, "pp": pp},
+                         gpu_memory_utilization=backend.gpu_memory_utilization, block_size=backend.block_size,
+                         max_model_len=int(cfg["max_model_len"]), perf_cfg=cfg.get("perf"))
+        return True
+    except HarnessError:
+        return False

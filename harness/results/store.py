@@ -8,14 +8,13 @@ results/<experiment>/<timestamp>/
   token_times.parquet  token times of every request of each scheduler's capacity probe
 
 Files go to a hidden `.<timestamp>.partial` directory that is renamed when complete, so a
-crashed or interrupted run never looks like a finished one.
+crashed or interrupted run never looks like a finished one; a run that breaks leaves its reason
+there (FAILED.txt), however full the disk (harness/results/claim.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -26,7 +25,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common.errors import HarnessError, RunBroken
 from harness.records import RequestRecord, error_kind
+from harness.results.claim import (FAILED_FILE, atomic_write, broken, discard, finish, make_room, record_failure,
+                                   unwritable, why)
 
 PACKAGES = ("numpy", "pandas", "pyarrow", "hydra-core", "sarathi-harness")
 
@@ -107,67 +109,87 @@ def token_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
     return df
 
 
-FAILED_FILE = "FAILED.txt"  # in a partial run directory: why the run broke
-
-
 class RunWriter:
     """Claims the run's directory when created: `.<stamp>[-n].partial`, made with an exclusive
-    mkdir, so two runs started in the same second never share it. `write` fills it and renames it
-    to `<stamp>[-n]`; `fail` leaves it partial with what was measured and the reason."""
+    mkdir, so two runs started in the same second never share it, with room for its failure
+    record (claim.py). `write` fills it and renames it to `<stamp>[-n]`; `fail` leaves it partial
+    with the reason and what was measured."""
 
     def __init__(self, results_dir: str | Path, experiment: str) -> None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path(results_dir) / experiment
-        base.mkdir(parents=True, exist_ok=True)
-        n = 0
-        while True:
-            name = stamp if n == 0 else f"{stamp}-{n}"
-            final, partial = base / name, base / f".{name}.partial"
-            n += 1
-            if final.exists():
-                continue
-            try:
-                partial.mkdir()
-            except FileExistsError:
-                continue
-            if final.exists():  # another run finished under this name between the check and the claim
-                partial.rmdir()
-                continue
-            break
-        self.final, self.partial = final, partial
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            self.final, self.partial = _claim(base)
+        except OSError as e:
+            raise HarnessError(f"results_dir: {unwritable(Path(e.filename or base), e)}") from None
+        make_room(self.partial, "results_dir")
 
     def write(self, config_yaml: str, summary: dict, requests: pd.DataFrame, tokens: pd.DataFrame) -> Path:
-        self._fill(config_yaml, summary, requests, tokens)
-        os.rename(self.partial, self.final)
-        return self.final
+        """The finished run; RunBroken (the directory left partial) if the disk refuses it."""
+        unsaved = self._fill(config_yaml, summary, requests, tokens)
+        if unsaved:
+            name, e = next(iter(unsaved.items()))
+            raise RunBroken(f"saving the results: {unwritable(self.partial / name, e)}")
+        return finish(self.partial, self.final, "saving the results")
 
     def fail(self, reason: str, config_yaml: str, summary: dict | None = None,
-             requests: pd.DataFrame | None = None) -> Path:
-        """Keep the directory partial (never read as a result) with the reason and what was measured."""
-        self._fill(config_yaml, summary, requests, None)
-        (self.partial / FAILED_FILE).write_text(reason.rstrip() + "\n")
-        return self.partial
+             requests: pd.DataFrame | None = None) -> str:
+        """Keep the directory partial (never read as a result): the reason first, into the room
+        claimed for it, then what was measured, as far as the disk takes it. Never raises for the
+        disk: returns what it could not save, with why ("" when it saved everything)."""
+        unsaved = {}
+        e = record_failure(self.partial, reason)
+        if e is not None:
+            unsaved[FAILED_FILE] = e
+        unsaved.update(self._fill(config_yaml, summary, requests, None))
+        return ", ".join(f"{name}: {why(e)}" for name, e in unsaved.items())
 
     def discard(self) -> None:
         """Give the claimed directory back (nothing was measured)."""
-        shutil.rmtree(self.partial, ignore_errors=True)
+        discard(self.partial)
 
     def _fill(self, config_yaml: str, summary: dict | None, requests: pd.DataFrame | None,
-              tokens: pd.DataFrame | None) -> None:
-        (self.partial / "config.yaml").write_text(config_yaml)
+              tokens: pd.DataFrame | None) -> dict[str, OSError]:
+        """Every file that has a value, each whole or not at all; those that failed, and why."""
+        files = {"config.yaml": lambda p: p.write_text(config_yaml)}
         if summary is not None:
-            (self.partial / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+            text = json.dumps(summary, indent=2, default=_json_default) + "\n"
+            files["summary.json"] = lambda p: p.write_text(text)
         if requests is not None:
-            requests.to_parquet(self.partial / "requests.parquet", index=False)
+            files["requests.parquet"] = lambda p: requests.to_parquet(p, index=False)
         if tokens is not None:
-            tokens.to_parquet(self.partial / "token_times.parquet", index=False)
+            files["token_times.parquet"] = lambda p: tokens.to_parquet(p, index=False)
+        unsaved = {}
+        for name, write in files.items():
+            try:
+                atomic_write(self.partial / name, write)
+            except OSError as e:
+                unsaved[name] = e
+        return unsaved
+
+
+def _claim(base: Path) -> tuple[Path, Path]:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    n = 0
+    while True:
+        name = stamp if n == 0 else f"{stamp}-{n}"
+        final, partial = base / name, base / f".{name}.partial"
+        n += 1
+        if final.exists():
+            continue
+        try:
+            partial.mkdir()
+        except FileExistsError:
+            continue
+        if final.exists():  # another run finished under this name between the check and the claim
+            partial.rmdir()
+            continue
+        return final, partial
 
 
 def broken_runs(results_dir: str | Path, experiment: str) -> list[tuple[Path, str]]:
     """Partial run directories of `experiment` that broke, newest first, with their reasons."""
-    base = Path(results_dir) / experiment
-    found = [(d, (d / FAILED_FILE).read_text()) for d in base.glob(".*.partial") if (d / FAILED_FILE).is_file()]
-    return sorted(found, key=lambda x: x[0].name, reverse=True)
+    return broken(Path(results_dir) / experiment)
 
 
 def _json_default(o):

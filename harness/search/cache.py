@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 
+from common.errors import RunBroken
 from harness.metrics import Distribution, SloVerdict, Summary
+from harness.results.claim import atomic_write, unwritable
 from harness.search.probe import ProbeOutcome
 
 NOT_IN_KEY = ("results_dir", "progress", "cache")
@@ -60,19 +60,16 @@ class ProbeCache:
         return ProbeOutcome(d["qps"], d["seed"], SloVerdict(**d["verdict"]), summary, pd.read_parquet(rows), None)
 
     def save(self, scheduler: str, outcome: ProbeOutcome) -> None:
+        """A disk that refuses the probe breaks the run (RunBroken): its results could not be
+        saved either, and a search that goes on unable to save would lose hours of probes."""
         meta_path, rows_path = self._paths(scheduler, outcome.seed, outcome.qps)
-        meta_path.parent.mkdir(parents=True, exist_ok=True)
-        # Rows first: a probe counts as cached only once its JSON exists.
-        _atomic(rows_path, lambda p: outcome.requests.to_parquet(p, index=False))
         meta = {"qps": outcome.qps, "seed": outcome.seed, "verdict": asdict(outcome.verdict), "summary": asdict(outcome.summary)}
-        _atomic(meta_path, lambda p: p.write_text(json.dumps(meta)))
+        try:
+            meta_path.parent.mkdir(parents=True, exist_ok=True)
+            # Rows first: a probe counts as cached only once its JSON exists.
+            atomic_write(rows_path, lambda p: outcome.requests.to_parquet(p, index=False))
+            atomic_write(meta_path, lambda p: p.write_text(json.dumps(meta)))
+        except OSError as e:
+            raise RunBroken(f"the probe cache: {unwritable(meta_path.parent, e)}") from None
 
 
-def _atomic(path: Path, write) -> None:
-    # A name of its own per writer: two runs of one config may save the same probe at once.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
