@@ -2,6 +2,7 @@
 answer and its bad-input lines, on the real simulator with small request counts."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,8 @@ def test_replica_arithmetic():
     assert competitive_rate(None, 2.5, 4, 8) == 5.0
     assert competitive_rate(40, 2.5, 4, 128) == float("inf")  # one replica is bigger than the best fleet
     assert rank_key(40, 2.5, 4) < rank_key(40, 4.9, 8) and rank_key(40, 0.0, 1)[0] == float("inf")
+    # a tie on GPUs for the target (32 each) goes to the most capacity per GPU: 1.375 over 1.25
+    assert rank_key(40, 5.5, 4) < rank_key(40, 10.0, 8) and rank_key(None, 5.5, 4) < rank_key(None, 10.0, 8)
 
 
 # DistServe's attainment with a TBT SLO that only one sequence's decode meets (Mistral-7B: 12.6 ms for 1,
@@ -167,6 +170,9 @@ def test_plan_end_to_end(tmp_path):
     for name in ("plan.json", "table.md", "pareto.png", "serve.sh"):
         assert (out / name).exists(), name
     assert "--enable-chunked-prefill --max-num-batched-tokens" in (out / "serve.sh").read_text()
+    table = [r for r in json.loads((out / "plan.json").read_text())["table"] if r["measured"] == "full"]
+    order = [(r["gpus"], -r["capacity_per_gpu"]) for r in table]
+    assert len(order) >= 2 and order == sorted(order)  # fewest GPUs for the target, then most capacity a GPU
     presets = list((out / "experiment").glob("*.yaml"))
     assert len(presets) == 1
     from harness.search.plan import plan_experiment

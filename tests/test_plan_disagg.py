@@ -17,6 +17,7 @@ from harness.plan.search import run_plan
 from harness.plan.settings import PlanSettings
 from harness.plan.space import enumerate_space
 from harness.plan.tasks import SearchTask, run_search_task, summarize_probe
+from harness.plan.units import Unit
 from harness.search.plan import plan_experiment
 from harness.search.probe import ProbeTask, run_probe_task
 
@@ -34,6 +35,21 @@ def _direct(words: list[str]):
 def _roles(u, copies: int = 1) -> list[str]:
     return [f"cluster.prefill_instances={u.prefill * copies}", f"cluster.decode_instances={u.decode * copies}",
             f"cluster.prefill_tp={u.prefill_tp}", f"cluster.decode_tp={u.decode_tp}"]
+
+
+def test_a_cluster_of_unlike_roles_counts_each_role_s_gpus(tmp_path):
+    """2 prefill instances of TP-1 and 1 decode instance of TP-2 are 4 GPUs (2 x 1 + 1 x 2; with the
+    roles' deployments swapped, 5): the planner's unit, the run's saved count and its goodput per GPU."""
+    unit = Unit(prefill=2, prefill_tp=1, prefill_pp=1, decode=1, decode_tp=2, decode_pp=1)
+    assert unit.gpus == 4
+    p = subprocess.run([sys.executable, "-m", "harness", *SMALL, *VLLM, *_roles(unit), "search.fixed_qps=2",
+                        "progress=false", f"results_dir={tmp_path}"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (summary,) = tmp_path.glob("*/*/summary.json")
+    saved = json.loads(summary.read_text())
+    (probe,) = saved["schedulers"]["vllm"]["probes"]
+    assert saved["num_gpus"] == 4 and probe["goodput"] > 0 and probe["goodput_per_gpu"] == probe["goodput"] / 4
 
 
 @pytest.fixture(scope="module")

@@ -96,3 +96,68 @@ def test_the_cache_key_sees_uncommitted_changes(tmp_path):
     assert code_version(prov) == "abc/0.1/"
     keys = {cache_key({"seed": 0}, code_version({**prov, "git_changes": d})) for d in (None, edited, added)}
     assert len(keys) == 3
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from _leaves(v, (*path, k))
+    else:
+        yield path, node
+
+
+def _changed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value * 2 + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value, 1]
+    return 1  # None, {}
+
+
+def test_every_setting_that_can_change_a_probe_is_in_its_cache_key():
+    """Change any one leaf of a resolved config (every group: the SLO, the workload, the model, the
+    scheduler ...): the key changes, unless the leaf only says where output goes or how many probes
+    run at once, and where. A setting left out would serve another setting's cached verdicts."""
+    from omegaconf import OmegaConf
+
+    from harness.search.cache import HOW_NOT_WHAT, NOT_IN_KEY, cache_key
+
+    cfg = OmegaConf.to_container(compose(["experiment=yi34b_tp2_strict", "slo.ttft_s=2"]), resolve=True)
+    base = cache_key(cfg, "v")
+    same = []
+    for path, value in _leaves(cfg):
+        edited = json.loads(json.dumps(cfg))
+        node = edited
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = _changed(value)
+        if cache_key(edited, "v") == base:
+            same.append(".".join(map(str, path)))
+    paths = {".".join(map(str, p)) for p, _ in _leaves(cfg)}
+    assert len(paths) > 50 and {"slo.tbt_s", "slo.ttft_s", "slo.criterion", "dataset.name"} <= paths
+    allowed = {*NOT_IN_KEY, *(f"{group}.{k}" for group, keys in HOW_NOT_WHAT.items() for k in keys)}
+    assert set(same) == allowed & paths, sorted(same)
+    assert allowed == {"results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address",
+                       "search.searches_at_once"}
+
+
+def test_a_search_under_another_slo_is_not_served_the_first_one_s_verdicts(tmp_path):
+    """Run the same search under a relaxed and then a strict SLO into one results_dir (the probe
+    cache on): the strict one's answer is a cache-free strict search's, not the relaxed one's."""
+    args = [sys.executable, "-m", "harness", "experiment=yi34b_tp2_strict", "scheduler=[sarathi]",
+            "search.num_requests=64", "progress=false"]
+
+    def capacity(*words):
+        p = subprocess.run([*args, *words], capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        summary = Path(p.stdout.splitlines()[-1].removeprefix("results: ")) / "summary.json"
+        return json.loads(summary.read_text())["schedulers"]["sarathi"]["capacity_qps"]
+
+    relaxed = capacity("slo.tbt_s=1", f"results_dir={tmp_path}")
+    strict = capacity("slo.tbt_s=0.1", f"results_dir={tmp_path}")
+    fresh = capacity("slo.tbt_s=0.1", f"results_dir={tmp_path / 'fresh'}", "cache=false")
+    assert strict == fresh and relaxed != strict, (relaxed, strict, fresh)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from common.errors import HarnessError
+from harness.backends.base import ClusterSettings
 from harness.search.plan import ExperimentPlan, plan_experiment
 
 
@@ -30,7 +31,8 @@ class Unit:
 
     @property
     def gpus(self) -> int:
-        return self.prefill * self.prefill_tp * self.prefill_pp + self.decode * self.decode_tp * self.decode_pp
+        """As the cluster it runs as counts them (one count of a cluster's GPUs)."""
+        return ClusterSettings(**self.cluster()).num_gpus(self.prefill_tp, self.prefill_pp)
 
     @property
     def layout(self) -> str:
