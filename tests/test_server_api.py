@@ -7,7 +7,6 @@ the server serving; 1000 streams dropped mid-way must leave no KV block in use.
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import re
 import sys
@@ -18,6 +17,7 @@ import aiohttp
 import pytest
 
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
+from tests.hostile import post
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_MODEL_LEN = 1024
@@ -38,14 +38,7 @@ def server():
 
 
 def _request(srv, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-    host, port = srv.base_url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
-        r = conn.getresponse()
-        return r.status, r.read()
-    finally:
-        conn.close()
+    return post(int(srv.base_url.rsplit(":", 1)[1]), body, headers, path=path, method=method)
 
 
 def _post(srv, payload) -> tuple[int, dict | bytes]:
