@@ -1,10 +1,10 @@
 """The simulator's iteration log (BackendJob.iteration_log): what each iteration ran and when.
 
-One row per iteration (with pipeline parallelism, per micro-batch): its start and end, its
-composition (prefill tokens and sequences, decodes, the chunk's context, the decodes' mean
-context), and for a hybrid iteration (a prefill chunk with decodes) the performance model's price
-of its prefill part alone and of its decodes alone, from which the marginal cost of a decode that
-rides on a chunk follows (harness/throughput.py). The loops call it only when one is given: a run
+One row per iteration (with pipeline parallelism, per micro-batch: from its launch to its last
+stage's end): its start and end, its composition (prefill tokens and sequences, decodes, the
+chunk's context, the decodes' mean context), and for a hybrid iteration (a prefill chunk with
+decodes; pp = 1) the performance model's price of its prefill part alone and of its decodes alone,
+from which the marginal cost of a decode that rides on a chunk follows (harness/throughput.py). The loops call it only when one is given: a run
 without it is untouched.
 
 Pipeline bubbles (pp > 1): before a micro-batch, each stage may sit idle since its previous
@@ -42,12 +42,14 @@ class IterationLog:
         self.order = list(order)
 
     # -- the loops' calls ----------------------------------------------------------------------
-    def iteration(self, batch: Batch, start: float, end: float, gaps=(np.nan, np.nan, np.nan)) -> None:
+    def iteration(self, batch: Batch, start: float, end: float, gaps=(np.nan, np.nan, np.nan), price: bool = True) -> None:
+        """`price`: a hybrid iteration's parts are priced alone (not for a micro-batch, whose start
+        and end span every stage and the waits between them, not one iteration's cost)."""
         n = batch.new_tokens
         pre = [i for i, p in enumerate(batch.is_prefill) if p]
         dec = [i for i, p in enumerate(batch.is_prefill) if not p]
         alone_p = alone_d = np.nan
-        if pre and dec:  # hybrid: the model's price of each part alone
+        if pre and dec and price:  # hybrid: the model's price of each part alone
             alone_p = self._price([n[i] for i in pre], [batch.context_lens[i] for i in pre])
             alone_d = self._price([1] * len(dec), [batch.context_lens[i] for i in dec])
         ctx = [batch.context_lens[i] for i in dec]
@@ -78,7 +80,7 @@ class IterationLog:
             ready = after + send
         for seq in batch.seqs:
             self.bubbles[seq.seq_id] += gaps
-        self.iteration(batch, t, free_after[-1], tuple(gaps))
+        self.iteration(batch, t, free_after[-1], tuple(gaps), price=False)
 
     # -- results ---------------------------------------------------------------------------
     def _price(self, new_tokens: list[int], context_lens: list[int]) -> float:
