@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from engines.schedulers import SchedulerConfig, make_engine
 from harness.backends.sim import simulate
 from tests.policy_workloads import drive
+from tests.sim_checks import assert_same_records
 from tests.test_sim import HalfStageTimer, WindowedTimer, _requests
 
 MAX_LEN = 512
@@ -53,6 +54,19 @@ def test_tile_alignment_cuts_the_chunk_to_256_minus_decodes():
             assert n + x.num_decodes == 256
     assert any(x.num_prefill_tokens == 256 - (b - 1) for x in batches)
     assert batches[0].num_prefill_tokens == 256 and batches[0].num_decodes == 0
+
+
+def test_the_policy_and_the_model_cut_chunks_alike():
+    """The tile rule lives twice (the policy may not import the performance model): both agree."""
+    from engines.core import Sequence
+    from engines.perf.queries import tile_aligned_chunk
+    from engines.schedulers.decode_maximal import DecodeMaximalPolicy
+
+    for chunk in (64, 128, 256, 512):
+        for tile in (0, 64, 128):
+            policy = DecodeMaximalPolicy(32, chunk, tile)
+            for d in range(0, 31):
+                assert policy.chunk(Sequence(0, 4096, 2), d) == tile_aligned_chunk(chunk, d, tile)
 
 
 def test_orca_best_mixes_one_whole_prompt_and_orca_worst_never_mixes():
@@ -99,9 +113,7 @@ def test_fast_forward_equals_plain_stepping(lengths, policy, rate, b, chunk, til
     reqs = _requests(lengths, rate, seed)
     plain = simulate(reqs, _engine(policy, b, chunk, tile), WindowedTimer(), fast_forward=False)
     fast = simulate(reqs, _engine(policy, b, chunk, tile), WindowedTimer(), fast_forward=True)
-    for a, f in zip(plain, fast):
-        np.testing.assert_array_equal(a.token_times_s, f.token_times_s)
-        assert (a.first_scheduled_s, a.finished_s) == (f.first_scheduled_s, f.finished_s)
+    assert_same_records(plain, fast)
 
 
 @pytest.mark.parametrize("policy", NEW)

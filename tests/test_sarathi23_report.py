@@ -74,7 +74,7 @@ def study(tmp_path_factory):
     the cell's config is given with 24), one with another P:D (left out)."""
     root = tmp_path_factory.mktemp("s23")
     results = root / "results"
-    base = [f"experiment=sarathi23_gain", f"name={CELL}", "search.num_requests=24", f"results_dir={results}", "progress=false"]
+    base = ["experiment=sarathi23_gain", f"name={CELL}", "search.num_requests=24", f"results_dir={results}", "progress=false"]
     for extra in ([], ["dataset.synthetic.pd_ratio=20"]):
         p = subprocess.run([sys.executable, "-m", "harness", *base, *extra], capture_output=True, text=True, cwd=ROOT,
                            timeout=300)

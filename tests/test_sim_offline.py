@@ -13,6 +13,7 @@ from engines.schedulers import SchedulerConfig, make_engine
 from harness.backends.sim import simulate
 from harness.backends.sim.iterations import IterationLog
 from harness.records import RequestSpec
+from tests.sim_checks import assert_same_records
 from tests.test_sim import HalfStageTimer, WindowedTimer
 
 MAX_LEN = 512
@@ -54,9 +55,7 @@ def test_closed_loop_fast_forward_equals_plain_stepping(lengths, policy, concurr
     reqs = _offline(lengths)
     plain = simulate(reqs, _engine(policy), WindowedTimer(), fast_forward=False, concurrency=concurrency)
     fast = simulate(reqs, _engine(policy), WindowedTimer(), fast_forward=True, concurrency=concurrency)
-    for a, b in zip(plain, fast):
-        np.testing.assert_array_equal(a.token_times_s, b.token_times_s)
-        assert (a.arrival_s, a.first_scheduled_s, a.finished_s) == (b.arrival_s, b.first_scheduled_s, b.finished_s)
+    assert_same_records(plain, fast)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -78,7 +77,7 @@ def test_the_log_observes_and_accounts_for_every_token(policy):
     for ff in (True, False):
         logs[ff] = IterationLog(WindowedTimer(), len(reqs))
         logged = simulate(reqs, _engine(policy), WindowedTimer(), concurrency=6, log=logs[ff], fast_forward=ff)
-        assert all(np.array_equal(a.token_times_s, b.token_times_s) for a, b in zip(bare, logged))
+        assert_same_records(bare, logged)
     fast, plain = logs[True].columns(), logs[False].columns()
     for c in fast:  # fast-forwarded decode runs are logged as the iterations plain stepping logs
         np.testing.assert_array_equal(fast[c], plain[c])

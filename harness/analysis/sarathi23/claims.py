@@ -7,14 +7,12 @@ is explained, or why nothing was computed). Model claims are performance-model a
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -124,7 +122,3 @@ def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame) -> pd.DataFrame:
 def within_count(table: pd.DataFrame) -> tuple[int, int]:
     judged = table["within"].dropna()
     return int(judged.astype(bool).sum()), len(judged)
-
-
-def finite(x) -> bool:
-    return isinstance(x, (int, float, np.floating)) and math.isfinite(x)
