@@ -83,3 +83,8 @@ def test_an_offline_run_against_a_live_server(tmp_path):
     # closed loop: at most 4 outstanding, by the records' own arrival (release) times
     times = sorted(requests["finished_s"])
     assert max(((requests["arrival_s"] <= t) & (requests["finished_s"] > t)).sum() for t in [0.0, *times]) <= 4
+
+
+def test_the_planner_refuses_a_rate_free_arrival(tmp_path):
+    assert_refused(tmp_path, ["plan", "model=mistral-7b", "hardware=a100_80g", "arrival=at_once", "slo.tbt_s=0.1",
+                              "target_qps=2", f"plan.out={tmp_path / 'plan'}"], "arrival=at_once: the planner searches request rates")
