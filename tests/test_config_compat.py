@@ -36,7 +36,7 @@ def test_find_run_ignores_fields_added_since_but_not_changed_values(tmp_path):
 
 
 def test_a_plan_no_backend_can_serve_fails_at_planning():
-    with pytest.raises(HarnessError, match="closed_loop is not simulated"):
-        plan_experiment(compose(["experiment=yi34b_tp2_strict", "arrival=closed_loop"]))
+    with pytest.raises(HarnessError, match="closed_loop is simulated for one engine"):
+        plan_experiment(compose(["experiment=yi34b_tp2_strict", "arrival=closed_loop", "cluster.instances=2"]))
     with pytest.raises(HarnessError, match="pp=1 only"):
         plan_experiment(compose(["experiment=llama2_70b_tp4pp2_strict", "backend=live"]))

@@ -27,6 +27,8 @@ What modern vLLM (V1 engine, 0.6+; checked against 0.32) can express of the pape
   fastertransformer NO. Request-level batching (a batch runs until all its requests finish) does
                  not exist in vLLM.
   chunked_only   NO. V1 always lets decodes and prefill chunks share an iteration.
+  decode_maximal, orca_best, orca_worst (the first Sarathi paper's) NO: KV reserved for the maximum
+                 length; V1 can put several prompts' chunks in one step (decode_maximal takes one).
 
 Always set for scheduler comparisons: `--no-enable-prefix-caching` (vLLM enables it by default and
 it would turn shared prompt prefixes into cache hits), `--seed`, `--max-num-seqs`.
@@ -65,7 +67,7 @@ def policy_flags(cfg: SchedulerConfig, max_model_len: int) -> list[str]:
         case "vllm":
             budget = max(cfg.max_num_batched_tokens or max_model_len, max_model_len)
             return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget), *seqs]
-        case "orca" | "fastertransformer" | "chunked_only":
+        case "orca" | "fastertransformer" | "chunked_only" | "decode_maximal" | "orca_best" | "orca_worst":
             raise UnsupportedPolicy(
                 f"policy {cfg.policy!r} cannot be expressed with vLLM's flags "
                 f"(expressible: {', '.join(EXPRESSIBLE)}; see engines/external/vllm.py)"

@@ -238,6 +238,14 @@ _MODELS: dict[str, ModelArch] = {
     "llama2-7b": _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
     # meta-llama/Llama-2-70b-hf: hidden 8192, 80 layers, 64 heads, 8 KV heads, intermediate 28672, vocab 32000, 4096.
     "llama2-70b": _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+    # LLaMA-1 (Touvron et al., "LLaMA: Open and Efficient Foundation Language Models", arXiv 2302.13971,
+    # Table 2: dimension, heads, layers; vocabulary 32000 and context 2048 in Sec. 2), the first
+    # Sarathi paper's models. MLP widths from the released configs (huggyllama/llama-13b and
+    # huggyllama/llama-30b config.json: intermediate_size 13824 and 17920, i.e. 2/3 x 4d rounded up
+    # to a multiple of 256, Sec. 2.4 of the LLaMA paper), MHA, RMSNorm, untied embeddings.
+    # 13,015,864,320 and 32,528,943,616 parameters ("13B" and "33B" in Table 2).
+    "llama-13b": _llama("llama-13b", 40, 5120, 40, 40, 13824, 32000, 2048),
+    "llama-33b": _llama("llama-33b", 60, 6656, 52, 52, 17920, 32000, 2048),
     # codellama/CodeLlama-34b-hf: hidden 8192, 48 layers, 64 heads, 8 KV heads, intermediate 22016,
     # vocab 32000, max_position_embeddings 16384.
     "codellama-34b": _llama("codellama-34b", 48, 8192, 64, 8, 22016, 32000, 16384),
@@ -264,6 +272,15 @@ _MODELS: dict[str, ModelArch] = {
     "opt-13b": ModelArch(name="opt-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
                          head_dim=128, intermediate_size=20480, vocab_size=50272, gated_mlp=False,
                          max_position_embeddings=2048, tie_word_embeddings=True, layer_norm=True, qkv_bias=True),
+    # GPT-3 175B (Brown et al., "Language Models are Few-Shot Learners", arXiv 2005.14165, Table 2.1:
+    # n_layers 96, d_model 12288, n_heads 96, d_head 128, context 2048; Sec. 2.1: GPT-2's architecture,
+    # d_ff = 4 d_model, the GPT-2 BPE vocabulary of 50257 tokens): GELU MLP (not gated), LayerNorm,
+    # biases, tied embeddings. The first Sarathi paper's pipeline-parallel study (Sec. 5.4). Not
+    # modelled, as for OPT-13B: the learned position table (2048 x 12288) and the out/MLP biases
+    # (0.3 % of the 174.6B parameters priced).
+    "gpt3-175b": ModelArch(name="gpt3-175b", num_layers=96, hidden_size=12288, num_attention_heads=96, num_kv_heads=96,
+                           head_dim=128, intermediate_size=4 * 12288, vocab_size=50257, gated_mlp=False,
+                           max_position_embeddings=2048, tie_word_embeddings=True, layer_norm=True, qkv_bias=True),
     # mistralai/Mixtral-8x7B-v0.1 config.json: hidden_size 4096, 32 layers, 32 heads, 8 KV heads,
     # intermediate_size 14336 (each expert's), num_local_experts 8, num_experts_per_tok 2, vocab 32000,
     # max_position_embeddings 32768, no sliding window (MixtralConfig default None), untied.
@@ -302,6 +319,9 @@ _MODEL_ALIASES = {
     "yi": "yi-34b", "01-ai/yi-34b": "yi-34b",
     "llama-2-7b": "llama2-7b", "meta-llama/llama-2-7b-hf": "llama2-7b",
     "llama-2-70b": "llama2-70b", "meta-llama/llama-2-70b-hf": "llama2-70b",
+    "llama-1-13b": "llama-13b", "huggyllama/llama-13b": "llama-13b",
+    "llama-30b": "llama-33b", "llama-1-33b": "llama-33b", "huggyllama/llama-30b": "llama-33b",
+    "gpt3": "gpt3-175b", "gpt-3": "gpt3-175b", "gpt-3-175b": "gpt3-175b",
     "codellama/codellama-34b-hf": "codellama-34b",
     "llama-3-8b": "llama3-8b", "meta-llama/meta-llama-3-8b": "llama3-8b",
     "llama-3-70b": "llama3-70b", "meta-llama/meta-llama-3-70b": "llama3-70b",

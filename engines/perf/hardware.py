@@ -11,6 +11,13 @@ Abbreviations used in the source comments:
   [A100-DS]  NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf),
              columns "A100 80GB SXM" and "A100 80GB PCIe".
   [A40-DS]   NVIDIA A40 datasheet (nvidia-a40-datasheet.pdf, 2021).
+  [A6000-DS] NVIDIA RTX A6000 datasheet (proviz-print-nvidia-rtx-a6000-datasheet-us-nvidia-1454980-r9-web.pdf):
+             48 GB GDDR6 with ECC, 768 GB/s, 10,752 CUDA cores (84 SMs of 128), 336 Tensor Cores,
+             "Tensor Performance 309.7 TFLOPS" (with sparsity). [GA102-WP] NVIDIA Ampere GA102 GPU
+             Architecture whitepaper (2021), Table "RTX A6000": boost clock 1,800 MHz, peak FP16 Tensor
+             TFLOPS with FP32 accumulate 154.8 / 309.7 (dense / sparse), the same rate as with FP16
+             accumulate (a professional board: no half-rate FP32 accumulate). Same GA102 die as the A40
+             (whose boost clock is 1,740 MHz: 149.7 x 1800 / 1740 = 154.9).
   [H100-DS]  NVIDIA H100 Tensor Core GPU datasheet, column "H100 SXM" (FP8 Tensor Core 3,958 TFLOPS
              with sparsity: 1,979 dense; A100 and A40 list TF32/BF16/FP16/INT8/INT4 only, no FP8).
   [H200-DS]  NVIDIA H200 Tensor Core GPU datasheet, column "H200 SXM" (FP8 Tensor Core 3,958 TFLOPS
@@ -146,6 +153,21 @@ _GPUS: dict[str, GpuSpec] = {
         hbm_efficiency=_HBM_EFF,
         weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
+    # The first Sarathi paper's (arXiv 2308.16369) LLaMA-13B GPU. The A40's chip (GA102) at its own
+    # clocks, bandwidth and memory; the measured kernel fractions of that chip are the A40's
+    # (kernels.py _SAME_CHIP: Vidur profiled the A40, no A6000).
+    "rtx-a6000-48g": GpuSpec(
+        name="rtx-a6000-48g",
+        sm_count=84,  # [A6000-DS] 10,752 CUDA cores = 84 GA102 SMs of 128
+        peak_flops=154.8e12,  # [GA102-WP] RTX A6000 FP16 Tensor, FP32 accumulate, dense
+        hbm_bytes=48 * GiB,  # [A6000-DS] 48 GB GDDR6 (24 x 16 Gb chips). ECC is a setting on this board;
+        # with it on, GDDR6 ECC carves 1/16 as on the A40 (45 GiB). The catalog takes it off.
+        hbm_bandwidth=768e9,  # [A6000-DS] 768 GB/s
+        matmul_efficiency=0.811,  # as the A40 (same chip; no published MAMF for either)
+        attention_efficiency=0.60,  # [FA2] Ampere figure, as for A100 and A40
+        hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
+    ),
     "h100-80g-sxm": GpuSpec(
         name="h100-80g-sxm",
         sm_count=132,  # [SMS]
@@ -178,6 +200,9 @@ _GPU_ALIASES = {
     "a100-pcie": "a100-80g-pcie",
     "a40": "a40-48g",
     "a40-48gb": "a40-48g",
+    "a6000": "rtx-a6000-48g",
+    "rtx-a6000": "rtx-a6000-48g",
+    "nvidia-rtx-a6000": "rtx-a6000-48g",
     "h100": "h100-80g-sxm",
     "h100-80g": "h100-80g-sxm",
     "h100-sxm": "h100-80g-sxm",
@@ -281,6 +306,7 @@ _DEFAULT_TOPOLOGY = {
     "a100-80g-sxm": "paper-a100",
     "a100-80g-pcie": "paper-a100",
     "a40-48g": "paper-a40",
+    "rtx-a6000-48g": "pcie-only",  # a workstation board: the paper runs one, so its links never matter
     "h100-80g-sxm": "dgx-h100",
     "h200-141g": "dgx-h100",
 }

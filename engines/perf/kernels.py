@@ -170,6 +170,9 @@ _VLLM_2024 = {
         norm=StreamKernel(2.2e-6, 0.60), add=StreamKernel(0.3e-6, 0.94), rope=StreamKernel(0.8e-6, 0.84),
         act=StreamKernel(1.9e-6, 0.79), kv_write=StreamKernel(0.8e-6, 0.84), embedding=StreamKernel(2.1e-6, 0.50)),
 }
+# A GPU built on a profiled GPU's chip takes that chip's measured fractions (of its own peak and
+# bandwidth): the RTX A6000 is the A40's GA102 (hardware.py [A6000-DS], [GA102-WP]) at higher clocks.
+_SAME_CHIP = {"rtx-a6000-48g": "a40-48g"}
 # GPUs without a profile take the A100 80GB PCIe's kernels (the same code on another part: the
 # fractions are a property of the latency-bound kernels [VLLM-3662] as much as of the memory).
 _VLLM_2024_FALLBACK = "a100-80g-pcie"
@@ -205,6 +208,17 @@ STACKS = {
         kv_memory="sarathi-serve",
         description="the paper's engine as Vidur profiled it: cuBLAS GEMMs, Sarathi-Serve's FlashAttention "
                     "wrapper, vLLM's early-2024 norm/rotary/activation kernels, unfused residual add, eager PyTorch"),
+    # The first Sarathi paper's engine (arXiv 2308.16369 Sec. 5: nanoGPT with xFormers attention,
+    # fp16, eager PyTorch). No operator profile of it is published: it is priced with the kernels
+    # measured for the engine that grew out of it (cuBLAS GEMMs are the same torch.nn.functional.linear
+    # calls; xFormers' attention and nanoGPT's norms stand in as the measured FlashAttention-2 wrapper
+    # and vLLM's kernels), Vidur's CPU profile, and the paper's own memory rule for the batch size
+    # (memory.py `sarathi-2023`: B = (M_G - M_S) / (L x m_kv)).
+    "sarathi-2023": EngineStack(
+        "sarathi-2023", gemm="cublas-2024", attention="sarathi-2024", elementwise="vllm-2024",
+        kv_memory="sarathi-2023",
+        description="the first Sarathi paper's nanoGPT + xFormers engine, priced with the measured kernels of "
+                    "sarathi-serve-2024 (none of its own are published) and the paper's KV memory rule"),
     "ideal": EngineStack(
         "ideal", gemm="datasheet", attention="fa2-ideal", elementwise="ideal", kv_memory="datasheet",
         description="datasheet fractions: large-GEMM efficiency at every shape, FlashAttention-2 paper "
@@ -273,12 +287,13 @@ def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
     """The stack's kernels on one GPU; `attention` names another attention kernel than the stack's."""
     hopper = stack.attention_hopper if gpu_name.startswith(_HOPPER) else None
     att = get_attention_kernel(attention or hopper or stack.attention)
+    chip = _SAME_CHIP.get(gpu_name, gpu_name)
     if stack.gemm == "datasheet":
         gemm = _GEMM_IDEAL
-    elif gpu_name in _GEMM_2024:
-        gemm = _GEMM_2024[gpu_name]
+    elif chip in _GEMM_2024:
+        gemm = _GEMM_2024[chip]
     else:
         base = _GEMM_2024[_GEMM_2024_FALLBACK]
         gemm = replace(base, compute_efficiency=base.compute_efficiency * gpu_matmul_efficiency / _GEMM_FALLBACK_MAMF)
-    ew = _IDEAL if stack.elementwise == "ideal" else _VLLM_2024.get(gpu_name, _VLLM_2024[_VLLM_2024_FALLBACK])
+    ew = _IDEAL if stack.elementwise == "ideal" else _VLLM_2024.get(chip, _VLLM_2024[_VLLM_2024_FALLBACK])
     return Kernels(gemm, att, ew)

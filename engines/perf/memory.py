@@ -21,6 +21,10 @@ Sources:
       the model's layers, floored to whole requests, times the pipeline stages; blocks = requests x
       (max_tokens // block_size). Defaults: total_memory_gb 80 (A100, H100), margin 0.1,
       max_tokens 4096 (vidur/config). Reproduces Vidur's 53,248 tokens for Llama-2-70B TP2 on A100.
+  [SARATHI-2023] Agrawal et al., "SARATHI" (arXiv 2308.16369), Sec. 4 (decode-maximal batching):
+      the largest batch is B = floor((M_G - M_S) / (L x m_kv)), GPU memory less the model's
+      parameters, over the KV bytes of a sequence of the maximum length: no activations reserved.
+      Here M_G is the device total CUDA reports x gpu_memory_utilization (1.0: the paper's rule).
   [CUDA-TOTAL] what CUDA reports as an 80 GB card's total (hardware.py GpuSpec.visible_bytes).
 """
 from __future__ import annotations
@@ -35,7 +39,7 @@ from .hardware import GpuSpec
 
 GiB = 1024**3
 VIDUR_MAX_TOKENS = 4096  # [VIDUR-MEM] the request generator's max_tokens default
-RECIPES = ("sarathi-serve", "vidur", "datasheet")
+RECIPES = ("sarathi-serve", "vidur", "datasheet", "sarathi-2023")
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,10 @@ def kv_capacity_tokens(recipe: str, m: MemoryInputs, gpu_memory_utilization: flo
         blocks = [math.floor((budget - w) / (layers * kv_head_bytes * block_size))
                   for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]
         return max(0, min(blocks)) * block_size
+    if recipe == "sarathi-2023":  # [SARATHI-2023]: tokens, the batch size B is tokens // L
+        budget = m.gpu.visible_bytes * gpu_memory_utilization
+        return max(0, min(math.floor((budget - w) / (layers * kv_head_bytes))
+                          for w, layers in zip(m.stage_weight_bytes, m.stage_layers)))
     # datasheet: the model before engine recipes (HBM x utilization, activations and logits reserved)
     budget = m.gpu.hbm_bytes * gpu_memory_utilization - m.activation_bytes - m.logits_bytes
     tokens = [math.floor((budget - w) / (layers * kv_head_bytes)) for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]

@@ -52,3 +52,37 @@ def decode_only_time(perf, decodes: int, context: int) -> float:
 def linear_time_per_layer(perf, tokens: np.ndarray) -> np.ndarray:
     """Seconds of one layer's linear layers (QKV, attention-out, MLP) on one GPU for each token count."""
     return np.array([perf.breakdown([int(t)], [0])["linear"] for t in tokens]) / perf.stage_layers[0]
+
+
+def tile_aligned_chunk(chunk: int, decodes: int, tile: int) -> int:
+    """The first Sarathi paper's chunk cut so chunk + decodes fills whole tiles (256 - (B - 1) with
+    tiles of 128); the engine's policy applies the same rule (engines/schedulers/decode_maximal.py)."""
+    if not tile:
+        return chunk
+    aligned = (chunk + decodes) // tile * tile - decodes
+    return aligned if aligned > 0 else chunk
+
+
+def decode_speedup(perf, batch: int, context: int, chunk: int = 256, tile: int = 128) -> float:
+    """The first Sarathi paper's decode speedup (arXiv 2308.16369 Sec. 5.1) at batch size B =
+    `batch`: the per-token time of B - 1 decodes at `context` tokens in a decode-only batch, over
+    their marginal per-token time when they ride on a prefill chunk (the chunk with them, less the
+    chunk alone), averaged over the chunks of a `context`-token prompt (each chunk at its own
+    context, the tile-aligned chunk size)."""
+    d = batch - 1
+    c = tile_aligned_chunk(chunk, d, tile)
+    starts = np.arange(0, context, c, dtype=np.int64)
+    sizes = np.minimum(c, context - starts)
+    n = np.ones((starts.size, d + 1), dtype=np.int64)
+    ctx = np.full(n.shape, context, dtype=np.int64)
+    n[:, 0], ctx[:, 0] = sizes, starts
+    together = perf.batch_times(n, ctx)
+    alone = perf.batch_times(sizes[:, None], starts[:, None])
+    marginal = float(np.mean(together - alone)) / d
+    return decode_only_time(perf, d, context) / d / marginal
+
+
+def chunked_attention_time(perf, prompt: int, chunk: int) -> float:
+    """Seconds of attention (every layer, the slowest stage) to prefill `prompt` tokens in chunks of
+    `chunk`, each chunk attending to the KV of the earlier ones."""
+    return float(sum(perf.breakdown([min(chunk, prompt - s)], [s])["attention"] for s in range(0, prompt, chunk)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from engines.core import DEFAULT_BLOCK_SIZE, BlockManager, Engine, Policy, blocks_for
 from engines.schedulers.chunked_only import ChunkedOnlyPolicy
 from engines.schedulers.config import POLICIES, SchedulerConfig
+from engines.schedulers.decode_maximal import DecodeMaximalPolicy, OrcaWorstPolicy
 from engines.schedulers.decode_only import DecodeOnlyPolicy
 from engines.schedulers.fastertransformer import FasterTransformerPolicy
 from engines.schedulers.orca import OrcaPolicy
@@ -31,6 +32,12 @@ def make_policy(cfg: SchedulerConfig, max_model_len: int) -> Policy:
             return OrcaPolicy(cfg.max_num_seqs)
         case "fastertransformer":
             return FasterTransformerPolicy(cfg.max_num_seqs)
+        case "decode_maximal":
+            return DecodeMaximalPolicy(cfg.max_num_seqs, cfg.chunk_size, cfg.tile_tokens)
+        case "orca_best":
+            return DecodeMaximalPolicy(cfg.max_num_seqs, chunk_size=None)
+        case "orca_worst":
+            return OrcaWorstPolicy(cfg.max_num_seqs)
     raise ValueError(f"unknown scheduler policy {cfg.policy!r}; known: {', '.join(POLICIES)}")
 
 
@@ -56,6 +63,9 @@ def make_engine(
         raise ValueError(
             f"KV cache of {kv_capacity_tokens} tokens cannot hold one sequence of max_model_len {max_model_len}"
         )
+    check_kv = getattr(policy, "check_kv", None)  # a policy whose batch size is bounded by memory refuses a B that is not
+    if check_kv is not None:
+        check_kv(num_blocks, blocks_for(max_model_len, block_size))
     blocks = BlockManager(num_blocks, block_size, reserve_tokens=reserve)
     return Engine(policy, blocks, max_model_len)
 

@@ -115,6 +115,8 @@ _SCHEDULER_HELP = {
     "max_num_seqs": _help("most sequences running at once"),
     "token_budget": _help("tokens per iteration, decodes included (sarathi, chunked_only, hybrid_only)"),
     "max_num_batched_tokens": _help("vllm policy: tokens of whole prompts in one prefill batch (default: max model len)"),
+    "chunk_size": _help("decode_maximal: prefill tokens of the one chunk an iteration (decodes ride on top)"),
+    "tile_tokens": _help("decode_maximal: cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)"),
 }
 
 

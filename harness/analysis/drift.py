@@ -6,6 +6,8 @@ judges the relative change of
 
   capacity searches   capacity_qps (capacity_mean_qps over seeds when repeated; default: 5 % relative)
   fixed-rate runs     P50 TTFT and P99 TBT of the probe (default: 10 % relative)
+  offline runs        token throughput of each scheduler (harness/analysis/offline_runs.py; the
+                      capacity tolerance), a cell being (experiment, scheduler)
 
 A cell present in the reference and absent today fails (a silently dropped experiment is a
 regression too) unless `fail_on_missing=False`; cells only present today are listed, never fail.
@@ -194,6 +196,23 @@ def _latency_rows(ref: pd.DataFrame, cur: pd.DataFrame, tol: Tolerances) -> list
     return out
 
 
+def _offline_rows(reference_dir, current_dir, tol: Tolerances) -> list[DriftRow]:
+    """Offline runs (mode offline): each scheduler's token throughput, the newest run of a cell."""
+    from harness.analysis.offline_runs import load_offline
+
+    def cells(root) -> dict[tuple, float]:
+        df = load_offline(root).drop_duplicates(["experiment", "scheduler"], keep="last")
+        return {(r.experiment, r.model, r.gpu, r.parallel, r.instances, "", "", r.dataset, "-", "-", "offline", "-",
+                 r.scheduler): float(r.token_throughput) for r in df.itertuples(index=False)}
+
+    ref, cur = cells(reference_dir), cells(current_dir)
+    out = [(_judge(cell, "token_throughput", v, cur[cell], tol.capacity_rel) if cell in cur else
+            DriftRow(cell, "token_throughput", v, math.nan, math.nan, tol.capacity_rel, "missing", "no current result for this cell"))
+           for cell, v in ref.items()]
+    return out + [DriftRow(cell, "token_throughput", math.nan, v, math.nan, tol.capacity_rel, "new")
+                  for cell, v in cur.items() if cell not in ref]
+
+
 def _or_empty(df: pd.DataFrame, columns) -> pd.DataFrame:
     # An empty tree loads as a frame without columns; comparisons need the columns to exist.
     return df if not df.empty else pd.DataFrame(columns=columns)
@@ -210,6 +229,7 @@ def compare(current_results_dir: str | Path, reference_dir: str | Path,
         rows += _capacity_rows(_or_empty(ref_runs, cols), _or_empty(cur_runs, cols), tol)
         pcols = ref_p.columns if not ref_p.empty else cur_p.columns
         rows += _latency_rows(_or_empty(ref_p, pcols), _or_empty(cur_p, pcols), tol)
+    rows += _offline_rows(reference_dir, current_results_dir, tol)
     return DriftReport(Path(current_results_dir), Path(reference_dir), tol, tuple(rows))
 
 

@@ -172,6 +172,11 @@ def write_report(results_dir: str | Path = "results", figures_dir: str | Path = 
     outcomes = build_figures(inputs, figures_dir)
     perf_paths = save_all(figures_dir / "perf") if perf_figures else []
     text = render_report(inputs, outcomes, figures_dir, perf_paths, provenance()["git_commit"])
+    # The first Sarathi paper's section (harness/analysis/sarathi23): its own runs, figures and table.
+    from harness.analysis.sarathi23 import report as sarathi23
+
+    drawn, study = sarathi23.load_study(results_dir, reference_dir)
+    text += "\n" + "\n".join(sarathi23.section(drawn, study, sarathi23.build(study, figures_dir), figures_dir, results_dir))
     # Table 4 alone as well: it is the one table people paste elsewhere.
     (figures_dir / "table4.md").write_text(tables.table4_markdown(table4_frame(inputs.probes, inputs.paper)) + "\n")
     path = figures_dir / REPORT_NAME

@@ -21,14 +21,20 @@ SCHEDULER_LABELS = {
     "fastertransformer": "FasterTransformer",
     "hybrid_only": "hybrid-batching only",
     "chunked_only": "chunked-prefills only",
+    # the first Sarathi paper's (arXiv 2308.16369)
+    "decode_maximal": "Sarathi (decode-maximal)",
+    "orca_best": "Orca, best case",
+    "orca_worst": "baseline (Orca worst case)",
 }
 SCHEDULER_ORDER = tuple(SCHEDULER_LABELS)
 _PALETTE = sns.color_palette("colorblind", len(SCHEDULER_ORDER))
 SCHEDULER_COLORS = dict(zip(SCHEDULER_ORDER, _PALETTE))
 
-MODEL_LABELS = {"mistral-7b": "Mistral-7B", "yi-34b": "Yi-34B", "llama2-70b": "LLaMA2-70B", "falcon-180b": "Falcon-180B"}
+MODEL_LABELS = {"mistral-7b": "Mistral-7B", "yi-34b": "Yi-34B", "llama2-70b": "LLaMA2-70B", "falcon-180b": "Falcon-180B",
+                "llama-13b": "LLaMA-13B", "llama-33b": "LLaMA-33B", "gpt3-175b": "GPT-3 175B"}
 DATASET_LABELS = {"openchat_sharegpt4": "sharegpt4", "arxiv_summarization": "arxiv-summ."}
-GPU_LABELS = {"a100-80g": "A100-80G", "a100-80g-pcie": "A100-80G PCIe", "a100-80g-sxm": "A100-80G SXM", "a40": "A40", "h100": "H100", "h200": "H200"}
+GPU_LABELS = {"a100-80g": "A100-80G", "a100-80g-pcie": "A100-80G PCIe", "a100-80g-sxm": "A100-80G SXM", "a40": "A40", "h100": "H100", "h200": "H200",
+              "rtx-a6000": "RTX A6000"}
 
 # Width fits a README column at 100 % zoom when saved at DPI (≈ 1800 px wide).
 DPI = 150

@@ -4,7 +4,8 @@ what the analysis reads from it.
 Kept whole: config.yaml, summary.json (every capacity and probe verdict; re-serialized without
 indentation). Cut: requests.parquet to the rows of each scheduler's capacity probe (the probe of
 a fixed-rate run), token_times.parquet to the few requests with the longest stalls, kept under
-every scheduler so the Fig. 1 timeline picks the same request from the trimmed copy.
+every scheduler so the Fig. 1 timeline picks the same request from the trimmed copy. An offline
+run (mode offline) keeps its config and summary only: its figures and drift check read nothing else.
 
     python -m harness.analysis.trim src=SRC dst=DST [keep_requests=4] [request_rows=N] [runs=EXP/RUN,...]
 """
@@ -22,6 +23,7 @@ import pandas as pd
 from common.errors import HarnessError
 from harness.analysis.latency_figs import MIN_TOKENS
 from harness.analysis.loader import find_runs, load_runs
+from harness.analysis.offline_runs import load_offline
 from harness.overrides import parse as parse_overrides
 
 
@@ -52,6 +54,8 @@ def trim_run(src: str | Path, dst: str | Path, keep_requests: int = 4, request_r
     shutil.copyfile(src / "config.yaml", dst / "config.yaml")
     summary = json.loads((src / "summary.json").read_text())
     (dst / "summary.json").write_text(json.dumps(summary, separators=(",", ":")) + "\n")
+    if summary.get("mode") == "offline":
+        return dst
     if (src / "requests.parquet").is_file():
         req = _capacity_probe_rows(pd.read_parquet(src / "requests.parquet"), summary, request_rows)
         req.to_parquet(dst / "requests.parquet", index=False, compression="zstd")
@@ -66,7 +70,10 @@ def trim_tree(src_root: str | Path, dst_root: str | Path, keep_requests: int = 4
               request_rows: int | None = None, runs: set[str] | None = None) -> list[Path]:
     """Trim every run (only the newest run of each cell when `latest`; only `runs`, as
     "experiment/run" names, when given) into dst_root/<experiment>/<run>/."""
-    wanted = set(load_runs(src_root)["run_dir"]) if latest else None
+    wanted = None
+    if latest:
+        offline = load_offline(src_root).drop_duplicates("experiment", keep="last")
+        wanted = set(load_runs(src_root)["run_dir"]) | set(offline["run_dir"])
     out = []
     for r in find_runs(src_root):
         if (wanted is None or str(r.path) in wanted) and (runs is None or f"{r.experiment}/{r.run}" in runs):

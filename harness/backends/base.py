@@ -195,6 +195,9 @@ class BackendJob:
     disagg: DisaggPlan | None = None  # the roles' deployments when `cluster` is disaggregated
     replicas: tuple[tuple[int, DeploymentPlan], ...] = ()  # (count, deployment) per group of cluster.replicas
     give_up: GiveUp | None = None  # a backend may stop a probe whose failure is certain (search.stop_early)
+    # An offline throughput run asks for the iteration log (diagnostics "iterations", "request_bubbles");
+    # a backend that has none (a live server) leaves them out.
+    iteration_log: bool = False
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

@@ -43,6 +43,7 @@ TOOLS = {
 
 def _usage() -> str:
     from harness.analysis.figures import FIGURES
+    from harness.analysis.sarathi23.figures import FIGURES as SARATHI23_FIGURES
 
     def options(group: str) -> str:
         return ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
@@ -50,7 +51,7 @@ def _usage() -> str:
     groups = "; ".join(f"{g}: {options(g)}" for g in ("model", "hardware", "parallel", "dataset", "arrival", "slo",
                                                       "backend", "perf", "search"))
     return USAGE.format(experiments=options("experiment"), schedulers=options("scheduler"), groups=groups,
-                        figures=", ".join(f.name for f in FIGURES))
+                        figures=", ".join(f.name for f in (*FIGURES, *SARATHI23_FIGURES)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,10 @@ class SchedulerRun:
 def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     """`one_of_many`: a job of a multirun, figure=all or nightly (searches_at_once)."""
     plan = plan_experiment(cfg)
+    if plan.offline is not None:  # a rate-free arrival: one throughput run per scheduler, no search
+        from harness.commands.offline import run_offline_experiment
+
+        return run_offline_experiment(cfg, plan, _saved_config(cfg), num_gpus(plan))
     show = bool(cfg.get("progress", True))
     s = plan.search
     what = f"one probe at {s.fixed_qps:g} QPS" if s.fixed_qps else "capacity search"

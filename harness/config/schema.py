@@ -21,6 +21,7 @@ from harness.backends.base import ClusterSettings
 from harness.backends.endpoint import EndpointSettings
 from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
+from harness.search.offline import OfflineSettings
 from harness.search.plan import SearchSettings
 from harness.search.slo import SloSettings
 
@@ -74,6 +75,7 @@ class DatasetSchema:
     trace_file: str | None = None  # None: the embedded length table (data/lengths)
     max_total_tokens: int | None = None  # requests with prompt + output over this are dropped
     sampling: str = "shuffle"  # shuffle | sequential (file order, for trace replay)
+    synthetic: Any = None  # lengths from a sequence length and a P:D ratio (harness/workload/synthetic.py)
 
 
 @dataclass
@@ -89,6 +91,7 @@ class PerfSchema:
 
 
 ClusterSchema = schema_of(ClusterSettings)
+OfflineSchema = schema_of(OfflineSettings)
 
 
 @dataclass
@@ -107,6 +110,7 @@ class ConfigSchema:
     search: Any = REQUIRED
     scheduler: Any = REQUIRED
     cluster: ClusterSchema = field(default_factory=lambda: ClusterSchema())  # engine instances behind a router
+    offline: OfflineSchema = field(default_factory=lambda: OfflineSchema())  # what an offline run reports (rate-free arrivals)
     experiment: Any = None
     name: str = "custom"  # results go to ${results_dir}/${name}/<timestamp>/
     seed: int = 0  # workload lengths and arrival gaps

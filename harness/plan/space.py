@@ -18,6 +18,7 @@ from harness.backends import backend_settings
 from harness.backends.deployment import build_deployment
 from harness.plan.settings import PlanSettings
 from harness.plan.units import Unit, enumerate_units
+from harness.search.offline import is_offline
 from harness.search.plan import ExperimentPlan, plan_experiment
 
 
@@ -104,6 +105,9 @@ def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
     from omegaconf import OmegaConf
 
     base = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    if is_offline(base.get("arrival")):  # an offline throughput run has no rate for the planner to find
+        raise HarnessError(f"arrival={base['arrival']['name']}: the planner searches request rates; plan with an "
+                           "open-loop arrival (poisson, gamma, constant, trace)")
     per_node = gpus_per_node(base["hardware"])
     limit = s.max_gpus or 2 * per_node
     grid = scheduler_grid(s)

@@ -19,6 +19,7 @@ from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings, ClusterSettings, GiveUp
 from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation, plan_replicas
 from harness.metrics import Slo
+from harness.search.offline import OfflineSettings, check_offline, is_offline
 from harness.search.slo import SloSettings, resolve_slo
 from harness.typed import did_you_mean, typed
 from harness.workload import Workload, concurrency_limit, load_workload
@@ -87,7 +88,7 @@ class ExperimentPlan:
     seed: int
     deployment: DeploymentPlan
     max_model_len: int
-    slo: Slo
+    slo: Slo | None  # None for an offline run (`offline`)
     slo_kind: str  # strict | relaxed
     slo_source: str  # paper | derived
     schedulers: dict[str, SchedulerConfig]
@@ -101,6 +102,9 @@ class ExperimentPlan:
     disagg: DisaggPlan | None = None  # a disaggregated cluster's roles (cluster.prefill_instances > 0)
     replicas: tuple[tuple[int, DeploymentPlan], ...] = ()  # (count, deployment) per group of cluster.replicas
     notes: tuple[str, ...] = field(default=())
+    # An offline throughput run (a rate-free arrival: harness/search/offline.py); None: capacity searches.
+    # Such a plan has no SLO (slo is None): nothing is judged.
+    offline: OfflineSettings | None = None
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
         """What a backend needs to serve `scheduler` of this plan."""
@@ -148,8 +152,8 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
         block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"),
     )
-    slo_settings = typed(SloSettings, cfg["slo"], "slo")
     search = typed(SearchSettings, cfg["search"], "search")
+    offline = typed(OfflineSettings, cfg.get("offline") or {}, "offline") if is_offline(cfg["arrival"]) else None
     check_workers(search, backend.name)
     cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
     if (cluster.instances > 1 or cluster.disaggregated) and backend.name not in ("sim", "live"):
@@ -162,9 +166,12 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         disagg = plan_disaggregation(
             cluster, cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
             block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"))
-    slo = replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
-                  max_error_fraction=search.max_error_fraction)
+    slo_settings = typed(SloSettings, cfg["slo"], "slo")
+    slo = None if offline is not None else replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
+                                                   max_error_fraction=search.max_error_fraction)
     schedulers = _scheduler_configs(cfg["scheduler"])
+    if offline is not None:
+        check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
     replicas = ()
@@ -204,6 +211,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         cluster=cluster,
         disagg=disagg,
         replicas=replicas,
+        offline=offline,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))

@@ -20,6 +20,8 @@ Processes (`process` mapping, from experiments/arrival/<name>.yaml):
                   same max_total_tokens filter, so it pairs with dataset.sampling=sequential),
                   multiplied by `time_scale` (0.5 = twice as fast). `rate` is ignored unless
                   `scale_to_rate: true`, which rescales the times to a mean rate of `rate`.
+  at_once         every request waiting at t = 0 (an offline batch: the engine's own batch size is
+                  the only limit); the rate is ignored.
   closed_loop     a marker, not a schedule: every offset is 0 and the backend must keep at most
                   `concurrency` requests in flight, sending the next when one finishes. A
                   backend that does not honour `concurrency_limit(process)` would turn it into a
@@ -104,6 +106,11 @@ def closed_loop(rate: float | None, n: int, seed: int, concurrency: int | None =
     return np.zeros(_check_n(n))
 
 
+def at_once(rate: float | None, n: int, seed: int) -> np.ndarray:
+    check_seed(seed)
+    return np.zeros(_check_n(n))
+
+
 def _concurrency(c: object) -> int:
     if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
         raise HarnessError(f"arrival.concurrency must be a positive integer for closed_loop, got {c!r}")
@@ -122,9 +129,11 @@ PROCESSES: dict[str, tuple[Callable[..., np.ndarray], tuple[str, ...]]] = {
     "constant": (constant, ()),
     "trace": (trace, ("trace_file", "time_scale", "scale_to_rate", "max_total_tokens")),
     "closed_loop": (closed_loop, ("concurrency",)),
+    "at_once": (at_once, ()),
 }
-# Processes whose offsets do not depend on `rate` (rate may be None for them).
-RATE_FREE = {"closed_loop"}
+# Processes whose offsets do not depend on `rate` (rate may be None for them): a run under one is an
+# offline throughput run (python -m harness runs it once per scheduler, no capacity search).
+RATE_FREE = {"closed_loop", "at_once"}
 
 
 def arrival_offsets(process: Mapping, rate: float, n: int, seed: int) -> np.ndarray:

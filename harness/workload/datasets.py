@@ -14,6 +14,8 @@ Dataset mapping keys:
                     sequential: the first num_requests rows in file order (trace replay; pairs
                       with the `trace` arrival process); more than the rows is an error.
                     Embedded defaults are always independent seeded draws.
+  synthetic         a mapping (harness.workload.synthetic.SyntheticLengths): lengths set by a
+                    sequence length and a P:D ratio instead of a table or a trace
 Other keys (card, description, ...) are ignored here.
 """
 from __future__ import annotations
@@ -53,6 +55,13 @@ def load_workload(dataset: Mapping, num_requests: int, seed: int) -> Workload:
     sampling = dataset.get("sampling") or "shuffle"
     if sampling not in SAMPLING:
         raise HarnessError(f"dataset.sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}")
+    synthetic = dataset.get("synthetic")
+    if synthetic:
+        from harness.typed import typed
+
+        from .synthetic import SyntheticLengths, synthetic_workload
+
+        return synthetic_workload(typed(SyntheticLengths, synthetic, "dataset.synthetic"), n, seed, str(name))
     rng = rng_for(LENGTHS, seed)
     trace_file = dataset.get("trace_file")
 

@@ -9,7 +9,9 @@ skipped with a note when the budget runs short:
    iteration among them) next to the performance model's prediction;
 5. serving: one Poisson workload per policy through make_engine + TorchExecutor on the real clock,
    and the same arrivals through the simulator with the performance model; throughput,
-   TTFT and TBT side by side.
+   TTFT and TBT side by side;
+6. sarathi23 batches: the first Sarathi paper's three basic batches on a LLaMA-13B-shaped model
+   (sarathi_batches.py), measured beside the model's prediction, and the decode speedup of each.
 
 Writes gpu_check.json and serving.csv / iterations.csv to --out.
 """
@@ -54,6 +56,8 @@ def gpu_catalog_key(name: str) -> str | None:
         return "a100-80g-pcie" if "PCIE" in n else "a100-80g-sxm"
     if "A40" in n:
         return "a40-48g"
+    if "A6000" in n:
+        return "rtx-a6000-48g"
     return None
 
 
@@ -365,6 +369,8 @@ def main(argv=None) -> int:
     serving = phase("serving", phase_serving, a, executor, perf, specs, deadline)
     report["serving"] = serving
     executor.close()
+    from scripts.gpu_check.sarathi_batches import run as sarathi_batches  # the repo root is on sys.path (above)
+    report["sarathi23_batches"] = phase("sarathi23 batches", sarathi_batches, a, gpu, log)
     if serving:
         print_table(serving)
         write_csv(a.out / "serving.csv", serving)

@@ -13,6 +13,7 @@ from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.disagg import simulate_disaggregated
+from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
 from harness.records import RequestSpec
 
@@ -32,9 +33,9 @@ class SimBackend:
 
     def __init__(self, job: BackendJob) -> None:
         self.conf = job.settings_as(SimSettings)
-        if job.concurrency is not None:  # it would send every request at t=0 and report that
-            raise HarnessError("arrival=closed_loop is not simulated: use backend=live or backend=endpoint, "
-                               "or an open-loop arrival (poisson, gamma, constant, trace)")
+        if job.concurrency is not None and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas):
+            raise HarnessError("arrival=closed_loop is simulated for one engine; a cluster's offline run takes "
+                               "arrival=at_once (every request waiting at t=0)")
         self.job = job
 
     def __enter__(self) -> SimBackend:
@@ -56,8 +57,12 @@ class SimBackend:
                                        pp=[p.pp for p in plans], fast_forward=self.conf.fast_forward,
                                        time_limit_s=job.time_limit_s, stats=stats)
             return BackendRun(records, stats)
+        log = IterationLog(d.timer, len(requests)) if job.iteration_log else None
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
-                           time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up)
+                           time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up,
+                           concurrency=job.concurrency, log=log)
+        if log is not None:
+            stats.update(iterations=log.columns(), request_bubbles=log.request_bubbles())
         return BackendRun(records, stats)
 
 

@@ -20,6 +20,7 @@ from itertools import compress
 import numpy as np
 
 from engines.core import Batch, Engine, Sequence
+from harness.backends.sim.closed_loop import ClosedLoop
 from harness.backends.sim.pipeline import Pipeline
 from harness.backends.sim.timer import FastTimer, IterationTimer, fast_timer
 from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
@@ -72,6 +73,8 @@ def simulate(
     on_progress: Callable[[int], None] | None = None,
     stats: dict[str, int] | None = None,
     give_up=None,
+    concurrency: int | None = None,
+    log=None,
 ) -> list[RequestRecord]:
     """Run `requests` through `engine` on a virtual clock; one record per request, input order.
 
@@ -83,15 +86,24 @@ def simulate(
     of the pipelined loop (launches stepped and replayed, replays, rows priced in bulk). With
     `give_up` (a GiveUp, pp = 1 only) the run stops at the first iteration boundary where failing
     it is certain; what did not finish then says so (STOPPED_EARLY) and `stats` gets
-    `stopped_early_s`.
+    `stopped_early_s`. With `concurrency`, arrivals are a closed loop (closed_loop.ClosedLoopRun:
+    each finish releases the next request). `log` (an iterations.IterationLog) records every
+    iteration; with pp > 1 it and the closed loop step the pipeline plainly (its replay knows
+    neither the log nor arrivals that finishes release), which gives the same records.
     """
     if give_up is not None and pp > 1:
         give_up = None  # the pipelined loop does not watch; the run goes to its end, as without
-    run = SimRun(requests, engine, on_progress, give_up)
+    if concurrency is not None:
+        run = ClosedLoopRun(requests, engine, on_progress, give_up, concurrency)
+    else:
+        run = SimRun(requests, engine, on_progress, give_up)
+    run.log = log
+    if log is not None:
+        log.bind(run.order)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
     timer = fast_timer(timer)
     if pp > 1:
-        pipe = Pipeline(run, timer, pp, fast_forward, limit)
+        pipe = Pipeline(run, timer, pp, fast_forward and log is None and concurrency is None, limit, log)
         try:
             pipe.run()
         finally:
@@ -135,6 +147,7 @@ class SimRun:
         self.line = _Timeline(n, self.watch)
         self.next = 0  # next arrival not yet given to the engine
         self.on_progress = on_progress
+        self.log = None  # an iterations.IterationLog, when the caller wants one
 
     @property
     def next_arrival(self) -> float:
@@ -188,6 +201,10 @@ class SimRun:
         return out
 
 
+class ClosedLoopRun(ClosedLoop, SimRun):
+    """A SimRun with closed-loop arrivals (closed_loop.py)."""
+
+
 def stalled_error(engine: Engine, t: float) -> RuntimeError:
     return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
 
@@ -207,6 +224,7 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
     more requests are routed to it)."""
     engine = run.engine
     watch = getattr(run, "watch", None)  # only a single engine's run stops early (search.stop_early)
+    log = getattr(run, "log", None)  # the iteration log of a single engine's run, if asked for
     while t < stop:
         if watch is not None and watch.certain:
             break
@@ -233,9 +251,12 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
         # A schedule() that preempted freed blocks a prefill-first policy had not seen when it
         # decided not to admit: the next decision may differ, so that iteration is stepped.
         if fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
-            t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, stop)
+            t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, stop, log)
         else:
+            start = t
             t, finished = _one_iteration(engine, batch, run.line, t, timer.iteration_time(batch.new_tokens, batch.context_lens))
+            if log is not None:
+                log.iteration(batch, start, t)
         run.finished(finished, t)
     return t, stuck
 
@@ -255,6 +276,7 @@ def _decode_run(
     t: float,
     next_arrival: float,
     limit: float,
+    log=None,
 ):
     """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
     k = engine.decode_run_limit(batch)
@@ -264,7 +286,10 @@ def _decode_run(
         # Iterations only get longer as contexts grow, so at most this many start before horizon.
         k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
     if k <= 1:  # a run of one is one iteration (complete_decode_run(batch, 1) is complete(batch))
-        return _one_iteration(engine, batch, line, t, dt0)
+        end, finished = _one_iteration(engine, batch, line, t, dt0)
+        if log is not None:
+            log.iteration(batch, t, end)
+        return end, finished
     dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, k)
     # Summed from t in order, as plain stepping would (bit-identical clock).
     ends = np.cumsum(np.concatenate(([t], dts)))[1:]
@@ -272,6 +297,8 @@ def _decode_run(
         starts = ends - dts
         k = max(1, int(np.searchsorted(starts, horizon, side="left")))
         ends = ends[:k]
+    if log is not None:  # each iteration starts where the one before ended
+        log.decode_run(batch, np.concatenate(([t], ends[:-1])), ends)
     finished = engine.complete_decode_run(batch, k)
     times = ends.tolist()
     for seq in batch.seqs:

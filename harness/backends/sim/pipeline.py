@@ -43,8 +43,10 @@ class Pipeline:
     Exactness (bit-identical token times) is proven against plain stepping in tests/test_sim*.py.
     """
 
-    def __init__(self, run: SimRun, timer: FastTimer, pp: int, fast_forward: bool, limit: float) -> None:
+    def __init__(self, run: SimRun, timer: FastTimer, pp: int, fast_forward: bool, limit: float,
+                 log=None) -> None:
         self.run_ = run
+        self.log = log  # an iterations.IterationLog (plain launches only: the caller turns the replay off)
         self.engine = run.engine
         self.timer = timer
         self.pp = pp
@@ -102,7 +104,10 @@ class Pipeline:
                         and engine.decode_batch_repeats()):
                     cert = (self.epoch, bool(engine.waiting))
                 stages, send = self._price(batch)
+                free_before = list(stage_free) if self.log is not None else None
                 end = self._launch(t, stages, send)
+                if self.log is not None:
+                    self.log.launch(batch, t, free_before, stages, send, stage_free)
                 heapq.heappush(in_flight, (end, self.launched, batch, cert))
                 self.launched += 1
                 self.stats["plain_launches"] += 1

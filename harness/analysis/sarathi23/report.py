@@ -1,0 +1,88 @@
+"""figures/REPORT.md's "Sarathi (2023)" section: its figures, the paper-vs-reproduced table built
+from data/paper/sarathi_2023.yaml (claims.py), which runs it drew, and every offline run read.
+A claim outside its tolerance is marked **not reproduced**, with the YAML's reason where one is
+known; a claim whose run is missing says so."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from harness.analysis import tables
+from harness.analysis.figures import FigureOutcome, build_figure
+from harness.analysis.sarathi23.claims import CLAIMS_FILE, claim_table, load_claims, within_count
+from harness.analysis.sarathi23.figures import FIGURES, Study
+from harness.analysis.sarathi23.runs import StudyRuns, study_runs
+
+
+def load_study(results_dir: str | Path, reference_dir: str | Path | None, cells=None) -> tuple[StudyRuns, Study]:
+    drawn = study_runs(results_dir, reference_dir, cells)
+    return drawn, Study(drawn.runs, load_claims())
+
+
+def build(study: Study, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:
+    return tuple(build_figure(spec, study, figures_dir) for spec in FIGURES if only is None or spec.name in only)
+
+
+def _num(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{v:.3g}"
+
+
+def claims_markdown(table: pd.DataFrame) -> str:
+    rows = [(r.claim, r.source, _num(r.published), _num(r.reproduced), r.tolerance, tables.verdict(r.within), r.note or "")
+            for r in table.itertuples(index=False)]
+    return tables.markdown(rows, ("claim", "source", "published", "reproduced", "tolerance", "verdict", "why / note"))
+
+
+def runs_markdown(runs: pd.DataFrame) -> str:
+    rows = [(r.experiment, r.scheduler, r.backend, _num(r.token_throughput), _num(r.makespan_s), _num(r.gain),
+             _num(r.decode_speedup), _num(r.hybrid_time_share), _num(r.bubble_p50_s))
+            for r in runs.sort_values(["experiment", "scheduler"]).itertuples(index=False)]
+    return tables.markdown(rows, ("run", "scheduler", "backend", "tokens/s", "completion (s)", "gain", "decode speedup",
+                                  "hybrid time", "bubble p50 (s)"))
+
+
+def section(drawn: StudyRuns, study: Study, outcomes: tuple[FigureOutcome, ...], figures_dir: Path,
+            results_dir: str | Path) -> list[str]:
+    table = claim_table(study.claims, study.runs)
+    ok, judged = within_count(table)
+    lines = ["# Sarathi (2023): decode-maximal batching, offline throughput, pipeline bubbles", "",
+             "The first Sarathi paper (Agrawal et al., *SARATHI: Efficient LLM Inference by Piggybacking Decodes with "
+             "Chunked Prefills*, arXiv 2308.16369) asks for offline throughput and pipeline utilisation, not capacity "
+             "under an SLO. Its runs here are offline runs (an arrival with no rate: closed_loop keeps B requests in "
+             "flight, at_once has them all waiting at t = 0), one per scheduler, in the same simulator, engine core and "
+             "performance model as the Sarathi-Serve study above, with the paper's engine priced as "
+             f"`perf.stack=sarathi-2023`. Published numbers: `{Path(os.path.relpath(CLAIMS_FILE, CLAIMS_FILE.parents[2])).as_posix()}`.",
+             ""]
+    runs = drawn.runs
+    if runs.empty:
+        lines += ["**No offline runs of this study found.** `python -m harness figure=all` runs them.", ""]
+    else:
+        own = runs[runs["results_from"] != str(drawn.reference_dir)] if drawn.reference_dir else runs
+        lines.append(f"- {own['run_dir'].nunique()} run(s) from `{results_dir}`, every one at its cell's settings.")
+        ref = runs.drop(own.index)
+        if not ref.empty:
+            commits = sorted({str(c)[:10] for c in ref["git_commit"]})
+            lines.append(f"- {ref['run_dir'].nunique()} cell(s) drawn from the reference runs in `{drawn.reference_dir}` "
+                         f"(commit {', '.join(commits)}).")
+        if not drawn.left_out.empty:
+            lines += [f"- {len(drawn.left_out)} run(s) left out, not at their cell's settings:", "",
+                      tables.markdown([tuple(r) for r in drawn.left_out.itertuples(index=False)], ("run", "directory", "why"))]
+        lines.append("")
+    for o in outcomes:
+        lines += [f"## {o.title}", ""]
+        if o.path is None:
+            lines += [f"_Skipped: {o.skipped}._", ""]
+        else:
+            lines += [f"![{o.title}]({Path(os.path.relpath(o.path, figures_dir)).as_posix()})", "", o.caption, ""]
+    lines += [f"## Sarathi (2023): paper vs reproduced — {ok} of {judged} within tolerance"
+              + (f", {len(table) - judged} without results" if len(table) > judged else ""), "",
+              "Tolerances are ours; the performance model is never fitted to these numbers. A row **outside** its "
+              "tolerance is a published result not reproduced, and says why where the reason is known.", "", claims_markdown(table), ""]
+    if not runs.empty:
+        lines += ["## Every Sarathi (2023) run drawn", "", runs_markdown(runs), ""]
+    return lines

@@ -1,0 +1,54 @@
+"""Closed-loop arrivals in the simulator (arrival=closed_loop): at most `concurrency` requests are
+outstanding; the first `concurrency` arrive at t = 0 and each finish releases the next request, in
+input order, at the time of that finish, as the live load generator sends the next request when a
+response ends (harness/loadgen/run.py). A record's `arrival_s` is that release time (the live
+records' planned time), so TTFT and scheduling delay count from it.
+
+The offline throughput runs of the first Sarathi paper keep the batch full this way: B requests in
+flight, a finished one replaced by a waiting one.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import replace
+
+import numpy as np
+
+from engines.core import Engine, Sequence
+from harness.records import RequestRecord, RequestSpec
+
+
+class ClosedLoop:
+    """Mixed into loop.SimRun (loop.ClosedLoopRun): arrivals released by finishes (the loops read
+    next_arrival, admit_arrivals and finished, nothing else of the arrivals). A mixin, so this
+    module needs nothing of loop.py's."""
+
+    def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up, concurrency: int) -> None:
+        super().__init__(requests, engine, on_progress, give_up)
+        # Release order is input order, as the live client's (SimRun sorts by arrival, stably: the
+        # offsets of a closed loop are all 0, so rank == input index).
+        self.order = list(range(len(requests)))
+        self.seqs = [Sequence(i, r.prompt_len, r.output_len) for i, r in enumerate(requests)]
+        self.release = np.full(len(requests), np.inf)
+        self.released = min(concurrency, len(requests))
+        self.release[:self.released] = 0.0
+
+    @property
+    def next_arrival(self) -> float:
+        return float(self.release[self.next]) if self.next < self.released else np.inf
+
+    def admit_arrivals(self, t: float) -> None:
+        while self.next < self.released and self.release[self.next] <= t:
+            self.engine.add(self.seqs[self.next])
+            self.next += 1
+
+    def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
+        more = min(len(seqs), len(self.release) - self.released)
+        self.release[self.released:self.released + more] = t
+        self.released += more
+        super().finished(seqs, t)
+
+    def records(self) -> list[RequestRecord]:
+        out = super().records()
+        return [replace(r, arrival_s=float(self.release[i])) if np.isfinite(self.release[i]) else r
+                for i, r in enumerate(out)]

@@ -1,0 +1,60 @@
+"""The first Sarathi paper's catalog entries (arXiv 2308.16369): the RTX A6000 (the A40's GA102 at
+its own clocks, bandwidth and memory, with the A40's measured kernel fractions), GPT-3 175B, the
+`sarathi-2023` engine stack and its memory rule B = (M_G - M_S) / (L x m_kv)."""
+from __future__ import annotations
+
+import pytest
+
+from engines.perf import Deployment, PerfModel, get_gpu, get_model
+from engines.perf.kernels import get_stack, kernels_for
+from harness.config import compose
+from harness.search.plan import plan_experiment
+
+
+def test_a6000_is_ga102_at_its_own_clocks():
+    a6000, a40 = get_gpu("RTX_A6000"), get_gpu("a40")
+    assert a6000.name == "rtx-a6000-48g" and a6000.sm_count == a40.sm_count == 84
+    # [GA102-WP]: the peak scales with the boost clock, 1,800 over the A40's 1,740 MHz
+    assert a6000.peak_flops == pytest.approx(a40.peak_flops * 1800 / 1740, rel=1e-3)
+    assert a6000.hbm_bandwidth == 768e9 and a6000.hbm_bytes == 48 * 1024**3
+
+
+def test_a6000_takes_the_a40_kernel_fractions():
+    stack = get_stack("sarathi-2023")
+    a6000 = kernels_for(stack, "rtx-a6000-48g", get_gpu("a6000").matmul_efficiency)
+    a40 = kernels_for(stack, "a40-48g", get_gpu("a40").matmul_efficiency)
+    a100 = kernels_for(stack, "a100-80g-pcie", get_gpu("a100-pcie").matmul_efficiency)
+    assert a6000 == a40 != a100
+
+
+def test_a6000_decode_streams_weights_at_its_own_bandwidth():
+    """A decode batch streams the weights: the A6000 is faster than the A40 by about their
+    bandwidth ratio (768 / 696), with the same kernels (GPU time: the hosts' CPU costs differ)."""
+    def decode(gpu):
+        d = Deployment.create(model="llama-13b", gpu=gpu, cpu_overhead_s=0.0, cpu_overhead_per_seq_s=0.0)
+        return PerfModel(d).iteration_time([1] * 4, [1024] * 4)
+    assert 1.0 < decode("a40") / decode("a6000") < 768 / 696 + 0.01
+
+
+def test_gpt3_175b_shapes():
+    m = get_model("gpt-3")
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.head_dim) == (96, 12288, 96, 128)
+    assert m.intermediate_size == 4 * 12288 and not m.gated_mlp and m.tie_word_embeddings
+    assert 174e9 < m.num_params < 175e9  # "175B" less the position table and out/MLP biases left out
+    assert m.kv_bytes_per_token == 96 * 2 * 12288 * 2
+
+
+def test_sarathi_2023_memory_rule_is_the_papers_formula():
+    """B = floor((M_G - M_S) / (L m_kv)) with M_G the device memory (utilization 1.0)."""
+    d = Deployment.create(model="llama-13b", gpu="a6000", stack="sarathi-2023")
+    m = d.model
+    tokens = PerfModel(d).kv_capacity_tokens(1.0, 16)
+    assert tokens == (48 * 1024**3 - m.weight_bytes) // m.kv_bytes_per_token
+    assert tokens // 1024 == 30  # the largest B at 1K tokens a sequence
+
+
+def test_the_presets_compose_and_plan():
+    cfg = compose(["model=llama-13b", "hardware=rtx_a6000", "perf.stack=sarathi-2023", "name=x",
+                   "scheduler=[sarathi]", "search.num_requests=8", "slo.tbt_s=1"])
+    plan = plan_experiment(cfg)
+    assert plan.deployment.gpu == "rtx-a6000" and "llama-13b" in plan.deployment.description
