@@ -72,6 +72,17 @@ def test_help_lists_experiments():
     assert p.returncode == 0 and "yi34b_tp2_strict" in p.stdout
 
 
+def test_help_imports_nothing_heavy():
+    """--help lists experiments, schedulers and figures without seconds of imports (issue 27 item 4)."""
+    heavy = ("pandas", "matplotlib", "seaborn", "scipy", "aiohttp", "ray", "torch", "hydra", "pyarrow")
+    code = ("import sys; from harness.commands.main import main; main(['--help']); "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "fig10_11_capacity" in p.stdout and "sarathi23_pd_sweep" in p.stdout
+    assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_nothing_chosen_prints_usage_and_runs_nothing(tmp_path):
     p = run(cwd=tmp_path)
     assert p.returncode == 2 and "usage: python -m harness" in p.stdout and "sarathi" in p.stdout

@@ -5,20 +5,17 @@ with the reason (MissingResults), so a partial results tree still yields a repor
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from harness.analysis import settings, style
-from harness.analysis.capacity_figs import MissingResults, fig_capacity, fig_capacity_vs_slo, fig_pipeline
-from harness.analysis.latency_figs import fig_stall
+from harness.analysis.capacity_figs import MissingResults
 from harness.analysis.loader import CELL_KEY, latest_per_cell, load_results, probes_of
 from harness.analysis.paper import PAPER_FILE, Paper, load_paper
-from harness.analysis.pd_figs import fig_pd
+from harness.analysis.registry import FIGURES, FigureSpec  # noqa: F401  (the registry, re-exported)
 
 
 @dataclass(frozen=True)
@@ -68,58 +65,6 @@ def load_inputs(results_dir: str | Path, paper_path: str | Path = PAPER_FILE, re
     one = ((runs["instances"] == 1) & (runs["layout"] == "")).to_numpy(dtype=bool) if not runs.empty else np.ones(0, bool)
     clusters, runs = runs[~one].reset_index(drop=True), runs[one].reset_index(drop=True)
     return Inputs(Path(results_dir), runs, probes_of(runs, probes), load_paper(paper_path), left_out, ref, clusters)
-
-
-@dataclass(frozen=True)
-class FigureSpec:
-    name: str  # file stem under figures/
-    title: str
-    build: Callable[[Inputs], Figure]
-    caption: str = ""  # what to read off the figure, printed under it in the report
-
-
-FIGURES: tuple[FigureSpec, ...] = (
-    FigureSpec("fig01_generation_stall", "Generation stalls: one request's tokens, and P99 TBT vs load (Fig. 1 analog)",
-               lambda i: fig_stall(i.runs, i.probes),
-               "Left: the request with the longest gap between two of its tokens under vLLM (shaded), and the same "
-               "request under Sarathi-Serve (same load when a fixed-rate run exists). Right: P99 TBT of every probe "
-               "of the capacity searches against the SLO (dashed): where a line crosses it is that scheduler's "
-               "TBT-limited capacity."),
-    FigureSpec("fig10_11_capacity", "Capacity per deployment, dataset, SLO and scheduler (Fig. 10–11 analog)",
-               lambda i: fig_capacity(i.runs, i.paper),
-               "Highest Poisson rate meeting P99 TBT ≤ SLO and median scheduling delay ≤ 2 s. Above each group: "
-               "Sarathi-Serve's reproduced capacity ratio over each baseline, with the paper's where it publishes one."),
-    FigureSpec("fig12_capacity_vs_slo", "Capacity vs P99 TBT SLO (Fig. 12 analog)",
-               lambda i: fig_capacity_vs_slo(i.runs, i.paper),
-               "How capacity changes as the TBT SLO loosens (strict → relaxed), per deployment with two or more SLOs. "
-               "Falcon-180B on TP-8 (dotted) is run for vLLM only, as in the paper, where it is Fig. 13's baseline. "
-               "On the two pipeline-parallel deployments Sarathi-Serve's capacity *falls* when the SLO is relaxed: "
-               "there both capacities are limited by the median scheduling delay (throughput), not by TBT, and the "
-               "paper's relaxed setting uses a larger token budget (2,048 for Falcon-180B, 1,536 for LLaMA2-70B, "
-               "against 512). On two stages, larger micro-batches are less even and a request in flight cannot be "
-               "scheduled again, so the stages idle more. Measured in simulation (512 requests per probe): Falcon-180B "
-               "TP4-PP2 at the relaxed SLO reaches 1.03 QPS with budget 512 and 0.86 QPS with 2,048; on TP-8 (no "
-               "pipeline) the same change raises it from 0.38 to 0.44 QPS "
-               "(`python -m harness experiment=falcon180b_tp4pp2_relaxed scheduler=[sarathi] "
-               "scheduler.sarathi.token_budget=512 search.num_requests=512`, and with `parallel=tp8`)."),
-    FigureSpec("fig13_pipeline_parallel", "Falcon-180B: TP-8 vs TP4-PP2 (Fig. 13 analog)",
-               lambda i: fig_pipeline(i.runs, i.probes, i.paper),
-               "Left: capacity of each scheduler × parallelism (dotted bars: tensor parallel only), with the paper's "
-               "cross-deployment ratios below. Right: median TBT against load for each."),
-    FigureSpec("fig17_prefill_decode", "Colocated chunked prefills vs disaggregated prefill/decode, at equal GPUs (beyond the paper)",
-               lambda i: fig_pd(i.clusters),
-               "Each deployment's GPUs as four colocated replicas (Sarathi-Serve, vLLM; least-outstanding routing) or "
-               "split into prefill and decode instances (P:D; vLLM's whole-prompt prefills, KV moved after each "
-               "prefill over the node's links), 1,024 requests per probe; one row per deployment. Left: "
-               "the paper's criterion, under which the splits with one decode instance come out best; it cannot see "
-               "a request's one long wait for a decode slot (one gap per request is under 1 % of the pooled TBT "
-               "samples). Middle and right: DistServe's criterion (90 % of requests within a TTFT SLO, a multiple of "
-               "one unloaded 2,048-token prefill, and a per-request TPOT SLO, the deployment's strict TBT SLO), "
-               "which does: there a colocated layout wins, vLLM's prefill-first one when TTFT is tight and "
-               "Sarathi-Serve's when it is loose, and the best split stays below the winner, because a decode instance's "
-               "KV pool holds few requests' contexts while the prefill instances' memory goes unused for them. "
-               "The best value in each panel is bold."),
-)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,6 @@ import sys
 from importlib import import_module
 
 from common.errors import HarnessError, RunBroken
-from harness.commands.run import run_experiment
-from harness.config import compose
 from harness.paths import CONFIG_DIR
 
 USAGE = """usage: python -m harness experiment=NAME [group=option ...] [key=value ...]
@@ -42,8 +40,7 @@ TOOLS = {
 
 
 def _usage() -> str:
-    from harness.analysis.figures import FIGURES
-    from harness.analysis.sarathi23.figures import FIGURES as SARATHI23_FIGURES
+    from harness.analysis.registry import FIGURES, SARATHI23_FIGURES
 
     def options(group: str) -> str:
         return ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
@@ -85,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             from harness.commands.figure import figure_command
 
             return figure_command(argv)
+        from harness.commands.run import run_experiment  # here, not at the top: --help needs none of it
+        from harness.config import compose
+
         run_experiment(compose(argv))
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

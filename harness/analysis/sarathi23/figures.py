@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from harness.analysis import style
 from harness.analysis.capacity_figs import MissingResults
-from harness.analysis.figures import FigureSpec
+from harness.analysis.registry import SARATHI23_FIGURES
 from harness.analysis.sarathi23 import matrix
 from harness.analysis.sarathi23.claims import Claim, _perf, model_value
 
@@ -220,31 +220,4 @@ def fig_tile(s: Study) -> Figure:
     return fig_tile_quantization(_perf(*A6000), label="LLaMA-13B, RTX A6000", max_tokens=768)
 
 
-FIGURES: tuple[FigureSpec, ...] = (
-    FigureSpec("sarathi23_decode_speedup", "Decode speedup of piggybacked decodes (Sarathi 2023, Sec. 5.1)", fig_decode_speedup,
-               "Per-token time of B - 1 decodes in a decode-only batch over their marginal time riding on a tile-aligned "
-               "256-token chunk (averaged over a prompt's chunks), from the performance model, for the batch sizes that fit "
-               "the A6000 at each length; the two LLaMA-13B table rows measured from their runs' iteration logs beside the "
-               "published values."),
-    FigureSpec("sarathi23_throughput_gain", "End-to-end throughput gain and decode speedup (Sarathi 2023, Sec. 5.2 table)",
-               fig_throughput_gain, "Offline runs, B requests kept in flight, every request the same length: decode-maximal "
-               "batching against prefill-only / decode-only batches on the same requests."),
-    FigureSpec("sarathi23_pd_sweep", "Throughput against the P:D ratio (Sarathi 2023, Sec. 5.2)", fig_pd_sweep,
-               "Left: gain over the baseline for each chunk size C and batch size B; the dotted lines mark C / (B - 1), where "
-               "every decode rides on a chunk. Right: absolute throughput for C 256, B 18."),
-    FigureSpec("sarathi23_orca", "Against Orca's best and worst case (Sarathi 2023, Sec. 5.3)", fig_orca,
-               "Throughput over Orca's worst case (prefills and decodes never share an iteration), by sequence length."),
-    FigureSpec("sarathi23_pipeline", "Pipeline parallelism: GPT-3 175B on 64 A100s (Sarathi 2023, Sec. 5.4)", fig_pipeline,
-               "Left: time to finish 10,000 requests waiting at t = 0 (Zipf 1K-4K tokens, P:D 10). Right: the median "
-               "pipeline-bubble time a request, split by cause: schedule (stage 0 had nothing it could launch), send "
-               "(waiting for activations), upstream (waiting for the micro-batch to clear the earlier stages: uneven "
-               "micro-batches and the pipeline's fill)."),
-    FigureSpec("sarathi23_chunk_size", "Chunk size (Sarathi 2023, Sec. 5.5)", fig_chunk_size,
-               "Left: the performance model's chunked prefill and attention time over an unchunked 1K prefill. Right: the "
-               "gain of each chunk size over the P:D sweep (B 18)."),
-    FigureSpec("sarathi23_composition", "Per-iteration composition of decode-maximal batches (Sarathi 2023)", fig_composition,
-               "From the simulator's iteration log of the C 256, B 18 sweep: below P:D 15 decodes outnumber what the chunks "
-               "can carry (decode-only iterations remain), above it chunks run with fewer riders."),
-    FigureSpec("sarathi23_tile_quantization", "Tile quantization, LLaMA-13B on the RTX A6000 (Sarathi 2023, Sec. 4)", fig_tile,
-               "One layer's linear time against the tokens of an iteration: 257 tokens pay for 384 rows."),
-)
+FIGURES = SARATHI23_FIGURES  # the registry's, re-exported (harness/analysis/registry.py)
