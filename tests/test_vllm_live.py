@@ -132,5 +132,5 @@ def test_endpoint_backend_against_a_vllm_it_did_not_start(model_dir, tmp_path):
     assert bad.returncode == 2 and "the API key was refused" in bad.stderr, bad.stderr[-2000:]
     assert good.returncode == 0, good.stderr[-3000:]
     run = Path(good.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    (probe,) = json.loads((run / "summary.json").read_text())["schedulers"]["sarathi"]["probes"]
+    (probe,) = json.loads((run / "summary.json").read_text())["schedulers"]["tiny"]["probes"]
     assert probe["num_completed"] == 24 and probe["num_errors"] == 0
