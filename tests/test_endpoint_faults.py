@@ -33,9 +33,13 @@ LENGTHS = ("dataset.max_total_tokens=256", "max_model_len=1024")
 
 
 def harness(server: ServerProcess, tmp_path: Path, *extra: str, lengths=LENGTHS) -> subprocess.CompletedProcess:
-    args = ["experiment=yi34b_tp2_strict", "model.name=tiny", *lengths, "slo.tbt_s=0.5", f"search.num_requests={NUM_REQUESTS}", "search.start_qps=8", "backend=endpoint",
-            f"backend.base_url={server.base_url}/v1", f"results_dir={tmp_path}", "progress=false",
-            "backend.strict=false", *extra]  # the subject is the server's answers, not the client's timing
+    """`python -m harness` against `server`; `extra` key=value words replace the defaults' own."""
+    words = ["experiment=yi34b_tp2_strict", "model.name=tiny", *lengths, "slo.tbt_s=0.5",
+             f"search.num_requests={NUM_REQUESTS}", "search.start_qps=8", "backend=endpoint",
+             f"backend.base_url={server.base_url}/v1", f"results_dir={tmp_path}", "progress=false",
+             "backend.strict=false",  # the subject is the server's answers, not the client's timing
+             *extra]
+    args = list({w.partition("=")[0]: w for w in words}.values())
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env=env)
@@ -134,3 +138,24 @@ def test_the_plan_is_fitted_to_the_servers_max_model_len(tmp_path):
     assert "max_model_len: 512" in (run / "config.yaml").read_text()
     assert refused.returncode == 2 and "--max-model-len" in refused.stderr, refused.stderr[-2000:]
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_broken_by_client_lag_keeps_its_finished_probes(tmp_path):
+    """One connection and constant arrivals: at 1 and 2 QPS each request (a few tenths of a second)
+    ends before the next is due; doubling on, requests queue for the connection until the dispatch
+    lag passes its limit and the run breaks (exit 3, the cause named: connections). The probes
+    finished before are kept in the partial run, marked, with no capacity."""
+    with misbehaving("honest") as server:
+        p = harness(server, tmp_path, "arrival=constant", "backend.max_connections=1", "backend.strict=true",
+                    "backend.lag.quantile=1.0", "backend.lag.warn_s=0.25", "backend.lag.invalid_s=0.25",
+                    "search.start_qps=1", "search.num_requests=16", "slo.tbt_s=1")
+    assert p.returncode == 3, p.stderr[-3000:]
+    assert "did not keep its schedule" in p.stderr and "connections:" in p.stderr, p.stderr[-3000:]
+    assert "backend.strict=false" in p.stderr
+    partial = partial_run(tmp_path)
+    entry = json.loads((partial / "summary.json").read_text())["schedulers"]["misbehaving"]
+    assert "capacity_qps" not in entry and "did not keep its schedule" in entry["broken"]["reason"]
+    kept = entry["broken"]["probes"]
+    assert kept and kept[0]["qps"] == 1 and kept[0]["passed"], kept
+    rows = pd.read_parquet(partial / "requests.parquet")
+    assert sorted(rows["qps"].unique()) == [k["qps"] for k in kept] and len(rows) == 16 * len(kept)
