@@ -63,6 +63,7 @@ def test_the_keyed_server_guards_v1_only(keyed):
     assert _get(base + "/v1/models", "wrong")[0] == 401
     status, body = _get(base + "/v1/models", KEY)
     assert status == 200 and body["data"][0]["id"] == "tiny-served" and body["data"][0]["root"] == "tiny-served"
+    assert body["data"][0]["max_model_len"] == 1024  # as vLLM reports it: the endpoint backend fits the plan to it
     assert _get(base + "/health")[0] == 200 and _get(base + "/metrics")[0] == 200
 
 
