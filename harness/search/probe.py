@@ -156,7 +156,10 @@ def search_capacity(
     """The capacity search for one scheduler (or its one probe at search.fixed_qps), each probe
     through `run`; probes found in `cache` are not run again. With search.workers = W > 1 each
     round runs up to W probes at once in `executor`'s workers (a local process pool of W when
-    None), not through `run`; the answer is the serial search's (harness.search.rounds)."""
+    None), not through `run`; the answer is the serial search's (harness.search.rounds).
+    A search whose probes fail on their failed requests alone (the server answers wrongly, not
+    slowly: `failed_on_errors_only`), at its first rate and at half of it, or at every rate it
+    tried, raises RunBroken naming the fault: none of it is a capacity."""
 
     def probe(qps: float) -> Probe:
         outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
