@@ -29,7 +29,7 @@ class LiveRunOptions:
     strict: bool = True  # an invalid dispatch verdict raises instead of returning suspect records
     progress: bool = True
     progress_desc: str = "requests"
-    realtime_priority: bool | None = None  # client threads under SCHED_FIFO (see harness/loadgen/options.py)
+    realtime_priority: bool | None = LoadOptions.realtime_priority  # SCHED_FIFO (see harness/loadgen/options.py)
     max_connections: int = LoadOptions.max_connections  # the client's connection pool
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
 
@@ -44,7 +44,7 @@ class ClientSettings(BackendSettings):
     lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
     # SCHED_FIFO for the client's threads: steadier dispatch on a busy host. null: wherever the
     # process may have it (root or CAP_SYS_NICE; the run says which); true: asked for; false: never.
-    client_realtime_priority: bool | None = None
+    client_realtime_priority: bool | None = LoadOptions.realtime_priority
     health_timeout_s: float = 15.0  # a server whose /health answers nothing for this long breaks the run (0: off)
     # At most this many requests in flight; past it the probe is the client's saturation.
     max_connections: int = LoadOptions.max_connections
