@@ -178,10 +178,15 @@ def test_a_cut_off_is_no_failure_at_a_glance_but_a_stream_that_never_ended_is_on
     a.error = UNFINISHED
     assert not failed_at_a_glance(SPEC, a, OPTS)
     assert request_error(SPEC, a, parse_stream(sse_events(a.x)), OPTS) == UNFINISHED
-    every_token = _attempt(SPEC, [_named("asked", [5, 6], "length", usage=2)])
+    every_token = _attempt(SPEC, [_named("asked", [5, 6], "length", usage=2)])  # its last bytes at t = 1 s
     every_token.error = "stalled: no bytes for 30 s mid-stream"
     error = request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS)
     assert error.startswith("stream did not end after its last token") and error_kind(error) == "stream_cut"
+    # Cut off by a time limit: the server's fault only if the stream had long been silent then
+    every_token.error = UNFINISHED
+    assert request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS, 1.2) == UNFINISHED
+    late = request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS, 5.0)
+    assert late.startswith("stream did not end after its last token")
 
 
 @pytest.mark.parametrize("load, cause", [

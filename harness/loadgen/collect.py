@@ -73,9 +73,13 @@ def sse_events(x: Exchange) -> list[tuple[float, bytes]]:
     return events
 
 
-def request_error(spec: RequestSpec, a, p, opts: LoadOptions) -> str | None:
+NEVER_ENDED_S = 1.0  # a stream cut off this long after its last token, all of them received, never ended
+
+
+def request_error(spec: RequestSpec, a, p, opts: LoadOptions, ended_at: float = math.inf) -> str | None:
     """What went wrong with one request, from the client's side (`a`, run.py's `_Attempt`), the
-    wire (`a.x`) and its parsed stream `p`; None if nothing did."""
+    wire (`a.x`) and its parsed stream `p`; None if nothing did. `ended_at`: when the run ended
+    (a cut-off is the server's fault only if the stream had long been silent then)."""
     x: Exchange = a.x
     n = len(p.token_times)
     error = a.error or x.error or p.error
@@ -83,8 +87,9 @@ def request_error(spec: RequestSpec, a, p, opts: LoadOptions) -> str | None:
         error = error_message(x.status, x.body.decode("utf-8", "replace"))
     if math.isnan(a.dispatched):
         error = error or NOT_SENT
-    if error in (UNFINISHED, STOPPED_EARLY) or error_kind(error) == "timeout":
-        if x.status == 200 and n >= spec.output_len:  # every token came, then the stream never ended
+    if error == UNFINISHED or error_kind(error) == "timeout":
+        silent = ended_at - x.pieces[-1][0] > NEVER_ENDED_S if x.pieces else False
+        if x.status == 200 and n >= spec.output_len and (error != UNFINISHED or silent):
             return f"stream did not end after its last token ({n} of {spec.output_len} received; then: {error})"
         return error
     if error is None and not (x.done is not None and x.done.done()):
@@ -148,7 +153,7 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
         p = parse_stream(stream)
         without_usage += bool(stream) and not p.usage_sent
         times = np.asarray(p.token_times, dtype=np.float64) - t0
-        error = request_error(spec, a, p, opts)
+        error = request_error(spec, a, p, opts, t0 + client.wall_s)
         if aborted is not None and error in (UNFINISHED, NOT_SENT):
             error = ABORTED + aborted
         elif stopped is not None and error in (UNFINISHED, NOT_SENT):
