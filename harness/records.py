@@ -55,9 +55,11 @@ class RequestRecord:
 # What went wrong with a request, by kind (RequestRecord.error is the message; both backends and
 # the load generator write messages these prefixes recognise). `unfinished` and `not_sent` are a
 # time-limited probe's cut-off, judged by the latency criteria, not counted as errors.
-ERROR_KINDS = ("connect", "http_status", "stream_cut", "timeout", "short_output", "prompt_len", "aborted",
-               "unfinished", "not_sent", "other")
+ERROR_KINDS = ("connect", "http_status", "stream_cut", "timeout", "short_output", "extra_output", "prompt_len",
+               "usage", "model", "malformed", "aborted", "unfinished", "not_sent", "other")
 PROMPT_MISCOUNT = "prompt counted as "  # + "N tokens by the server, planned M"
+EXTRA_OUTPUT = "extra tokens: "  # + "received N, M asked"
+WRONG_MODEL = "wrong model: "  # + "answered as X, asked for Y"
 CUT_OFF_KINDS = ("unfinished", "not_sent")
 # A simulated probe stopped once failing its criterion was certain (search.stop_early): what had not
 # finished then carries this, a cut-off like a time limit's.
@@ -70,8 +72,14 @@ _PREFIXES = (
     ("HTTP ", "http_status"),
     ("timed out", "timeout"),
     ("received ", "short_output"),
+    (EXTRA_OUTPUT, "extra_output"),
     ("stream ended early", "stream_cut"),
+    ("stream did not end", "stream_cut"),
+    ("stalled: ", "timeout"),
     (PROMPT_MISCOUNT, "prompt_len"),
+    ("usage inconsistent: ", "usage"),  # harness/loadgen/tokens.py
+    (WRONG_MODEL, "model"),
+    ("unparseable SSE event", "malformed"),
     ("connect failed: ", "connect"),
     ("connection lost: ", "stream_cut"),
     ("ClientPayloadError", "stream_cut"),  # aiohttp's words, in runs saved before the client was ours

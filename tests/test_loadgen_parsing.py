@@ -1,5 +1,6 @@
 """The load generator's pure pieces: SSE splitting, token accounting, the dispatch-lag verdict."""
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -7,8 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.sse import SseSplitter
+from harness.loadgen import UNFINISHED, ClientLoad, LoadOptions
+from harness.loadgen.collect import failed_at_a_glance, request_error, sse_events
+from harness.loadgen.http import Exchange
 from harness.loadgen.tokens import parse_stream
 from harness.loadgen.validity import LagPolicy, judge_dispatch
+from harness.records import RequestSpec, error_kind
 
 
 def _event(obj) -> bytes:
@@ -86,3 +91,112 @@ def test_dispatch_verdict_thresholds():
     assert judge_dispatch(np.array([np.nan])).num_sent == 0
     with pytest.raises(ValueError):
         LagPolicy(warn_s=0.01, invalid_s=0.001)
+
+
+# -- every usage field checked (issue 28.2) ---------------------------------------------------------
+
+def _final_usage(prompt, completion, total=None):
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    if total is not None:
+        usage["total_tokens"] = total
+    return json.dumps({"choices": [], "usage": usage}).encode()
+
+
+def test_a_final_usage_claiming_more_than_was_streamed_is_a_usage_error():
+    events = [(1.0, _chunk([5], usage=1)), (2.0, _chunk([6], "length", usage=2)), (3.0, _final_usage(7, 7))]
+    p = parse_stream(events)
+    assert error_kind(p.error) == "usage" and "claims 7 completion tokens, the stream carried 2" in p.error
+    honest = parse_stream(events[:2] + [(3.0, _final_usage(7, 2, 9))])
+    assert honest.error is None and honest.token_times == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("events, says", [
+    ([(1.0, _chunk([5, 6], usage=1)), (2.0, _final_usage(7, 1))], "grew by 1 on an event with 2 token ids"),
+    ([(1.0, _chunk([5])), (2.0, _chunk([6], "length")), (3.0, _final_usage(7, 3))], "claims 3 completion tokens, "
+                                                                                    "the stream carried 2"),
+    ([(1.0, _chunk([5], usage=1)), (2.0, _final_usage(7, 1, 9))], "total_tokens 9 != prompt_tokens 7"),
+    ([(1.0, _chunk([5], usage=1)), (2.0, _final_usage(8, 1))], "prompt_tokens 7 then 8"),
+    ([(1.0, _chunk([5, 6], usage=2)), (2.0, _chunk([], usage=1))], "completion_tokens fell from 2 to 1"),
+])
+def test_inconsistent_usage_is_named(events, says):
+    p = parse_stream(events)
+    assert error_kind(p.error) == "usage" and says in p.error, p.error
+
+
+def test_text_events_may_coalesce_tokens_but_usage_may_not_claim_fewer():
+    text = lambda s: json.dumps({"choices": [{"text": s}]}).encode()  # noqa: E731
+    fewer = parse_stream([(1.0, text("a")), (2.0, text("b")), (3.0, text("c")), (3.1, _final_usage(3, 2))])
+    assert error_kind(fewer.error) == "usage"
+
+
+def _attempt(spec, events, status=200):
+    """A finished request as run.py holds it: its planned and dispatch times and its Exchange."""
+    x = Exchange(b"")
+    x.status, x.sent_at = status, 0.0
+    x.pieces = [(1.0 + i, b"data: " + e + b"\n\n") for i, e in enumerate(events)]
+
+    class Done:
+        def done(self):
+            return True
+    x.done = Done()
+    return SimpleNamespace(x=x, error=None, dispatched=0.0, planned=0.0)
+
+
+SPEC = RequestSpec(0, 0.0, 7, 2)
+OPTS = LoadOptions(base_url="http://127.0.0.1:1", model="asked")
+
+
+def _judged(events, spec=SPEC, opts=OPTS):
+    a = _attempt(spec, events)
+    return request_error(spec, a, parse_stream(sse_events(a.x)), opts), failed_at_a_glance(spec, a, opts)
+
+
+def _named(model, ids, finish=None, usage=None):
+    obj = json.loads(_chunk(ids, finish, usage))
+    obj["model"] = model
+    return json.dumps(obj).encode()
+
+
+def test_each_wrong_answer_is_its_own_kind_and_seen_as_the_request_ends():
+    good = [_named("asked", [5], usage=1), _named("asked", [6], "length", usage=2), _final_usage(7, 2), b"[DONE]"]
+    assert _judged(good) == (None, False)
+    cases = {
+        "model": [_named("other", [5], usage=1), _named("other", [6], "length", usage=2), b"[DONE]"],
+        "extra_output": [_named("asked", [5, 6, 7], "length", usage=3), _final_usage(7, 3), b"[DONE]"],
+        "short_output": [_named("asked", [5], "length", usage=1), _final_usage(7, 1), b"[DONE]"],
+        "prompt_len": [_named("asked", [5, 6], "length"), _final_usage(9, 2), b"[DONE]"],
+        "usage": [_named("asked", [5], usage=1), _named("asked", [6], "length", usage=2), _final_usage(7, 4)],
+        "malformed": [_named("asked", [5], usage=1), b"tok", b"[DONE]"],
+    }
+    for kind, events in cases.items():
+        error, glance = _judged(events)
+        assert error_kind(error) == kind and glance, (kind, error, glance)
+
+
+def test_a_cut_off_is_no_failure_at_a_glance_but_a_stream_that_never_ended_is_one():
+    a = _attempt(SPEC, [_named("asked", [5], usage=1)])
+    a.error = UNFINISHED
+    assert not failed_at_a_glance(SPEC, a, OPTS)
+    assert request_error(SPEC, a, parse_stream(sse_events(a.x)), OPTS) == UNFINISHED
+    every_token = _attempt(SPEC, [_named("asked", [5, 6], "length", usage=2)])  # its last bytes at t = 1 s
+    every_token.error = "stalled: no bytes for 30 s mid-stream"
+    error = request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS)
+    assert error.startswith("stream did not end after its last token") and error_kind(error) == "stream_cut"
+    # Cut off by a time limit: the server's fault only if the stream had long been silent then
+    every_token.error = UNFINISHED
+    assert request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS, 1.2) == UNFINISHED
+    late = request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS, 5.0)
+    assert late.startswith("stream did not end after its last token")
+
+
+@pytest.mark.parametrize("load, cause", [
+    (dict(waited_for_connection=5), "connections: 5 requests waited for a connection"),
+    (dict(cpu_s=0.95), "CPU: the client used 95% of a core"),
+    (dict(wake_lag_s=0.04), "host CPU: the client's own timer thread woke 40.0 ms late"),
+    (dict(wake_lag_s=0.0002), "event loop: the timer thread woke on time"),
+])
+def test_an_invalid_lag_verdict_names_its_cause_and_the_switch(load, cause):
+    client = ClientLoad(**{"cpu_s": 0.1, "wall_s": 1.0, "max_connections": 4, "peak_connections": 4,
+                           "waited_for_connection": 0, "continuous_usage": False, **load})
+    v = judge_dispatch(np.r_[np.zeros(900), np.full(100, 0.05)], client=client)
+    assert v.status == "invalid" and cause in v.message and "backend.strict=false" in v.message, v.message

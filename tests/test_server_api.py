@@ -213,7 +213,7 @@ def _wait_idle(srv, timeout_s=10.0) -> dict:
 
 
 def test_1000_aborted_streams_free_every_kv_block(server):
-    before = _metrics(server)["requests_aborted_total"]
+    before = _metrics(server)
     payload = json.dumps({"model": "tiny", "prompt": list(range(100, 300)), "max_tokens": 500, "ignore_eos": True,
                           "stream": True}).encode()
 
@@ -240,7 +240,11 @@ def test_1000_aborted_streams_free_every_kv_block(server):
     m = _wait_idle(server)
     assert m["kv_blocks_used"] == 0, m
     assert m["num_requests_running"] == 0 and m["num_requests_waiting"] == 0
-    assert m["requests_aborted_total"] - before >= 1000
+    # Every dropped stream ended: aborted, or finished when its 500 tokens all came before the
+    # client got round to dropping it (on a busy host it may not for a second: 24 of 1000 once).
+    aborted = m["requests_aborted_total"] - before["requests_aborted_total"]
+    finished = m["requests_finished_total"] - before["requests_finished_total"]
+    assert aborted + finished == 1000 and aborted > 0, (aborted, finished)
     # ...and it still serves.
     status, body = _post(server, {"model": "tiny", "prompt": [3, 4, 5], "max_tokens": 2})
     assert status == 200 and body["usage"]["completion_tokens"] == 2

@@ -132,5 +132,67 @@ def test_endpoint_backend_against_a_vllm_it_did_not_start(model_dir, tmp_path):
     assert bad.returncode == 2 and "the API key was refused" in bad.stderr, bad.stderr[-2000:]
     assert good.returncode == 0, good.stderr[-3000:]
     run = Path(good.stdout.strip().splitlines()[-1].removeprefix("results: "))
-    (probe,) = json.loads((run / "summary.json").read_text())["schedulers"]["sarathi"]["probes"]
+    (probe,) = json.loads((run / "summary.json").read_text())["schedulers"]["tiny"]["probes"]
     assert probe["num_completed"] == 24 and probe["num_errors"] == 0
+
+
+def _walkthrough() -> list[str]:
+    """The commands of the README's endpoint walk-through (the first bash block of "Your own
+    server"), continuations joined, comments cut."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index("### Your own server"):], flags=re.S).group(1)
+    lines = [" ".join(line.split(" #")[0].split()) for line in block.replace("\\\n", " ").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_the_readme_walkthrough_against_vllm_serve(model_dir, tmp_path):
+    """The walk-through as a serving team follows it: `vllm serve` as written (the tiny model takes
+    at most 2,048 tokens, not the README's 8,192: the harness fits the plan to the server's
+    max_model_len and says so), the first look as written, the capacity search as written with
+    smaller probes. vLLM's answers pass every check (usage, model, lengths): no failed request."""
+    import json
+    import shlex
+    import sys
+
+    from engines.external.vllm import DEFAULT_ENV
+    from harness.backends.live.lifecycle import LaunchSpec, free_port
+
+    serve, first_look, capacity = _walkthrough()
+    port = free_port()
+    subs = {"PATH/TO/MODEL": model_dir, "NAME": "tiny", "HOST": "127.0.0.1", ":8000": f":{port}",
+            "--port 8000": f"--port {port}", "8192": "2048"}
+
+    def words(command: str) -> list[str]:
+        for placeholder, value in subs.items():
+            command = command.replace(placeholder, value)
+        return shlex.split(command)
+
+    served = words(serve)
+    assert served[:2] == ["vllm", "serve"], serve
+    launch = LaunchSpec([str(Path(VLLM_PYTHON).parent / "vllm"), *served[1:], "--enforce-eager"],  # CPU: no compile
+                        f"http://127.0.0.1:{port}", model="tiny", env=DEFAULT_ENV, ready_timeout_s=300,
+                        log_path=str(tmp_path / "vllm.log"))
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+
+    def harness(command: str, *extra: str) -> subprocess.CompletedProcess:
+        w = words(command)
+        assert w[:3] == ["python", "-m", "harness"], command
+        return subprocess.run([sys.executable, "-m", "harness", *w[3:], *extra, f"results_dir={tmp_path / 'results'}",
+                               "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+
+    with ServerProcess(launch):
+        look = harness(first_look)
+        search = harness(capacity, "search.num_requests=24", "search.rel_tol=0.5", "search.max_qps=8")
+    for p in (look, search):
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "the plan is fitted to it" in p.stdout and "--max-model-len" in p.stdout, p.stdout[-2000:]
+        assert "client: " in p.stdout and "capacity:" not in p.stdout  # said before the run; no ratios
+        run = Path(p.stdout.strip().splitlines()[-1].removeprefix("results: "))
+        summary = json.loads((run / "summary.json").read_text())
+        assert list(summary["schedulers"]) == ["tiny"]  # the server's own name
+        for probe in summary["schedulers"]["tiny"]["probes"]:
+            assert probe["num_errors"] == 0, probe
+    assert "one probe of 64 requests at 2 QPS" in look.stdout
+    assert summary["schedulers"]["tiny"]["capacity_qps"] > 0

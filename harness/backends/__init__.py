@@ -33,3 +33,10 @@ def backend_settings(node):
     """`cfg.backend` as the chosen backend's settings dataclass (its `name` picks the backend)."""
     name = str(node.get("name", "sim"))
     return typed(backend_class(name).settings, node, "backend")
+
+
+def fit_config(cfg) -> list[str]:
+    """Before planning, the chosen backend may fit the composed config (in place) to what it finds
+    (backend=endpoint: the server's model and max_model_len); returns its notes for the run."""
+    fit = getattr(backend_class(str(cfg.backend.get("name", "sim"))), "fit_config", None)
+    return fit(cfg) if fit is not None else []

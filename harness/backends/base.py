@@ -183,7 +183,7 @@ class BackendJob:
     """Everything a backend needs to serve one scheduler of a planned experiment."""
 
     scheduler_name: str
-    scheduler: SchedulerConfig
+    scheduler: SchedulerConfig | None  # None: a server of its own (backend=endpoint) runs its own scheduler
     deployment: DeploymentPlan
     max_model_len: int
     seed: int
@@ -198,6 +198,12 @@ class BackendJob:
     # An offline throughput run asks for the iteration log (diagnostics "iterations", "request_bubbles");
     # a backend that has none (a live server) leaves them out.
     iteration_log: bool = False
+    # A probe with more failed requests than this share fails: a live backend stops it as soon as
+    # that is certain (harness.loadgen: LoadOptions.max_errors).
+    max_error_fraction: float = 1.0
+    # Live, without time_limit_s: a probe ends this long after its last planned arrival (what has
+    # not finished then is cut off, as at a time limit): derived from the plan's SLO and lengths.
+    drain_s: float | None = None
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

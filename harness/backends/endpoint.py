@@ -4,6 +4,9 @@ the harness did not start (vLLM, SGLang, TGI, the in-repo server; a deployment o
     python -m harness experiment=yi34b_tp2_strict backend=endpoint \\
         backend.base_url=http://HOST:PORT/v1 backend.served_model=NAME [backend.api_key=KEY]
 
+Before planning (`fit_config`) it asks the server which model it serves, the run's one label (no
+scheduler of ours runs: `server_label`), and the longest request it takes (`max_model_len` in
+/v1/models): a longer plan is fitted to it, with a note, or refused naming the server's flag.
 Before the first probe it checks that the server answers (/health, or /v1/models where there is
 no /health), accepts the key, serves the model and takes requests as long as the plan's: each is a
 one-line error otherwise. Prompts are token ids drawn from the vocabulary of `vocab_model`
@@ -12,8 +15,9 @@ tokenizer.json, or a model directory holding it), text of exact length under tha
 (harness/workload/text_prompts.py); `backend.api=chat` (/v1/chat/completions) needs text. With
 text, two short prompts measure what the server adds to every prompt (BOS, a chat template) and
 check that it counts as the named tokenizer does; a tokenizer that does not is a one-line error.
-Every request's `usage.prompt_tokens` is checked against its plan by the load generator: a
-mismatch is an error of kind prompt_len, never hidden. Not deterministic: never cached.
+Every answer is checked by the load generator (harness/loadgen/collect.py, tokens.py): the prompt
+and completion counts, usage against the stream, the model named; a wrong answer is a failed
+request of its own kind, never hidden. Not deterministic: never cached.
 """
 from __future__ import annotations
 
@@ -22,18 +26,17 @@ import os
 import time
 import urllib.error
 import urllib.request
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
-from harness.backends.live.client import ClientSettings, measure
+from harness.backends.live.client import ClientSettings, measure, warn
 from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.server import Endpoint, model_vocabulary
 from harness.loadgen.run import API_PATHS
-from harness.records import RequestSpec, error_kind
+from harness.records import CUT_OFF_KINDS, RequestSpec, error_kind
 from harness.workload.text_prompts import TextPrompter, with_prompt_texts
 
 CALIBRATION_STREAM = 99  # rng sub-stream of the two calibration prompts
@@ -68,23 +71,15 @@ def _root(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-class EndpointBackend:
-    name: ClassVar[str] = "endpoint"
-    settings: ClassVar[type[BackendSettings]] = EndpointSettings
-    deterministic: ClassVar[bool] = False
+class _Server:
+    """What the harness asks a server before measuring it (plain HTTP, no load generator)."""
 
-    def __init__(self, job: BackendJob) -> None:
-        self.job = job
-        self.conf = job.settings_as(EndpointSettings)
-        self.base_url = _root(self.conf.base_url)
-        self.api_key = self.conf.api_key or os.environ.get(API_KEY_ENV) or None
-        self.endpoint: Endpoint | None = None
-        self._health: HealthWatch | None = None
-        self.prompter: TextPrompter | None = None
-        self.overhead = 0  # tokens the server adds to every text prompt (BOS, chat template)
+    def __init__(self, conf: EndpointSettings) -> None:
+        self.conf = conf
+        self.base_url = _root(conf.base_url)
+        self.api_key = conf.api_key or os.environ.get(API_KEY_ENV) or None
 
-    # -- checks before the first probe -----------------------------------------------------
-    def _get(self, path: str, timeout: float = 5.0, body: dict | None = None) -> tuple[int, bytes]:
+    def get(self, path: str, timeout: float = 5.0, body: dict | None = None) -> tuple[int, bytes]:
         """GET `path`, or POST `body` as JSON to it."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base_url + path, data=data)
@@ -98,14 +93,14 @@ class EndpointBackend:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def _wait_until_answering(self) -> bool:
+    def wait_until_answering(self) -> bool:
         """Waits for the server; True if it has a /health to watch (a server without one is not
         watched: its requests still fail loudly)."""
         s = self.conf
         deadline = time.monotonic() + s.ready_timeout_s
         while True:
             try:
-                status, _ = self._get("/health")
+                status, _ = self.get("/health")
                 if status == 200 or status == 404:  # 404: no /health here; /v1/models decides
                     return status == 200
                 problem = f"/health answered HTTP {status}"
@@ -115,9 +110,11 @@ class EndpointBackend:
                 raise HarnessError(f"endpoint {self.base_url} does not answer ({problem}) after {s.ready_timeout_s:g} s")
             time.sleep(0.5)
 
-    def _served_model(self) -> tuple[str, int | None]:
+    def served_model(self) -> tuple[str, int | None]:
+        """The model to send (backend.served_model, or the one the server lists) and the longest
+        request it takes (`max_model_len` in its /v1/models, as vLLM and the in-repo server say)."""
         s = self.conf
-        status, body = self._get("/v1/models")
+        status, body = self.get("/v1/models")
         if status == 401:
             how = "no API key was sent (backend.api_key or $OPENAI_API_KEY)" if not self.api_key else "the API key was refused"
             raise HarnessError(f"endpoint {self.base_url}: HTTP 401 on /v1/models: {how}")
@@ -138,6 +135,56 @@ class EndpointBackend:
         limit = models[name].get("max_model_len")
         return name, int(limit) if isinstance(limit, int) else None
 
+
+class EndpointBackend(_Server):
+    name: ClassVar[str] = "endpoint"
+    settings: ClassVar[type[BackendSettings]] = EndpointSettings
+    deterministic: ClassVar[bool] = False
+
+    def __init__(self, job: BackendJob) -> None:
+        super().__init__(job.settings_as(EndpointSettings))
+        self.job = job
+        self.endpoint: Endpoint | None = None
+        self._health: HealthWatch | None = None
+        self.prompter: TextPrompter | None = None
+        self.overhead = 0  # tokens the server adds to every text prompt (BOS, chat template)
+
+    @staticmethod
+    def server_label(settings: EndpointSettings) -> tuple[str, dict]:
+        """The one label a run against this server has (no scheduler of ours runs: the server's
+        own does), and what the summary records in place of a scheduler's knobs."""
+        return settings.served_model or "endpoint", {"server": settings.base_url, "served_model": settings.served_model,
+                                                      "api": settings.api}
+
+    @classmethod
+    def fit_config(cls, cfg) -> list[str]:
+        """Before planning: ask the server which model it serves and the longest request it takes,
+        and fit the config to them (in place): backend.served_model is set, and a plan asking for
+        longer requests than the server takes is fitted to its max_model_len (requests over it
+        dropped, a note says so), or refused naming the server's flag where the config set
+        max_model_len apart from dataset.max_total_tokens. Returns the notes."""
+        from harness.typed import typed
+
+        server = _Server(typed(EndpointSettings, cfg.backend, "backend"))
+        server.wait_until_answering()
+        model, limit = server.served_model()
+        cfg.backend.served_model = model
+        want, dataset = int(cfg.max_model_len), cfg.dataset
+        if limit is None or limit >= want:
+            return []
+        flag = f"the server's --max-model-len (vllm serve, python -m engines.server) to {want}"
+        if dataset.get("max_total_tokens") != want:
+            raise HarnessError(f"endpoint {server.base_url} serves {model} with requests of at most {limit} tokens (its "
+                               f"/v1/models max_model_len); the plan sets max_model_len={want}: raise {flag}, or "
+                               f"set max_model_len={limit}")
+        cfg.max_model_len = dataset.max_total_tokens = limit
+        return [f"endpoint {server.base_url} takes requests of at most {limit} tokens ({model}'s max_model_len in its "
+                f"/v1/models): the plan is fitted to it, {dataset.name} requests over {limit} tokens are dropped "
+                f"(max_model_len=dataset.max_total_tokens={limit}; the preset drops those over {want}); to measure the "
+                f"preset's workload, raise {flag}"]
+
+    # -- checks before the first probe -----------------------------------------------------
+
     def _counted(self, model: str, text: str) -> int:
         """How many prompt tokens the server counts for `text` (a one-token, unstreamed request)."""
         body: dict = {"model": model, "max_tokens": 1, "temperature": 0}
@@ -145,7 +192,7 @@ class EndpointBackend:
             body["messages"] = [{"role": "user", "content": text}]
         else:
             body["prompt"] = text
-        status, raw = self._get(API_PATHS[self.conf.api], timeout=60, body=body)
+        status, raw = self.get(API_PATHS[self.conf.api], timeout=60, body=body)
         if status != 200:
             raise HarnessError(f"endpoint {self.base_url}: a text prompt to {API_PATHS[self.conf.api]} was answered "
                                f"HTTP {status}: {raw[:200]!r}")
@@ -169,12 +216,12 @@ class EndpointBackend:
         return a - short
 
     def __enter__(self) -> EndpointBackend:
-        has_health = self._wait_until_answering()
-        model, limit = self._served_model()
+        has_health = self.wait_until_answering()
+        model, limit = self.served_model()
         if limit is not None and limit < self.job.max_model_len:
-            raise HarnessError(f"endpoint {self.base_url} takes requests of at most {limit} tokens ({model}); "
-                               f"the plan's are up to {self.job.max_model_len}: lower max_model_len or "
-                               f"dataset.max_total_tokens")
+            raise HarnessError(f"endpoint {self.base_url} takes requests of at most {limit} tokens ({model}'s "
+                               f"max_model_len); the plan's are up to {self.job.max_model_len}: set max_model_len="
+                               f"{limit}, or raise the server's --max-model-len")
         if self.conf.tokenizer:
             self.prompter = TextPrompter(self.conf.tokenizer)
             self.overhead = self._calibrate(model)
@@ -197,17 +244,25 @@ class EndpointBackend:
             texts = with_prompt_texts(requests, self.prompter, self.job.seed, self.overhead)
             grown = sum(a.prompt_len != b.prompt_len for a, b in zip(requests, texts))
             if grown:
-                warnings.warn(f"{grown} of {len(texts)} prompts are not longer than the {self.overhead} tokens the "
-                              f"server adds to each ({self.conf.api}); they were sent with one token of text, "
-                              f"{self.overhead + 1} in all, and are recorded at that length", stacklevel=2)
+                warn(f"{label}: {grown} of {len(texts)} prompts are not longer than the {self.overhead} tokens the "
+                     f"server adds to each ({self.conf.api}); they were sent with one token of text, "
+                     f"{self.overhead + 1} in all, and are recorded at that length")
             requests = texts
         out = measure(requests, self.endpoint, self.job, label, self._health.problem,
                       lambda reason: RunBroken(f"endpoint {self.base_url}: {reason}"))
         kinds = [error_kind(r.error) for r in out.records]
-        if kinds and all(k == "connect" for k in kinds):  # the server went away: nothing was measured
-            raise RunBroken(f"endpoint {self.base_url} stopped answering: none of {len(kinds)} requests connected "
-                            f"({out.records[0].error})")
+        tried = [(k, r.error) for k, r in zip(kinds, out.records) if k not in CUT_OFF_KINDS]
+        if tried and all(k == "connect" for k, _ in tried) and not self._answers():  # gone: nothing was measured
+            raise RunBroken(f"endpoint {self.base_url} stopped answering: none of {len(tried)} requests sent "
+                            f"connected ({tried[0][1]})")
         return out
+
+    def _answers(self) -> bool:
+        try:
+            self.get("/v1/models")
+            return True
+        except (urllib.error.URLError, OSError):
+            return False
 
 
 Backend = EndpointBackend

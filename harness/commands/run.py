@@ -14,14 +14,14 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from common.errors import HarnessError, RunBroken
-from harness.backends import backend_class, open_backend
+from harness.backends import backend_class, fit_config, open_backend
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.executor import LocalProcessPool, ProbeExecutor, open_executor, searches_at_once
 from harness.search.plan import ExperimentPlan, plan_experiment, reseed
-from harness.search.probe import probe_requests, search_capacity
+from harness.search.probe import SearchBroken, probe_requests, search_capacity
 from harness.search.rounds import Round
 
 
@@ -30,11 +30,14 @@ class SchedulerRun:
     scheduler: str
     seed: int
     result: CapacityResult
+    broken: str | None = None  # the run broke during this search: `result` holds the probes finished before
 
 
 def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     """`one_of_many`: a job of a multirun, figure=all or nightly (searches_at_once)."""
+    fitted = fit_config(cfg)  # backend=endpoint: the server's model and max_model_len, asked before planning
     plan = plan_experiment(cfg)
+    plan = replace(plan, notes=(*plan.notes, *fitted))
     if plan.offline is not None:  # a rate-free arrival: one throughput run per scheduler, no search
         from harness.commands.offline import run_offline_experiment
 
@@ -55,10 +58,15 @@ def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
         print(f"note: {note}", flush=True)
     where = getattr(plan.backend, "base_url", None)
     if where:
-        print(f"backend {plan.backend.name}: the server at {where} (the deployment above prices the SLO and "
-              f"the prompts' vocabulary only)", flush=True)
+        print(f"backend {plan.backend.name}: the server at {where}, {', '.join(plan.schedulers)} (the deployment "
+              f"above prices the SLO and the prompts' vocabulary only)", flush=True)
     prov = provenance()
     backend = backend_class(plan.backend.name)
+    if not backend.deterministic:  # a measurement: say what it will cost and how the client runs
+        from harness.backends.live.client import describe_client
+
+        print(plan.describe_probes(), flush=True)
+        print(describe_client(plan.backend), flush=True)
     cache = None
     if cfg.get("cache", True) and backend.deterministic:  # measurements (live probes) are never cached
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
@@ -128,7 +136,12 @@ def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: P
                     done[i] = out
         else:
             for i, (p, name) in enumerate(jobs):
-                done[i] = _search_job((p, name, show, cache, pool))
+                try:
+                    done[i] = _search_job((p, name, show, cache, pool))
+                except SearchBroken as e:  # what it had measured is kept, marked, with no capacity
+                    if e.probes:
+                        done[i] = (SchedulerRun(name, p.seed, CapacityResult(0.0, math.inf, e.probes), str(e)), None)
+                    raise
     finally:
         for i in sorted(done):
             runs.append(done[i][0])
@@ -267,8 +280,13 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
     gpus = num_gpus(plan)
     schedulers = {}
     for name in plan.schedulers:
-        mine = [r for r in runs if r.scheduler == name]
-        if not mine:  # a run that broke before this scheduler finished
+        mine = [r for r in runs if r.scheduler == name and not r.broken]
+        broken = [{"reason": r.broken, "seed": r.seed, "probes": [_probe_row(p, gpus) for p in r.result.probes],
+                   "note": "probes finished before the run broke: measured, but no capacity"}
+                  for r in runs if r.scheduler == name and r.broken]
+        if not mine:  # a run that broke before this scheduler finished (its finished probes, marked)
+            if broken:
+                schedulers[name] = {"config": plan.scheduler_knobs[name], "broken": broken[0]}
             continue
         entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result, gpus)}
         if len(mine) > 1:
@@ -280,6 +298,8 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
                 "std_qps": statistics.stdev(caps),
                 "runs": [{"seed": r.seed, **_capacity_fields(r.result, gpus)} for r in mine[1:]],
             }
+        if broken:
+            entry["broken"] = broken[0]
         schedulers[name] = entry
     return {
         "experiment": plan.name,
@@ -292,7 +312,8 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "num_gpus": gpus,
         "model": plan.deployment.model_name,
         "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
-        "notes": list(plan.notes),
+        "notes": list(plan.notes) + [f"{r.scheduler} at {p.qps:.4g} QPS: {note}"
+                                     for r in runs for p in r.result.probes for note in p.detail.notes],
         "slo": {
             "tbt_s": plan.slo.tbt_s,
             "tbt_quantile": plan.slo.tbt_quantile,

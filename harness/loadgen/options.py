@@ -27,11 +27,18 @@ class LoadOptions:
     # Are the server's CLOCK_MONOTONIC times comparable with ours? None: yes iff the host is loopback.
     same_clock: bool | None = None
     lag: LagPolicy = field(default_factory=LagPolicy)
-    # Run the client's event loop and pacer threads under SCHED_FIFO (needs root or CAP_SYS_NICE;
-    # falls back with a warning). On a host shared with other busy processes, the kernel may
-    # otherwise let a woken thread wait milliseconds for a core: that, not the client, is then
-    # the P99 dispatch lag. Children never inherit it (SCHED_RESET_ON_FORK).
-    realtime_priority: bool = False
+    # Run the client's event loop and pacer threads under SCHED_FIFO (needs root or CAP_SYS_NICE).
+    # On a host shared with other busy processes, the kernel may otherwise let a woken thread wait
+    # milliseconds for a core: that, not the client, is then the P99 dispatch lag. Children never
+    # inherit it (SCHED_RESET_ON_FORK). None: wherever the process may have it (the default);
+    # True: asked for, a warning where it may not; False: never.
+    realtime_priority: bool | None = None
+    # Stop the run once more than this many requests failed (not counting a time limit's cut-off):
+    # the probe's error fraction is then certain to pass its limit. None: never stop for errors.
+    max_errors: int | None = None
+    # A stream silent this long after its first body bytes is cut as stalled (an error of kind
+    # timeout): a server that never ends a stream does not hold the run for request_timeout_s.
+    stall_timeout_s: float | None = None
     progress: bool = True
     progress_desc: str = "requests"
     extra_body: tuple[tuple[str, object], ...] = ()  # extra JSON fields for every request
@@ -50,3 +57,5 @@ class LoadOptions:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
         if not self.request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.stall_timeout_s is not None and not self.stall_timeout_s > 0:
+            raise ValueError(f"stall_timeout_s must be > 0 (or None: off), got {self.stall_timeout_s}")

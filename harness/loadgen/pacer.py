@@ -35,6 +35,14 @@ class Pacer:
         # thread's wake-up (the OS, the GIL) from lateness of the event loop picking it up.
         self.handed_off = [float("nan")] * len(deadlines)
 
+    def wake_lag(self, quantile: float) -> float:
+        """The `quantile` of how late this thread handed its deadlines to the loop (NaN if none):
+        lateness the OS and the GIL caused, before the event loop had any part in it."""
+        late = sorted(h - d for h, d in zip(self.handed_off, self._deadlines) if h == h)
+        if not late:
+            return float("nan")
+        return late[min(len(late) - 1, int(quantile * (len(late) - 1) + 0.5))]
+
     def start(self) -> None:
         self._thread.start()
 
@@ -69,6 +77,14 @@ class Pacer:
 
 
 PACER_PRIORITY, LOOP_PRIORITY = 2, 1  # SCHED_FIFO: a due send preempts the loop reading a burst
+
+
+def realtime_permitted() -> bool:
+    """May this process put its threads under SCHED_FIFO (root, or CAP_SYS_NICE)? Tried on the
+    calling thread and undone at once."""
+    old = set_realtime_priority()
+    restore_priority(old)
+    return old is not None
 
 
 def set_realtime_priority(priority: int = LOOP_PRIORITY) -> object | None:

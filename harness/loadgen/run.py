@@ -30,14 +30,14 @@ import dataclasses
 import gc
 import json
 import math
+import os
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 
 from tqdm import tqdm
 
-from harness.loadgen.collect import UNFINISHED, LoadResult, collect
+from harness.loadgen.collect import UNFINISHED, LoadResult, collect, failed_at_a_glance
 from harness.loadgen.http import Exchange, Target
 from harness.loadgen.options import LoadOptions
 from harness.loadgen.pacer import Pacer, restore_priority, set_realtime_priority
@@ -147,18 +147,29 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
     bar = tqdm(total=n, desc=opts.progress_desc, unit="req", disable=not opts.progress, file=sys.stderr,
                leave=False, mininterval=0.5)
-    tasks: set[asyncio.Task] = set()
+    tasks: dict[asyncio.Task, int] = {}  # in flight: task -> request index
     all_done = asyncio.Event()
     left = [n]
     aborted: list[str | None] = [None]
+    stopped: list[str | None] = [None]  # why the run stopped once its failure was certain
+    failed = [0]
 
-    async def watch() -> None:  # stops the run when the caller says the server is gone
+    async def watch() -> None:
+        """Stops the run when the caller says the server is gone; cuts streams silent for too long."""
+        stall = opts.stall_timeout_s
         while not all_done.is_set():
             await asyncio.sleep(opts.abort_poll_s)
-            reason = opts.abort_check()
+            reason = opts.abort_check() if opts.abort_check is not None else None
             if reason:
                 aborted[0] = reason
                 all_done.set()
+            if stall is not None:
+                now = clock()
+                for task, i in list(tasks.items()):
+                    a = attempts[i]
+                    if a.x.pieces and now - a.x.pieces[-1][0] > stall and a.error is None:
+                        a.error = f"stalled: no bytes for {stall:g} s mid-stream"
+                        task.cancel()
     if n == 0:
         all_done.set()
 
@@ -177,21 +188,27 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         except ConnectionError as e:
             a.error = str(e)
         except asyncio.CancelledError:
-            a.error = UNFINISHED
+            a.error = a.error or UNFINISHED  # a stall (watch) names itself
             raise
 
     def on_done(task: asyncio.Task) -> None:
-        tasks.discard(task)
+        i = tasks.pop(task)
         left[0] -= 1
         bar.update(1)
-        if next_closed is not None:
+        if opts.max_errors is not None and stopped[0] is None and failed_at_a_glance(requests[i], attempts[i], opts):
+            failed[0] += 1
+            if failed[0] > opts.max_errors:  # the probe fails whatever the rest does: stop sending
+                stopped[0] = (f"{failed[0]} of {n} requests failed by request {i}, more than the "
+                              f"{opts.max_errors} allowed")
+                all_done.set()
+        if next_closed is not None and stopped[0] is None:
             next_closed()
         if left[0] == 0:
             all_done.set()
 
     def launch(i: int, conn=None) -> None:
         task = loop.create_task(send(i, conn))
-        tasks.add(task)
+        tasks[task] = i
         task.add_done_callback(on_done)
 
     def fire(items: list[tuple[int, object]]) -> None:
@@ -204,11 +221,8 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     # pacer and the loop alike; freezing what exists now leaves only the run's own young objects.
     gc.collect()
     gc.freeze()
-    old_priority = None
-    if opts.realtime_priority:
-        old_priority = set_realtime_priority()
-        if old_priority is None:
-            warnings.warn("realtime_priority: SCHED_FIFO not permitted here; running at normal priority", stacklevel=2)
+    old_priority = set_realtime_priority() if opts.realtime_priority is not False else None
+    realtime = old_priority is not None
     pacer = None
     next_closed = None
     cpu0 = time.process_time()
@@ -219,7 +233,7 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
             attempts[i].planned = t0 + requests[i].arrival_s
         pacer = Pacer(loop, [attempts[i].planned for i in order],
                       lambda items: fire([(order[k], conn) for k, conn in items]),
-                      realtime=opts.realtime_priority, direct=lambda k: pool.send_direct(attempts[order[k]].x))
+                      realtime=realtime, direct=lambda k: pool.send_direct(attempts[order[k]].x))
         pacer.start()
     else:
         # Closed loop: a request is "planned" when a slot frees up; arrival times are ignored.
@@ -234,7 +248,8 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         await asyncio.sleep(max(0.0, t0 - clock()))
         for _ in range(min(opts.concurrency, n)):
             next_closed()
-    watchdog = loop.create_task(watch()) if opts.abort_check is not None else None
+    watched = opts.abort_check is not None or opts.stall_timeout_s is not None
+    watchdog = loop.create_task(watch()) if watched else None
     try:
         limit = None if opts.time_limit_s is None else max(0.0, t0 + opts.time_limit_s - clock())
         try:
@@ -259,5 +274,10 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         bar.close()
     wall = clock() - t0
     client = ClientLoad(time.process_time() - cpu0, wall, pool.limit, pool.peak_open, pool.waited, continuous,
-                        pool.direct_sends)
-    return collect(requests, attempts, t0, opts, client, aborted[0])
+                        pool.direct_sends, realtime, pacer.wake_lag(opts.lag.quantile) if pacer else math.nan,
+                        os.getloadavg()[0])
+    result = collect(requests, attempts, t0, opts, client, aborted[0], stopped[0])
+    if opts.realtime_priority and not realtime:
+        result = dataclasses.replace(result, notes=(*result.notes, "realtime priority was asked for (SCHED_FIFO) but "
+                                                    "is not permitted here: the client ran at normal priority"))
+    return result

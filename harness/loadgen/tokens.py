@@ -7,11 +7,20 @@ sends some empty-text events). Tokens are counted, in order of preference, from
   `events`            one token per event with text, reconciled with the final usage total: the
                       least trustworthy, recorded so a reader can tell.
 Each token gets its event's arrival time, so k tokens in one event are k equal times.
+
+Every usage field the server sends is checked against the stream and against itself: a
+completion count that grows on an event carrying no tokens (the final usage chunk claiming more
+than was streamed), or by another number than the event's token ids, a prompt count that changes
+mid-stream, a total that is not prompt + completion. Any of these is an error of kind `usage`:
+a server whose accounting is inconsistent cannot be trusted on what it streamed.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+MALFORMED = "unparseable SSE event: "
+USAGE_MISMATCH = "usage inconsistent: "
 
 
 @dataclass(frozen=True)
@@ -24,52 +33,100 @@ class ParsedStream:
     server_timing: dict | None
     error: str | None
     num_events: int
+    model: str | None = None  # the `model` the chunks named ("a / b" if they named several)
+    usage_sent: bool = False  # whether any chunk carried usage
+
+
+class _Usage:
+    """The usage fields seen so far and the first inconsistency among them."""
+
+    __slots__ = ("completion", "error", "prompt", "sent")
+
+    def __init__(self) -> None:
+        self.prompt: int | None = None
+        self.completion: int | None = None
+        self.sent = False
+        self.error: str | None = None
+
+    def take(self, usage: dict) -> None:
+        self.sent = True
+        prompt, completion, total = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
+        if prompt is not None:
+            if self.prompt is not None and prompt != self.prompt:
+                self.bad(f"prompt_tokens {self.prompt} then {prompt} in one stream")
+            self.prompt = prompt
+        if completion is not None:
+            if self.completion is not None and completion < self.completion:
+                self.bad(f"completion_tokens fell from {self.completion} to {completion}")
+            self.completion = completion
+        if total is not None and prompt is not None and completion is not None and total != prompt + completion:
+            self.bad(f"total_tokens {total} != prompt_tokens {prompt} + completion_tokens {completion}")
+
+    def bad(self, what: str) -> None:
+        self.error = self.error or USAGE_MISMATCH + what
 
 
 def parse_stream(events: list[tuple[float, bytes]]) -> ParsedStream:
     times: list[float] = []
     source = "none"
-    prompt_tokens = completion = None
+    usage = _Usage()
     finish = None
     timing = None
     error = None
-    prev_usage = 0
+    models: list[str] = []
+    streamed_usage = None  # continuous usage: the count on the last chunk that carried choices
     for t, data in events:
         if data == b"[DONE]":
             continue
         try:
             obj = json.loads(data)
         except ValueError:
-            error = f"unparseable SSE event: {data[:80]!r}"
+            error = error or f"{MALFORMED}{data[:80]!r}"
+            continue
+        if not isinstance(obj, dict):
+            error = error or f"{MALFORMED}{data[:80]!r}"
             continue
         if "error" in obj:
             e = obj["error"]
-            error = f"server error in stream: {e.get('message', e) if isinstance(e, dict) else e}"
+            error = error or f"server error in stream: {e.get('message', e) if isinstance(e, dict) else e}"
             continue
+        named = obj.get("model")
+        if named is not None and named not in models:
+            models.append(named)  # collect compares them with the model asked
         if "server_timing" in obj:
             timing = obj["server_timing"]
-        usage = obj.get("usage")
-        if usage:
-            prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
-            completion = usage.get("completion_tokens", completion)
+        u = obj.get("usage")
+        before = usage.completion
+        if u:
+            usage.take(u)
         choices = obj.get("choices") or []
         if not choices:
+            if u and streamed_usage is not None and usage.completion != streamed_usage:
+                usage.bad(f"the final usage claims {usage.completion} completion tokens, the stream carried "
+                           f"{streamed_usage}")
             continue  # the final usage-only chunk
         choice = choices[0]
         finish = choice.get("finish_reason") or finish
-        if usage and usage.get("completion_tokens") is not None:
-            n = usage["completion_tokens"] - prev_usage
-            prev_usage = usage["completion_tokens"]
+        ids = choice.get("token_ids")
+        if u and u.get("completion_tokens") is not None:
+            n = usage.completion - (before or 0)
+            if ids is not None and n != len(ids):
+                usage.bad(f"completion_tokens grew by {n} on an event with {len(ids)} token ids")
+            streamed_usage = usage.completion
             source = "continuous_usage"
-        elif choice.get("token_ids") is not None:
-            n = len(choice["token_ids"])
+        elif ids is not None:
+            n = len(ids)
             source = "token_ids" if source == "none" else source
         else:  # a completion's `text`, or a chat chunk's `delta.content`
             n = 1 if choice.get("text") or (choice.get("delta") or {}).get("content") else 0
             source = "events"
         times.extend([t] * n)
-    if source == "events" and completion is not None and times and completion != len(times):
-        # Event counting missed tokens coalesced into one event: put the surplus on the last event.
-        last = times[-1]
-        times = times[:completion] + [last] * max(0, completion - len(times))
-    return ParsedStream(times, source, prompt_tokens, completion, finish, timing, error, len(events))
+    completion = usage.completion
+    if completion is not None and source in ("token_ids", "events") and completion != len(times):
+        if source == "events" and completion > len(times) and times:
+            # Event counting missed tokens coalesced into one event: put the surplus on the last event.
+            times = times + [times[-1]] * (completion - len(times))
+        else:
+            usage.bad(f"usage claims {completion} completion tokens, the stream carried {len(times)}")
+    return ParsedStream(times, source, usage.prompt, completion, finish, timing, error or usage.error, len(events),
+                        " / ".join(map(str, models)) or None, usage.sent)

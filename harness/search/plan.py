@@ -26,6 +26,7 @@ from harness.workload import Workload, concurrency_limit, load_workload
 
 
 EXECUTORS = ("local", "ray")
+DRAIN_SLACK = 2.0  # ExperimentPlan.drain_s
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class ExperimentPlan:
     slo: Slo | None  # None for an offline run (`offline`)
     slo_kind: str  # strict | relaxed
     slo_source: str  # paper | derived
-    schedulers: dict[str, SchedulerConfig]
+    schedulers: dict[str, SchedulerConfig | None]  # None: the server's own (backend=endpoint runs none of ours)
     scheduler_knobs: dict[str, dict]  # each scheduler's config as written (saved in summary.json)
     workload: Workload
     arrival: dict  # the arrival config (experiments/arrival), plain
@@ -113,7 +114,34 @@ class ExperimentPlan:
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
             cluster=self.cluster, disagg=self.disagg, replicas=self.replicas, give_up=self._give_up(),
+            max_error_fraction=self.search.max_error_fraction, drain_s=self.drain_s,
         )
+
+    @property
+    def drain_s(self) -> float | None:
+        """How long a live probe without search.time_limit_s runs past its last planned arrival:
+        DRAIN_SLACK x what the plan's longest request takes when it just meets the SLO (its
+        scheduling delay or TTFT limit, then every token at the TBT or TPOT limit). A request
+        still running then has failed its SLO by far; waiting on it (a server that never ends a
+        stream, one that fell hopelessly behind) would only hold the probe. None without an SLO
+        (an offline run)."""
+        s = self.slo
+        if s is None:
+            return None
+        first = max(s.scheduling_delay_s, s.ttft_s or 0.0)
+        return DRAIN_SLACK * (first + int(self.workload.output_lens.max()) * max(s.tbt_s, s.tpot_limit_s))
+
+    def describe_probes(self) -> str:
+        """What a live search will send and how long its first probe takes, for the run's header."""
+        s = self.search
+        rate = s.fixed_qps or s.start_qps
+        what = (f"one probe of {s.num_requests} requests at {rate:g} QPS" if s.fixed_qps else
+                f"probes of {s.num_requests} requests from {rate:g} QPS (doubled or halved until one passes and one "
+                f"fails, within [{s.min_qps:g}, {s.max_qps:g}] QPS, then bisected to {s.rel_tol:.1%})")
+        end = (f"cut at {s.time_limit_s:g} s" if s.time_limit_s is not None
+               else f"cut {_duration(self.drain_s)} after its last arrival")
+        return (f"{what}; the first sends for about {_duration(s.num_requests / rate)}, each probe {end}, or as soon "
+                f"as more than {s.max_error_fraction:.0%} of its requests failed (search.max_error_fraction)")
 
     def _give_up(self) -> GiveUp | None:
         s = self.slo
@@ -169,7 +197,13 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     slo_settings = typed(SloSettings, cfg["slo"], "slo")
     slo = None if offline is not None else replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
                                                    max_error_fraction=search.max_error_fraction)
-    schedulers = _scheduler_configs(cfg["scheduler"])
+    own_server = getattr(backend_class(backend.name), "server_label", None)
+    if own_server is not None:  # a server of its own (backend=endpoint): one label, its name; none of our policies runs
+        label, knobs = own_server(backend)
+        schedulers, scheduler_knobs = {label: None}, {label: knobs}
+    else:
+        schedulers = _scheduler_configs(cfg["scheduler"])
+        scheduler_knobs = {name: _plain(cfg["scheduler"][name]) for name in schedulers}
     if offline is not None:
         check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
@@ -187,7 +221,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     else:
         pools = [("both", d) for _, d in replicas] or [("both", deployment)]
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
-        for role, d in pools:
+        for role, d in pools if sc is not None else ():
             try:
                 make_engine(sc, d.kv_capacity_tokens, max_model_len, d.block_size, role=role)
             except ValueError as e:
@@ -200,7 +234,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         max_model_len=max_model_len,
         slo=slo,
         schedulers=schedulers,
-        scheduler_knobs={name: _plain(cfg["scheduler"][name]) for name in schedulers},
+        scheduler_knobs=scheduler_knobs,
         slo_kind=slo_settings.kind,
         slo_source=slo_settings.source,
         workload=workload,
@@ -216,6 +250,13 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))
     return plan
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _plain(node) -> dict:

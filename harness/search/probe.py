@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from common.errors import HarnessError
+from common.errors import HarnessError, RunBroken
 from harness.backends import open_backend
 from harness.backends.base import BackendRun
-from harness.metrics import SloVerdict, Summary, check_slo, summarize
-from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
+from harness.metrics import Slo, SloVerdict, Summary, check_slo, summarize
+from harness.records import CUT_OFF_KINDS, STOPPED_EARLY, RequestRecord, RequestSpec, error_kind
 from harness.results.store import records_frame
 from harness.search.capacity import CapacityResult, Probe, find_capacity
 from harness.search.executor import LocalProcessPool, ProbeExecutor
@@ -38,6 +38,7 @@ class ProbeOutcome:
     summary: Summary
     requests: pd.DataFrame = field(repr=False)  # one row per request (harness.results.store.records_frame)
     records: list[RequestRecord] | None = field(repr=False)  # None when loaded from the probe cache
+    notes: tuple[str, ...] = ()  # what the backend said of the probe (a server that sent no usage, ...)
 
 
 def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
@@ -59,7 +60,72 @@ def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: lis
 def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests) -> ProbeOutcome:
     """One probe at `qps` through a backend's `run`."""
     out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
-    return probe_outcome(plan, scheduler, qps, out.records)
+    notes = tuple(out.diagnostics.get("notes") or ())
+    return replace(probe_outcome(plan, scheduler, qps, out.records), notes=notes)
+
+
+def failed_on_errors_only(outcome: ProbeOutcome, slo: Slo) -> bool:
+    """Did the probe fail on its failed requests alone? Judged without them (and without what an
+    early stop cut off) it would pass: the server answered wrongly, not slowly."""
+    v = outcome.verdict
+    if v.passed or not v.num_errors or outcome.records is None:
+        return False
+    rest = [r for r in outcome.records
+            if r.error is None or (error_kind(r.error) in CUT_OFF_KINDS and r.error != STOPPED_EARLY)]
+    return not rest or check_slo(rest, replace(slo, max_error_fraction=1.0)).passed
+
+
+class SearchBroken(RunBroken):
+    """A search stopped by RunBroken (its message is the cause's), with the probes it had finished:
+    measured, and kept by whoever saves the run, but no capacity."""
+
+    def __init__(self, message: str, probes: tuple[Probe, ...] = ()) -> None:
+        super().__init__(message)
+        self.probes = probes
+
+
+ERRORS_ONLY_TO_GIVE_UP = 2  # failing probes in a row, nothing passed: halving the rate again would not help
+
+
+class _WrongAnswers:
+    """Watches a search's probes: a server that answers wrongly (probes fail on their failed
+    requests, not on latency) at the start rate and at half of it, with nothing passed, breaks
+    the run at once (lower rates would only take longer to fail alike), and a search whose every
+    probe failed so breaks it at its end: none of it is a capacity."""
+
+    def __init__(self, plan: ExperimentPlan, scheduler: str) -> None:
+        self.plan, self.scheduler = plan, scheduler
+        self.probes: list[Probe] = []
+
+    def seen(self, p: Probe) -> None:
+        self.probes.append(p)
+        if any(q.passed for q in self.probes):
+            return
+        streak = self.probes[-ERRORS_ONLY_TO_GIVE_UP:]
+        if len(streak) == ERRORS_ONLY_TO_GIVE_UP and all(failed_on_errors_only(q.detail, self.plan.slo) for q in streak):
+            raise self.broken()
+
+    def check(self, result: CapacityResult) -> None:
+        probes = result.probes
+        if probes and not any(p.passed for p in probes) and all(failed_on_errors_only(p.detail, self.plan.slo)
+                                                                for p in probes):
+            self.probes = list(probes)
+            raise self.broken()
+
+    def broken(self) -> SearchBroken:
+        where = getattr(self.plan.backend, "base_url", "") or "the server"
+        errors: dict[str, int] = {}
+        for p in self.probes:
+            for kind, n in p.detail.verdict.errors.items():
+                errors[kind] = errors.get(kind, 0) + n
+        first = next(r.error for p in self.probes for r in p.detail.records
+                     if r.error is not None and error_kind(r.error) not in CUT_OFF_KINDS)
+        rates = ", ".join(f"{p.qps:.4g}" for p in self.probes)
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(errors.items()))
+        return SearchBroken(f"{where} answers wrongly, not slowly: every probe of {self.scheduler} ({rates} QPS) failed on "
+                         f"its failed requests, not on latency ({kinds}; the first: {first}); no capacity can be "
+                         f"measured (search.max_error_fraction={self.plan.search.max_error_fraction:g}: raise it to "
+                         f"accept such failures)", tuple(self.probes))
 
 
 @dataclass(frozen=True)
@@ -90,7 +156,10 @@ def search_capacity(
     """The capacity search for one scheduler (or its one probe at search.fixed_qps), each probe
     through `run`; probes found in `cache` are not run again. With search.workers = W > 1 each
     round runs up to W probes at once in `executor`'s workers (a local process pool of W when
-    None), not through `run`; the answer is the serial search's (harness.search.rounds)."""
+    None), not through `run`; the answer is the serial search's (harness.search.rounds).
+    A search whose probes fail on their failed requests alone (the server answers wrongly, not
+    slowly: `failed_on_errors_only`), at its first rate and at half of it, or at every rate it
+    tried, raises RunBroken naming the fault: none of it is a capacity."""
 
     def probe(qps: float) -> Probe:
         outcome = cache.load(scheduler, plan.seed, qps) if cache is not None else None
@@ -100,23 +169,37 @@ def search_capacity(
                 cache.save(scheduler, outcome)
         return Probe(qps, outcome.verdict.passed, outcome)
 
-    s = plan.search
-    if s.fixed_qps is not None:
-        p = probe(s.fixed_qps)
+    wrong = _WrongAnswers(plan, scheduler)
+
+    def seen(p: Probe) -> None:
         if on_probe is not None:
             on_probe(p)
-        return CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
-    if s.workers == 1:
-        return find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=on_probe)
-    check_workers(s, plan.backend.name)
-    pool = executor if executor is not None else LocalProcessPool(s.workers)
-    bounds = SearchBounds(s.start_qps, s.rel_tol, s.min_qps, s.max_qps)
+        wrong.seen(p)
+
+    s = plan.search
     try:
-        return find_capacity_rounds(lambda rates: _probe_round(plan, scheduler, rates, cache, pool),
-                                    s.workers, bounds, on_probe=on_probe, on_round=on_round)
-    finally:
-        if executor is None:
-            pool.close()
+        if s.fixed_qps is not None:
+            p = probe(s.fixed_qps)
+            seen(p)
+            result = CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
+        elif s.workers == 1:
+            result = find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=seen)
+        else:
+            check_workers(s, plan.backend.name)
+            pool = executor if executor is not None else LocalProcessPool(s.workers)
+            bounds = SearchBounds(s.start_qps, s.rel_tol, s.min_qps, s.max_qps)
+            try:
+                result = find_capacity_rounds(lambda rates: _probe_round(plan, scheduler, rates, cache, pool),
+                                              s.workers, bounds, on_probe=seen, on_round=on_round)
+            finally:
+                if executor is None:
+                    pool.close()
+        wrong.check(result)
+    except SearchBroken:
+        raise
+    except RunBroken as e:  # the backend broke (server gone, client lag): the probes finished before go with it
+        raise SearchBroken(str(e), tuple(wrong.probes)) from e
+    return result
 
 
 def _probe_round(plan: ExperimentPlan, scheduler: str, rates, cache: ProbeCache | None,

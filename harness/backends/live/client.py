@@ -3,7 +3,8 @@ for how far the client kept its schedule (dispatch lag)."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
+import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -19,13 +20,16 @@ from harness.workload import with_prompt_token_ids
 class LiveRunOptions:
     seed: int = 0  # prompt token ids
     time_limit_s: float | None = None
+    drain_s: float | None = None  # without a time limit: stop this long after the last planned arrival
     concurrency: int | None = None
     request_timeout_s: float = 600.0
+    stall_timeout_s: float | None = None  # LoadOptions.stall_timeout_s
+    max_error_fraction: float | None = None  # stop once more than this share of the requests failed
     lag: LagPolicy = field(default_factory=LagPolicy)
     strict: bool = True  # an invalid dispatch verdict raises instead of returning suspect records
     progress: bool = True
     progress_desc: str = "requests"
-    realtime_priority: bool = False  # client threads under SCHED_FIFO (see harness/loadgen/options.py)
+    realtime_priority: bool | None = LoadOptions.realtime_priority  # SCHED_FIFO (see harness/loadgen/options.py)
     max_connections: int = LoadOptions.max_connections  # the client's connection pool
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
 
@@ -35,9 +39,12 @@ class ClientSettings(BackendSettings):
     """What the load generator takes from any live backend's settings (managed or endpoint)."""
 
     request_timeout_s: float = 600.0  # per request, connect to last byte
+    stall_timeout_s: float | None = 30.0  # a stream silent this long after its first bytes is cut (null: off)
     strict: bool = True  # a probe whose dispatch lag is "invalid" breaks the run instead of being used
     lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
-    client_realtime_priority: bool = False  # SCHED_FIFO for the client's threads (root): steadier dispatch
+    # SCHED_FIFO for the client's threads: steadier dispatch on a busy host. null: wherever the
+    # process may have it (root or CAP_SYS_NICE; the run says which); true: asked for; false: never.
+    client_realtime_priority: bool | None = LoadOptions.realtime_priority
     health_timeout_s: float = 15.0  # a server whose /health answers nothing for this long breaks the run (0: off)
     # At most this many requests in flight; past it the probe is the client's saturation.
     max_connections: int = LoadOptions.max_connections
@@ -47,11 +54,33 @@ def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
                 abort_check: Callable[[], str | None] | None = None) -> LiveRunOptions:
     """The options of one probe of `job`."""
     return LiveRunOptions(
-        seed=job.seed, time_limit_s=job.time_limit_s, concurrency=job.concurrency,
-        request_timeout_s=settings.request_timeout_s, lag=settings.lag, strict=settings.strict,
+        seed=job.seed, time_limit_s=job.time_limit_s, drain_s=job.drain_s, concurrency=job.concurrency,
+        request_timeout_s=settings.request_timeout_s, stall_timeout_s=settings.stall_timeout_s,
+        max_error_fraction=job.max_error_fraction, lag=settings.lag, strict=settings.strict,
         progress=job.progress, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
         abort_check=abort_check, max_connections=settings.max_connections,
     )
+
+
+def describe_client(settings: ClientSettings) -> str:
+    """The load generator's settings that shape its measurements, for a run's header."""
+    from harness.loadgen.pacer import realtime_permitted
+
+    wanted = settings.client_realtime_priority
+    if wanted is False:
+        priority = "normal priority (backend.client_realtime_priority=false)"
+    elif realtime_permitted():
+        priority = "realtime priority (SCHED_FIFO) for its timer and event loop"
+    else:
+        priority = ("normal priority: realtime (SCHED_FIFO) is not permitted to this process (run as root or "
+                    "with CAP_SYS_NICE for steadier dispatch on a busy host)")
+    return (f"client: {priority}; a probe with P{settings.lag.quantile * 100:g} dispatch lag over "
+            f"{settings.lag.invalid_s * 1e3:g} ms " + ("breaks the run" if settings.strict else "is kept with a warning"))
+
+
+def warn(message: str) -> None:
+    """A warning of the harness's own: one line on stderr (no Python warning, no source line)."""
+    print(f"WARNING: {message}", file=sys.stderr, flush=True)
 
 
 def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
@@ -61,18 +90,26 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
             return run_live_result(requests, endpoint, options)
     if any(r.prompt_token_ids is None and r.prompt_text is None for r in requests):
         requests = with_prompt_token_ids(requests, server.vocab_size, options.seed, server.special_ids)
+    time_limit = options.time_limit_s
+    if time_limit is None and options.drain_s is not None and requests and options.concurrency is None:
+        time_limit = max(r.arrival_s for r in requests) + options.drain_s
+    frac = options.max_error_fraction
     result = run_load(requests, LoadOptions(
         base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
-        time_limit_s=options.time_limit_s, concurrency=options.concurrency, lag=options.lag,
+        time_limit_s=time_limit, concurrency=options.concurrency, lag=options.lag,
         progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
         abort_check=options.abort_check, api_key=server.api_key, api=server.api,
-        max_connections=options.max_connections,
+        max_connections=options.max_connections, stall_timeout_s=options.stall_timeout_s,
+        max_errors=None if frac is None or frac >= 1 else math.floor(frac * len(requests)),
     ))
     verdict = result.verdict
+    probe = "" if options.progress_desc == LiveRunOptions.progress_desc else f"{options.progress_desc}: "
     if verdict.status == "invalid" and options.strict:
-        raise RunBroken(f"live run invalid: the client did not keep its schedule: {verdict.message}")
+        raise RunBroken(f"{probe}live run invalid, the client did not keep its schedule: {verdict.message}")
     if verdict.status != "ok":
-        warnings.warn(f"live run: {verdict.message}", stacklevel=2)
+        warn(f"{probe}{verdict.message}")
+    for note in result.notes:
+        warn(f"{probe}{note}")
     return result
 
 
@@ -91,4 +128,5 @@ def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob
     result = run_live_result(requests, endpoint, run_options(job, job.settings, label, gone))
     if reason := result.aborted or gone():  # a probe against a dead or silent server measures nothing
         raise broken(reason)
-    return BackendRun(result.records, {"dispatch": dataclasses.asdict(result.verdict)})
+    return BackendRun(result.records, {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes,
+                                       "stopped": result.stopped})

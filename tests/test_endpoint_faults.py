@@ -1,0 +1,161 @@
+"""backend=endpoint against servers that misbehave on purpose (tests/misbehaving_endpoint.py, a real
+aiohttp process on loopback): every way of answering wrongly fails each request with its own kind,
+a search whose every probe fails so ends with exit 3 and one line naming the fault, each probe
+stops at its first failed request, and nothing saved reads as a capacity. A server that sends no
+usage is named; an honest one is measured under its own name."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+NUM_REQUESTS = 48
+
+
+def misbehaving(fault: str, every: int = 1, *extra: str) -> ServerProcess:
+    port = free_port()
+    cmd = [sys.executable, "-m", "tests.misbehaving_endpoint", "--port", str(port), "--fault", fault,
+           "--every", str(every), *extra]
+    return ServerProcess(LaunchSpec(cmd, f"http://127.0.0.1:{port}", model=None, cwd=str(ROOT),
+                                    env={"PYTHONPATH": str(ROOT)}))
+
+
+LENGTHS = ("dataset.max_total_tokens=256", "max_model_len=1024")
+
+
+def harness(server: ServerProcess, tmp_path: Path, *extra: str, lengths=LENGTHS) -> subprocess.CompletedProcess:
+    """`python -m harness` against `server`; `extra` key=value words replace the defaults' own."""
+    words = ["experiment=yi34b_tp2_strict", "model.name=tiny", *lengths, "slo.tbt_s=0.5",
+             f"search.num_requests={NUM_REQUESTS}", "search.start_qps=8", "backend=endpoint",
+             f"backend.base_url={server.base_url}/v1", f"results_dir={tmp_path}", "progress=false",
+             "backend.strict=false",  # the subject is the server's answers, not the client's timing
+             *extra]
+    args = list({w.partition("=")[0]: w for w in words}.values())
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def partial_run(tmp_path: Path) -> Path:
+    runs = list((tmp_path / "yi34b_tp2_strict").iterdir())
+    assert not [d for d in runs if not d.name.startswith(".")], runs  # nothing that reads as a finished run
+    (partial,) = [d for d in runs if d.name.endswith(".partial")]
+    return partial
+
+
+@pytest.mark.parametrize("fault, every, kind, says", [
+    ("non_json", 1, "malformed", "unparseable SSE event"),
+    ("other_model", 1, "model", "answered as 'someone-else'"),
+    ("usage_lie", 1, "usage", "the final usage claims"),
+    ("prompt_miscount", 1, "prompt_len", "prompt counted as"),
+    ("extra_tokens", 1, "extra_output", "extra tokens: received"),
+    ("http500", 20, "http_status", "HTTP 500"),
+    ("cut", 10, "stream_cut", "connection lost"),
+])
+def test_a_search_whose_every_probe_fails_on_errors_breaks_naming_the_fault(tmp_path, fault, every, kind, says):
+    with misbehaving(fault, every) as server:
+        p = harness(server, tmp_path)
+    assert p.returncode == 3, p.stderr[-3000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "answers wrongly, not slowly" in errors[0], p.stderr[-3000:]
+    assert f" {kind}" in errors[0] and says in errors[0], errors[0]
+    assert "results:" not in p.stdout
+    partial = partial_run(tmp_path)
+    assert "answers wrongly" in (partial / "FAILED.txt").read_text()
+    entry = json.loads((partial / "summary.json").read_text())["schedulers"]["misbehaving"]
+    assert "capacity_qps" not in entry  # nothing that reads as a capacity
+    probes = entry["broken"]["probes"]
+    assert [pr["qps"] for pr in probes] == [8, 4] and not any(pr["passed"] for pr in probes)
+    rows = pd.read_parquet(partial / "requests.parquet")
+    for qps, probe in rows.groupby("qps"):
+        # Stopped at its first failed request (max_error_fraction 0): the rest was never sent.
+        assert (probe["error"] == "stopped early: the probe's failure was certain").sum() >= NUM_REQUESTS // 2, qps
+
+
+def test_a_stream_that_never_ends_is_cut_when_it_stalls(tmp_path):
+    with misbehaving("never_end") as server:
+        t0 = time.monotonic()
+        p = harness(server, tmp_path, "backend.stall_timeout_s=2")
+        took = time.monotonic() - t0
+    assert p.returncode == 3 and "stream did not end after its last token" in p.stderr, p.stderr[-3000:]
+    assert took < 120, took  # two probes, each stopped at its first stall (not request_timeout_s = 600 s)
+
+
+def test_without_a_stall_timeout_the_plans_time_limit_ends_the_probe(tmp_path):
+    """backend.stall_timeout_s=null: the probe still ends, at its last arrival + the plan's drain
+    time (2 x (2 s + the longest output at the TBT SLO)), and the never-ended streams are failures,
+    not passes: they sent every token, then held the probe."""
+    with misbehaving("never_end") as server:
+        p = harness(server, tmp_path, "backend.stall_timeout_s=null", "slo.tbt_s=0.02", "search.fixed_qps=16",
+                    "search.num_requests=8")
+    assert p.returncode == 3 and "stream did not end after its last token" in p.stderr, p.stderr[-3000:]
+    assert "each probe cut" in p.stdout  # the derived limit, printed before the run
+
+
+def test_a_server_that_sends_no_usage_is_named(tmp_path):
+    with misbehaving("no_usage") as server:
+        p = harness(server, tmp_path, "search.fixed_qps=8", "search.num_requests=16")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "WARNING:" in p.stderr and "the server sent no usage for 16 of 16 requests" in p.stderr, p.stderr
+    assert "UserWarning" not in p.stderr
+    run = Path(p.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    notes = json.loads((run / "summary.json").read_text())["notes"]
+    assert any("sent no usage" in n for n in notes), notes
+
+
+def test_an_honest_server_is_measured_under_its_own_name(tmp_path):
+    with misbehaving("honest") as server:
+        p = harness(server, tmp_path, "search.rel_tol=0.5", "search.max_qps=16")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "probes of 48 requests from 8 QPS" in p.stdout and "client: " in p.stdout  # said before the run
+    rows = [line.split() for line in p.stdout.splitlines() if line.startswith("misbehaving ")]
+    assert len(rows) == 1 and "capacity:" not in p.stdout  # one label, no cross-scheduler ratios
+    run = Path(p.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    summary = json.loads((run / "summary.json").read_text())
+    assert list(summary["schedulers"]) == ["misbehaving"]
+    assert summary["schedulers"]["misbehaving"]["capacity_qps"] >= 8
+
+
+def test_the_plan_is_fitted_to_the_servers_max_model_len(tmp_path):
+    """The preset plans sharegpt requests of up to 8,192 tokens; the server takes 512: the plan is
+    fitted to it (a note says so and which flag would take the preset's), and a max_model_len set
+    apart from the dataset's limit is refused naming the flag."""
+    with misbehaving("honest", 1, "--max-model-len", "512") as server:
+        fitted = harness(server, tmp_path, "search.fixed_qps=8", "search.num_requests=16", lengths=())
+        refused = harness(server, tmp_path / "refused", "search.fixed_qps=8", "search.num_requests=16")
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    assert "the plan is fitted to it" in fitted.stdout and "--max-model-len" in fitted.stdout
+    run = Path(fitted.stdout.strip().splitlines()[-1].removeprefix("results: "))
+    assert "max_model_len: 512" in (run / "config.yaml").read_text()
+    assert refused.returncode == 2 and "--max-model-len" in refused.stderr, refused.stderr[-2000:]
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_broken_by_client_lag_keeps_its_finished_probes(tmp_path):
+    """One connection and constant arrivals: at 1 and 2 QPS each request (a few tenths of a second)
+    ends before the next is due; doubling on, requests queue for the connection until the dispatch
+    lag passes its limit and the run breaks (exit 3, the cause named: connections). The probes
+    finished before are kept in the partial run, marked, with no capacity."""
+    with misbehaving("honest") as server:
+        p = harness(server, tmp_path, "arrival=constant", "backend.max_connections=1", "backend.strict=true",
+                    "backend.lag.quantile=1.0", "backend.lag.warn_s=0.25", "backend.lag.invalid_s=0.25",
+                    "search.start_qps=1", "search.num_requests=16", "slo.tbt_s=1")
+    assert p.returncode == 3, p.stderr[-3000:]
+    assert "did not keep its schedule" in p.stderr and "connections:" in p.stderr, p.stderr[-3000:]
+    assert "backend.strict=false" in p.stderr
+    partial = partial_run(tmp_path)
+    entry = json.loads((partial / "summary.json").read_text())["schedulers"]["misbehaving"]
+    assert "capacity_qps" not in entry and "did not keep its schedule" in entry["broken"]["reason"]
+    kept = entry["broken"]["probes"]
+    assert kept and kept[0]["qps"] == 1 and kept[0]["passed"], kept
+    rows = pd.read_parquet(partial / "requests.parquet")
+    assert sorted(rows["qps"].unique()) == [k["qps"] for k in kept] and len(rows) == 16 * len(kept)
