@@ -81,6 +81,11 @@ def test_help_imports_nothing_heavy():
     assert p.returncode == 0, p.stderr
     assert "fig10_11_capacity" in p.stdout and "sarathi23_pd_sweep" in p.stdout
     assert p.stdout.strip().splitlines()[-1] == "[]"
+    # a simulated run composes its config without the servers' HTTP stack
+    code = ("import sys; from harness.config import compose; compose(['experiment=yi34b_tp2_strict']); "
+            "print([m for m in ('aiohttp', 'engines.server.app', 'torch', 'ray', 'matplotlib') if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
 
 
 def test_nothing_chosen_prints_usage_and_runs_nothing(tmp_path):

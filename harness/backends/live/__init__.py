@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
-from engines.server.router import check_policy
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.deployment import DeploymentPlan
 from harness.backends.live.client import ClientSettings, LiveRunOptions, measure, run_live, run_live_result
@@ -91,6 +90,8 @@ def cluster_spec(job: BackendJob) -> ClusterSpec | None:
     """The servers and router of a cluster job (harness/backends/live/cluster.py); None for one server."""
     s, c = job.settings_as(LiveSettings), job.cluster
     if job.disagg is not None or c.instances > 1:
+        from engines.server.router import check_policy  # here: the router's server code (aiohttp) only where one runs
+
         try:
             for name in ("router", "decode_router"):
                 if getattr(c, name) is not None:
