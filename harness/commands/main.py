@@ -11,7 +11,7 @@ from importlib import import_module
 from common.errors import HarnessError, RunBroken
 from harness.commands.run import run_experiment
 from harness.config import compose
-from harness.paths import CONFIG_DIR
+from harness.config.compose import group_options
 
 USAGE = """usage: python -m harness experiment=NAME [group=option ...] [key=value ...]
 
@@ -46,7 +46,7 @@ def _usage() -> str:
     from harness.analysis.sarathi23.figures import FIGURES as SARATHI23_FIGURES
 
     def options(group: str) -> str:
-        return ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+        return ", ".join(group_options(group))
 
     groups = "; ".join(f"{g}: {options(g)}" for g in ("model", "hardware", "parallel", "dataset", "arrival", "slo",
                                                       "backend", "perf", "search"))

@@ -73,8 +73,21 @@ def _missing_config_line(e) -> str:
     if options:
         return f"{first}; known: {', '.join(options)}"
     group = (getattr(e, "missing_cfg_file", "") or "").rpartition("/")[0]
-    known = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) if group else []
+    known = group_options(group) if group else []
     return f"{first}; known: {', '.join(known)}" if known else first
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its YAML presets and the ones stored from code (a
+    registered policy without a YAML is `scheduler=NAME` all the same); schemas left out."""
+    from hydra.core.config_store import ConfigStore
+
+    files = {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")}
+    try:
+        stored = {n.removesuffix(".yaml") for n in ConfigStore.instance().list(group)}
+    except OSError:  # no such group in the store
+        stored = set()
+    return sorted(n for n in files | stored if not n.endswith("_schema"))
 
 
 def compose_launcher(name: str, overrides: list[str] = ()) -> dict:
