@@ -5,6 +5,7 @@ the planner and the vLLM exporter asking the policy instead of branching on its 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -67,7 +68,7 @@ def test_shortest_prompt_first_admits_the_shortest_waiting_prompt():
 
 
 def test_knobs_schema_and_defaults_come_from_the_constructor(scratch_registry):
-    from harness.config.schema import scheduler_schema
+    from harness.config.schedulers import scheduler_schema
 
     @register_policy("knobby")
     class Knobby(SarathiPolicy):
@@ -98,7 +99,7 @@ def test_knobs_schema_and_defaults_come_from_the_constructor(scratch_registry):
 
 
 def test_a_policy_without_a_yaml_is_a_scheduler_option(scratch_registry, tmp_path):
-    from harness.config import compose, register
+    from harness.config import compose
     from harness.search.plan import plan_experiment
 
     @register_policy("tiny_budget_sarathi")
@@ -106,7 +107,6 @@ def test_a_policy_without_a_yaml_is_a_scheduler_option(scratch_registry, tmp_pat
         def __init__(self, token_budget: int = 64, max_num_seqs: int = 16) -> None:
             super().__init__(token_budget, max_num_seqs)
 
-    register()
     cfg = compose(["experiment=yi34b_tp2_strict", "scheduler=[sarathi,tiny_budget_sarathi]",
                    "scheduler.tiny_budget_sarathi.max_num_seqs=4", "search.num_requests=16"])
     plan = plan_experiment(cfg)
@@ -163,26 +163,55 @@ def test_the_vllm_exporter_and_the_planner_ask_the_policy(scratch_registry):
     assert capacity_bound(plan, "wide").qps >= capacity_bound(plan, "sarathi").qps
 
 
+PLUGIN = """
+from engines.schedulers import register_policy
+from engines.schedulers.sarathi import SarathiPolicy
+
+
+@register_policy("newest_first_sarathi")
+class NewestFirst(SarathiPolicy):
+    \"\"\"A researcher's policy in their own package: Sarathi-Serve admitting the newest request first.\"\"\"
+
+    def __init__(self, token_budget: int = 256, max_num_seqs: int = 64) -> None:
+        super().__init__(token_budget, max_num_seqs)
+
+    def schedule(self, engine):
+        engine.waiting = type(engine.waiting)(sorted(engine.waiting, key=lambda s: -s.seq_id))
+        return super().schedule(engine)
+
+    def decode_batch_repeats(self, engine):
+        return not engine.waiting or len(engine.running) >= self.max_num_seqs
+"""
+
+
 def test_a_plugin_package_is_found_through_its_entry_point(tmp_path):
-    """What `pip install` of a researcher's package writes (a dist-info with entry_points.txt) is
-    all the harness needs: no YAML, no edit of the harness. Runs the example end to end."""
-    dist = tmp_path / "site" / "spf_example-0.1.dist-info"
+    """What `pip install` of a researcher's package writes (its module and a dist-info with
+    entry_points.txt) is all the harness needs: no YAML, no edit of the harness, any directory."""
+    site = tmp_path / "site"
+    dist = site / "newest_first-0.1.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: spf-example\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        "[sarathi_harness.policies]\nshortest_prompt_first = examples.policies.shortest_prompt_first\n")
-    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
+    (site / "newest_first.py").write_text(PLUGIN)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: newest-first\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[sarathi_harness.policies]\nnewest_first_sarathi = newest_first\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
     run = subprocess.run(
-        [sys.executable, "-m", "harness", "experiment=mistral7b_strict", "scheduler=[sarathi,shortest_prompt_first]",
-         "search.num_requests=64", "search.fixed_qps=1.0", f"results_dir={tmp_path / 'results'}", "progress=false"],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+        [sys.executable, "-m", "harness", "experiment=mistral7b_strict", "scheduler=[sarathi,newest_first_sarathi]",
+         "scheduler.newest_first_sarathi.max_num_seqs=32", "search.num_requests=64", "search.fixed_qps=1.0",
+         f"results_dir={tmp_path / 'results'}", "progress=false"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert run.returncode == 0, run.stderr
     summary = json.loads(next((tmp_path / "results").glob("mistral7b_strict/*/summary.json")).read_text())
-    assert summary["schedulers"]["shortest_prompt_first"]["config"] == {
-        "policy": "shortest_prompt_first", "token_budget": 512, "max_num_seqs": 128, "chunked_prefill": True}
-    usage = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=ROOT, env=env)
-    assert "shortest_prompt_first" in usage.stdout
-    # without the entry point the name is unknown, and the known ones are listed
-    bare = subprocess.run([sys.executable, "-m", "harness", "experiment=mistral7b_strict", "scheduler=[shortest_prompt_first]"],
+    assert summary["schedulers"]["newest_first_sarathi"]["config"] == {
+        "policy": "newest_first_sarathi", "token_budget": 256, "max_num_seqs": 32}
+    usage = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert "newest_first_sarathi" in usage.stdout
+    # without the package the name is unknown, and the known ones are listed
+    bare = subprocess.run([sys.executable, "-m", "harness", "experiment=mistral7b_strict", "scheduler=[newest_first_sarathi]"],
                           capture_output=True, text=True, cwd=tmp_path)
-    assert bare.returncode == 2 and "scheduler/shortest_prompt_first" in bare.stderr and "sarathi" in bare.stderr
+    assert bare.returncode == 2 and "scheduler/newest_first_sarathi" in bare.stderr and "sarathi" in bare.stderr
+    # a plugin that fails to import says so when its name is asked for
+    (site / "newest_first.py").write_text("raise ImportError('a missing dependency')\n")
+    broken = subprocess.run([sys.executable, "-m", "harness", "experiment=mistral7b_strict", "scheduler=[newest_first_sarathi]"],
+                            capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert broken.returncode == 2 and "policy plugin newest_first_sarathi (newest_first) failed to load: ImportError: " \
+        "a missing dependency" in broken.stderr, broken.stderr

@@ -125,6 +125,11 @@ def policy_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def plugin_errors() -> tuple[str, ...]:
+    """Why each policy plugin that failed to load did (after load_plugins)."""
+    return tuple(_plugin_errors)
+
+
 def load_plugins() -> None:
     """Import every module the `sarathi_harness.policies` entry points name (once). An entry point
     naming a class that did not register itself is registered under the entry point's name. One

@@ -6,9 +6,7 @@ The typed values the harness plans with are frozen dataclasses, declared once wh
 (SearchSettings, SloSettings, the backends' settings); Hydra needs writable nodes, so the schema
 registered here is a mechanical non-frozen copy of each (`schema_of`), defaults included.
 
-A scheduler's schema comes from its policy's constructor (`scheduler_schema`, from the policy
-registry, plugins included): `scheduler/NAME_schema` for presets to list, and `scheduler=NAME`
-itself when experiments/scheduler has no NAME.yaml, so a new policy needs no YAML.
+A scheduler's schema comes from its policy's constructor (harness.config.schedulers).
 """
 from __future__ import annotations
 
@@ -21,14 +19,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
 from engines.perf.kernels import DEFAULT_STACK
-from engines.schedulers import PolicySpec, policy_names, policy_spec
-from engines.schedulers.registry import REQUIRED as NO_DEFAULT
 from harness.backends.base import ClusterSettings
 from harness.backends.endpoint import EndpointSettings
 from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
+from harness.config.schedulers import register_schedulers
 from harness.search.offline import OfflineSettings
-from harness.paths import CONFIG_DIR
 from harness.search.plan import SearchSettings
 from harness.search.slo import SloSettings
 
@@ -125,25 +121,6 @@ class ConfigSchema:
     max_model_len: int = REQUIRED
     progress: bool = True  # progress bars on stderr
     cache: bool = True  # reuse probes of an identical config and code (interrupted searches resume)
-
-
-def scheduler_schema(spec: PolicySpec) -> type:
-    """The structured config of policy `spec`: `policy` (its name) and its knobs, typed, with the
-    constructor's defaults (none: the config must set it)."""
-    spec_fields = [("policy", str, field(default=spec.name))]
-    for k in spec.knobs:
-        kind = typing.Optional[k.kind] if k.optional else k.kind
-        spec_fields.append((k.name, kind, field(default=REQUIRED if k.default is NO_DEFAULT else k.default)))
-    return dataclasses.make_dataclass(f"{spec.name}_scheduler_schema", spec_fields)
-
-
-def register_schedulers() -> None:
-    cs = ConfigStore.instance()
-    for name in policy_names():
-        schema = scheduler_schema(policy_spec(name))
-        cs.store(group="scheduler", name=f"{name}_schema", node=schema)
-        if not (CONFIG_DIR / "scheduler" / f"{name}.yaml").is_file():  # a YAML of that name is its preset
-            cs.store(group="scheduler", name=name, node=schema, package=f"scheduler.{name}")
 
 
 def register() -> None:
