@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import examples.policies.shortest_prompt_first  # noqa: F401  (the README runs the example policy)
 from harness.config import compose
 
 ROOT = Path(__file__).resolve().parent.parent
