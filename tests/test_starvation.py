@@ -73,3 +73,20 @@ def test_shortest_prompt_first_passes_starved_and_is_flagged(tmp_path, capsys):
     assert runs.at["shortest_prompt_first", "capacity_ttft_p99_s"] == probe["ttft_p99_s"]
     table = capacity_markdown(runs.reset_index().assign(settings=""))
     assert "looks starved" in table and probe["starvation"].split(";")[0] in table
+
+
+def test_the_planner_table_marks_a_starved_capacity():
+    """The planner's ranked table is a capacity table too: P99 TTFT beside P99 TBT, and "!" plus a
+    WARNING for a configuration whose capacity probe looks starved."""
+    from harness.plan.answer import HEADER, Row, starved_lines, table_lines
+    from harness.plan.tasks import ProbeSummary
+
+    starved = ProbeSummary(8.0, True, "ok", 0.07, 0.4, 0.6, 145.0, 900.0, 1.0, 2.8)
+    assert starved.starvation == starvation(True, 8.0, 2.8, 145.0) != ""
+    assert ProbeSummary(8.0, True, "ok", 0.07, 0.4, 0.6, 5.0, 900.0, 1.0, 7.9).starvation == ""
+    row = Row(1, "tp1_spf", "TP-1 (1 GPU)", "shortest_prompt_first", "shortest_prompt_first", 1, 8.0, 8.0, None, None,
+              0.6, 0.07, None, "full", 145.0, starved.starvation)
+    lines = table_lines([row])
+    assert "P99 TTFT" in HEADER and "8!" in lines[1].split() and "145 s" in lines[1]
+    assert starved_lines([row]) == [f"WARNING: #1 tp1_spf passes the criterion at its capacity but looks starved: "
+                                    f"{starved.starvation} (harness/starvation.py; its capacity stays the criterion's)"]
