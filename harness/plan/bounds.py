@@ -117,7 +117,7 @@ def ttft_floors_s(plan: ExperimentPlan) -> np.ndarray:
     """Each request's least possible TTFT on the deployment, whatever the scheduler: its prompt's
     tokens through the slowest stage at the least a token costs there outside attention, at any
     batch a scheduler of the plan may form (the tokens bound's fact, for one request)."""
-    most = max(_most_tokens(plan, sc) for sc in plan.schedulers.values())
+    most = max(_most_tokens(plan, _policy(plan, name)) for name in plan.schedulers)
     return plan.workload.prompt_lens.astype(np.float64) * _token_cost(plan.deployment.perf, most)
 
 
