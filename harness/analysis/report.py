@@ -183,7 +183,11 @@ def tables_report(results_dir: str | Path, inputs: Inputs | None = None) -> str:
     """The report of `results_dir` without figures or a time: what results/reference/REPORT.md
     holds (committed; it changes only when the reference runs do)."""
     inputs = inputs if inputs is not None else load_inputs(results_dir)
-    return render_report(inputs, (), Path(results_dir), None, None, stamp=False)
+    text = render_report(inputs, (), Path(results_dir), None, None, stamp=False)
+    from harness.analysis.sarathi23 import report as sarathi23  # the first Sarathi paper's section, as write_report
+
+    drawn, study = sarathi23.load_study(results_dir, None)
+    return text + "\n" + "\n".join(sarathi23.section(drawn, study, (), Path(results_dir), results_dir))
 
 
 def write_report(results_dir: str | Path = "results", figures_dir: str | Path = "figures",
