@@ -50,8 +50,8 @@ def main() -> None:
     print(f"{'policy':<18} {'gen tok/s':>10} {'model tok/s':>12} {'iterations':>10} {'wall s':>8}")
     reference = None
     for policy in args.policies.split(","):
-        cfg = SchedulerConfig(policy, max_num_seqs=args.max_num_seqs if policy not in ("orca", "fastertransformer") else 16,
-                              token_budget=args.token_budget)
+        cfg = SchedulerConfig.shared(policy, max_num_seqs=args.max_num_seqs if policy not in ("orca", "fastertransformer") else 16,
+                                     token_budget=args.token_budget)
         wall = float("inf")
         for _ in range(args.repeats):
             engine = make_engine(cfg, ex.kv_capacity_tokens, max_len)

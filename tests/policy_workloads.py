@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 from engines.core import Batch, Engine, Sequence
-from engines.schedulers import SchedulerConfig, make_engine
+import examples.policies.shortest_prompt_first  # noqa: F401  (the example plugin, tested as the built-ins are)
+from engines.schedulers import SchedulerConfig, make_engine, policy_names, policy_spec
 
-ALL_POLICIES = ("sarathi", "vllm", "orca", "fastertransformer", "hybrid_only", "chunked_only")
+# Every registered policy: the built-ins and the example plugin (examples/policies), but those whose
+# batch size must fit max_model_len sequences in memory (a check_kv hook: the first Sarathi paper's,
+# tests/test_decode_maximal.py drives them at sizes that fit); BUILT_IN: the ones a server started in
+# another process knows without the example's entry point installed.
+ALL_POLICIES = tuple(p for p in policy_names() if not hasattr(policy_spec(p).cls, "check_kv"))
+BUILT_IN = tuple(p for p in ALL_POLICIES if policy_spec(p).cls.__module__.startswith("engines.schedulers."))
 
 
 def build(policy: str, budget: int, max_seqs: int, kv_tokens: int, max_model_len: int) -> Engine:
-    return make_engine(SchedulerConfig(policy, max_num_seqs=max_seqs, token_budget=budget), kv_tokens, max_model_len)
+    cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, token_budget=budget)
+    return make_engine(cfg, kv_tokens, max_model_len)
 
 
 def drive(engine: Engine, lengths: list[tuple[int, int]], check=None, max_iters: int = 200_000) -> tuple[list[Batch], dict[int, int]]:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import SchedulerConfig, make_engine, make_policy
 from harness.backends.sim import simulate
 from tests.policy_workloads import drive
 from tests.sim_checks import assert_same_records
@@ -21,7 +21,7 @@ NEW = ("decode_maximal", "orca_best", "orca_worst")
 
 
 def _engine(policy, b=6, chunk=256, tile=0, kv=None, max_len=MAX_LEN):
-    cfg = SchedulerConfig(policy, max_num_seqs=b, chunk_size=chunk, tile_tokens=tile)
+    cfg = SchedulerConfig.shared(policy, max_num_seqs=b, chunk_size=chunk, tile_tokens=tile)
     return make_engine(cfg, kv or b * max_len, max_len)
 
 
@@ -96,9 +96,9 @@ def test_a_batch_size_that_does_not_fit_memory_is_refused(policy):
 
 def test_bad_chunk_and_tile_settings():
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
-        SchedulerConfig("decode_maximal", chunk_size=0)
+        make_policy(SchedulerConfig("decode_maximal", chunk_size=0), MAX_LEN)
     with pytest.raises(ValueError, match="tile_tokens"):
-        SchedulerConfig("decode_maximal", tile_tokens=-1)
+        make_policy(SchedulerConfig("decode_maximal", tile_tokens=-1), MAX_LEN)
 
 
 lengths_st = st.lists(

@@ -24,6 +24,19 @@ def test_last_line_is_the_iteration_time_in_ms():
     assert "linear.mlp_up" in p.stdout and "attention" in p.stdout
 
 
+def test_the_outer_rows_add_up_and_a_subtotal_says_so():
+    """`linear` is the sum of its linear.* parts: marked a subtotal, its parts set in under it, so
+    the outer rows add up to the iteration (one stage) and nothing is counted twice."""
+    p = run("--model", "yi-34b", "--gpu", "a100-80g-sxm", "--tp", "2", "--batch", "4096:0")
+    rows = [line for line in p.stdout.splitlines() if line.startswith("  ") and line.endswith(" ms")]
+    outer = {line.rsplit(None, 2)[0].strip(): float(line.split()[-2]) for line in rows if not line.startswith("    ")}
+    inner = {line.rsplit(None, 2)[0].strip(): float(line.split()[-2]) for line in rows if line.startswith("    ")}
+    iteration = float(p.stdout.strip().splitlines()[-1].removeprefix("iteration: ").removesuffix(" ms"))
+    assert "linear (subtotal)" in outer and set(inner) == {"linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_down"}
+    assert sum(inner.values()) == pytest.approx(outer["linear (subtotal)"], abs=0.01)
+    assert sum(outer.values()) == pytest.approx(iteration, abs=0.02)
+
+
 def test_an_ambiguous_gpu_is_refused_with_the_choices():
     p = run("--model", "yi-34b", "--gpu", "a100-80g", "--batch", "1:0")
     assert p.returncode == 2 and "Traceback" not in p.stderr

@@ -167,6 +167,7 @@ def test_plan_end_to_end(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "10 configurations" not in p.stdout  # 2 deployments x 4 schedulers
     assert "8 configurations in" in p.stdout and "winner: " in p.stdout
+    assert "P99 TTFT" in next(line for line in p.stdout.splitlines() if line.startswith("#"))  # beside the criterion
     for name in ("plan.json", "table.md", "pareto.png", "serve.sh"):
         assert (out / name).exists(), name
     assert "--enable-chunked-prefill --max-num-batched-tokens" in (out / "serve.sh").read_text()

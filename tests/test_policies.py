@@ -143,8 +143,10 @@ def test_preemption_by_recompute_keeps_tokens_and_reprefills():
 def test_unknown_policy_and_bad_settings():
     with pytest.raises(ValueError, match="unknown scheduler policy"):
         SchedulerConfig("fcfs")
-    with pytest.raises(ValueError, match="max_num_seqs"):
-        SchedulerConfig("sarathi", max_num_seqs=0)
+    with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
+        make_policy(SchedulerConfig("sarathi", max_num_seqs=0), max_model_len=512)
+    with pytest.raises(ValueError, match="policy orca has no knob 'token_budget'; its knobs: max_num_seqs"):
+        SchedulerConfig("orca", token_budget=512)
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
         make_policy(SchedulerConfig("vllm", max_num_batched_tokens=100), max_model_len=512)
     with pytest.raises(ValueError, match="cannot hold one sequence"):

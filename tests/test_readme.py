@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import examples.policies.shortest_prompt_first  # noqa: F401  (the README runs the example policy)
 from harness.config import compose
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +87,16 @@ def test_readme_command(command, tmp_path):
         space = enumerate_space(compose(rest), plan_settings(mine))
         check_slo_reachable(space)
         assert space.candidates
+        if command == next(c for c in COMMANDS if c.startswith("python -m harness plan ")):
+            said = f"{len(space.candidates)} configurations for the first command"
+            assert said in _flat((ROOT / "README.md").read_text()), said
+        return
+    if args[:1] == ["report"]:
+        if "tables_only=true" in args:  # it writes the committed file: checked below, never rewritten here
+            return
+        p = subprocess.run([sys.executable, "-m", "harness", *args, f"figures_dir={tmp_path}"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=900)
+        assert p.returncode == 0 and (tmp_path / "REPORT.md").is_file(), p.stderr
         return
     if args[:1] == ["nightly"] or (any(a.startswith("figure=") for a in args) and "run_missing=false" not in args):
         # Minutes of simulation: the figure and nightly commands run end to end in test_commands.
@@ -110,3 +121,129 @@ def test_every_preset_the_readme_names_exists():
         named |= {n for n in names if re.match(r"(mistral7b|yi34b|llama2_70b|falcon180b|fig\d+|table\d+)_", n)}
     assert len(named) >= 10
     assert named <= known, f"the README names presets that do not exist: {sorted(named - known)}"
+
+
+# ----------------------------------------------------------------------------- the README's numbers
+# Every number the README takes from the committed reference runs is recomputed here from them, in
+# the README's own words: a run that moves a number fails this test until the README says the new
+# one (regenerate the reference, then paste what the failure prints). Numbers from commands cheap
+# enough to run are checked by running them (here and in tests/test_starvation.py); the long ones
+# (planner and benchmark timings, live runs) say the commit and load they were measured at.
+REFERENCE = "results/reference"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def reference():
+    import os
+
+    from harness.analysis.figures import load_inputs
+    from harness.analysis.loader import load_results
+
+    here = os.getcwd()
+    os.chdir(ROOT)  # the report names the results directory as given: relative, as the README's command
+    try:
+        inputs = load_inputs(REFERENCE)
+        runs, probes = load_results(REFERENCE)
+        from harness.analysis.report import tables_report
+
+        report = tables_report(REFERENCE, inputs)
+    finally:
+        os.chdir(here)
+    return inputs, runs, probes, report
+
+
+def _capacity(runs, experiment: str, scheduler: str, dataset: str = "openchat_sharegpt4") -> float:
+    hit = runs[(runs["experiment"] == experiment) & (runs["scheduler"] == scheduler) & (runs["dataset"] == dataset)]
+    assert len(hit) == 1, (experiment, scheduler, len(hit))
+    return float(hit["capacity_qps"].iloc[0])
+
+
+def _probe(probes, experiment: str, scheduler: str, qps: float | None = None):
+    p = probes[(probes["experiment"] == experiment) & (probes["scheduler"] == scheduler)]
+    p = p[p["is_capacity"].astype(bool)] if qps is None else p[p["qps"] == qps]
+    assert len(p) == 1, (experiment, scheduler, qps, len(p))
+    return p.iloc[0]
+
+
+def readme_quotes(reference) -> dict[str, str]:
+    """What the README must say, computed from results/reference."""
+    from harness.analysis.compare import latency_ratio_table
+    from harness.analysis.cost import matrix_cost_text
+    from harness.analysis.headline import headline_markdown
+    from harness.analysis.pd_figs import distserve_check, pd_markdown, pd_table
+
+    inputs, runs, probes, _ = reference
+    out = {"headline table": headline_markdown(inputs.runs, inputs.paper),
+           "prefill/decode table": pd_markdown(pd_table(inputs.clusters)),
+           "the paper's matrix, live": matrix_cost_text(inputs.probes)}
+    lat = latency_ratio_table(inputs.probes, inputs.paper).iloc[0]
+    qps = float(re.search(r"at ([0-9.]+) QPS", lat["cells"]).group(1))
+    out["TP-8 median TBT"] = (f"cross-node TP-8 comes out at {lat['reproduced']:.2f}x, not ~2x, the median TBT of TP4-PP2 "
+                              f"(vLLM at {qps:.2g} QPS in the reference runs")
+    one = ", ".join(f"{_capacity(runs, 'yi34b_tp2_strict', s):.3g}" for s in ("sarathi", "vllm", "orca"))
+    x4 = [_capacity(runs, "yi34b_tp2_x4", s) for s in ("sarathi", "vllm", "orca")]
+    out["four Yi replicas"] = (f"The run above gives Sarathi {x4[0]:.4g} QPS, vLLM {x4[1]:.4g}, Orca {x4[2]:.4g} "
+                               f"(one instance: {one};")
+    att = [_capacity(runs, "yi34b_tp2_attainment", s) for s in ("sarathi", "vllm", "orca")]
+    miss = 1 - float(_probe(probes, "yi34b_tp2_attainment", "sarathi", 1.0)["goodput_fraction"])
+    out["attainment example"] = (f"gives capacities at 90 % attainment of Sarathi {att[0]:.3g} QPS, vLLM {att[1]:.3g}, Orca "
+                                 f"{att[2]:.3g} (the paper criterion: {one}): the 2 s TTFT, not TPOT, is what Sarathi's "
+                                 f"512-token chunks miss ({miss * 100:.0f} % of requests at 1 QPS, those with long prompts)")
+    split, four = _probe(probes, "pd_mistral7b_paper_3p1d", "vllm"), _probe(probes, "pd_mistral7b_paper_x4", "sarathi")
+    out["split vs replicas"] = (
+        f"3 prefill + 1 decode instance (vLLM prefills) reaches {split['qps']:.4g} QPS under the paper's criterion, with "
+        f"only {split['goodput_fraction'] * 100:.0f} % of its requests meeting TPOT <= 0.1 s; four colocated Sarathi replicas "
+        f"reach {four['qps']:.1f} QPS with " + ("all of them" if four["goodput_fraction"] == 1 else
+                                                f"{four['goodput_fraction'] * 100:.0f} % of them"))
+    check = distserve_check(inputs.runs, inputs.clusters)
+    out["DistServe"] = (f"reaches {check['per_gpu']['disaggregated']:.3g} QPS per GPU against vLLM's "
+                        f"{check['per_gpu']['colocated']:.3g} ({check['ratio']:.2f}x)")
+    return out
+
+
+def test_the_committed_reference_report_is_what_the_runs_give(reference):
+    committed = (ROOT / REFERENCE / "REPORT.md").read_text()
+    assert committed == reference[3], ("results/reference/REPORT.md is stale: python -m harness report "
+                                       "results_dir=results/reference tables_only=true")
+
+
+def test_every_number_the_readme_takes_from_the_reference(reference):
+    readme = _flat((ROOT / "README.md").read_text())
+    stale = {name: text for name, text in readme_quotes(reference).items() if _flat(text) not in readme}
+    assert not stale, "the README no longer says what results/reference gives; it should say:\n\n" + "\n\n".join(
+        f"[{name}]\n{text}" for name, text in stale.items())
+
+
+def test_the_figure_labels_the_paper_as_the_readme_does(reference):
+    """One rule puts the paper's number beside ours (harness/analysis/headline.py): the capacity
+    figure's annotation of Mistral-7B's strict sharegpt cell says what the README's table says."""
+    from harness.analysis.capacity_figs import fig_capacity
+
+    inputs = reference[0]
+    fig = fig_capacity(inputs.runs, inputs.paper)
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    readme = (ROOT / "README.md").read_text()
+    assert "| Mistral-7B, 1x A100, strict | up to 2.6x / 2.88x |" in readme
+    assert any("2.9× vLLM (paper up to 2.6×)" in n for n in notes), notes
+    assert any("3.4× vLLM (paper 3.7×)" in n for n in notes), notes
+    assert sum("(paper up to 2.6×)" in n for n in notes) == 1  # the best cell only
+
+
+def test_the_replicas_example_as_written(tmp_path):
+    """Cheap enough to run (8 CPU-s): the README's replicas command and what it says of the result."""
+    import json
+
+    words = shlex.split(next(c for c in COMMANDS if "cluster.replicas=" in c))
+    p = subprocess.run([sys.executable, *words[1:], f"results_dir={tmp_path}", "progress=false"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(next(tmp_path.glob("*/*/summary.json")).read_text())["schedulers"]["sarathi"]
+    cap = next(x for x in s["probes"] if x["passed"] and x["qps"] == s["capacity_qps"])
+    said = (f"Sarathi reaches {s['capacity_qps']:.3g} QPS on these 5 GPUs by the paper's criterion, and the run flags it: "
+            f"P99 TTFT {cap['ttft_p99_s']:.0f} s, {cap['request_throughput']:.2g} requests completed a second of "
+            f"{s['capacity_qps']:.3g} arriving")
+    assert _flat(said) in _flat((ROOT / "README.md").read_text()), said

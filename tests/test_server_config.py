@@ -7,10 +7,11 @@ from dataclasses import fields
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.schedulers import POLICIES, SchedulerConfig
+from engines.schedulers import SchedulerConfig, policy_spec
 from engines.server.__main__ import parse_args
 from engines.server.config import EXECUTORS, ServerConfig, server_flags
 from harness.backends.live import LiveServerSpec
+from tests.policy_workloads import BUILT_IN
 
 maybe_int = st.none() | st.integers(1, 1 << 20)
 configs = st.builds(
@@ -18,7 +19,7 @@ configs = st.builds(
     model=st.sampled_from(["tiny", "yi-34b", "/models/some dir"]),
     served_model_name=st.none() | st.just("served"),
     port=st.integers(0, 65535),
-    scheduler=st.builds(SchedulerConfig, policy=st.sampled_from(POLICIES), max_num_seqs=st.integers(1, 512),
+    scheduler=st.builds(SchedulerConfig.shared, st.sampled_from(BUILT_IN), max_num_seqs=st.integers(1, 512),
                         token_budget=st.integers(1, 8192), max_num_batched_tokens=maybe_int),
     max_model_len=maybe_int,
     executor=st.sampled_from(EXECUTORS),
@@ -52,12 +53,19 @@ def test_every_field_has_a_flag():
                                           tokenizer="tok.json", attention_kernel="fa2-ideal",
                                           weight_dtype="fp8", kv_dtype="fp8", kv_link="eth100g",
                                           scheduler=SchedulerConfig("vllm", max_num_batched_tokens=3)))[::2])
-    names = [f.name for f in fields(ServerConfig) if f.name != "scheduler"] + [f.name for f in fields(SchedulerConfig)]
+    names = [f.name for f in fields(ServerConfig) if f.name != "scheduler"] + ["policy", *policy_spec("vllm").knob_names]
     assert flags == {"--" + n.replace("_", "-") for n in names}
 
 
+def test_a_knob_the_policy_lacks_is_refused():
+    import pytest
+
+    with pytest.raises(SystemExit):
+        parse_args(["--policy", "orca", "--token-budget", "512"])
+
+
 def test_live_backend_starts_the_server_it_was_given():
-    spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig("chunked_only", 64, 256), model="tiny",
+    spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig("chunked_only", max_num_seqs=64, token_budget=256), model="tiny",
                           max_model_len=2048, time_scale=4.0, kv_capacity_tokens=65536, seed=7)
     cmd = spec.command(port=4321)
     assert cmd[1:3] == ["-m", "engines.server"]

@@ -13,19 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.schedulers import POLICIES, SchedulerConfig
+from engines.schedulers import SchedulerConfig
 from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result
 from harness.backends.live.lifecycle import free_port
 from harness.records import RequestSpec
+from tests.policy_workloads import BUILT_IN
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", BUILT_IN)
 def test_each_policy_serves_a_burst(policy):
     rng = np.random.default_rng(3)
     reqs = [RequestSpec(i, 0.002 * i, int(rng.integers(20, 700)), int(rng.integers(1, 30))) for i in range(40)]
-    sched = SchedulerConfig(policy, max_num_seqs=16, token_budget=256)
+    sched = SchedulerConfig.shared(policy, max_num_seqs=16, token_budget=256)
     spec = LiveServerSpec(kind="inrepo", scheduler=sched, model="tiny", max_model_len=1024, executor="null",
                           kv_capacity_tokens=16384, ready_timeout_s=60)
     res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))

@@ -14,7 +14,7 @@ from harness.records import RequestSpec  # noqa: E402
 
 @pytest.mark.parametrize("policy", ["sarathi", "vllm"])
 def test_torch_executor_serves_streams(policy):
-    spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig(policy, max_num_seqs=8, token_budget=64),
+    spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig.shared(policy, max_num_seqs=8, token_budget=64),
                           model="tiny-llama", max_model_len=512, executor="torch", kv_capacity_tokens=8192,
                           ready_timeout_s=120)
     reqs = [RequestSpec(i, 0.01 * i, 20 + 15 * i, 4 + i) for i in range(8)]

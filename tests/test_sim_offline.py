@@ -21,7 +21,7 @@ POLICIES = ("decode_maximal", "orca_worst", "orca_best", "sarathi", "vllm")
 
 
 def _engine(policy, b=6, kv=None):
-    cfg = SchedulerConfig(policy, max_num_seqs=b, chunk_size=64, tile_tokens=32, token_budget=96)
+    cfg = SchedulerConfig.shared(policy, max_num_seqs=b, chunk_size=64, tile_tokens=32, token_budget=96)
     return make_engine(cfg, kv or 8 * MAX_LEN, MAX_LEN)
 
 

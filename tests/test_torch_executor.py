@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 from engines.executors.base import SamplingParams  # noqa: E402
 from engines.executors.torch import TorchExecutor  # noqa: E402
 from engines.executors.torch.loop import OfflineRequest, run_to_completion  # noqa: E402
-from engines.schedulers import POLICIES, SchedulerConfig, make_engine  # noqa: E402
+from engines.schedulers import SchedulerConfig, make_engine  # noqa: E402
+from tests.policy_workloads import BUILT_IN  # noqa: E402
 from tests.test_torch_helpers import prefill_logits, randomize_, tiny_llama  # noqa: E402
 
 MAX_LEN = 256
@@ -30,7 +31,7 @@ def _requests(n=7, output_len=9, sampling=SamplingParams()):
 
 def _run(executor, policy, reqs, kv_tokens=None, max_len=MAX_LEN, **cfg):
     cfg = {"max_num_seqs": 4, "token_budget": 32, **cfg}
-    engine = make_engine(SchedulerConfig(policy, **cfg), kv_tokens or executor.kv_capacity_tokens, max_len)
+    engine = make_engine(SchedulerConfig.shared(policy, **cfg), kv_tokens or executor.kv_capacity_tokens, max_len)
     stats = run_to_completion(engine, executor, reqs)
     assert engine.blocks.num_free == engine.blocks.num_blocks, "KV blocks leaked"
     assert not engine.has_unfinished and not executor._tokens
@@ -48,7 +49,7 @@ def greedy_outputs(executor):
     return stats.outputs
 
 
-@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "sarathi"])
+@pytest.mark.parametrize("policy", [p for p in BUILT_IN if p != "sarathi"])
 def test_greedy_outputs_identical_under_every_policy(executor, greedy_outputs, policy):
     stats, _ = _run(executor, policy, _requests(), max_num_batched_tokens=MAX_LEN if policy == "vllm" else None)
     assert stats.outputs == greedy_outputs

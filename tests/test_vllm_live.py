@@ -67,7 +67,7 @@ def _pids_in_group(pgid: int) -> list[int]:
     ("vllm", None),
 ])
 def test_vllm_serves_every_request_under_the_policy(model_dir, tmp_path, policy, log_line):
-    sched = SchedulerConfig(policy, max_num_seqs=64, token_budget=256)
+    sched = SchedulerConfig.shared(policy, max_num_seqs=64, token_budget=256)
     spec = LiveServerSpec(
         kind="vllm", scheduler=sched, model=model_dir, served_model_name="tiny", max_model_len=MAX_MODEL_LEN,
         vllm_command=(VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"),

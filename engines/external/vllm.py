@@ -4,15 +4,19 @@ The command prefix comes from configuration (e.g. `[/path/to/vllm-venv/bin/pytho
 vllm.entrypoints.openai.api_server]` or `[vllm, serve]`), so vLLM lives in its own environment
 with its own torch; nothing here imports vLLM.
 
-What modern vLLM (V1 engine, 0.6+; checked against 0.32) can express of the paper's policies:
+Each policy's registration declares which of V1's two modes is its closest (`vllm=` of
+`register_policy`: chunked_prefill or whole_prompts; none: not expressible), and the policy object
+reports its batch limits (max_num_seqs, max_batch_tokens); nothing here branches on a policy's
+name. What modern vLLM (V1 engine, 0.6+; checked against 0.32) can express of the paper's policies:
 
   sarathi        YES. V1's scheduler is stall-free batching: every step it first gives each running
                  request its tokens (decodes, then ongoing prefill chunks), then admits waiting
                  requests FCFS into what is left of the token budget, chunking the last prompt
                  (`--enable-chunked-prefill --max-num-batched-tokens BUDGET`). The budget counts
                  decode tokens, as in the paper.
-  hybrid_only    YES (approximately). `--no-enable-chunked-prefill` with a budget >= max_model_len:
-                 decodes plus whole prompts mixed in one batch, no chunking.
+  hybrid_only    YES (approximately). `--no-enable-chunked-prefill` with a budget of max_model_len
+                 (vLLM refuses less without chunking): decodes plus whole prompts mixed in one
+                 batch, no chunking.
   vllm           NO, not exactly. The paper's baseline is vLLM's old V0 scheduler: prefill-only
                  batches of whole prompts whenever any fit, decode-only batches otherwise (prefills
                  stall decodes). V1 has no prefill-only mode; `--no-enable-chunked-prefill` gives
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from engines.schedulers import SchedulerConfig
+from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 
 # Offline, no telemetry, a small CPU KV cache (GiB) unless the caller overrides it.
 DEFAULT_ENV: Mapping[str, str] = {
@@ -48,31 +52,34 @@ DEFAULT_ENV: Mapping[str, str] = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
 }
 
-EXPRESSIBLE = ("sarathi", "hybrid_only", "vllm")
 
 
 class UnsupportedPolicy(ValueError):
     pass
 
 
+def expressible() -> tuple[str, ...]:
+    """The registered policies that declare a `vllm serve` equivalent."""
+    return tuple(n for n in policy_names() if policy_spec(n).vllm is not None)
+
+
 def policy_flags(cfg: SchedulerConfig, max_model_len: int) -> list[str]:
-    """The `vllm serve` flags that select `cfg`'s policy (see the module docstring for fidelity)."""
-    seqs = ["--max-num-seqs", str(cfg.max_num_seqs)]
-    match cfg.policy:
-        case "sarathi":
-            return ["--enable-chunked-prefill", "--max-num-batched-tokens", str(cfg.token_budget), *seqs]
-        case "hybrid_only":
-            budget = max(cfg.token_budget, max_model_len)  # vLLM refuses a smaller one without chunking
-            return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget), *seqs]
-        case "vllm":
-            budget = max(cfg.max_num_batched_tokens or max_model_len, max_model_len)
-            return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget), *seqs]
-        case "orca" | "fastertransformer" | "chunked_only" | "decode_maximal" | "orca_best" | "orca_worst":
-            raise UnsupportedPolicy(
-                f"policy {cfg.policy!r} cannot be expressed with vLLM's flags "
-                f"(expressible: {', '.join(EXPRESSIBLE)}; see engines/external/vllm.py)"
-            )
-    raise UnsupportedPolicy(f"unknown policy {cfg.policy!r}")
+    """The `vllm serve` flags that select `cfg`'s policy (see the module docstring for fidelity):
+    the mode its registration declares (registry.VLLM_MODES) and the batch limits the policy
+    object reports (max_num_seqs, max_batch_tokens)."""
+    mode = policy_spec(cfg.policy).vllm
+    if mode is None:
+        raise UnsupportedPolicy(
+            f"policy {cfg.policy!r} cannot be expressed with vLLM's flags "
+            f"(expressible: {', '.join(expressible())}; see engines/external/vllm.py)"
+        )
+    policy = make_policy(cfg, max_model_len)
+    seqs = ["--max-num-seqs", str(policy.max_num_seqs)]
+    if mode == "chunked_prefill":
+        return ["--enable-chunked-prefill", "--max-num-batched-tokens", str(policy.max_batch_tokens), *seqs]
+    # Whole prompts: vLLM refuses a budget below max_model_len without chunking.
+    budget = max(policy.max_batch_tokens or max_model_len, max_model_len)
+    return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget), *seqs]
 
 
 def serve_command(

@@ -99,10 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(d.describe())
     print(f"batch: {len(new)} items, {int(new.sum())} new tokens, {int(ctx.sum())} cached context tokens")
-    print(f"slowest stage ({int(parts['stage'])}, {int(parts['layers'])} layers), per operator:")
-    for name, value in parts.items():
-        if name not in ("stage", "layers", "total", "pp_send"):
-            print(f"  {name:<18}{value * 1e3:>10.3f} ms")
+    print(f"slowest stage ({int(parts['stage'])}, {int(parts['layers'])} layers), per operator "
+          "(the outer rows add up to the stage; an inner row is a part of the subtotal below it):")
+    shown = {k: v for k, v in parts.items() if k not in ("stage", "layers", "total", "pp_send")}
+    for name, value in shown.items():
+        subtotal = any(k.startswith(name + ".") for k in shown)
+        label = f"{name} (subtotal)" if subtotal else name
+        indent = "    " if "." in name else "  "
+        print(f"{indent}{label:<{22 - len(indent)}}{value * 1e3:>10.3f} ms")
     if args.pp > 1:
         print("stages: " + ", ".join(f"{s * 1e3:.3f} ms" for s in stages) + f"; send {parts['pp_send'] * 1e3:.3f} ms")
     print(f"KV capacity at {args.mem_util:g} memory utilization: {kv} tokens")

@@ -1,44 +1,25 @@
-"""Scheduling policies, one module each, and the factory that builds an engine around one."""
+"""Scheduling policies, one module each, registered by name (`registry`: a decorator on the class,
+or the `sarathi_harness.policies` entry points of another package), and the factory that builds an
+engine around one."""
 from __future__ import annotations
 
 from engines.core import DEFAULT_BLOCK_SIZE, BlockManager, Engine, Policy, blocks_for
-from engines.schedulers.chunked_only import ChunkedOnlyPolicy
-from engines.schedulers.config import POLICIES, SchedulerConfig
-from engines.schedulers.decode_maximal import DecodeMaximalPolicy, OrcaWorstPolicy
+
+# The built-in policies register themselves on import (their modules' decorators), in this order.
+from engines.schedulers import sarathi  # noqa: F401  (sarathi, hybrid_only)
+from engines.schedulers import vllm  # noqa: F401
+from engines.schedulers import orca  # noqa: F401
+from engines.schedulers import fastertransformer  # noqa: F401
+from engines.schedulers import chunked_only  # noqa: F401
+from engines.schedulers import decode_maximal  # noqa: F401  (decode_maximal, orca_best, orca_worst)
+from engines.schedulers.config import SchedulerConfig
 from engines.schedulers.decode_only import DecodeOnlyPolicy
-from engines.schedulers.fastertransformer import FasterTransformerPolicy
-from engines.schedulers.orca import OrcaPolicy
-from engines.schedulers.sarathi import SarathiPolicy
-from engines.schedulers.vllm import VllmPolicy
+from engines.schedulers.registry import PolicySpec, policy_names, policy_spec, register_policy
 
 
 def make_policy(cfg: SchedulerConfig, max_model_len: int) -> Policy:
-    match cfg.policy:
-        case "sarathi":
-            return SarathiPolicy(cfg.token_budget, cfg.max_num_seqs)
-        case "hybrid_only":
-            return SarathiPolicy(cfg.token_budget, cfg.max_num_seqs, chunked_prefill=False)
-        case "chunked_only":
-            return ChunkedOnlyPolicy(cfg.token_budget, cfg.max_num_seqs)
-        case "vllm":
-            limit = cfg.max_num_batched_tokens or max_model_len
-            if limit < max_model_len:
-                raise ValueError(
-                    f"vllm policy: max_num_batched_tokens {limit} < max_model_len {max_model_len} "
-                    "would leave long prompts waiting forever"
-                )
-            return VllmPolicy(cfg.max_num_seqs, limit)
-        case "orca":
-            return OrcaPolicy(cfg.max_num_seqs)
-        case "fastertransformer":
-            return FasterTransformerPolicy(cfg.max_num_seqs)
-        case "decode_maximal":
-            return DecodeMaximalPolicy(cfg.max_num_seqs, cfg.chunk_size, cfg.tile_tokens)
-        case "orca_best":
-            return DecodeMaximalPolicy(cfg.max_num_seqs, chunk_size=None)
-        case "orca_worst":
-            return OrcaWorstPolicy(cfg.max_num_seqs)
-    raise ValueError(f"unknown scheduler policy {cfg.policy!r}; known: {', '.join(POLICIES)}")
+    """`cfg`'s policy object (ValueError names a bad knob value)."""
+    return policy_spec(cfg.policy).build(dict(cfg.knobs), max_model_len)
 
 
 ROLES = ("both", "prefill", "decode")  # what an engine instance runs (disaggregated clusters split them)
@@ -56,7 +37,7 @@ def make_engine(
     decode instance runs `DecodeOnlyPolicy` with `cfg`'s max_num_seqs and token budget."""
     if role not in ROLES:
         raise ValueError(f"unknown engine role {role!r}; known: {', '.join(ROLES)}")
-    policy = DecodeOnlyPolicy(cfg.max_num_seqs, cfg.token_budget) if role == "decode" else make_policy(cfg, max_model_len)
+    policy = _decode_policy(cfg) if role == "decode" else make_policy(cfg, max_model_len)
     num_blocks = kv_capacity_tokens // block_size
     reserve = max_model_len if policy.reserves_kv else None
     if num_blocks < blocks_for(max_model_len, block_size):
@@ -70,4 +51,10 @@ def make_engine(
     return Engine(policy, blocks, max_model_len)
 
 
-__all__ = ["POLICIES", "ROLES", "DecodeOnlyPolicy", "SchedulerConfig", "make_engine", "make_policy"]
+def _decode_policy(cfg: SchedulerConfig) -> DecodeOnlyPolicy:
+    """A decode instance takes the knobs it shares with `cfg`'s policy; the rest keep its defaults."""
+    return DecodeOnlyPolicy(**{k: v for k, v in cfg.knobs if k in DecodeOnlyPolicy.KNOBS})
+
+
+__all__ = ["ROLES", "DecodeOnlyPolicy", "PolicySpec", "SchedulerConfig", "make_engine", "make_policy", "policy_names",
+           "policy_spec", "register_policy"]

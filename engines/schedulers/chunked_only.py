@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from engines.core import Batch, Engine, Sequence
 from engines.schedulers.decodes import schedule_decodes
+from engines.schedulers.registry import register_policy, require_positive
 
 
+@register_policy("chunked_only")
 class ChunkedOnlyPolicy:
+    """Ablation: chunked prefills without hybrid batching (prefill-chunk and decode turns alternate)."""
+
     reserves_kv = False
 
-    def __init__(self, token_budget: int, max_num_seqs: int) -> None:
+    def __init__(self, token_budget: int = 512, max_num_seqs: int = 128) -> None:
+        require_positive(token_budget=token_budget, max_num_seqs=max_num_seqs)
         self.token_budget = token_budget
         self.max_num_seqs = max_num_seqs
+        self.max_batch_tokens = token_budget
         self._prefill_turn = True
 
     def _prefill_batch(self, engine: Engine) -> list[tuple[Sequence, int]]:

@@ -1,37 +1,59 @@
-"""Scheduler settings shared by every policy; each policy reads the fields it needs."""
+"""A scheduler's settings: a registered policy's name and its knobs (the policy's constructor
+parameters, engines/schedulers/registry.py), every knob filled in with its default."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-POLICIES = ("sarathi", "vllm", "orca", "fastertransformer", "hybrid_only", "chunked_only",
-            # the first Sarathi paper (arXiv 2308.16369): decode-maximal batching, Orca's best and worst cases
-            "decode_maximal", "orca_best", "orca_worst")
+from engines.schedulers.registry import policy_spec
 
 
-@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    policy: str
-    max_num_seqs: int = 128
-    # Sarathi and chunked-only: tokens per iteration, decode tokens included.
-    token_budget: int = 512
-    # vLLM baseline: tokens of whole prompts in one prefill batch; None = max_model_len.
-    max_num_batched_tokens: int | None = None
-    # decode_maximal: prefill tokens of the one chunk an iteration (C; decodes ride on top of it).
-    chunk_size: int = 256
-    # decode_maximal: cut the chunk so chunk + decodes fills whole GEMM tiles of this many tokens
-    # (the paper's 256 - (B - 1) with 128); 0 = no cut.
-    tile_tokens: int = 0
+    """`SchedulerConfig("sarathi", token_budget=1024)`: ValueError names an unknown policy, an
+    unknown knob or a missing required one; the policy's constructor checks the values
+    (`make_policy`). A knob reads as an attribute (`cfg.token_budget`); `knobs` holds them all."""
 
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown scheduler policy {self.policy!r}; known: {', '.join(POLICIES)}")
-        if self.max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.token_budget < 1:
-            raise ValueError(f"token_budget must be >= 1, got {self.token_budget}")
-        if self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
-        if self.tile_tokens < 0:
-            raise ValueError(f"tile_tokens must be >= 0 (0: no tile alignment), got {self.tile_tokens}")
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+    __slots__ = ("policy", "knobs")
+
+    def __init__(self, policy: str, **knobs: object) -> None:
+        filled = policy_spec(policy).fill(knobs)
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "knobs", filled)
+
+    @classmethod
+    def shared(cls, policy: str, **knobs: object) -> SchedulerConfig:
+        """The policy with those of `knobs` it has (a sweep over policies with common settings:
+        tests, benchmarks); a config read from a user keeps the strict constructor."""
+        names = policy_spec(policy).knob_names
+        return cls(policy, **{k: v for k, v in knobs.items() if k in names})
+
+    def __getattr__(self, name: str):
+        if name in SchedulerConfig.__slots__ or name.startswith("__"):
+            raise AttributeError(name)
+        for key, value in self.knobs:
+            if key == name:
+                return value
+        raise AttributeError(f"policy {self.policy!r} has no knob {name!r}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("SchedulerConfig is immutable")
+
+    def as_dict(self) -> dict[str, object]:
+        """The config node that gives back this scheduler: `policy` and every knob."""
+        return {"policy": self.policy, **dict(self.knobs)}
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SchedulerConfig) and (self.policy, self.knobs) == (other.policy, other.knobs)
+
+    def __hash__(self) -> int:
+        return hash((self.policy, self.knobs))
+
+    def __repr__(self) -> str:
+        return f"SchedulerConfig({self.policy!r}, " + ", ".join(f"{k}={v!r}" for k, v in self.knobs) + ")"
+
+    def __reduce__(self):  # pickled to probe workers as it is, without looking the policy up again
+        return (_restore, (self.policy, self.knobs))
+
+
+def _restore(policy: str, knobs: tuple) -> SchedulerConfig:
+    cfg = object.__new__(SchedulerConfig)
+    object.__setattr__(cfg, "policy", policy)
+    object.__setattr__(cfg, "knobs", knobs)
+    return cfg

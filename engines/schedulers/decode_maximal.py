@@ -23,14 +23,17 @@ nothing is ever preempted.
 from __future__ import annotations
 
 from engines.core import Batch, Engine, Sequence
+from engines.schedulers.registry import register_policy, require_positive
 
 
 class _ReservedBatch:
     """What the three policies share: reserved KV sized for B sequences of max_model_len."""
 
     reserves_kv = True
+    max_batch_tokens = None  # whole prompts (orca_best, orca_worst); decode_maximal sets its own
 
-    def __init__(self, max_num_seqs: int) -> None:
+    def __init__(self, max_num_seqs: int = 128) -> None:
+        require_positive(max_num_seqs=max_num_seqs)
         self.max_num_seqs = max_num_seqs
 
     def check_kv(self, num_blocks: int, blocks_per_seq: int) -> None:
@@ -52,11 +55,23 @@ class _ReservedBatch:
         return [s for s in engine.running if not s.in_flight and not s.is_prefill]
 
 
+@register_policy("orca_best", chunk_size=None, tile_tokens=0)
+@register_policy("decode_maximal")
 class DecodeMaximalPolicy(_ReservedBatch):
-    def __init__(self, max_num_seqs: int, chunk_size: int | None, tile_tokens: int = 0) -> None:
+    """The first Sarathi paper's decode-maximal batching: one prefill chunk an iteration, every running
+    decode riding on it (orca_best: whole prompts, one an iteration), KV reserved for max_model_len."""
+
+    def __init__(self, max_num_seqs: int = 128, chunk_size: int | None = 256, tile_tokens: int = 0) -> None:
+        """chunk_size: prefill tokens of the one chunk an iteration (None: whole prompts); tile_tokens:
+        cut the chunk so chunk + decodes fills whole GEMM tiles of this many tokens (0: no cut)."""
         super().__init__(max_num_seqs)
+        require_positive(chunk_size=chunk_size)
+        if tile_tokens < 0:
+            raise ValueError(f"tile_tokens must be >= 0 (0: no tile alignment), got {tile_tokens}")
         self.chunk_size = chunk_size  # None: whole prompts (orca_best)
         self.tile_tokens = tile_tokens
+        # One chunk and at most B - 1 decodes an iteration (whole prompts: no bound below a full batch's).
+        self.max_batch_tokens = None if chunk_size is None else chunk_size + max_num_seqs - 1
 
     def chunk(self, seq: Sequence, decodes: int) -> int:
         """Prefill tokens of `seq` that ride with `decodes` decodes this iteration."""
@@ -79,7 +94,11 @@ class DecodeMaximalPolicy(_ReservedBatch):
         return Batch.build(items) if items else None
 
 
+@register_policy("orca_worst")
 class OrcaWorstPolicy(_ReservedBatch):
+    """Orca's worst case, the first Sarathi paper's baseline: prefill-only batches of whole prompts,
+    else decode-only ones (never mixed), KV reserved for max_model_len."""
+
     def schedule(self, engine: Engine) -> Batch | None:
         items: list[tuple[Sequence, int]] = []
         while (seq := self._admit(engine)) is not None:

@@ -16,8 +16,9 @@ from engines.schedulers.decodes import schedule_decodes
 
 class DecodeOnlyPolicy:
     reserves_kv = False
+    KNOBS = ("max_num_seqs", "token_budget")  # taken from the cluster's scheduler when its policy has them
 
-    def __init__(self, max_num_seqs: int, token_budget: int) -> None:
+    def __init__(self, max_num_seqs: int = 128, token_budget: int = 512) -> None:
         self.max_num_seqs = max_num_seqs
         self.token_budget = token_budget
 

@@ -7,12 +7,18 @@ until the last of them finishes.
 from __future__ import annotations
 
 from engines.core import Batch, Engine, Sequence
+from engines.schedulers.registry import register_policy, require_positive
 
 
+@register_policy("fastertransformer")
 class FasterTransformerPolicy:
-    reserves_kv = True
+    """FasterTransformer: request-level batching, KV reserved for max_model_len."""
 
-    def __init__(self, max_num_seqs: int) -> None:
+    reserves_kv = True
+    max_batch_tokens = None  # whole prompts of a full batch
+
+    def __init__(self, max_num_seqs: int = 128) -> None:
+        require_positive(max_num_seqs=max_num_seqs)
         self.max_num_seqs = max_num_seqs
 
     def schedule(self, engine: Engine) -> Batch | None:

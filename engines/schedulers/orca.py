@@ -6,12 +6,18 @@ Orca baseline), so running requests never need preemption, and the batch size is
 from __future__ import annotations
 
 from engines.core import Batch, Engine, Sequence
+from engines.schedulers.registry import register_policy, require_positive
 
 
+@register_policy("orca")
 class OrcaPolicy:
-    reserves_kv = True
+    """Orca: iteration-level hybrid batches with whole prompts, KV reserved for max_model_len."""
 
-    def __init__(self, max_num_seqs: int) -> None:
+    reserves_kv = True
+    max_batch_tokens = None  # whole prompts: no limit below max_num_seqs x max_model_len
+
+    def __init__(self, max_num_seqs: int = 128) -> None:
+        require_positive(max_num_seqs=max_num_seqs)
         self.max_num_seqs = max_num_seqs
 
     def schedule(self, engine: Engine) -> Batch | None:

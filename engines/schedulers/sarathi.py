@@ -10,15 +10,24 @@ from __future__ import annotations
 
 from engines.core import Batch, Engine, Sequence
 from engines.schedulers.decodes import schedule_decodes
+from engines.schedulers.registry import register_policy, require_positive
 
 
+@register_policy("hybrid_only", chunked_prefill=False, vllm="whole_prompts")
+@register_policy("sarathi", chunked_prefill=True, vllm="chunked_prefill")
 class SarathiPolicy:
+    """Sarathi-Serve: stall-free batching with chunked prefills under a token budget (hybrid_only:
+    whole prompts mixed with decodes, never chunked)."""
+
     reserves_kv = False
 
-    def __init__(self, token_budget: int, max_num_seqs: int, chunked_prefill: bool = True) -> None:
+    def __init__(self, token_budget: int = 512, max_num_seqs: int = 128, chunked_prefill: bool = True) -> None:
+        require_positive(token_budget=token_budget, max_num_seqs=max_num_seqs)
         self.token_budget = token_budget
         self.max_num_seqs = max_num_seqs
         self.chunked_prefill = chunked_prefill
+        # Most tokens one iteration holds; without chunking a whole prompt may pass the budget.
+        self.max_batch_tokens = token_budget if chunked_prefill else None
 
     def _chunk(self, seq: Sequence, room: int, has_prefill: bool) -> int:
         if self.chunked_prefill:

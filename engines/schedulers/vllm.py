@@ -8,14 +8,25 @@ from __future__ import annotations
 
 from engines.core import Batch, Engine, Sequence
 from engines.schedulers.decodes import schedule_decodes
+from engines.schedulers.registry import register_policy, require_positive
 
 
+@register_policy("vllm", vllm="whole_prompts")
 class VllmPolicy:
+    """vLLM baseline: prefill-prioritizing, whole prompts, no mixing; preempts by recompute."""
+
     reserves_kv = False
 
-    def __init__(self, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    def __init__(self, max_num_seqs: int = 128, max_num_batched_tokens: int | None = None, *, max_model_len: int) -> None:
+        """max_num_batched_tokens: tokens of whole prompts in one prefill batch (None: max_model_len)."""
+        require_positive(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+        limit = max_num_batched_tokens or max_model_len
+        if limit < max_model_len:
+            raise ValueError(f"vllm policy: max_num_batched_tokens {limit} < max_model_len {max_model_len} "
+                             "would leave long prompts waiting forever")
         self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_batched_tokens = limit
+        self.max_batch_tokens = limit
 
     def schedule(self, engine: Engine) -> Batch | None:
         items: list[tuple[Sequence, int]] = []

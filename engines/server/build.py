@@ -125,7 +125,10 @@ def build_parts(cfg: ServerConfig) -> ServingParts:
             from engines.executors.null import NullExecutor
 
             executor = NullExecutor(vocab, seed=cfg.seed)
-    engine = make_engine(cfg.scheduler, kv_tokens, max_len, cfg.block_size, role=cfg.role)
+    try:  # the policy's constructor checks its knobs' values
+        engine = make_engine(cfg.scheduler, kv_tokens, max_len, cfg.block_size, role=cfg.role)
+    except ValueError as e:
+        raise HarnessError(f"--policy {cfg.policy}: {e}") from None
     return ServingParts(engine, executor, tokenizer, vocab, max_len, intake)
 
 

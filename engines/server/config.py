@@ -12,7 +12,8 @@ from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.perf.links import get_link
 from engines.perf.kernels import DEFAULT_STACK
 from engines.perf.transfer import TRANSFER_MODES
-from engines.schedulers import POLICIES, ROLES, SchedulerConfig
+from engines.schedulers import ROLES, SchedulerConfig, policy_names, policy_spec
+from engines.schedulers.registry import Knob
 
 EXECUTORS = ("realtime", "null", "torch")
 API_KEY_ENV = "ENGINES_SERVER_API_KEY"  # the key from the environment (not visible in `ps`), as vLLM's VLLM_API_KEY
@@ -28,7 +29,7 @@ class ServerConfig:
     served_model_name: str | None = field(default=None, metadata=_help("name clients send as 'model' (default: --model)"))
     host: str = field(default="127.0.0.1", metadata=_help("loopback unless told otherwise: a benchmark server is not a service"))
     port: int = field(default=8000, metadata=_help("0 picks a free port"))
-    scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig("sarathi"))  # flags: its own fields
+    scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig("sarathi"))  # flags: --policy and its knobs
     max_model_len: int | None = field(default=None, metadata=_help("default: the model's max_position_embeddings"))
     executor: str = field(default="realtime", metadata=_help("realtime: the perf model in real time; null: zero time; torch", choices=EXECUTORS))
     gpu: str = field(default="a100-80g-sxm", metadata=_help("the performance model's GPU (realtime)"))
@@ -109,28 +110,19 @@ class ServerConfig:
         return self.scheduler.policy
 
 
-# Flags of the scheduler's fields (SchedulerConfig has no metadata: it is slots-only).
-_SCHEDULER_HELP = {
-    "policy": _help("scheduling policy", choices=POLICIES),
-    "max_num_seqs": _help("most sequences running at once"),
-    "token_budget": _help("tokens per iteration, decodes included (sarathi, chunked_only, hybrid_only)"),
-    "max_num_batched_tokens": _help("vllm policy: tokens of whole prompts in one prefill batch (default: max model len)"),
-    "chunk_size": _help("decode_maximal: prefill tokens of the one chunk an iteration (decodes ride on top)"),
-    "tile_tokens": _help("decode_maximal: cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)"),
+# Help of the built-in policies' knobs; every registered policy's knobs get a flag (one flag per
+# knob name: a name means the same thing in every policy that has it).
+_KNOB_HELP = {
+    "max_num_seqs": "most sequences running at once",
+    "token_budget": "tokens per iteration, decodes included",
+    "max_num_batched_tokens": "tokens of whole prompts in one prefill batch (default: max model len)",
+    "chunk_size": "prefill tokens of the one chunk an iteration (decodes ride on top)",
+    "tile_tokens": "cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)",
 }
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _knobs():
-    """(owner class, field, help) for every flag: the server's fields, then the scheduler's."""
-    for f in fields(ServerConfig):
-        if f.name != "scheduler":
-            yield ServerConfig, f, dict(f.metadata)
-    for f in fields(SchedulerConfig):
-        yield SchedulerConfig, f, _SCHEDULER_HELP.get(f.name, {})
 
 
 def _scalar(owner, f) -> type:
@@ -139,29 +131,65 @@ def _scalar(owner, f) -> type:
     return args[0] if args else hint
 
 
+def _boolean(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _policy_knobs() -> dict[str, tuple[Knob, list[str]]]:
+    """Every registered policy's knobs by name, with the policies that have each."""
+    out: dict[str, tuple[Knob, list[str]]] = {}
+    for name in policy_names():
+        for k in policy_spec(name).knobs:
+            out.setdefault(k.name, (k, []))[1].append(name)
+    return out
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per field (`--max-num-seqs` for max_num_seqs), typed and defaulted by the field."""
-    for owner, f, meta in _knobs():
+    """One flag per field (`--max-num-seqs` for max_num_seqs), typed and defaulted by the field;
+    `--policy` and one flag per knob of the registered policies (default: the policy's own)."""
+    for f in fields(ServerConfig):
+        if f.name == "scheduler":
+            continue
         default = f.default if f.default is not MISSING else None
-        if owner is SchedulerConfig and f.name == "policy":
-            default = ServerConfig().scheduler.policy
-        kind = _scalar(owner, f)
-        parser.add_argument(_flag(f.name), type=kind, default=default, choices=meta.get("choices"),
-                            help=meta.get("help"), dest=f.name)
+        parser.add_argument(_flag(f.name), type=_scalar(ServerConfig, f), default=default,
+                            choices=f.metadata.get("choices"), help=f.metadata.get("help"), dest=f.name)
+    parser.add_argument("--policy", default=ServerConfig().scheduler.policy, choices=policy_names(),
+                        help="scheduling policy (engines/schedulers; plugins: the sarathi_harness.policies entry points)")
+    for name, (knob, owners) in _policy_knobs().items():
+        what = _KNOB_HELP.get(name, name.replace("_", " "))
+        parser.add_argument(_flag(name), type=_boolean if knob.kind is bool else knob.kind, default=None, dest=name,
+                            help=f"{what} ({', '.join(owners)}; default: the policy's)")
 
 
 def from_flags(args: argparse.Namespace) -> ServerConfig:
-    """The config the parsed flags describe (ValueError names a bad value)."""
+    """The config the parsed flags describe (ValueError names a bad value, or a knob the policy lacks)."""
     values = vars(args)
-    scheduler = SchedulerConfig(**{f.name: values[f.name] for f in fields(SchedulerConfig)})
+    spec = policy_spec(values["policy"])
+    given = {k: values[k] for k in _policy_knobs() if values.get(k) is not None}
+    stray = [k for k in given if k not in spec.knob_names]
+    if stray:
+        raise ValueError(f"{_flag(stray[0])}: policy {spec.name} has no such knob; its knobs: "
+                         f"{', '.join(_flag(k) for k in spec.knob_names) or 'none'}")
+    scheduler = SchedulerConfig(spec.name, **given)
     return ServerConfig(scheduler=scheduler, **{f.name: values[f.name] for f in fields(ServerConfig) if f.name != "scheduler"})
 
 
 def server_flags(cfg: ServerConfig) -> list[str]:
     """The command-line flags that give back `cfg` (fields left at None are omitted)."""
     out: list[str] = []
-    for owner, f, _ in _knobs():
-        value = getattr(cfg.scheduler if owner is SchedulerConfig else cfg, f.name)
-        if value is not None:
-            out += [_flag(f.name), repr(value) if isinstance(value, float) else str(value)]
+    for f in fields(ServerConfig):
+        value = getattr(cfg, f.name)
+        if f.name == "scheduler":
+            out += ["--policy", cfg.scheduler.policy]
+            out += [w for k, v in cfg.scheduler.knobs if v is not None for w in (_flag(k), _word(v))]
+        elif value is not None:
+            out += [_flag(f.name), _word(value)]
     return out
+
+
+def _word(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)

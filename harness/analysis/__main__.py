@@ -1,11 +1,15 @@
-"""python -m harness.analysis [results_dir=results] [figures_dir=figures]: write figures/*.png and REPORT.md
-from saved results (the same as `python -m harness figure=all run_missing=false`)."""
+"""python -m harness.analysis [results_dir=results] [figures_dir=figures] [tables_only=false]: write
+figures/*.png and REPORT.md from saved results (the same as `python -m harness figure=all
+run_missing=false`). `tables_only=true` writes RESULTS_DIR/REPORT.md instead: the tables, no
+figures and no time, so it changes only when the results do (results/reference/REPORT.md is that,
+committed: `python -m harness report results_dir=results/reference tables_only=true`)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from common.errors import HarnessError
-from harness.analysis.report import write_report
+from harness.analysis.report import tables_report, write_report
 from harness.overrides import options
 
 
@@ -18,10 +22,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {' '.join(args)}: the old spelling; write results_dir=... figures_dir=...", file=sys.stderr)
         args = [f"{k}={v}" for k, v in zip(("results_dir", "figures_dir"), args)]
     try:
-        opts = options(args, {"results_dir": "results", "figures_dir": "figures"})
+        opts = options(args, {"results_dir": "results", "figures_dir": "figures", "tables_only": False})
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if opts["tables_only"]:
+        path = Path(opts["results_dir"]) / "REPORT.md"
+        path.write_text(tables_report(opts["results_dir"]))
+        print(f"report: {path}")
+        return 0
     print(f"report: {write_report(opts['results_dir'], opts['figures_dir'])}")
     return 0
 

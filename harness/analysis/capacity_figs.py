@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from harness.analysis import style
 from harness.analysis.compare import MAIN_SCHEDULERS, capacity_mode, paper_config
+from harness.analysis.headline import figure_label, ratios
 from harness.analysis.paper import Paper
 
 
@@ -55,24 +56,12 @@ def capacity_rows(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     return runs[keep]
 
 
-def _cell_claims(paper: Paper) -> dict[tuple, float]:
-    """(model, parallel, dataset, slo_kind, baseline) -> published Sarathi/baseline ratio, for
-    claims about one cell of one deployment (the ones a bar group can carry)."""
-    out = {}
-    for c in paper.capacity_ratios:
-        n, d = c.numerator, c.denominator
-        if c.match != "cell" or n.parallel != d.parallel or n.scheduler != "sarathi" or not isinstance(d.scheduler, str):
-            continue
-        out[(n.model, n.parallel, n.dataset, n.slo_kind, d.scheduler)] = c.value
-    return out
-
-
 def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
     rows = capacity_rows(runs, paper)
     if rows.empty:
         raise MissingResults("no capacity results of Sarathi/vLLM/Orca on the paper's deployments "
                              "(run e.g. `python -m harness experiment=yi34b_tp2_strict`)")
-    claims = _cell_claims(paper)
+    pairs = ratios(runs, paper)
     deps = _deployment_order(rows, paper)
     # Each (dataset, SLO) group needs room for its tick label and its two-line ratio annotation.
     most_groups = int(rows.groupby(["model", "parallel"])[["dataset", "slo_tbt_s"]].apply(
@@ -95,14 +84,16 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                 ax.bar(x, cap, width, color=style.scheduler_color(s), hatch="//" if sat else None,
                        edgecolor="white", label=style.scheduler_label(s))
                 top = max(top, cap)
-            # Reproduced Sarathi/baseline ratio over the group; the paper's value beside it when published.
+            # Reproduced Sarathi/baseline ratio over the group; the paper's value beside it when published
+            # (harness.analysis.headline: the rule the README's table follows too).
             lines = []
             if "sarathi" in cell.index:
                 for base in ("vllm", "orca"):
                     if base in cell.index and cell.at[base, "capacity_qps"] > 0:
                         r = cell.at["sarathi", "capacity_qps"] / cell.at[base, "capacity_qps"]
-                        pub = claims.get((model, parallel, dataset, kind, base), claims.get((model, parallel, None, kind, base)))
-                        lines.append(f"{r:.1f}× {style.scheduler_label(base)}" + (f" (paper {pub:g}×)" if pub else " (paper: –)"))
+                        here = {"model": model, "parallel": parallel, "dataset": dataset, "slo_kind": kind,
+                                "baseline": base, "base_parallel": parallel}
+                        lines.append(f"{r:.1f}× {style.scheduler_label(base)}" + figure_label(paper, pairs, here))
             if lines:
                 ymax = float(cell["capacity_qps"].max())
                 ax.annotate("\n".join(lines), (gi, ymax), xytext=(0, 4), textcoords="offset points",

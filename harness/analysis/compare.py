@@ -125,6 +125,10 @@ def capacity_ratio_row(runs: pd.DataFrame, claim: RatioClaim) -> dict:
         notes.append("denominator saturated: ratio is an upper bound")
     if claim.match == "up_to" and len(p) > 1:
         notes.append(f"best of {len(p)} cells")
+    for side, what in (("num", "numerator"), ("den", "denominator")):  # harness/starvation.py
+        starved = best.get(f"capacity_starvation_{side}")
+        if isinstance(starved, str) and starved:
+            notes.append(f"{what} looks starved at its capacity ({starved})")
     return _claim_row(claim, r, f"{_cell_label(best, '_num')} {best['capacity_qps_num']:.4g} QPS / "
                                 f"{_cell_label(best, '_den')} {best['capacity_qps_den']:.4g} QPS", "; ".join(notes))
 

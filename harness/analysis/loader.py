@@ -14,6 +14,7 @@ experiment supersedes the old numbers without deleting them.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import pandas as pd
 import yaml
 
 from harness.results.schema import PROBE_COLUMNS
+from harness.starvation import starvation
 
 # One capacity measurement is identified by these columns. Finer than the experiment name on
 # purpose: `experiment=yi34b_tp2_strict dataset=arxiv_summarization` writes to the same
@@ -40,6 +42,8 @@ RUN_COLUMNS = (
     "slo_delay_s", "scheduler", "policy", "token_budget", "max_num_seqs", "capacity_qps",
     "bracket_lo_qps", "bracket_hi_qps", "saturated", "num_probes", "num_seeds", "capacity_mean_qps",
     "capacity_std_qps", "mode", "fixed_qps", "seed", "git_commit", "backend", "settings", "results_from",
+    # Beside the criterion, at the capacity probe: starvation's signs (harness.starvation).
+    "capacity_ttft_p99_s", "capacity_completed_per_s", "capacity_starvation",
 )
 
 Judge = Callable[[dict], str]
@@ -141,10 +145,23 @@ def _nan_if_none(x):
     return float("nan") if x is None else x
 
 
+def _capacity_probe(s: dict) -> dict:
+    return next((p for p in s.get("probes") or [] if p.get("passed") and p.get("qps") == s.get("capacity_qps")), {})
+
+
+def _starvation_of(p: dict) -> str:
+    """A probe's starvation flag as saved, or as harness.starvation judges it (runs saved before it)."""
+    if "starvation" in p or not p:
+        return p.get("starvation") or ""
+    return starvation(bool(p.get("passed")), float(p["qps"]), float(p.get("request_throughput") or math.nan),
+                      float(p.get("ttft_p99_s") or math.nan))
+
+
 def _scheduler_fields(name: str, s: dict) -> dict:
     cfg = s.get("config") or {}
     rep = s.get("repeats") or {}
     hi = s.get("lowest_failing_qps")
+    cap = _capacity_probe(s)
     return {
         "scheduler": name,
         "policy": cfg.get("policy", name),
@@ -161,6 +178,9 @@ def _scheduler_fields(name: str, s: dict) -> dict:
         "num_seeds": len(rep.get("seeds") or []) or 1,
         "capacity_mean_qps": float(rep.get("mean_qps", s["capacity_qps"])),
         "capacity_std_qps": float(rep.get("std_qps", 0.0)),
+        "capacity_ttft_p99_s": _nan_if_none(cap.get("ttft_p99_s")),
+        "capacity_completed_per_s": _nan_if_none(cap.get("request_throughput")),
+        "capacity_starvation": _starvation_of(cap),
     }
 
 

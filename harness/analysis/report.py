@@ -15,6 +15,8 @@ import pandas as pd
 from harness.analysis import tables
 from harness.analysis.compare import capacity_ratio_table, latency_ratio_table, table4_frame, table4_orderings
 from harness.analysis.figures import FigureOutcome, Inputs, build_figures, load_inputs
+from harness.analysis.cost import matrix_cost_text
+from harness.analysis.headline import headline_markdown
 from harness.analysis.paper import PAPER_FILE
 from harness.analysis.pd_figs import distserve_check, distserve_markdown, pd_markdown, pd_table
 from harness.analysis.perf_facts import perf_fact_table
@@ -29,6 +31,9 @@ def _rel(path: Path, start: Path) -> str:
 
 def _figures_section(outcomes: tuple[FigureOutcome, ...], figures_dir: Path) -> list[str]:
     out = ["## Figures", ""]
+    if not outcomes:
+        return out + ["Not drawn in this file (its tables only): `python -m harness report results_dir=...` draws every "
+                      "figure of these runs into figures/ and writes figures/REPORT.md beside them.", ""]
     for o in outcomes:
         out.append(f"### {o.title}")
         out.append("")
@@ -100,8 +105,9 @@ def _provenance_section(inputs: Inputs, head_commit: str | None) -> list[str]:
 
 
 def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_dir: Path,
-                  perf_figures: list[Path] | None = None, head_commit: str | None = None) -> str:
-    """The markdown text (pure: inputs and figure outcomes in, text out)."""
+                  perf_figures: list[Path] | None = None, head_commit: str | None = None,
+                  stamp: bool = True) -> str:
+    """The markdown text (pure: inputs and figure outcomes in, text out; `stamp`: say when)."""
     paper = inputs.paper
     runs = inputs.runs
     caps = capacity_ratio_table(runs, paper)
@@ -111,7 +117,7 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
         "# Sarathi-Serve reproduction report",
         "",
         f"Results: `{inputs.results_dir}` ({runs['run_dir'].nunique() if not runs.empty else 0} runs, "
-        f"newest per cell), generated {time.strftime('%Y-%m-%d %H:%M:%S')}. Published numbers: "
+        f"newest per cell){', generated ' + time.strftime('%Y-%m-%d %H:%M:%S') if stamp else ''}. Published numbers: "
         f"`{_rel(PAPER_FILE, PAPER_FILE.parents[2])}` ({paper.title}, OSDI'24). Figures and tables "
         "are built from saved results only; nothing here re-runs an experiment.",
         "",
@@ -129,6 +135,11 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
     lines += ["## Paper vs reproduced", "",
               "Ratio = reproduced / published. Tolerances are ours (data/paper/sarathi_serve_osdi24.yaml): "
               "the performance model is built from hardware specs and never fitted to these numbers.", "",
+              "### Headline (README.md quotes this table)", "",
+              "Sarathi-Serve's capacity over each baseline on each deployment's strict sharegpt cell; the paper's "
+              "number where it publishes one for that cell, or \"up to\" on the cell where ours is highest when it "
+              "publishes a maximum (harness/analysis/headline.py; the capacity figure labels its bars the same way).", "",
+              headline_markdown(runs, paper), "",
               f"### Capacity ratios (Sarathi-Serve / baseline) — {_score(caps)}", "",
               tables.comparison_markdown(caps), ""]
     if not lats.empty:
@@ -152,9 +163,31 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
                   "0.1 s per request, 90 % attainment, rates per GPU; openchat_sharegpt4 lengths cut at 2,047 tokens "
                   "stand in for their ShareGPT-v3 prompts.", "",
                   distserve_markdown(distserve_check(runs, inputs.clusters)), ""]
+    cost = matrix_cost_text(inputs.probes)
+    if cost:
+        lines += ["## What the paper's matrix costs, live", "",
+                  "From these searches' own probes (harness/analysis/cost.py): a live probe lasts as long as the "
+                  "simulated one took to serve its requests, first arrival to last token, on the deployment's GPUs: "
+                  + cost, ""]
     if not runs.empty:
-        lines += ["## Every capacity result read", "", tables.capacity_markdown(runs), ""]
+        lines += ["## Every capacity result read", "",
+                  "Beside the paper's criterion, at each capacity probe: its P99 TTFT and the requests it completed "
+                  "per second. A probe that passes the criterion while completing fewer than half the requests per "
+                  "second that arrive, or with a P99 TTFT over a minute, is marked as looking starved "
+                  "(harness/starvation.py); its capacity stays the criterion's.", "",
+                  tables.capacity_markdown(runs), ""]
     return "\n".join(lines)
+
+
+def tables_report(results_dir: str | Path, inputs: Inputs | None = None) -> str:
+    """The report of `results_dir` without figures or a time: what results/reference/REPORT.md
+    holds (committed; it changes only when the reference runs do)."""
+    inputs = inputs if inputs is not None else load_inputs(results_dir)
+    text = render_report(inputs, (), Path(results_dir), None, None, stamp=False)
+    from harness.analysis.sarathi23 import report as sarathi23  # the first Sarathi paper's section, as write_report
+
+    drawn, study = sarathi23.load_study(results_dir, None)
+    return text + "\n" + "\n".join(sarathi23.section(drawn, study, (), Path(results_dir), results_dir))
 
 
 def write_report(results_dir: str | Path = "results", figures_dir: str | Path = "figures",

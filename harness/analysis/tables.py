@@ -79,8 +79,8 @@ def perf_facts_markdown(df: pd.DataFrame) -> str:
 def capacity_markdown(runs: pd.DataFrame) -> str:
     """Every (run, scheduler) the report read: the raw numbers behind the figures."""
     cols = ["experiment", "run", "model", "parallel", "gpu", "dataset", "num_requests", "slo_kind", "slo_tbt_s",
-            "scheduler", "token_budget", "max_num_seqs", "capacity_qps", "bracket_hi_qps", "saturated", "num_seeds",
-            "git_commit", "results_from"]
+            "scheduler", "token_budget", "max_num_seqs", "capacity_qps", "capacity_ttft_p99_s", "capacity_completed_per_s",
+            "capacity_starvation", "bracket_hi_qps", "saturated", "num_seeds", "git_commit", "results_from"]
     r = runs.sort_values(["num_gpus", "model", "parallel", "dataset", "slo_tbt_s", "experiment", "scheduler"])
     rows = []
     for row, why in zip(r[cols].itertuples(index=False), r["settings"].fillna("")):
@@ -91,4 +91,5 @@ def capacity_markdown(runs: pd.DataFrame) -> str:
         rows.append(tuple(cells))
     return markdown(rows, ("experiment", "run", "model", "parallel", "GPU", "dataset", "requests/probe", "SLO",
                            "P99 TBT SLO (s)", "scheduler", "token budget", "max batch", "capacity (QPS)",
+                           "P99 TTFT at capacity (s)", "completed at capacity (req/s)", "looks starved (harness/starvation.py)",
                            "lowest failing (QPS)", "saturated", "seeds", "commit", "from"))

@@ -43,7 +43,14 @@ def _usage() -> str:
     from harness.analysis.registry import FIGURES, SARATHI23_FIGURES
 
     def options(group: str) -> str:
-        return ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+        # the group's YAML presets, and for schedulers every registered policy (harness.config.compose's
+        # group_options says the same from Hydra's store, which --help does not load)
+        names = {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")}
+        if group == "scheduler":
+            from engines.schedulers.registry import policy_names
+
+            names |= set(policy_names())
+        return ", ".join(sorted(n for n in names if not n.endswith("_schema")))
 
     groups = "; ".join(f"{g}: {options(g)}" for g in ("model", "hardware", "parallel", "dataset", "arrival", "slo",
                                                       "backend", "perf", "search"))

@@ -96,7 +96,7 @@ def _plan(space, settings, cfg, name: str, out: Path, partial: Path, t0: float) 
           f"{counts['pruned']} ruled out by their bounds, {counts['eliminated']} by one probe at the rate they needed, "
           f"{counts['screened'] + counts['refined']} screened ({run.probes_screen} probes of {run.screen_requests} "
           f"requests), {counts['refined']} refined ({run.probes_full} probes of {plan0.search.num_requests})")
-    for line in answer.table_lines(table):
+    for line in answer.table_lines(table) + answer.starved_lines(table):
         print(line)
     print(f"note: {POISSON_NOTE}; latencies at a replica's share of the target")
     checks = check_winner(space, win, settings.target_qps, _log) if settings.target_qps and settings.check else []
@@ -138,7 +138,8 @@ def _write(partial: Path, run: PlanRun, cfg, win, table, preset_name: str, serve
         export.preset_yaml(cfg, wplan, win.candidate.scheduler, preset_name, comment))
     (partial / "serve.sh").write_text("#!/bin/sh\n" + serve + "\n")
     checked = "".join(f"{c.line(wplan.slo.criterion)}\n" for c in checks)
-    (partial / "table.md").write_text(answer.table_markdown(table) + f"\n{POISSON_NOTE}\n" + (f"\n{checked}" if checked else ""))
+    (partial / "table.md").write_text(answer.table_markdown(table) + f"\n{POISSON_NOTE}\n" + (f"\n{checked}" if checked else "")
+                                       + "".join(f"\n{line}" for line in answer.starved_lines(table)))
     figure.draw(run, win, partial / "pareto.png", f"{name}: {wplan.slo.describe()}")
     record = {
         "name": name, "seconds": elapsed, "settings": asdict(run.settings), "winner": win.candidate.key,

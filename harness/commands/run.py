@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
+from harness.commands.table import print_table, shown_probe, starved
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
@@ -23,6 +24,7 @@ from harness.search.executor import LocalProcessPool, ProbeExecutor, open_execut
 from harness.search.plan import ExperimentPlan, plan_experiment, reseed
 from harness.search.probe import SearchBroken, probe_requests, search_capacity
 from harness.search.rounds import Round
+from harness.starvation import BOUNDS as STARVATION_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
         raise
 
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
-    _print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
+    print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
     if parallel:
         print(f"rounds of up to {s.workers} probes at once: "
               + ", ".join(f"{r.scheduler} {r.result.rounds} ({len(r.result.probes)} probes)" for r in runs))
@@ -156,7 +158,7 @@ def _search_job(job) -> tuple[SchedulerRun, object]:
     s = plan.search
     with open_backend(plan.job(name, progress=show)) as serving:
         result = _run_scheduler(plan, name, show, cache, serving.run, pool)
-        shown = _shown_probe(result, fixed=bool(s.fixed_qps))
+        shown = shown_probe(result, fixed=bool(s.fixed_qps))
         records = shown.detail.records if shown is not None else None
         if shown is not None and records is None:
             # Cached probes carry no token times; the backend is deterministic (only
@@ -201,9 +203,10 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
             cached = " (cached)" if p.detail.records is None else ""
             errors = f", {v.num_errors} FAILED REQUESTS ({v.reason})" if v.num_errors else ""
             judged = (f"attainment {v.goodput_fraction:.1%}, " if plan.slo.criterion == "attainment" else "")
+            flag = f", looks starved: {starved(p)}" if starved(p) else ""
             bar.write(
-                f"  {name:<16}seed {plan.seed}{p.qps:>10.4g} QPS  {'pass' if p.passed else 'FAIL'}  {judged}"
-                f"P99 TBT {v.tbt_s:.3f} s, median scheduling delay {v.scheduling_delay_s:.3f} s{errors}{cached}",
+                f"  {name:<16} seed {plan.seed}{p.qps:>10.4g} QPS  {'pass' if p.passed else 'FAIL'}  {judged}"
+                f"P99 TBT {v.tbt_s:.3f} s, median scheduling delay {v.scheduling_delay_s:.3f} s{errors}{flag}{cached}",
                 file=sys.stderr,
             )
 
@@ -212,21 +215,13 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
         if show:
             lo, hi = r.bracket
             known = f" (capacity in [{lo:.4g}, {hi:.4g}) QPS)" if r.index > 1 else ""
-            bar.write(f"  {name:<16}seed {plan.seed}  round {r.index}{known}: {len(r.rates)} probes at "
+            bar.write(f"  {name:<16} seed {plan.seed}  round {r.index}{known}: {len(r.rates)} probes at "
                       f"{', '.join(f'{q:.4g}' for q in sorted(r.rates))} QPS", file=sys.stderr)
 
     try:
         return search_capacity(plan, name, run, on_probe=on_probe, cache=cache, executor=pool, on_round=on_round)
     finally:
         bar.close()
-
-
-def _shown_probe(result: CapacityResult, fixed: bool) -> Probe | None:
-    """The probe whose token times are saved: the capacity probe (or the only one, at a fixed rate)."""
-    if fixed:
-        return result.probes[0]
-    passing = [p for p in result.probes if p.passed and p.qps == result.capacity_qps]
-    return passing[0] if passing else None
 
 
 def _finite(x: float) -> float | None:
@@ -262,6 +257,7 @@ def _probe_row(p: Probe, gpus: int) -> dict:
         num_preemptions=s.num_preemptions,
         num_errors=o.verdict.num_errors,
         errors=dict(o.verdict.errors),
+        starvation=starved(p),
     ))
 
 
@@ -314,6 +310,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
         "notes": list(plan.notes) + [f"{r.scheduler} at {p.qps:.4g} QPS: {note}"
                                      for r in runs for p in r.result.probes for note in p.detail.notes],
+        "starvation_bounds": dict(STARVATION_BOUNDS),  # what flags a passing probe's `starvation` (harness.starvation)
         "slo": {
             "tbt_s": plan.slo.tbt_s,
             "tbt_quantile": plan.slo.tbt_quantile,
@@ -339,59 +336,3 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         },
         "schedulers": schedulers,
     }
-
-
-def _warn_failed(runs: list[SchedulerRun]) -> None:
-    """Failed requests are never quiet: one line per probe that had any (the column `failed`)."""
-    for r in runs:
-        for p in r.result.probes:
-            v = p.detail.verdict
-            if v.num_errors:
-                kinds = ", ".join(f"{n} {k}" for k, n in v.errors.items())
-                print(f"WARNING: {r.scheduler} seed {r.seed} at {p.qps:.4g} QPS: {v.num_errors} requests failed ({kinds})")
-
-
-def _good(v, gpus: int) -> str:
-    """The attainment and goodput per GPU columns of a probe's verdict."""
-    return f"{v.goodput_fraction:>10.1%}{v.goodput / gpus:>11.3g}/s"
-
-
-def _print_table(runs: list[SchedulerRun], fixed: bool, gpus: int) -> None:
-    good = f"{'attained':>10}{'goodput/GPU':>13}"
-    if fixed:
-        print(f"{'scheduler':<18}{'seed':>5}{'QPS':>9}  {'verdict':<7}{'P50 TTFT':>10}{'P99 TBT':>10}{'median delay':>14}"
-              f"{'failed':>8}{good}")
-        for r in runs:
-            p = r.result.probes[0]
-            o = p.detail
-            print(f"{r.scheduler:<18}{r.seed:>5}{p.qps:>9.4g}  {'pass' if p.passed else 'FAIL':<7}"
-                  f"{o.summary.ttft.p50:>8.3f} s{o.verdict.tbt_s:>8.3f} s{o.verdict.scheduling_delay_s:>12.3f} s"
-                  f"{o.verdict.num_errors:>8}{_good(o.verdict, gpus)}")
-        _warn_failed(runs)
-        return
-    print(f"{'scheduler':<18}{'seed':>5}{'capacity (QPS)':>16}  {'bracket (pass, fail)':<22}{'probes':>7}  {'P99 TBT':>9}  "
-          f"{'median delay':>12}{'failed':>8}{good}")
-    for r in runs:
-        res = r.result
-        cap = _shown_probe(res, fixed=False)
-        hi = "none" if res.saturated else f"{res.lowest_failing_qps:.4g}"
-        cap_str = f"{res.capacity_qps:.4g}" + ("+" if res.saturated else "")
-        tbt = f"{cap.detail.verdict.tbt_s:.3f} s" if cap else "-"
-        delay = f"{cap.detail.verdict.scheduling_delay_s:.3f} s" if cap else "-"
-        failed = sum(p.detail.verdict.num_errors for p in res.probes)
-        good_cols = _good(cap.detail.verdict, gpus) if cap else f"{'-':>10}{'-':>13}"
-        print(f"{r.scheduler:<18}{r.seed:>5}{cap_str:>16}  {f'[{res.capacity_qps:.4g}, {hi})':<22}{len(res.probes):>7}  {tbt:>9}  "
-              f"{delay:>12}{failed:>8}{good_cols}")
-    _warn_failed(runs)
-    by_name: dict[str, list[float]] = {}
-    for r in runs:
-        by_name.setdefault(r.scheduler, []).append(r.result.capacity_qps)
-    if any(len(v) > 1 for v in by_name.values()):
-        for name, caps in by_name.items():
-            print(f"{name:<18} mean capacity {statistics.fmean(caps):.4g} QPS, std {statistics.stdev(caps):.3g} over {len(caps)} seeds")
-    # The paper's headline: Sarathi-Serve's capacity over each baseline (mean over seeds).
-    mean = {name: statistics.fmean(caps) for name, caps in by_name.items()}
-    if mean.get("sarathi", 0) > 0:
-        ratios = [f"{mean['sarathi'] / cap:.2f}x {name}" for name, cap in mean.items() if name != "sarathi" and cap > 0]
-        if ratios:
-            print("sarathi capacity: " + ", ".join(ratios))

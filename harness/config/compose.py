@@ -5,6 +5,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError
+from harness.config.schedulers import register_schedulers
 from harness.paths import CONFIG_DIR
 from harness.typed import did_you_mean
 
@@ -15,6 +16,7 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
+    register_schedulers()  # policies registered since the import (a decorator in the caller's module) too
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
             cfg = hydra_compose("config", overrides=overrides)
@@ -73,8 +75,26 @@ def _missing_config_line(e) -> str:
     if options:
         return f"{first}; known: {', '.join(options)}"
     group = (getattr(e, "missing_cfg_file", "") or "").rpartition("/")[0]
-    known = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) if group else []
-    return f"{first}; known: {', '.join(known)}" if known else first
+    known = group_options(group) if group else []
+    line = f"{first}; known: {', '.join(known)}" if known else first
+    if group == "scheduler":  # a policy plugin that did not load says why
+        from engines.schedulers.registry import plugin_errors
+
+        line += "".join(f"; {err}" for err in plugin_errors())
+    return line
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its YAML presets and the ones stored from code (a
+    registered policy without a YAML is `scheduler=NAME` all the same); schemas left out."""
+    from hydra.core.config_store import ConfigStore
+
+    files = {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")}
+    try:
+        stored = {n.removesuffix(".yaml") for n in ConfigStore.instance().list(group)}
+    except OSError:  # no such group in the store
+        stored = set()
+    return sorted(n for n in files | stored if not n.endswith("_schema"))
 
 
 def compose_launcher(name: str, overrides: list[str] = ()) -> dict:

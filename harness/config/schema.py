@@ -5,6 +5,8 @@ wrong type fails composition with the key named.
 The typed values the harness plans with are frozen dataclasses, declared once where they are used
 (SearchSettings, SloSettings, the backends' settings); Hydra needs writable nodes, so the schema
 registered here is a mechanical non-frozen copy of each (`schema_of`), defaults included.
+
+A scheduler's schema comes from its policy's constructor (harness.config.schedulers).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from harness.backends.base import ClusterSettings
 from harness.backends.endpoint import EndpointSettings
 from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
+from harness.config.schedulers import register_schedulers
 from harness.search.offline import OfflineSettings
 from harness.search.plan import SearchSettings
 from harness.search.slo import SloSettings
@@ -134,3 +137,4 @@ def register() -> None:
     cs.store(group="backend", name="sim_schema", node=schema_of(SimSettings))
     cs.store(group="backend", name="live_schema", node=schema_of(LiveSettings))
     cs.store(group="backend", name="endpoint_schema", node=schema_of(EndpointSettings))
+    register_schedulers()

@@ -30,6 +30,8 @@ class Row:
     tbt_p99_s: float | None
     cost_per_m_tokens: float | None
     measured: str  # full (search.num_requests a probe) | screen (plan.screen_requests)
+    ttft_p99_s: float | None = None  # at a replica's share of the target, beside the criterion
+    starvation: str = ""  # the capacity probe's signs of starvation (harness.starvation), "" if none
 
 
 def describe_scheduler(e: Evaluation, plan) -> str:
@@ -80,10 +82,12 @@ def rows(run: PlanRun, limit: int | None = None) -> list[Row]:
         plan = run.space.plan_of(c)
         reps = replicas_needed(target, cap) if target else 1
         gpus = gpus_needed(target, cap, c.gpus) if target else c.gpus
-        at = e.at_target or ((e.full or e.screen).at_capacity if not target else None)
+        at_cap = (e.full or e.screen).at_capacity
+        at = e.at_target or (at_cap if not target else None)
         out.append(Row(i, c.key, describe_deployment(c.tp, c.pp, c.unit), describe_scheduler(e, plan), c.policy, c.gpus, cap,
                        cap / c.gpus, reps, gpus, at.ttft_p50_s if at else None, at.tbt_s if at else None,
-                       cost_per_million(run, gpus, target or cap), "full" if e.full is not None else "screen"))
+                       cost_per_million(run, gpus, target or cap), "full" if e.full is not None else "screen",
+                       at.ttft_p99_s if at else None, at_cap.starvation if at_cap else ""))
     return out
 
 
@@ -124,7 +128,8 @@ def _fmt(x: float | None, spec: str, unit: str = "") -> str:
     return "-" if x is None else f"{x:{spec}}{unit}"
 
 
-HEADER = ("#", "deployment", "scheduler", "QPS/replica", "QPS/GPU", "replicas", "GPUs", "P50 TTFT", "P99 TBT", "$/M tok", "")
+HEADER = ("#", "deployment", "scheduler", "QPS/replica", "QPS/GPU", "replicas", "GPUs", "P50 TTFT", "P99 TBT", "P99 TTFT",
+          "$/M tok", "")
 
 
 def table_lines(table: list[Row]) -> list[str]:
@@ -142,6 +147,13 @@ def table_markdown(table: list[Row]) -> str:
 
 
 def _cells(r: Row) -> tuple[str, ...]:
-    return (str(r.rank), r.deployment, r.scheduler, f"{r.capacity_qps:.3g}", f"{r.capacity_per_gpu:.3g}",
-            _fmt(r.replicas, "d"), _fmt(r.gpus, "d"), _fmt(r.ttft_p50_s, ".3f", " s"), _fmt(r.tbt_p99_s, ".3f", " s"),
-            _fmt(r.cost_per_m_tokens, ".2f"), "" if r.measured == "full" else "(screen)")
+    return (str(r.rank), r.deployment, r.scheduler, f"{r.capacity_qps:.3g}" + ("!" if r.starvation else ""),
+            f"{r.capacity_per_gpu:.3g}", _fmt(r.replicas, "d"), _fmt(r.gpus, "d"), _fmt(r.ttft_p50_s, ".3f", " s"),
+            _fmt(r.tbt_p99_s, ".3f", " s"), _fmt(r.ttft_p99_s, ".3g", " s"), _fmt(r.cost_per_m_tokens, ".2f"),
+            "" if r.measured == "full" else "(screen)")
+
+
+def starved_lines(table: list[Row]) -> list[str]:
+    """A WARNING per ranked configuration whose capacity probe looks starved ("!" in the table)."""
+    return [f"WARNING: #{r.rank} {r.key} passes the criterion at its capacity but looks starved: {r.starvation} "
+            "(harness/starvation.py; its capacity stays the criterion's)" for r in table if r.starvation]

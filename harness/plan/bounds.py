@@ -31,10 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engines.schedulers import SchedulerConfig
+from engines.schedulers import make_policy
 from harness.search.plan import ExperimentPlan
-
-RESERVING = ("orca", "fastertransformer")  # policies that reserve max_model_len of KV per request
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,16 @@ def single_decode_s(plan: ExperimentPlan) -> float:
     return float(perf.pipeline_latency(np.ones(1, dtype=np.int64), np.full(1, c, dtype=np.int64)))
 
 
-def _kv_batch(plan: ExperimentPlan, sc: SchedulerConfig) -> int:
+def _policy(plan: ExperimentPlan, scheduler: str):
+    """The scheduler's policy object: what the bounds ask (reserves_kv, max_num_seqs, max_batch_tokens)."""
+    return make_policy(plan.schedulers[scheduler], plan.max_model_len)
+
+
+def _kv_batch(plan: ExperimentPlan, policy) -> int:
     """The most sequences the KV cache holds at once, of the smallest prompts (whole blocks)."""
     d = plan.deployment
     blocks = d.kv_capacity_tokens // d.block_size
-    if sc.policy in RESERVING:
+    if policy.reserves_kv:  # max_model_len of KV per request
         return max(1, blocks // -(-plan.max_model_len // d.block_size))
     need = np.sort(-(-(plan.workload.prompt_lens + 1) // d.block_size))
     return max(1, int(np.searchsorted(np.cumsum(need), blocks, side="right")))
@@ -105,19 +108,16 @@ def _token_cost(perf, most_tokens: int) -> float:
     return min(costs)
 
 
-def _most_tokens(plan: ExperimentPlan, sc: SchedulerConfig) -> int:
-    if sc.policy in ("sarathi", "chunked_only"):
-        return int(sc.token_budget)
-    if sc.policy == "vllm":
-        return max(int(sc.max_num_batched_tokens or plan.max_model_len), plan.max_model_len)
-    return int(sc.max_num_seqs) * plan.max_model_len  # whole prompts of a full batch
+def _most_tokens(plan: ExperimentPlan, policy) -> int:
+    """Most tokens one iteration holds: the policy's limit, else whole prompts of a full batch."""
+    return int(policy.max_batch_tokens or int(policy.max_num_seqs) * plan.max_model_len)
 
 
 def ttft_floors_s(plan: ExperimentPlan) -> np.ndarray:
     """Each request's least possible TTFT on the deployment, whatever the scheduler: its prompt's
     tokens through the slowest stage at the least a token costs there outside attention, at any
     batch a scheduler of the plan may form (the tokens bound's fact, for one request)."""
-    most = max(_most_tokens(plan, sc) for sc in plan.schedulers.values())
+    most = max(_most_tokens(plan, _policy(plan, name)) for name in plan.schedulers)
     return plan.workload.prompt_lens.astype(np.float64) * _token_cost(plan.deployment.perf, most)
 
 
@@ -142,9 +142,9 @@ def _waited_s(plan: ExperimentPlan) -> float:
 
 def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
     """No probe of `scheduler` on `plan`'s deployment passes above `qps` (module docstring)."""
-    perf, sc, w = plan.deployment.perf, plan.schedulers[scheduler], plan.workload
+    perf, policy, w = plan.deployment.perf, _policy(plan, scheduler), plan.workload
     c = shortest_decode_context(plan)
-    batch = min(int(sc.max_num_seqs), _kv_batch(plan, sc))
+    batch = min(int(policy.max_num_seqs), _kv_batch(plan, policy))
     slo_batch = min(batch, _slo_batch(perf, batch, c, decode_limit_s(plan)))
     if slo_batch == 0:
         return Bound(0.0, "slo", batch)
@@ -152,8 +152,8 @@ def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
     p = w.prompt_lens.astype(np.float64)
     o = w.output_lens.astype(np.float64)
     decode = token_rate / max(float(np.mean(o - 1)), 1e-9)
-    tokens = 1.0 / (float(np.mean(p + o - 1)) * _token_cost(perf, _most_tokens(plan, sc)))
-    held = plan.max_model_len * (o - 1) if sc.policy in RESERVING else (o - 1) * p + (o - 1) * o / 2
+    tokens = 1.0 / (float(np.mean(p + o - 1)) * _token_cost(perf, _most_tokens(plan, policy)))
+    held = plan.max_model_len * (o - 1) if policy.reserves_kv else (o - 1) * p + (o - 1) * o / 2
     kv = plan.deployment.kv_capacity_tokens / max(float(np.mean(held)) * _decode_latency(perf, 1, c), 1e-12)
     rates = {"decode": decode, "tokens": tokens, "kv": kv}
     binding = min(rates, key=rates.get)
@@ -182,13 +182,13 @@ def unit_bound(plan: ExperimentPlan, scheduler: str, prefill: int, decode: int) 
     as for one engine (module docstring)."""
     from dataclasses import replace
 
-    sc, w = plan.schedulers[scheduler], plan.workload
+    policy, w = _policy(plan, scheduler), plan.workload
     pplan, dplan = replace(plan, deployment=plan.disagg.prefill), replace(plan, deployment=plan.disagg.decode)
     pperf, dperf = pplan.deployment.perf, dplan.deployment.perf
     c = shortest_decode_context(plan)
     p, o = w.prompt_lens.astype(np.float64), w.output_lens.astype(np.float64)
-    batch = min(int(sc.max_num_seqs), _kv_batch(dplan, sc))
-    rates = {"prefill": prefill / (float(np.mean(p)) * _token_cost(pperf, _most_tokens(pplan, sc)))}
+    batch = min(int(policy.max_num_seqs), _kv_batch(dplan, policy))
+    rates = {"prefill": prefill / (float(np.mean(p)) * _token_cost(pperf, _most_tokens(pplan, policy)))}
     estimate = min(rates["prefill"], decode * _typical_decode(dplan, batch, o))
     slo_batch = min(batch, _slo_batch(dperf, batch, c, decode_limit_s(plan)))
     if slo_batch == 0:
@@ -201,6 +201,6 @@ def unit_bound(plan: ExperimentPlan, scheduler: str, prefill: int, decode: int) 
     rates["kv"] = decode * dplan.deployment.kv_capacity_tokens / max(float(np.mean(held)) * _decode_latency(dperf, 1, c), 1e-12)
     binding = min(rates, key=rates.get)
     rate = rates[binding]
-    absorbed = prefill * int(sc.max_num_seqs) + decode * batch  # requests the running sets hold
+    absorbed = prefill * int(policy.max_num_seqs) + decode * batch  # requests the running sets hold
     slack = 1 + 2 * (absorbed + rate * _waited_s(plan)) / len(w.prompt_lens)
     return Bound(rate * slack, binding, batch, min(rate, estimate))

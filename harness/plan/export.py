@@ -46,8 +46,7 @@ def preset_yaml(cfg: Mapping, plan: ExperimentPlan, scheduler: str, name: str, c
     performance model as the plan resolved them, its deployment, SLO and one scheduler."""
     sc = plan.schedulers[scheduler]
     resolved = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    knobs = {"policy": sc.policy, "max_num_seqs": sc.max_num_seqs, "token_budget": sc.token_budget,
-             "max_num_batched_tokens": sc.max_num_batched_tokens}
+    knobs = sc.as_dict()
     body = {
         "name": name,
         "model": resolved["model"],

@@ -12,6 +12,7 @@ from harness.backends import open_backend
 from harness.search.capacity import Probe, find_capacity
 from harness.search.plan import ExperimentPlan
 from harness.search.probe import ProbeOutcome, ProbeTask, run_probe
+from harness.starvation import starvation
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,18 @@ class ProbeSummary:
     ttft_p99_s: float
     output_token_throughput: float
     goodput_fraction: float = float("nan")  # the share of requests within the SLO (DistServe's attainment)
+    request_throughput: float = float("nan")  # completed requests per second (harness.starvation)
+
+    @property
+    def starvation(self) -> str:
+        """Its signs of starvation if it passed (harness.starvation), "" if none."""
+        return starvation(self.passed, self.qps, self.request_throughput, self.ttft_p99_s)
 
 
 def summarize_probe(o: ProbeOutcome) -> ProbeSummary:
     v, s = o.verdict, o.summary
     return ProbeSummary(o.qps, v.passed, v.reason, v.tbt_s, v.scheduling_delay_s, s.ttft.p50, s.ttft.p99,
-                        s.output_token_throughput, v.goodput_fraction)
+                        s.output_token_throughput, v.goodput_fraction, s.request_throughput)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ class ProbeRow:
     num_errors: int = 0  # failed requests (a time limit's cut-off not counted)
     errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
     goodput_per_gpu: float = float("nan")  # goodput / the deployment's GPUs (TP x PP x cluster instances)
+    # A passing probe's signs of starvation (harness.starvation: completed throughput, P99 TTFT), "" if none;
+    # beside the verdict, never part of it.
+    starvation: str = ""
 
 
 PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))

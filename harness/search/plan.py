@@ -8,13 +8,13 @@ the raw config. `ExperimentPlan.job(scheduler)` is what a backend serves.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from omegaconf import OmegaConf
 
 from common.errors import HarnessError
-from engines.schedulers import POLICIES, SchedulerConfig, make_engine
+from engines.schedulers import SchedulerConfig, make_engine, policy_names, policy_spec
 from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings, ClusterSettings, GiveUp
 from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation, plan_replicas
@@ -157,18 +157,23 @@ def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
     for name, sc in (cfg or {}).items():
         if sc is None or "policy" not in sc:
             continue
-        knobs = {k: v for k, v in sc.items()}
+        knobs = {str(k): v for k, v in sc.items() if k != "policy"}
         try:
-            out[name] = SchedulerConfig(**knobs)
-        except TypeError:
-            known = [f.name for f in fields(SchedulerConfig)]
-            bad = next((k for k in knobs if k not in known), "?")
-            raise HarnessError(f"scheduler.{name}.{bad}: unknown key{did_you_mean(str(bad), known)}; "
-                               f"known: {', '.join(known)}") from None
+            spec = policy_spec(str(sc["policy"]))
+        except ValueError as e:
+            raise HarnessError(f"scheduler {name}: {e}") from None
+        bad = next((k for k in knobs if k not in spec.knob_names), None)
+        if bad is not None:
+            known = ["policy", *spec.knob_names]
+            raise HarnessError(f"scheduler.{name}.{bad}: unknown key{did_you_mean(bad, known)} of policy {spec.name}; "
+                               f"known: {', '.join(known)}")
+        try:
+            out[name] = SchedulerConfig(spec.name, **knobs)
         except ValueError as e:
             raise HarnessError(f"scheduler {name}: {e}") from None
     if not out:
-        raise HarnessError(f"no scheduler selected; choose from experiments/scheduler ({', '.join(POLICIES)})")
+        raise HarnessError(f"no scheduler selected; choose a registered policy ({', '.join(policy_names())}) "
+                           "or a preset of experiments/scheduler")
     return out
 
 

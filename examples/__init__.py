@@ -1,0 +1,1 @@
+"""Examples of extending the harness from outside its packages (see ARCHITECTURE.md)."""
