@@ -1,7 +1,15 @@
 """Scheduling policies, one module each, and the factory that builds an engine around one."""
 from __future__ import annotations
 
-from engines.core import DEFAULT_BLOCK_SIZE, BlockManager, Engine, Policy, blocks_for
+from engines.core import (
+    DEFAULT_BLOCK_SIZE,
+    BlockManager,
+    Engine,
+    Policy,
+    PrefixCachingBlockManager,
+    PrefixCachingEngine,
+    blocks_for,
+)
 from engines.schedulers.chunked_only import ChunkedOnlyPolicy
 from engines.schedulers.config import POLICIES, SchedulerConfig
 from engines.schedulers.decode_maximal import DecodeMaximalPolicy, OrcaWorstPolicy
@@ -66,8 +74,10 @@ def make_engine(
     check_kv = getattr(policy, "check_kv", None)  # a policy whose batch size is bounded by memory refuses a B that is not
     if check_kv is not None:
         check_kv(num_blocks, blocks_for(max_model_len, block_size))
-    blocks = BlockManager(num_blocks, block_size, reserve_tokens=reserve)
-    return Engine(policy, blocks, max_model_len)
+    if cfg.prefix_caching:
+        return PrefixCachingEngine(policy, PrefixCachingBlockManager(num_blocks, block_size, reserve_tokens=reserve),
+                                   max_model_len)
+    return Engine(policy, BlockManager(num_blocks, block_size, reserve_tokens=reserve), max_model_len)
 
 
 __all__ = ["POLICIES", "ROLES", "DecodeOnlyPolicy", "SchedulerConfig", "make_engine", "make_policy"]

@@ -21,6 +21,8 @@ class SchedulerConfig:
     # decode_maximal: cut the chunk so chunk + decodes fills whole GEMM tiles of this many tokens
     # (the paper's 256 - (B - 1) with 128); 0 = no cut.
     tile_tokens: int = 0
+    # Automatic prefix caching (engines/core/prefix_cache.py): off, as in the paper's engines.
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -33,5 +35,7 @@ class SchedulerConfig:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
         if self.tile_tokens < 0:
             raise ValueError(f"tile_tokens must be >= 0 (0: no tile alignment), got {self.tile_tokens}")
+        if not isinstance(self.prefix_caching, bool):
+            raise ValueError(f"prefix_caching must be true or false, got {self.prefix_caching!r}")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")

@@ -117,7 +117,16 @@ _SCHEDULER_HELP = {
     "max_num_batched_tokens": _help("vllm policy: tokens of whole prompts in one prefill batch (default: max model len)"),
     "chunk_size": _help("decode_maximal: prefill tokens of the one chunk an iteration (decodes ride on top)"),
     "tile_tokens": _help("decode_maximal: cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)"),
+    "prefix_caching": _help("automatic prefix caching: true or false (engines/core/prefix_cache.py)"),
 }
+
+
+def _boolean(text: str) -> bool:
+    """A flag's true/false (argparse's type=bool would read 'False' as true)."""
+    value = {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
 
 
 def _flag(name: str) -> str:
@@ -146,7 +155,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if owner is SchedulerConfig and f.name == "policy":
             default = ServerConfig().scheduler.policy
         kind = _scalar(owner, f)
-        parser.add_argument(_flag(f.name), type=kind, default=default, choices=meta.get("choices"),
+        parser.add_argument(_flag(f.name), type=_boolean if kind is bool else kind, default=default, choices=meta.get("choices"),
                             help=meta.get("help"), dest=f.name)
 
 
