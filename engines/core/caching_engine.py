@@ -26,7 +26,13 @@ class PrefixCachingEngine(Engine):
         return out
 
     def complete_decode_run(self, batch: Batch, k: int) -> tuple[Sequence, ...]:
-        finished = super().complete_decode_run(batch, k)
+        # Every sequence's slots are taken before any of them leaves, as k stepped iterations take
+        # them (each schedule() allocates before the iteration's finishes free). Otherwise a
+        # sequence could reuse a block the finisher just freed where stepping evicted a cached one.
+        grow = self.blocks.grow
+        for seq in batch.seqs:
+            grow(seq, seq.num_computed + k)
+        finished = super().complete_decode_run(batch, k)  # its own grows now find nothing to take
         self._register(batch.seqs)
         return finished
 

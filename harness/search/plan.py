@@ -30,6 +30,15 @@ DRAIN_SLACK = 2.0  # ExperimentPlan.drain_s
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """`engine`: switches of the engine core every scheduler of the experiment runs with."""
+
+    # Automatic prefix caching (engines/core/prefix_cache.py) for every scheduler; off as in the
+    # paper's engines (a scheduler's own `prefix_caching: true` turns it on for that one alone).
+    prefix_caching: bool = False
+
+
+@dataclass(frozen=True)
 class SearchSettings:
     """The capacity search; the defaults are the paper's (Sarathi-Serve Sec. 5: 2048 requests per
     probe, binary search on QPS to ~2.5 %). The schema of experiments/search/*.yaml."""
@@ -203,11 +212,18 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         schedulers, scheduler_knobs = {label: None}, {label: knobs}
     else:
         schedulers = _scheduler_configs(cfg["scheduler"])
-        scheduler_knobs = {name: _plain(cfg["scheduler"][name]) for name in schedulers}
+        engine = typed(EngineSettings, cfg.get("engine") or {}, "engine")
+        if engine.prefix_caching:
+            schedulers = {name: replace(sc, prefix_caching=True) for name, sc in schedulers.items()}
+        scheduler_knobs = {name: {**_plain(cfg["scheduler"][name]), **({"prefix_caching": True} if sc.prefix_caching else {})}
+                           for name, sc in schedulers.items()}
     if offline is not None:
         check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
+    if workload.sessions is not None and (cluster.num_instances > 1 or cluster.disaggregated or cluster.replicas):
+        raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine; "
+                           "use cluster.instances=1 without prefill/decode instances or replicas")
     replicas = ()
     if cluster.replicas:
         if backend.name != "sim":

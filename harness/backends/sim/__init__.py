@@ -15,6 +15,7 @@ from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
+from harness.backends.sim.sessions import has_sessions
 from harness.records import RequestSpec
 
 __all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster", "simulate_disaggregated"]
@@ -48,6 +49,9 @@ class SimBackend:
         job, d = self.job, self.job.deployment
         engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
         stats: dict = {}
+        if has_sessions(requests) and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas):
+            raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine; "
+                               "use cluster.instances=1 without prefill/decode instances")
         if job.disagg is not None:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
