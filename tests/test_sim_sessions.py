@@ -115,3 +115,16 @@ def test_a_pipeline_with_a_cache_steps_plainly(policy):
     _same(simulate(reqs, _engine(policy, kv), HalfStageTimer(), pp=2, fast_forward=False),
           simulate(reqs, _engine(policy, kv), HalfStageTimer(), pp=2, fast_forward=True, stats=stats))
     assert stats.get("replayed_launches", 0) == 0
+
+
+def test_the_cache_summary_splits_ttft_by_hit_and_miss():
+    from harness.metrics import cache_summary
+
+    reqs = requests_at_rate(_sessions(60, 7), {"name": "poisson"}, 5.0, 7)
+    recs = simulate(reqs, _engine("sarathi", 8192), WindowedTimer())
+    c = cache_summary(recs, 16)
+    hits = [r for r in recs if r.cached_tokens]
+    assert c.hit_requests == len(hits) and c.miss_requests == len(recs) - len(hits)
+    assert c.token_hit_rate == sum(r.cached_tokens for r in recs) / sum(r.prompt_len for r in recs)
+    assert c.block_hit_rate == sum(r.cached_tokens // 16 for r in recs) / sum((r.prompt_len - 1) // 16 for r in recs)
+    assert c.ttft_hit.count == len(hits) and c.ttft_hit.p50 < c.ttft_miss.p50  # a hit skips most of its prefill

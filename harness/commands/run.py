@@ -9,12 +9,14 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
+from harness.metrics import CacheSummary, summarize_cache
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
@@ -239,10 +241,17 @@ def num_gpus(plan: ExperimentPlan) -> int:
     return plan.cluster.num_gpus(plan.deployment.tp, plan.deployment.pp)
 
 
-def _probe_row(p: Probe, gpus: int) -> dict:
+def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
     o = p.detail
     s = o.summary
+    c = _cache(o.requests, block_size)
     return asdict(ProbeRow(
+        cache_token_hit_rate=c.token_hit_rate,
+        cache_block_hit_rate=c.block_hit_rate,
+        ttft_p50_hit_s=c.ttft_hit.p50,
+        ttft_p50_miss_s=c.ttft_miss.p50,
+        ttft_p99_hit_s=c.ttft_hit.p99,
+        ttft_p99_miss_s=c.ttft_miss.p99,
         qps=p.qps,
         passed=p.passed,
         reason=o.verdict.reason,
@@ -265,13 +274,20 @@ def _probe_row(p: Probe, gpus: int) -> dict:
     ))
 
 
-def _capacity_fields(result: CapacityResult, gpus: int) -> dict:
+def _cache(rows: pd.DataFrame, block_size: int) -> CacheSummary:
+    """The probe's prefix-cache summary from its saved rows (probes cached before the column: none)."""
+    cached = rows["cached_tokens"] if "cached_tokens" in rows else np.zeros(len(rows), np.int64)
+    started = ~(rows["first_scheduled_s"].isna() & rows["first_token_s"].isna())
+    return summarize_cache(rows["prompt_len"], cached, rows["first_token_s"] - rows["arrival_s"], started, block_size)
+
+
+def _capacity_fields(result: CapacityResult, gpus: int, block_size: int) -> dict:
     return {
         "capacity_qps": result.capacity_qps,
         "lowest_failing_qps": _finite(result.lowest_failing_qps),
         "saturated": result.saturated,
         "rounds": result.rounds,
-        "probes": [_probe_row(p, gpus) for p in result.probes],
+        "probes": [_probe_row(p, gpus, block_size) for p in result.probes],
     }
 
 
@@ -288,7 +304,8 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
             if broken:
                 schedulers[name] = {"config": plan.scheduler_knobs[name], "broken": broken[0]}
             continue
-        entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result, gpus)}
+        bs = plan.deployment.block_size
+        entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result, gpus, bs)}
         if len(mine) > 1:
             caps = [r.result.capacity_qps for r in mine]
             entry["repeats"] = {
@@ -296,7 +313,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
                 "capacities_qps": caps,
                 "mean_qps": statistics.fmean(caps),
                 "std_qps": statistics.stdev(caps),
-                "runs": [{"seed": r.seed, **_capacity_fields(r.result, gpus)} for r in mine[1:]],
+                "runs": [{"seed": r.seed, **_capacity_fields(r.result, gpus, bs)} for r in mine[1:]],
             }
         if broken:
             entry["broken"] = broken[0]

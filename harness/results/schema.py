@@ -27,6 +27,13 @@ class ProbeRow:
     num_errors: int = 0  # failed requests (a time limit's cut-off not counted)
     errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
     goodput_per_gpu: float = float("nan")  # goodput / the deployment's GPUs (TP x PP x cluster instances)
+    # Prefix caching (harness.metrics.CacheSummary): NaN for runs saved before it was measured
+    cache_token_hit_rate: float = float("nan")
+    cache_block_hit_rate: float = float("nan")
+    ttft_p50_hit_s: float = float("nan")  # requests that found cached prompt tokens
+    ttft_p50_miss_s: float = float("nan")  # requests that found none
+    ttft_p99_hit_s: float = float("nan")
+    ttft_p99_miss_s: float = float("nan")
 
 
 PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))

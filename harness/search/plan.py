@@ -262,6 +262,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         disagg=disagg,
         replicas=replicas,
         offline=offline,
+        notes=_session_notes(workload),
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))
@@ -273,6 +274,15 @@ def _duration(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+def _session_notes(workload: Workload) -> tuple[str, ...]:
+    if workload.sessions is None:
+        return ()
+    count = workload.sessions.num_sessions
+    return (f"sessions: a probe holds {count} sessions of {len(workload) / count:.1f} turns on average, each turn "
+            "released by the answer before it; however fast they start, at most that many are in the engine at once, "
+            "so a capacity at search.max_qps is the probe's limit, not the engine's (raise search.num_requests)",)
 
 
 def _plain(node) -> dict:
