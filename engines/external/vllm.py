@@ -103,7 +103,9 @@ def serve_command(
         "--port", str(port),
         "--max-model-len", str(max_model_len),
         "--seed", str(seed),
-        "--enable-prefix-caching" if scheduler.prefix_caching else "--no-enable-prefix-caching",
+        # with a cache, the usage of each response says how many prompt tokens it found cached
+        *(["--enable-prefix-caching", "--enable-prompt-tokens-details"] if scheduler.prefix_caching
+          else ["--no-enable-prefix-caching"]),
         *policy_flags(scheduler, max_model_len),
         *extra_args,
     ]
