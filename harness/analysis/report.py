@@ -17,6 +17,7 @@ from harness.analysis.compare import capacity_ratio_table, latency_ratio_table, 
 from harness.analysis.figures import FigureOutcome, Inputs, build_figures, load_inputs
 from harness.analysis.paper import PAPER_FILE
 from harness.analysis.pd_figs import distserve_check, distserve_markdown, pd_markdown, pd_table
+from harness.analysis.prefix_figs import prefix_answer, prefix_markdown, prefix_table
 from harness.analysis.perf_facts import perf_fact_table
 from harness.results.store import provenance
 
@@ -152,6 +153,13 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
                   "0.1 s per request, 90 % attainment, rates per GPU; openchat_sharegpt4 lengths cut at 2,047 tokens "
                   "stand in for their ShareGPT-v3 prompts.", "",
                   distserve_markdown(distserve_check(runs, inputs.clusters)), ""]
+    if not inputs.prefix.empty:
+        table = prefix_table(inputs.prefix, inputs.prefix_probes)
+        lines += ["## Beyond the paper: conversations, agents and prefix caching", "",
+                  "Capacity (QPS) under the paper's criterion, per workload, SLO and prefix cache (fig18): "
+                  "Sarathi-Serve at each token budget, vLLM and Orca, Sarathi-Serve's best over each, and the share "
+                  "of prompt tokens the cache held at Sarathi-Serve's capacity.", "",
+                  prefix_markdown(table), "", prefix_answer(table), ""]
     if not runs.empty:
         lines += ["## Every capacity result read", "", tables.capacity_markdown(runs), ""]
     return "\n".join(lines)
