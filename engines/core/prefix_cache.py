@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
+from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.sequence import Sequence
 
 
@@ -41,14 +41,9 @@ class PrefixCacheStats:
 
 
 class PrefixCachingBlockManager(BlockManager):
-    def __init__(
-        self,
-        num_blocks: int,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        watermark: float = 0.01,
-        reserve_tokens: int | None = None,
-    ) -> None:
-        super().__init__(num_blocks, block_size, watermark, reserve_tokens)
+    def __init__(self, *args, **kwargs) -> None:  # BlockManager's (num_blocks, block_size, watermark, reserve_tokens)
+        super().__init__(*args, **kwargs)
+        num_blocks = self.num_blocks
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._cache: dict[int, int] = {}  # hash -> the block holding it

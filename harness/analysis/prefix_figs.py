@@ -16,6 +16,7 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from harness.analysis import style
 from harness.analysis.capacity_figs import MissingResults
+from harness.analysis.tables import markdown
 
 NAME = r"^prefix_(?P<preset>.+)_(?P<slo>strict|relaxed)_(?P<workload>conversations|agents)_(?P<cache>cache|nocache)$"
 WORKLOADS = ("conversations", "agents")
@@ -122,17 +123,14 @@ def prefix_table(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
 def prefix_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "_No prefix-caching study runs._"
+
+    def cell(col: str, v) -> str:
+        if not isinstance(v, float):
+            return str(v)
+        return f"{v:.0%}" if col == "hit rate at best" else f"{v:.2f}x" if col.startswith("best /") else f"{v:.3g}"
+
     cols = list(table.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-    for row in table.itertuples(index=False):
-        cells = []
-        for c, v in zip(cols, row):
-            if isinstance(v, float):
-                cells.append(f"{v:.0%}" if c == "hit rate at best" else (f"{v:.2f}x" if c.startswith("best /") else f"{v:.3g}"))
-            else:
-                cells.append(str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown([tuple(cell(c, v) for c, v in zip(cols, row)) for row in table.itertuples(index=False)], tuple(cols))
 
 
 def prefix_answer(table: pd.DataFrame) -> str:

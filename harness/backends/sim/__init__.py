@@ -3,6 +3,7 @@ performance model (`loop`: the event loop; `pipeline` and `replay`: pipeline par
 exact fast-forward). Deterministic: identical requests give bit-identical records."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -67,6 +68,8 @@ class SimBackend:
                            concurrency=job.concurrency, log=log)
         if log is not None:
             stats.update(iterations=log.columns(), request_bubbles=log.request_bubbles())
+        if job.scheduler.prefix_caching:  # what the cache saved: prompt tokens found (readmissions too), evictions
+            stats["prefix_cache"] = dataclasses.asdict(engine.blocks.stats)
         return BackendRun(records, stats)
 
 
