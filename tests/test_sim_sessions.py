@@ -128,3 +128,18 @@ def test_the_cache_summary_splits_ttft_by_hit_and_miss():
     assert c.token_hit_rate == sum(r.cached_tokens for r in recs) / sum(r.prompt_len for r in recs)
     assert c.block_hit_rate == sum(r.cached_tokens // 16 for r in recs) / sum((r.prompt_len - 1) // 16 for r in recs)
     assert c.ttft_hit.count == len(hits) and c.ttft_hit.p50 < c.ttft_miss.p50  # a hit skips most of its prefill
+
+
+def test_the_iteration_log_shows_what_the_cache_saved():
+    from harness.backends.sim.iterations import IterationLog
+
+    w = load_workload({"name": "t", "max_total_tokens": MAX_LEN, "sessions": {
+        "kind": "shared_prefix", "base": "openchat_sharegpt4", "system_prompts": 2, "system_prompt_tokens": [64, 128]}},
+        60, 8)
+    reqs = requests_at_rate(w, {"name": "poisson"}, 20.0, 8)
+    engine = _engine("sarathi", 4096)
+    log = IterationLog(WindowedTimer(), len(reqs))
+    log.cache = engine.blocks.stats
+    recs = simulate(reqs, engine, WindowedTimer(), log=log, concurrency=8)  # an offline closed loop keeps the cache too
+    saved = log.columns()["cached_tokens"]
+    assert saved.sum() == engine.blocks.stats.hits == sum(r.cached_tokens for r in recs) > 0

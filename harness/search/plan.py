@@ -221,6 +221,9 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
+    if workload.sessions is not None and offline is not None:
+        raise HarnessError(f"dataset.sessions: arrival={cfg['arrival'].get('name')} starts no sessions (an offline run); "
+                           "sessions start by an open-loop arrival (poisson, gamma, constant)")
     if workload.sessions is not None and (cluster.num_instances > 1 or cluster.disaggregated or cluster.replicas):
         raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine; "
                            "use cluster.instances=1 without prefill/decode instances or replicas")

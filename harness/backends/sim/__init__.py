@@ -63,6 +63,8 @@ class SimBackend:
                                        time_limit_s=job.time_limit_s, stats=stats)
             return BackendRun(records, stats)
         log = IterationLog(d.timer, len(requests)) if job.iteration_log else None
+        if log is not None and job.scheduler.prefix_caching:
+            log.cache = engine.blocks.stats  # the log's cached_tokens: what the cache saved, iteration by iteration
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up,
                            concurrency=job.concurrency, log=log)
