@@ -6,6 +6,8 @@ A separate class so that the engine without a prefix cache runs exactly the code
 """
 from __future__ import annotations
 
+from itertools import compress
+
 from engines.core.batch import Batch
 from engines.core.engine import Engine, Policy, StepOutput
 from engines.core.prefix_cache import PrefixCachingBlockManager
@@ -13,6 +15,12 @@ from engines.core.sequence import Sequence
 
 
 class PrefixCachingEngine(Engine):
+    """Blocks are registered when a prefill chunk completes them and when a sequence frees its
+    blocks (it finished, was preempted or aborted). Blocks a decode fills are registered at that
+    free, not as they fill: only a request that carries the sequence's own generated tokens could
+    find them, and a client has those once the answer is done (a conversation's next turn). This
+    keeps the cost per decode iteration at the plain engine's."""
+
     blocks: PrefixCachingBlockManager
 
     def __init__(self, policy: Policy, blocks: PrefixCachingBlockManager, max_model_len: int) -> None:
@@ -22,7 +30,10 @@ class PrefixCachingEngine(Engine):
 
     def complete(self, batch: Batch) -> StepOutput:
         out = super().complete(batch)  # finished ones registered as they were freed
-        self._register(batch.seqs)
+        register = self.blocks.register
+        for seq in compress(batch.seqs, batch.is_prefill):
+            if seq.block_table:  # still running (finished and aborted ones hold no blocks)
+                register(seq)
         return out
 
     def complete_decode_run(self, batch: Batch, k: int) -> tuple[Sequence, ...]:
@@ -32,12 +43,4 @@ class PrefixCachingEngine(Engine):
         grow = self.blocks.grow
         for seq in batch.seqs:
             grow(seq, seq.num_computed + k)
-        finished = super().complete_decode_run(batch, k)  # its own grows now find nothing to take
-        self._register(batch.seqs)
-        return finished
-
-    def _register(self, seqs: tuple[Sequence, ...]) -> None:
-        register = self.blocks.register
-        for seq in seqs:
-            if seq.block_table:  # still running (finished and aborted ones hold no blocks)
-                register(seq)
+        return super().complete_decode_run(batch, k)  # its own grows now find nothing to take

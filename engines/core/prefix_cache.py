@@ -19,6 +19,7 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from engines.core.block_manager import BlockManager, blocks_for
@@ -47,7 +48,9 @@ class PrefixCachingBlockManager(BlockManager):
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._cache: dict[int, int] = {}  # hash -> the block holding it
-        self._evictable: dict[int, None] = {}  # unused cached blocks, least recently freed first
+        # Unused cached blocks, least recently freed first. An OrderedDict: popping its oldest entry is
+        # O(1), where a dict's next(iter(...)) rescans the slots its earlier deletions left.
+        self._evictable: OrderedDict[int, None] = OrderedDict()
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
         self._peeked: tuple[tuple[int, int, int], list[int]] = ((-1, -1, -1), [])  # the last lookup: (seq, target, version), hits
@@ -125,23 +128,25 @@ class PrefixCachingBlockManager(BlockManager):
 
     # -- allocation, freeing, registration ------------------------------------------------------
     def _take(self, seq: Sequence, n: int) -> None:
-        free = self._free
-        if n > len(free) + len(self._evictable):
+        free, evictable = self._free, self._evictable
+        if n > len(free) + len(evictable):
             raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {self.num_free} free")
-        table, ref = seq.block_table, self._ref
-        for _ in range(n):
-            b = free.pop() if free else self._evict()
+        k = min(n, len(free))
+        taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
+        del free[len(free) - k:]
+        if n > k:  # then the least recently freed cached blocks, their content dropped
+            cache, hashes, pop = self._cache, self._hash, evictable.popitem
+            for _ in range(n - k):
+                b, _ = pop(last=False)
+                del cache[hashes[b]]  # type: ignore[index]
+                hashes[b] = None
+                taken.append(b)
+            self.stats.evictions += n - k
+            self._version += 1
+        ref = self._ref
+        for b in taken:
             ref[b] = 1
-            table.append(b)
-
-    def _evict(self) -> int:
-        b = next(iter(self._evictable))
-        del self._evictable[b]
-        del self._cache[self._hash[b]]  # type: ignore[index]
-        self._hash[b] = None
-        self.stats.evictions += 1
-        self._version += 1
-        return b
+        seq.block_table.extend(taken)
 
     def free(self, seq: Sequence) -> None:
         self.register(seq)
@@ -167,15 +172,16 @@ class PrefixCachingBlockManager(BlockManager):
         first = seq.blocks_hashed
         if tokens is None or first >= n:
             return
-        cache, hashes, block_hash = self._cache, self._hash, tokens.block_hash
+        tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
+        cache, hashes, chain = self._cache, self._hash, tokens.hashes
         for i in range(first, n):
             b = table[i]
             if hashes[b] is None:
-                h = block_hash(i)
+                h = chain[i]
                 if h not in cache:
                     cache[h] = b
                     hashes[b] = h
-                    self._version += 1
+        self._version += 1
         seq.blocks_hashed = n
 
     # -- a check for tests ------------------------------------------------------------------

@@ -61,6 +61,16 @@ class Segments:
         runs, bs = self.runs, self.block_size
         r, off = self._run, self._offset
         while len(h) <= i:
+            if r < len(runs) and runs[r][1] - off >= bs:  # the common case: whole blocks inside one segment
+                seg, length = runs[r]
+                last = h[-1] if h else ROOT_HASH
+                for _ in range(min((length - off) // bs, i + 1 - len(h))):
+                    last = hash((last, (seg, off, bs)))
+                    h.append(last)
+                    off += bs
+                if off == length:
+                    r, off = r + 1, 0
+                continue
             need = bs
             key: list[int] = []  # (segment, first offset, tokens) of each piece of the block
             while need:
