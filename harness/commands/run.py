@@ -9,14 +9,13 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
-from harness.metrics import CacheSummary, summarize_cache
+from harness.commands.cache_report import cache_of, print_cache_lines
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
@@ -110,6 +109,7 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
 
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
     _print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
+    print_cache_lines(runs, plan, lambda res: _shown_probe(res, fixed=bool(s.fixed_qps)))
     if parallel:
         print(f"rounds of up to {s.workers} probes at once: "
               + ", ".join(f"{r.scheduler} {r.result.rounds} ({len(r.result.probes)} probes)" for r in runs))
@@ -244,7 +244,7 @@ def num_gpus(plan: ExperimentPlan) -> int:
 def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
     o = p.detail
     s = o.summary
-    c = _cache(o.requests, block_size)
+    c = cache_of(o.requests, block_size)
     return asdict(ProbeRow(
         cache_token_hit_rate=c.token_hit_rate,
         cache_block_hit_rate=c.block_hit_rate,
@@ -272,13 +272,6 @@ def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
         num_errors=o.verdict.num_errors,
         errors=dict(o.verdict.errors),
     ))
-
-
-def _cache(rows: pd.DataFrame, block_size: int) -> CacheSummary:
-    """The probe's prefix-cache summary from its saved rows (probes cached before the column: none)."""
-    cached = rows["cached_tokens"] if "cached_tokens" in rows else np.zeros(len(rows), np.int64)
-    started = ~(rows["first_scheduled_s"].isna() & rows["first_token_s"].isna())
-    return summarize_cache(rows["prompt_len"], cached, rows["first_token_s"] - rows["arrival_s"], started, block_size)
 
 
 def _capacity_fields(result: CapacityResult, gpus: int, block_size: int) -> dict:
