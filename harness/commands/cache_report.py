@@ -28,3 +28,11 @@ def cache_of(rows: pd.DataFrame, block_size: int) -> CacheSummary:
     cached = rows["cached_tokens"] if "cached_tokens" in rows else np.zeros(len(rows), np.int64)
     started = ~(rows["first_scheduled_s"].isna() & rows["first_token_s"].isna())
     return summarize_cache(rows["prompt_len"], cached, rows["first_token_s"] - rows["arrival_s"], started, block_size)
+
+
+def cache_fields(rows: pd.DataFrame, block_size: int) -> dict:
+    """The probe row's prefix-cache columns (harness.results.schema.ProbeRow)."""
+    c = cache_of(rows, block_size)
+    return {"cache_token_hit_rate": c.token_hit_rate, "cache_block_hit_rate": c.block_hit_rate,
+            "ttft_p50_hit_s": c.ttft_hit.p50, "ttft_p50_miss_s": c.ttft_miss.p50,
+            "ttft_p99_hit_s": c.ttft_hit.p99, "ttft_p99_miss_s": c.ttft_miss.p99}

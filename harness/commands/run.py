@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
-from harness.commands.cache_report import cache_of, print_cache_lines
+from harness.commands.cache_report import cache_fields, print_cache_lines
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
@@ -244,14 +244,8 @@ def num_gpus(plan: ExperimentPlan) -> int:
 def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
     o = p.detail
     s = o.summary
-    c = cache_of(o.requests, block_size)
     return asdict(ProbeRow(
-        cache_token_hit_rate=c.token_hit_rate,
-        cache_block_hit_rate=c.block_hit_rate,
-        ttft_p50_hit_s=c.ttft_hit.p50,
-        ttft_p50_miss_s=c.ttft_miss.p50,
-        ttft_p99_hit_s=c.ttft_hit.p99,
-        ttft_p99_miss_s=c.ttft_miss.p99,
+        **cache_fields(o.requests, block_size),
         qps=p.qps,
         passed=p.passed,
         reason=o.verdict.reason,
@@ -286,7 +280,7 @@ def _capacity_fields(result: CapacityResult, gpus: int, block_size: int) -> dict
 
 def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict:
     w = plan.workload
-    gpus = num_gpus(plan)
+    gpus, bs = num_gpus(plan), plan.deployment.block_size
     schedulers = {}
     for name in plan.schedulers:
         mine = [r for r in runs if r.scheduler == name and not r.broken]
@@ -297,7 +291,6 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
             if broken:
                 schedulers[name] = {"config": plan.scheduler_knobs[name], "broken": broken[0]}
             continue
-        bs = plan.deployment.block_size
         entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result, gpus, bs)}
         if len(mine) > 1:
             caps = [r.result.capacity_qps for r in mine]
