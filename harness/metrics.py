@@ -74,6 +74,47 @@ class Summary:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class CacheSummary:
+    """What a prefix cache held for a probe's requests at their first admission (RequestRecord.
+    cached_tokens). `token_hit_rate`: cached over prompt tokens of the requests that started;
+    `block_hit_rate`: full blocks found over the full blocks a prompt could find ((prompt - 1) //
+    block_size: its last token is always computed). TTFT split by requests that found any cached
+    token (hit) and those that found none (miss)."""
+
+    token_hit_rate: float
+    block_hit_rate: float
+    hit_requests: int
+    miss_requests: int
+    ttft_hit: Distribution
+    ttft_miss: Distribution
+
+
+def summarize_cache(prompt_len, cached_tokens, ttft, started, block_size: int) -> CacheSummary:
+    """From per-request arrays (a probe's records or its saved rows); `ttft` NaN where no token came."""
+    prompt = np.asarray(prompt_len, dtype=np.int64)
+    cached = np.asarray(cached_tokens, dtype=np.int64)
+    ttft = np.asarray(ttft, dtype=np.float64)
+    started = np.asarray(started, dtype=bool)
+    hit = started & (cached > 0)
+    miss = started & (cached == 0)
+    tokens = prompt[started].sum()
+    blocks = ((prompt[started] - 1) // block_size).sum()
+    return CacheSummary(
+        token_hit_rate=float(cached[started].sum() / tokens) if tokens else float("nan"),
+        block_hit_rate=float((cached[started] // block_size).sum() / blocks) if blocks else float("nan"),
+        hit_requests=int(hit.sum()),
+        miss_requests=int(miss.sum()),
+        ttft_hit=Distribution.of(ttft[hit & ~np.isnan(ttft)]),
+        ttft_miss=Distribution.of(ttft[miss & ~np.isnan(ttft)]),
+    )
+
+
+def cache_summary(records: Sequence[RequestRecord], block_size: int) -> CacheSummary:
+    return summarize_cache([r.prompt_len for r in records], [r.cached_tokens for r in records],
+                           [r.first_token_s - r.arrival_s for r in records], [r.started for r in records], block_size)
+
+
 def tbt_samples(records: Sequence[RequestRecord]) -> np.ndarray:
     gaps = [np.diff(r.token_times_s) for r in records if len(r.token_times_s) > 1]
     return np.concatenate(gaps) if gaps else np.empty(0)

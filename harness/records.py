@@ -18,6 +18,14 @@ class RequestSpec:
     output_len: int
     prompt_token_ids: tuple[int, ...] | None = None
     prompt_text: str | None = None  # live runs against servers that take text (harness/workload/text_prompts.py)
+    # Token identity without the tokens (harness/workload/sessions.py): the prompt as runs of
+    # (segment id, tokens), the id of what its output is; a prefix cache hashes blocks by them.
+    prompt_segments: tuple[tuple[int, int], ...] | None = None
+    output_segment: int | None = None
+    # A session's later turn: released `think_s` after request `after` finished (arrival_s is then
+    # the session's start; the record's arrival_s is the release time).
+    after: int | None = None
+    think_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,7 @@ class RequestRecord:
     dispatched_s: float = float("nan")
     num_preemptions: int = 0
     error: str | None = None
+    cached_tokens: int = 0  # prompt tokens a prefix cache held when it was first admitted
 
     @property
     def started(self) -> bool:

@@ -83,13 +83,19 @@ def test_build_sharegpt_offline(tmp_path, word_tokenizer):
     # turn + 14-word question + BOS = 7+14+1 = 22 prompt + 1 output = 23 > 22: dropped)
     assert df["num_prefill_tokens"].tolist() == [6, 12]
     assert df["num_decode_tokens"].tolist() == [2, 9]
-    assert list(df.columns) == ["num_prefill_tokens", "num_decode_tokens", "num_total_tokens", "pd_ratio"]
+    assert list(df.columns) == ["num_prefill_tokens", "num_decode_tokens", "num_total_tokens", "pd_ratio", "conversation_id"]
+    assert df["conversation_id"].tolist() == [0, 0]  # both rounds of the first record
     prov = yaml.safe_load(out.with_name("sg.csv.provenance.yaml").read_text())
     assert prov["dropped_empty"] == 1 and prov["dropped_over_max_total_tokens"] == 1 and prov["rows_written"] == 2
     assert prov["tokenizer"]["specials_per_sequence"] == 1 and prov["source"]["file"] == "sharegpt_gpt4_tiny.json"
     # the built trace is a valid dataset.trace_file
     w = load_workload({"name": "openchat_sharegpt4", "trace_file": str(out), "max_total_tokens": 8192}, 2, 0)
     assert sorted(w.prompt_lens.tolist()) == [6, 12]
+    # and replays as one conversation of two turns (dataset.sessions, grouped by conversation_id)
+    conv = load_workload({"name": "c", "trace_file": str(out), "max_total_tokens": 8192, "sampling": "sequential",
+                          "sessions": {"kind": "conversation", "lengths": "trace"}}, 2, 0)
+    assert conv.sessions.turn.tolist() == [0, 1] and conv.prompt_lens.tolist() == [6, 12]
+    assert "rebuilt (conversation_id)" in conv.source
 
 
 def test_build_arxiv_offline(tmp_path, word_tokenizer):

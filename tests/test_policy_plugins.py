@@ -78,11 +78,12 @@ def test_knobs_schema_and_defaults_come_from_the_constructor(scratch_registry):
             self.slack_s, self.lifo, self.label, self.max_model_len = slack_s, lifo, label, max_model_len
 
     spec = policy_spec("knobby")
-    assert spec.knob_names == ("slack_s", "token_budget", "max_num_seqs", "lifo", "label")  # max_model_len: context
+    # max_model_len is context; the engine's own knobs (prefix caching) come after the policy's, for every policy
+    assert spec.knob_names == ("slack_s", "token_budget", "max_num_seqs", "lifo", "label") + registry.ENGINE_KNOB_NAMES
     cfg = SchedulerConfig("knobby", slack_s=0.5, lifo=True)
     assert cfg.as_dict() == {"policy": "knobby", "slack_s": 0.5, "token_budget": 256, "max_num_seqs": 8, "lifo": True,
-                             "label": None}
-    policy = make_policy(cfg, 777)
+                             "label": None, "prefix_caching": False}
+    policy = make_policy(SchedulerConfig("knobby", slack_s=0.5, lifo=True, prefix_caching=True), 777)  # not the policy's
     assert (policy.slack_s, policy.lifo, policy.max_model_len, policy.max_batch_tokens) == (0.5, True, 777, 256)
     with pytest.raises(ValueError, match="knob 'slack_s' has no default and must be set"):
         SchedulerConfig("knobby")
@@ -202,7 +203,8 @@ def test_a_plugin_package_is_found_through_its_entry_point(tmp_path):
     assert run.returncode == 0, run.stderr
     summary = json.loads(next((tmp_path / "results").glob("mistral7b_strict/*/summary.json")).read_text())
     assert summary["schedulers"]["newest_first_sarathi"]["config"] == {
-        "policy": "newest_first_sarathi", "token_budget": 256, "max_num_seqs": 32}
+        "policy": "newest_first_sarathi", "token_budget": 256, "max_num_seqs": 32,
+            "prefix_caching": False}
     usage = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert "newest_first_sarathi" in usage.stdout
     # without the package the name is unknown, and the known ones are listed

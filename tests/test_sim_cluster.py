@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from engines.routers import ROUTERS, InstanceState, LeastKv, LeastOutstanding, RoundRobin, make_router
 from engines.schedulers import make_engine
 from harness.backends import open_backend
+from harness.backends.base import BackendRun
 from harness.backends.sim import simulate, simulate_cluster
 from harness.config import compose
 from harness.metrics import summarize
@@ -147,7 +148,7 @@ def _cluster_run(plan, scheduler, n, router="round_robin", stats=None):
 def test_one_instance_capacity_search_is_today_s(plan):
     today = search_capacity(plan, "sarathi", open_backend(plan.job("sarathi", progress=False)).run)
     loop = _cluster_run(plan, "sarathi", 1)
-    clustered = search_capacity(plan, "sarathi", lambda reqs, label="": type("R", (), {"records": loop(reqs)})())
+    clustered = search_capacity(plan, "sarathi", lambda reqs, label="": BackendRun(loop(reqs)))
     assert today.capacity_qps > 0
     assert (today.capacity_qps, today.bracket) == (clustered.capacity_qps, clustered.bracket)
     assert [(p.qps, p.detail.verdict, p.detail.summary) for p in today.probes] == \

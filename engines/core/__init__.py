@@ -1,8 +1,11 @@
 """Engine core: sequences, batches, paged KV blocks and the step loop. Pure Python, no clock."""
 from engines.core.batch import Batch
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
+from engines.core.caching_engine import PrefixCachingEngine
 from engines.core.engine import Engine, Policy, StepOutput
+from engines.core.prefix_cache import PrefixCacheStats, PrefixCachingBlockManager
 from engines.core.sequence import Sequence, SequenceStatus
+from engines.core.tokens import Segments, TokenIds
 
 __all__ = [
     "Batch",
@@ -10,8 +13,13 @@ __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "Engine",
     "Policy",
+    "PrefixCacheStats",
+    "PrefixCachingBlockManager",
+    "PrefixCachingEngine",
+    "Segments",
     "Sequence",
     "SequenceStatus",
     "StepOutput",
+    "TokenIds",
     "blocks_for",
 ]

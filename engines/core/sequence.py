@@ -29,9 +29,12 @@ class Sequence:
         "block_table",
         "num_preemptions",
         "in_flight",
+        "tokens",
+        "blocks_hashed",
+        "cached_tokens",
     )
 
-    def __init__(self, seq_id: int, prompt_len: int, output_len: int) -> None:
+    def __init__(self, seq_id: int, prompt_len: int, output_len: int, tokens=None) -> None:
         if prompt_len < 1 or output_len < 1:
             raise ValueError(f"sequence {seq_id}: prompt_len and output_len must be >= 1, got {prompt_len}, {output_len}")
         self.seq_id = seq_id
@@ -44,6 +47,12 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_preemptions = 0
         self.in_flight = False  # inside a batch that is executing (pipeline parallelism)
+        # Prefix caching (engines/core/prefix_cache.py): what the tokens are (tokens.TokenIds or
+        # tokens.Segments; None: unknown, never cached), how many of its blocks the cache has seen,
+        # and the prompt tokens its first admission found cached.
+        self.tokens = tokens
+        self.blocks_hashed = 0
+        self.cached_tokens = 0
 
     @property
     def is_prefill(self) -> bool:

@@ -35,7 +35,8 @@ name. What modern vLLM (V1 engine, 0.6+; checked against 0.32) can express of th
                  length; V1 can put several prompts' chunks in one step (decode_maximal takes one).
 
 Always set for scheduler comparisons: `--no-enable-prefix-caching` (vLLM enables it by default and
-it would turn shared prompt prefixes into cache hits), `--seed`, `--max-num-seqs`.
+it would turn shared prompt prefixes into cache hits) unless the scheduler asks for prefix caching
+(`prefix_caching: true`, then `--enable-prefix-caching`), `--seed`, `--max-num-seqs`.
 """
 from __future__ import annotations
 
@@ -109,7 +110,9 @@ def serve_command(
         "--port", str(port),
         "--max-model-len", str(max_model_len),
         "--seed", str(seed),
-        "--no-enable-prefix-caching",
+        # with a cache, the usage of each response says how many prompt tokens it found cached
+        *(["--enable-prefix-caching", "--enable-prompt-tokens-details"] if scheduler.prefix_caching
+          else ["--no-enable-prefix-caching"]),
         *policy_flags(scheduler, max_model_len),
         *extra_args,
     ]

@@ -3,7 +3,15 @@ or the `sarathi_harness.policies` entry points of another package), and the fact
 engine around one."""
 from __future__ import annotations
 
-from engines.core import DEFAULT_BLOCK_SIZE, BlockManager, Engine, Policy, blocks_for
+from engines.core import (
+    DEFAULT_BLOCK_SIZE,
+    BlockManager,
+    Engine,
+    Policy,
+    PrefixCachingBlockManager,
+    PrefixCachingEngine,
+    blocks_for,
+)
 
 # The built-in policies register themselves on import (their modules' decorators), in this order.
 from engines.schedulers import sarathi  # noqa: F401  (sarathi, hybrid_only)
@@ -47,8 +55,10 @@ def make_engine(
     check_kv = getattr(policy, "check_kv", None)  # a policy whose batch size is bounded by memory refuses a B that is not
     if check_kv is not None:
         check_kv(num_blocks, blocks_for(max_model_len, block_size))
-    blocks = BlockManager(num_blocks, block_size, reserve_tokens=reserve)
-    return Engine(policy, blocks, max_model_len)
+    if cfg.prefix_caching:
+        return PrefixCachingEngine(policy, PrefixCachingBlockManager(num_blocks, block_size, reserve_tokens=reserve),
+                                   max_model_len)
+    return Engine(policy, BlockManager(num_blocks, block_size, reserve_tokens=reserve), max_model_len)
 
 
 def _decode_policy(cfg: SchedulerConfig) -> DecodeOnlyPolicy:

@@ -49,6 +49,12 @@ class Knob:
     default: object  # REQUIRED when the constructor has none
 
 
+# Knobs of the engine around every policy, not of the policy (its constructor never sees them):
+# automatic prefix caching (engines/core/prefix_cache.py), off as in the paper's engines.
+ENGINE_KNOBS = (Knob("prefix_caching", bool, False, False),)
+ENGINE_KNOB_NAMES = tuple(k.name for k in ENGINE_KNOBS)
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     name: str
@@ -80,7 +86,8 @@ class PolicySpec:
     def build(self, knobs: Mapping[str, object], max_model_len: int):
         """The policy object (its constructor checks the values)."""
         context = {"max_model_len": max_model_len} if "max_model_len" in _parameters(self.cls) else {}
-        return self.cls(**dict(knobs), **self.fixed, **context)
+        own = {k: v for k, v in dict(knobs).items() if k not in ENGINE_KNOB_NAMES}
+        return self.cls(**own, **self.fixed, **context)
 
 
 _REGISTRY: dict[str, PolicySpec] = {}
@@ -99,6 +106,7 @@ def register_policy(name: str, *, vllm: str | None = None, **fixed) -> Callable[
         if stray:
             raise TypeError(f"register_policy({name!r}): {cls.__qualname__} takes no parameter {stray[0]!r}")
         knobs = tuple(_knob(cls, p) for n, p in params.items() if n not in fixed and n not in CONTEXT)
+        knobs += tuple(k for k in ENGINE_KNOBS if k.name not in params)
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
         spec = PolicySpec(name, cls, knobs, dict(fixed), vllm, doc)
         old = _REGISTRY.get(name)

@@ -33,10 +33,11 @@ class VllmPolicy:
         used = 0
         while engine.waiting:
             seq = engine.waiting[0]
+            # can_admit first: with a prefix cache it finds the cached part, which the prefill skips
+            if len(engine.running) >= self.max_num_seqs or not engine.blocks.can_admit(seq):
+                break
             n = seq.remaining_prefill
             if used + n > self.max_num_batched_tokens:
-                break
-            if len(engine.running) >= self.max_num_seqs or not engine.blocks.can_admit(seq):
                 break
             engine.admit_next()
             items.append((seq, n))

@@ -89,6 +89,7 @@ class CompletionServer:
             preemptions=engine.num_preemptions,
             model=self.name,
             executor_metrics=getattr(self.parts.executor, "metrics", dict)(),
+            prefix_cache=getattr(engine.blocks, "stats", None),
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
@@ -181,7 +182,10 @@ class CompletionServer:
     @staticmethod
     def _usage(state: RequestState, completion_tokens: int) -> dict:
         p = state.seq.prompt_len
-        return {"prompt_tokens": p, "completion_tokens": completion_tokens, "total_tokens": p + completion_tokens}
+        usage = {"prompt_tokens": p, "completion_tokens": completion_tokens, "total_tokens": p + completion_tokens}
+        if state.seq.tokens is not None:  # a prefix cache: as vLLM reports it, the prompt tokens found cached
+            usage["prompt_tokens_details"] = {"cached_tokens": state.seq.cached_tokens}
+        return usage
 
     async def _wait(self, state: RequestState, sent: int) -> None:
         while len(state.token_ids) == sent and not state.done:

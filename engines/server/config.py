@@ -118,7 +118,16 @@ _KNOB_HELP = {
     "max_num_batched_tokens": "tokens of whole prompts in one prefill batch (default: max model len)",
     "chunk_size": "prefill tokens of the one chunk an iteration (decodes ride on top)",
     "tile_tokens": "cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)",
+    "prefix_caching": "automatic prefix caching: true or false (engines/core/prefix_cache.py)",
 }
+
+
+def _boolean(text: str) -> bool:
+    """A flag's true/false (argparse's type=bool would read 'False' as true)."""
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
 
 
 def _flag(name: str) -> str:
@@ -129,14 +138,6 @@ def _scalar(owner, f) -> type:
     hint = typing.get_type_hints(owner)[f.name]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
-
-
-def _boolean(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _policy_knobs() -> dict[str, tuple[Knob, list[str]]]:

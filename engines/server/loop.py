@@ -18,7 +18,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from engines.core import Engine, Sequence
+from engines.core import Engine, PrefixCachingBlockManager, Sequence, TokenIds
 from engines.executors.base import SamplingParams
 from engines.server.stats import LoopStats
 
@@ -76,6 +76,7 @@ class EngineLoop:
         self._task: asyncio.Task | None = None
         self._on_idle = getattr(executor, "idle", None)  # the real-time twin restarts its clock chain
         self._should_stop = getattr(executor, "should_stop", None)  # the torch executor knows its EOS ids
+        self._caching = isinstance(engine.blocks, PrefixCachingBlockManager)
 
     # -- handlers' side ----------------------------------------------------------------------
     def start(self) -> None:
@@ -86,7 +87,10 @@ class EngineLoop:
         """Queue a request; raises ValueError if the engine refuses it (too long). `prefilled`: its
         prompt's KV was computed elsewhere and its first token made (a decode server's request):
         what it streams are tokens 2..max_tokens."""
-        seq = Sequence(self._next_id, len(prompt_token_ids), max_tokens)
+        # With a prefix cache the core hashes the tokens (a prefilled request's first token was made
+        # elsewhere and is not known here: it is never cached).
+        tokens = TokenIds(prompt_token_ids, self.engine.blocks.block_size) if self._caching and not prefilled else None
+        seq = Sequence(self._next_id, len(prompt_token_ids), max_tokens, tokens)
         if prefilled:
             seq.arrive_prefilled()
         self.engine.add(seq)
@@ -184,6 +188,8 @@ class EngineLoop:
                 continue
             tok = token_of[seq.seq_id]
             state.token_ids.append(tok)
+            if seq.tokens is not None:
+                seq.tokens.append(tok)
             state.token_times.append(t)
             state.changed.set()
             if not seq.is_finished and self._is_eos(seq.seq_id, tok, state):

@@ -32,7 +32,8 @@ class LoopStats:
 
 
 def render_prometheus(stats: LoopStats, *, running: int, waiting: int, blocks_used: int, blocks_total: int,
-                      preemptions: int, model: str, executor_metrics: dict[str, float] | None = None) -> str:
+                      preemptions: int, model: str, executor_metrics: dict[str, float] | None = None,
+                      prefix_cache=None) -> str:
     label = f'{{model_name="{model}"}}'
     lines: list[str] = []
 
@@ -53,6 +54,9 @@ def render_prometheus(stats: LoopStats, *, running: int, waiting: int, blocks_us
     metric("requests_finished_total", "counter", "Requests that generated all their tokens.", stats.requests_finished)
     metric("requests_aborted_total", "counter", "Requests aborted (client disconnect or shutdown).", stats.requests_aborted)
 
+    if prefix_cache is not None:  # engines.core.PrefixCacheStats; vLLM's counters have these names and units
+        metric("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", prefix_cache.queries)
+        metric("prefix_cache_hits_total", "counter", "Of those, tokens found cached.", prefix_cache.hits)
     for key, value in (executor_metrics or {}).items():
         metric(key, "counter", "Executor self-check (see the executor's module).", value)
 

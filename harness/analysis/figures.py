@@ -16,6 +16,7 @@ from harness.analysis.capacity_figs import MissingResults
 from harness.analysis.loader import CELL_KEY, latest_per_cell, load_results, probes_of
 from harness.analysis.paper import PAPER_FILE, Paper, load_paper
 from harness.analysis.registry import FIGURES, FigureSpec  # noqa: F401  (the registry, re-exported)
+from harness.analysis.prefix_figs import is_prefix_run
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class Inputs:
     # Runs of clusters (replicas or prefill/decode layouts): the paper's figures are of one engine,
     # so these are kept apart and only the cluster study's figure and table read them.
     clusters: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # The prefix-caching study's runs and their probes (its own figure and table only).
+    prefix: pd.DataFrame = field(default_factory=pd.DataFrame)
+    prefix_probes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _cell_keys(runs: pd.DataFrame) -> list[tuple]:
@@ -64,7 +68,10 @@ def load_inputs(results_dir: str | Path, paper_path: str | Path = PAPER_FILE, re
             probes = pd.concat([probes, probes_of(fill, ref_probes)], ignore_index=True)
     one = ((runs["instances"] == 1) & (runs["layout"] == "")).to_numpy(dtype=bool) if not runs.empty else np.ones(0, bool)
     clusters, runs = runs[~one].reset_index(drop=True), runs[one].reset_index(drop=True)
-    return Inputs(Path(results_dir), runs, probes_of(runs, probes), load_paper(paper_path), left_out, ref, clusters)
+    study = is_prefix_run(runs["experiment"]) if not runs.empty else np.ones(0, bool)
+    prefix, runs = runs[study].reset_index(drop=True), runs[~study].reset_index(drop=True)
+    return Inputs(Path(results_dir), runs, probes_of(runs, probes), load_paper(paper_path), left_out, ref, clusters,
+                  prefix, probes_of(prefix, probes))
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,26 @@ def paper_matrix(include_extras: bool = True) -> tuple[Cell, ...]:
                                               "scheduler=[sarathi,vllm]", "search.fixed_qps=1.0"), "extra"))
         cells.extend(pd_cells())
         cells.extend(distserve_cells())
+        cells.extend(prefix_cells())
     return tuple(cells)
+
+
+# Conversations and agents with and without prefix caching (issue 30): the paper's main deployment
+# (experiment=prefix_yi34b_tp2: Sarathi-Serve at budgets 256..2048, vLLM, Orca), both SLOs, the
+# paper's 2,048 requests per probe (fewer hold too few sessions: a probe of 1,024 conversation
+# turns, ~215 sessions, cannot load Sarathi-Serve with a cache past its SLO at any rate).
+PREFIX_WORKLOADS = {"conversations": "sharegpt_conversations", "agents": "agent_transcripts"}
+
+
+def prefix_cells() -> list[Cell]:
+    cells = []
+    for kind in ("strict", "relaxed"):
+        for short, dataset in PREFIX_WORKLOADS.items():
+            for cached in (False, True):
+                name = f"prefix_yi34b_tp2_{kind}_{short}_{'cache' if cached else 'nocache'}"
+                cells.append(Cell(name, ("experiment=prefix_yi34b_tp2", f"slo.kind={kind}", f"dataset={dataset}",
+                                         f"engine.prefix_caching={str(cached).lower()}", f"name={name}"), "extra"))
+    return cells
 
 
 # Prefill/decode study (issue 17 item 5). Four instances of each deployment (4 and 8 GPUs), the

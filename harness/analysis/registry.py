@@ -74,6 +74,13 @@ FIGURES: tuple[FigureSpec, ...] = (
                "Sarathi-Serve's when it is loose, and the best split stays below the winner, because a decode instance's "
                "KV pool holds few requests' contexts while the prefill instances' memory goes unused for them. "
                "The best value in each panel is bold."),
+    FigureSpec("fig18_prefix_caching", "Conversations and agents, with and without prefix caching (beyond the paper)",
+               lambda i: lazy("harness.analysis.prefix_figs:fig_prefix")(i.prefix, i.prefix_probes),
+               "Yi-34B TP2 on 2x A100-80G, 2,048 requests per probe. Capacity of Sarathi-Serve against its token "
+               "budget (lines), vLLM and Orca (horizontal), with the engine's prefix cache (solid) and without "
+               "(dotted), for ShareGPT conversations (each turn carries the conversation so far) and agent "
+               "transcripts (a 4,000-token head, a tail growing by a step), at the paper's strict and relaxed TBT "
+               "SLOs. Log scales."),
 )
 
 

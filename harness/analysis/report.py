@@ -19,6 +19,7 @@ from harness.analysis.cost import matrix_cost_text
 from harness.analysis.headline import headline_markdown
 from harness.analysis.paper import PAPER_FILE
 from harness.analysis.pd_figs import distserve_check, distserve_markdown, pd_markdown, pd_table
+from harness.analysis.prefix_figs import prefix_answer, prefix_markdown, prefix_table
 from harness.analysis.perf_facts import perf_fact_table
 from harness.results.store import provenance
 
@@ -169,6 +170,13 @@ def render_report(inputs: Inputs, outcomes: tuple[FigureOutcome, ...], figures_d
                   "From these searches' own probes (harness/analysis/cost.py): a live probe lasts as long as the "
                   "simulated one took to serve its requests, first arrival to last token, on the deployment's GPUs: "
                   + cost, ""]
+    if not inputs.prefix.empty:
+        table = prefix_table(inputs.prefix, inputs.prefix_probes)
+        lines += ["## Beyond the paper: conversations, agents and prefix caching", "",
+                  "Capacity (QPS) under the paper's criterion, per workload, SLO and prefix cache (fig18): "
+                  "Sarathi-Serve at each token budget, vLLM and Orca, Sarathi-Serve's best over each, and the share "
+                  "of prompt tokens the cache held at Sarathi-Serve's capacity.", "",
+                  prefix_markdown(table), "", prefix_answer(table), ""]
     if not runs.empty:
         lines += ["## Every capacity result read", "",
                   "Beside the paper's criterion, at each capacity probe: its P99 TTFT and the requests it completed "

@@ -240,6 +240,9 @@ class EndpointBackend(_Server):
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         if self.endpoint is None:
             raise RuntimeError("EndpointBackend.run outside `with`: the endpoint was not checked")
+        if self.prompter is not None and any(r.prompt_segments is not None for r in requests):
+            raise HarnessError("sessions and shared prefixes (dataset.sessions) are sent as token ids: use api=completions "
+                               "without backend.tokenizer")
         if self.prompter is not None:
             texts = with_prompt_texts(requests, self.prompter, self.job.seed, self.overhead)
             grown = sum(a.prompt_len != b.prompt_len for a, b in zip(requests, texts))

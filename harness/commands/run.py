@@ -15,13 +15,14 @@ from tqdm import tqdm
 
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
+from harness.commands.cache_report import cache_fields, print_cache_lines
 from harness.commands.table import print_table, shown_probe, starved
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.executor import LocalProcessPool, ProbeExecutor, open_executor, searches_at_once
-from harness.search.plan import ExperimentPlan, plan_experiment, reseed
+from harness.search.plan import ExperimentPlan, check_cluster_backend, plan_experiment, reseed
 from harness.search.probe import SearchBroken, probe_requests, search_capacity
 from harness.search.rounds import Round
 from harness.starvation import BOUNDS as STARVATION_BOUNDS
@@ -37,6 +38,7 @@ class SchedulerRun:
 
 def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     """`one_of_many`: a job of a multirun, figure=all or nightly (searches_at_once)."""
+    check_cluster_backend(cfg)  # a config no backend can run is refused before an endpoint is asked
     fitted = fit_config(cfg)  # backend=endpoint: the server's model and max_model_len, asked before planning
     plan = plan_experiment(cfg)
     plan = replace(plan, notes=(*plan.notes, *fitted))
@@ -110,6 +112,7 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
 
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
     print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
+    print_cache_lines(runs, plan, lambda res: shown_probe(res, fixed=bool(s.fixed_qps)))
     if parallel:
         print(f"rounds of up to {s.workers} probes at once: "
               + ", ".join(f"{r.scheduler} {r.result.rounds} ({len(r.result.probes)} probes)" for r in runs))
@@ -234,10 +237,11 @@ def num_gpus(plan: ExperimentPlan) -> int:
     return plan.cluster.num_gpus(plan.deployment.tp, plan.deployment.pp)
 
 
-def _probe_row(p: Probe, gpus: int) -> dict:
+def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
     o = p.detail
     s = o.summary
     return asdict(ProbeRow(
+        **cache_fields(o.requests, block_size),
         qps=p.qps,
         passed=p.passed,
         reason=o.verdict.reason,
@@ -261,30 +265,30 @@ def _probe_row(p: Probe, gpus: int) -> dict:
     ))
 
 
-def _capacity_fields(result: CapacityResult, gpus: int) -> dict:
+def _capacity_fields(result: CapacityResult, gpus: int, block_size: int) -> dict:
     return {
         "capacity_qps": result.capacity_qps,
         "lowest_failing_qps": _finite(result.lowest_failing_qps),
         "saturated": result.saturated,
         "rounds": result.rounds,
-        "probes": [_probe_row(p, gpus) for p in result.probes],
+        "probes": [_probe_row(p, gpus, block_size) for p in result.probes],
     }
 
 
 def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict:
     w = plan.workload
-    gpus = num_gpus(plan)
+    gpus, bs = num_gpus(plan), plan.deployment.block_size
     schedulers = {}
     for name in plan.schedulers:
         mine = [r for r in runs if r.scheduler == name and not r.broken]
-        broken = [{"reason": r.broken, "seed": r.seed, "probes": [_probe_row(p, gpus) for p in r.result.probes],
+        broken = [{"reason": r.broken, "seed": r.seed, "probes": [_probe_row(p, gpus, bs) for p in r.result.probes],
                    "note": "probes finished before the run broke: measured, but no capacity"}
                   for r in runs if r.scheduler == name and r.broken]
         if not mine:  # a run that broke before this scheduler finished (its finished probes, marked)
             if broken:
                 schedulers[name] = {"config": plan.scheduler_knobs[name], "broken": broken[0]}
             continue
-        entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result, gpus)}
+        entry = {"config": plan.scheduler_knobs[name], **_capacity_fields(mine[0].result, gpus, bs)}
         if len(mine) > 1:
             caps = [r.result.capacity_qps for r in mine]
             entry["repeats"] = {
@@ -292,7 +296,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
                 "capacities_qps": caps,
                 "mean_qps": statistics.fmean(caps),
                 "std_qps": statistics.stdev(caps),
-                "runs": [{"seed": r.seed, **_capacity_fields(r.result, gpus)} for r in mine[1:]],
+                "runs": [{"seed": r.seed, **_capacity_fields(r.result, gpus, bs)} for r in mine[1:]],
             }
         if broken:
             entry["broken"] = broken[0]

@@ -25,7 +25,7 @@ from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
 from harness.config.schedulers import register_schedulers
 from harness.search.offline import OfflineSettings
-from harness.search.plan import SearchSettings
+from harness.search.plan import EngineSettings, SearchSettings
 from harness.search.slo import SloSettings
 
 _SCHEMAS: dict[type, type] = {}
@@ -79,6 +79,7 @@ class DatasetSchema:
     max_total_tokens: int | None = None  # requests with prompt + output over this are dropped
     sampling: str = "shuffle"  # shuffle | sequential (file order, for trace replay)
     synthetic: Any = None  # lengths from a sequence length and a P:D ratio (harness/workload/synthetic.py)
+    sessions: Any = None  # conversations, agent transcripts, shared system prompts (harness/workload/sessions.py)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class PerfSchema:
 
 ClusterSchema = schema_of(ClusterSettings)
 OfflineSchema = schema_of(OfflineSettings)
+EngineSchema = schema_of(EngineSettings)
 
 
 @dataclass
@@ -114,6 +116,7 @@ class ConfigSchema:
     scheduler: Any = REQUIRED
     cluster: ClusterSchema = field(default_factory=lambda: ClusterSchema())  # engine instances behind a router
     offline: OfflineSchema = field(default_factory=lambda: OfflineSchema())  # what an offline run reports (rate-free arrivals)
+    engine: EngineSchema = field(default_factory=lambda: EngineSchema())  # engine-core switches (prefix caching)
     experiment: Any = None
     name: str = "custom"  # results go to ${results_dir}/${name}/<timestamp>/
     seed: int = 0  # workload lengths and arrival gaps

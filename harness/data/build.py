@@ -7,7 +7,9 @@ can differ from tokenizing the joined text by a token at each join; it keeps the
 the conversation length instead of quadratic.
 
 Output CSV columns are those of the published traces: num_prefill_tokens, num_decode_tokens,
-num_total_tokens, pd_ratio; a `<out>.provenance.yaml` sidecar says how it was made.
+num_total_tokens, pd_ratio, and conversation_id (the source record: a conversation's rounds share
+it, so dataset.sessions can replay them as turns); a `<out>.provenance.yaml` sidecar says how it
+was made.
 """
 from __future__ import annotations
 
@@ -42,28 +44,32 @@ def build_trace(dataset: dict, tokenizer: str, out: Path, source: str | None = N
 
     prompts: list[int] = []
     outputs: list[int] = []
+    conversations: list[int] = []
     while chunk := list(itertools.islice(requests, BATCH)):
         # One batched tokenizer call per chunk: all prompt turns and replies together.
-        texts = [t for turns, _ in chunk for t in turns] + [reply for _, reply in chunk]
+        texts = [t for turns, _, _ in chunk for t in turns] + [reply for _, reply, _ in chunk]
         counts = counter.count(texts)
         k = 0
-        for turns, _ in chunk:
+        for turns, _, conversation in chunk:
             prompts.append(counter.specials_per_sequence + sum(counts[k:k + len(turns)]))
+            conversations.append(conversation)
             k += len(turns)
         outputs.extend(counts[k:])
 
     p = np.asarray(prompts, np.int64)
     o = np.asarray(outputs, np.int64)
+    conv = np.asarray(conversations, np.int64)
     if p.size == 0:
         raise HarnessError(f"source {source or recipe.hf_dataset!r} yielded no requests for {name}")
     max_total = dataset.get("max_total_tokens")
     empty = (o < 1) | (p < 1)
     over = ~empty & (p + o > max_total) if max_total is not None else np.zeros(p.size, bool)
     keep = ~empty & ~over
-    p, o = p[keep], o[keep]
+    p, o, conv = p[keep], o[keep], conv[keep]
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({
         "num_prefill_tokens": p, "num_decode_tokens": o, "num_total_tokens": p + o, "pd_ratio": p / o,
+        "conversation_id": conv,  # a request's source record: a conversation's rounds share it (dataset.sessions)
     }).to_csv(out, index=False)
 
     source_desc = {"hf_dataset": recipe.hf_dataset, "data_files": recipe.data_files, "split": split or recipe.split}

@@ -27,21 +27,23 @@ class Recipe:
     to_requests: "callable"
 
 
-def sharegpt_rounds(records: Iterable[Mapping]) -> Iterator[tuple[list[str], str]]:
-    for rec in records:
+def sharegpt_rounds(records: Iterable[Mapping]) -> Iterator[tuple[list[str], str, int]]:
+    """(prompt turns, reply, conversation index): the conversation's rounds are its turns
+    (dataset.sessions rebuilds conversations from the index the trace keeps)."""
+    for c, rec in enumerate(records):
         turns = rec.get("items") or rec.get("conversations") or []
         history: list[str] = []
         for i, turn in enumerate(turns):
             role = str(turn.get("from", "")).lower()
             text = turn.get("value") or ""
             if role in ASSISTANT_ROLES and i > 0 and str(turns[i - 1].get("from", "")).lower() in USER_ROLES:
-                yield list(history), text
+                yield list(history), text, c
             history.append(text)
 
 
-def arxiv_papers(records: Iterable[Mapping]) -> Iterator[tuple[list[str], str]]:
-    for rec in records:
-        yield [rec.get("article") or ""], rec.get("abstract") or ""
+def arxiv_papers(records: Iterable[Mapping]) -> Iterator[tuple[list[str], str, int]]:
+    for c, rec in enumerate(records):
+        yield [rec.get("article") or ""], rec.get("abstract") or "", c
 
 
 RECIPES = {

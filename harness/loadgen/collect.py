@@ -159,7 +159,9 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
         elif stopped is not None and error in (UNFINISHED, NOT_SENT):
             error = STOPPED_EARLY
         st = _server_timing(p.server_timing, a.dispatched, t0, same_clock)
-        planned_s = a.planned - t0 if opts.concurrency is not None else spec.arrival_s
+        # Closed loop and sessions' later turns: planned when released; a turn never released keeps its session's start
+        released = opts.concurrency is not None or (spec.after is not None and not math.isnan(a.planned))
+        planned_s = a.planned - t0 if released else spec.arrival_s
         records.append(RequestRecord(
             request_id=spec.request_id,
             arrival_s=planned_s,
@@ -172,11 +174,12 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
             dispatched_s=a.dispatched - t0,
             num_preemptions=st.num_preemptions if st else 0,
             error=error,
+            cached_tokens=p.cached_tokens or 0,
         ))
         sources.append(p.source)
         timings.append(st)
         events.append(p.num_events)
-    lags = np.array([a.dispatched - a.planned for a in attempts], dtype=np.float64)
+    lags = np.array([a.dispatched - a.planned for a in attempts], dtype=np.float64)  # NaN: never sent
     notes = []
     miscounted = sum(1 for r in records if r.error and r.error.startswith(PROMPT_MISCOUNT))
     if miscounted:

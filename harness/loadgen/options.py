@@ -5,6 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.loadgen.validity import LagPolicy
+from harness.records import RequestSpec
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class LoadOptions:
     # stops the run at once; requests not finished are recorded as aborted, never dropped.
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)
     abort_poll_s: float = 0.25
+    # Sessions (harness/loadgen/sessions.py): a later turn's prompt token ids, built when it is
+    # released from its spec and the ids the server generated for the turn before (None: unnamed).
+    session_prompt: Callable[[RequestSpec, list[int] | None], tuple[int, ...]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:

@@ -42,6 +42,7 @@ from harness.loadgen.http import Exchange, Target
 from harness.loadgen.options import LoadOptions
 from harness.loadgen.pacer import Pacer, restore_priority, set_realtime_priority
 from harness.loadgen.pool import ConnectionPool
+from harness.loadgen.sessions import Sessions, generated_ids, has_sessions
 from common.sse import SseSplitter
 from harness.loadgen.validity import ClientLoad
 from harness.records import RequestSpec
@@ -142,7 +143,11 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     continuous = await _continuous_usage_needed(pool, target, requests[0] if n else None, opts, headers)
     # Serialized before the clock starts: sending is one write.
     path = API_PATHS[opts.api]
-    attempts = [_Attempt(target.request("POST", path, _body(r, opts, continuous), headers)) for r in requests]
+    sessions = Sessions(requests) if has_sessions(requests) else None
+    # A session's later turn is built when it is released (sessions.py): a placeholder until then.
+    attempts = [_Attempt(target.request("POST", path, _body(r, opts, continuous), headers) if r.after is None else b"")
+                for r in requests]
+    timers: list[asyncio.TimerHandle] = []
     if opts.concurrency is None:
         await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
     bar = tqdm(total=n, desc=opts.progress_desc, unit="req", disable=not opts.progress, file=sys.stderr,
@@ -203,8 +208,26 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
                 all_done.set()
         if next_closed is not None and stopped[0] is None:
             next_closed()
+        if sessions is not None and sessions.successor[i] is not None and not all_done.is_set():
+            release_after(i)
         if left[0] == 0:
             all_done.set()
+
+    def release_after(i: int) -> None:
+        """Request i's response ended: its session's next turn goes think_s later, or, if i failed,
+        none of the turns after it (never sent; no longer awaited)."""
+        a, j = attempts[i], sessions.successor[i]
+        if a.error or a.x.error or a.x.status != 200:
+            skipped = sessions.chain_after(i)
+            left[0] -= len(skipped)
+            bar.update(len(skipped))
+            return
+        spec = requests[j]
+        ids = opts.session_prompt(spec, generated_ids(a.x.body))
+        body = _body(dataclasses.replace(spec, prompt_token_ids=ids), opts, continuous)
+        attempts[j] = _Attempt(target.request("POST", path, body, headers))
+        attempts[j].planned = clock() + spec.think_s
+        timers.append(loop.call_later(spec.think_s, launch, j))
 
     def launch(i: int, conn=None) -> None:
         task = loop.create_task(send(i, conn))
@@ -228,7 +251,8 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     cpu0 = time.process_time()
     t0 = clock() + START_LEAD_S
     if opts.concurrency is None:
-        order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
+        paced = sessions.paced if sessions is not None else range(n)
+        order = sorted(paced, key=lambda i: (requests[i].arrival_s, i))
         for i in order:
             attempts[i].planned = t0 + requests[i].arrival_s
         pacer = Pacer(loop, [attempts[i].planned for i in order],
@@ -257,9 +281,12 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
         except TimeoutError:
             pass
     finally:
+        all_done.set()  # from here on a cancelled turn releases nothing
         if watchdog is not None:
             watchdog.cancel()
         next_closed = None
+        for timer in timers:
+            timer.cancel()
         if pacer is not None:
             pacer.stop()
             await asyncio.sleep(0)  # hand-offs the pacer queued before it stopped become tasks, cancelled below

@@ -35,18 +35,20 @@ class ParsedStream:
     num_events: int
     model: str | None = None  # the `model` the chunks named ("a / b" if they named several)
     usage_sent: bool = False  # whether any chunk carried usage
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens (a prefix cache's hit)
 
 
 class _Usage:
     """The usage fields seen so far and the first inconsistency among them."""
 
-    __slots__ = ("completion", "error", "prompt", "sent")
+    __slots__ = ("cached", "completion", "error", "prompt", "sent")
 
     def __init__(self) -> None:
         self.prompt: int | None = None
         self.completion: int | None = None
         self.sent = False
         self.error: str | None = None
+        self.cached: int | None = None  # prompt_tokens_details.cached_tokens, where the server reports it
 
     def take(self, usage: dict) -> None:
         self.sent = True
@@ -59,6 +61,9 @@ class _Usage:
             if self.completion is not None and completion < self.completion:
                 self.bad(f"completion_tokens fell from {self.completion} to {completion}")
             self.completion = completion
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None:
+            self.cached = cached
         if total is not None and prompt is not None and completion is not None and total != prompt + completion:
             self.bad(f"total_tokens {total} != prompt_tokens {prompt} + completion_tokens {completion}")
 
@@ -129,4 +134,4 @@ def parse_stream(events: list[tuple[float, bytes]]) -> ParsedStream:
         else:
             usage.bad(f"usage claims {completion} completion tokens, the stream carried {len(times)}")
     return ParsedStream(times, source, usage.prompt, completion, finish, timing, error or usage.error, len(events),
-                        " / ".join(map(str, models)) or None, usage.sent)
+                        " / ".join(map(str, models)) or None, usage.sent, usage.cached)

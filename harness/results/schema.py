@@ -30,6 +30,13 @@ class ProbeRow:
     # A passing probe's signs of starvation (harness.starvation: completed throughput, P99 TTFT), "" if none;
     # beside the verdict, never part of it.
     starvation: str = ""
+    # Prefix caching (harness.metrics.CacheSummary): NaN for runs saved before it was measured
+    cache_token_hit_rate: float = float("nan")
+    cache_block_hit_rate: float = float("nan")
+    ttft_p50_hit_s: float = float("nan")  # requests that found cached prompt tokens
+    ttft_p50_miss_s: float = float("nan")  # requests that found none
+    ttft_p99_hit_s: float = float("nan")
+    ttft_p99_miss_s: float = float("nan")
 
 
 PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))

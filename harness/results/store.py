@@ -91,6 +91,7 @@ def records_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
             "num_tokens": [len(r.token_times_s) for r in records],
             "tbt_max_s": tbt_max,
             "num_preemptions": [r.num_preemptions for r in records],
+            "cached_tokens": [r.cached_tokens for r in records],
             "error": [r.error for r in records],
             "error_kind": [error_kind(r.error) for r in records],
         }

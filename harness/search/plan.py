@@ -30,6 +30,15 @@ DRAIN_SLACK = 2.0  # ExperimentPlan.drain_s
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """`engine`: switches of the engine core every scheduler of the experiment runs with."""
+
+    # Automatic prefix caching (engines/core/prefix_cache.py) for every scheduler; off as in the
+    # paper's engines (a scheduler's own `prefix_caching: true` turns it on for that one alone).
+    prefix_caching: bool = False
+
+
+@dataclass(frozen=True)
 class SearchSettings:
     """The capacity search; the defaults are the paper's (Sarathi-Serve Sec. 5: 2048 requests per
     probe, binary search on QPS to ~2.5 %). The schema of experiments/search/*.yaml."""
@@ -177,6 +186,19 @@ def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
     return out
 
 
+def check_cluster_backend(cfg) -> ClusterSettings:
+    """The cluster settings, refused where the backend cannot run a cluster (checked before an
+    endpoint is asked anything, so a bad config is one line whether the server answers or not)."""
+    cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
+    backend = str(cfg["backend"].get("name", "sim"))
+    if (cluster.instances > 1 or cluster.disaggregated) and backend not in ("sim", "live"):
+        what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
+        raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
+                           "run a cluster; "
+                           f"use one engine (cluster.instances=1, no prefill/decode instances) with backend={backend}")
+    return cluster
+
+
 def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     seed = int(cfg["seed"])
     max_model_len = int(cfg["max_model_len"])
@@ -188,12 +210,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     search = typed(SearchSettings, cfg["search"], "search")
     offline = typed(OfflineSettings, cfg.get("offline") or {}, "offline") if is_offline(cfg["arrival"]) else None
     check_workers(search, backend.name)
-    cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
-    if (cluster.instances > 1 or cluster.disaggregated) and backend.name not in ("sim", "live"):
-        what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
-        raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
-                           "run a cluster; "
-                           f"use one engine (cluster.instances=1, no prefill/decode instances) with backend={backend.name}")
+    cluster = check_cluster_backend(cfg)
     disagg = None
     if cluster.disaggregated:
         disagg = plan_disaggregation(
@@ -208,11 +225,22 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         schedulers, scheduler_knobs = {label: None}, {label: knobs}
     else:
         schedulers = _scheduler_configs(cfg["scheduler"])
-        scheduler_knobs = {name: _plain(cfg["scheduler"][name]) for name in schedulers}
+        engine = typed(EngineSettings, cfg.get("engine") or {}, "engine")
+        if engine.prefix_caching:
+            schedulers = {name: SchedulerConfig(sc.policy, **{**dict(sc.knobs), "prefix_caching": True})
+                          for name, sc in schedulers.items()}
+        scheduler_knobs = {name: {**_plain(cfg["scheduler"][name]), **({"prefix_caching": True} if sc.prefix_caching else {})}
+                           for name, sc in schedulers.items()}
     if offline is not None:
         check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
+    if workload.sessions is not None and offline is not None:
+        raise HarnessError(f"dataset.sessions: arrival={cfg['arrival'].get('name')} starts no sessions (an offline run); "
+                           "sessions start by an open-loop arrival (poisson, gamma, constant)")
+    if workload.sessions is not None and (cluster.num_instances > 1 or cluster.disaggregated or cluster.replicas):
+        raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine; "
+                           "use cluster.instances=1 without prefill/decode instances or replicas")
     replicas = ()
     if cluster.replicas:
         if backend.name != "sim":
@@ -251,6 +279,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         disagg=disagg,
         replicas=replicas,
         offline=offline,
+        notes=_session_notes(workload),
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))
@@ -262,6 +291,15 @@ def _duration(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+def _session_notes(workload: Workload) -> tuple[str, ...]:
+    if workload.sessions is None:
+        return ()
+    count = workload.sessions.num_sessions
+    return (f"sessions: a probe holds {count} sessions of {len(workload) / count:.1f} turns on average, each turn "
+            "released by the answer before it; however fast they start, at most that many are in the engine at once, "
+            "so a capacity at search.max_qps is the probe's limit, not the engine's (raise search.num_requests)",)
 
 
 def _plain(node) -> dict:

@@ -22,7 +22,7 @@ from harness.search.capacity import CapacityResult, Probe, find_capacity
 from harness.search.executor import LocalProcessPool, ProbeExecutor
 from harness.search.plan import ExperimentPlan, check_workers
 from harness.search.rounds import Round, SearchBounds, find_capacity_rounds
-from harness.workload import arrival_offsets, make_requests
+from harness.workload import requests_at_rate
 
 if TYPE_CHECKING:
     from harness.search.cache import ProbeCache
@@ -45,7 +45,7 @@ def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
     """The requests of one probe: the plan's lengths with arrivals at `qps` (any backend)."""
     if not qps > 0 or not np.isfinite(qps):
         raise HarnessError(f"QPS must be a positive number, got {qps}")
-    return make_requests(plan.workload, arrival_offsets(plan.arrival, qps, plan.search.num_requests, plan.seed))
+    return requests_at_rate(plan.workload, plan.arrival, qps, plan.seed)
 
 
 def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: list[RequestRecord]) -> ProbeOutcome:

@@ -16,6 +16,8 @@ Dataset mapping keys:
                     Embedded defaults are always independent seeded draws.
   synthetic         a mapping (harness.workload.synthetic.SyntheticLengths): lengths set by a
                     sequence length and a P:D ratio instead of a table or a trace
+  sessions          a mapping (harness.workload.sessions.SessionSettings): requests that are
+                    turns of conversations or agent runs, or share system prompts
 Other keys (card, description, ...) are ignored here.
 """
 from __future__ import annotations
@@ -62,6 +64,10 @@ def load_workload(dataset: Mapping, num_requests: int, seed: int) -> Workload:
         from .synthetic import SyntheticLengths, synthetic_workload
 
         return synthetic_workload(typed(SyntheticLengths, synthetic, "dataset.synthetic"), n, seed, str(name))
+    if dataset.get("sessions"):  # conversations, agent transcripts, shared system prompts
+        from .session_kinds import load_sessions
+
+        return load_sessions(dataset, n, seed, max_total)
     rng = rng_for(LENGTHS, seed)
     trace_file = dataset.get("trace_file")
 

@@ -15,6 +15,9 @@ class Workload:
     prompt_lens: np.ndarray  # int64, >= 1
     output_lens: np.ndarray  # int64, >= 1 (the first output token counts, see ARCHITECTURE.md)
     source: str  # provenance in words: embedded table + origin, or trace path, seed, drops
+    # Sessions (harness/workload/sessions.py): requests that are turns of conversations or agent
+    # runs, with their prompts' token identity; None: independent requests.
+    sessions: object | None = None
 
     def __post_init__(self) -> None:
         p = np.array(self.prompt_lens, dtype=np.int64)

@@ -1,21 +1,55 @@
 """Pairing lengths with arrival offsets into the `RequestSpec`s the backends consume."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from common.errors import HarnessError
 from harness.records import RequestSpec
 
+from .arrivals import arrival_offsets
 from .lengths import Workload
+
+# Arrival processes that cannot start sessions: a trace has its own requests' times, and a closed
+# loop releases requests by finishes already.
+NOT_FOR_SESSIONS = ("trace", "closed_loop")
+
+
+def requests_at_rate(workload: Workload, arrival: Mapping, qps: float, seed: int) -> list[RequestSpec]:
+    """A probe's requests at `qps`. Sessions start at qps x sessions / requests, so the request
+    rate offered is `qps` (each session brings its turns); their later turns follow finishes."""
+    sessions = workload.sessions
+    if sessions is None:
+        return make_requests(workload, arrival_offsets(arrival, qps, len(workload), seed))
+    if arrival.get("name") in NOT_FOR_SESSIONS:
+        raise HarnessError(f"arrival={arrival.get('name')} cannot start sessions (dataset.sessions): use an open-loop "
+                           "process (poisson, gamma, constant); a session's turns follow its answers")
+    count = sessions.num_sessions
+    return make_requests(workload, arrival_offsets(arrival, qps * count / len(workload), count, seed))
 
 
 def make_requests(workload: Workload, arrivals: np.ndarray) -> list[RequestSpec]:
     arrivals = np.asarray(arrivals, dtype=np.float64)
-    if arrivals.ndim != 1 or arrivals.size != len(workload):
-        raise HarnessError(f"{arrivals.size} arrival offsets for {len(workload)} requests ({workload.source})")
+    sessions = workload.sessions
+    expected = len(workload) if sessions is None else sessions.num_sessions
+    if arrivals.ndim != 1 or arrivals.size != expected:
+        what = "requests" if sessions is None else "sessions"
+        raise HarnessError(f"{arrivals.size} arrival offsets for {expected} {what} ({workload.source})")
     if arrivals.size and (not np.all(np.isfinite(arrivals)) or arrivals[0] < 0 or np.any(np.diff(arrivals) < 0)):
         raise HarnessError("arrival offsets must be finite, >= 0 and nondecreasing")
+    if sessions is None:
+        return [
+            RequestSpec(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o))
+            for i, (t, p, o) in enumerate(zip(arrivals, workload.prompt_lens, workload.output_lens))
+        ]
+    # A later turn's arrival_s is its session's start (a lower bound); it is released by the finish
+    # of the request before it (`after`), `think_s` later.
+    start = arrivals[sessions.session]
     return [
-        RequestSpec(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o))
-        for i, (t, p, o) in enumerate(zip(arrivals, workload.prompt_lens, workload.output_lens))
+        RequestSpec(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o), prompt_segments=runs,
+                    output_segment=int(seg), after=i - 1 if turn else None, think_s=float(think))
+        for i, (t, p, o, runs, seg, turn, think) in enumerate(zip(
+            start, workload.prompt_lens, workload.output_lens, sessions.runs, sessions.output_segment,
+            sessions.turn, sessions.think_s))
     ]

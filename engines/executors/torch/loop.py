@@ -9,7 +9,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from engines.core import Engine, Sequence as CoreSequence
+from engines.core import Engine, PrefixCachingBlockManager, TokenIds
+from engines.core import Sequence as CoreSequence
 from engines.executors.base import SamplingParams
 
 
@@ -65,6 +66,7 @@ def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
     depth = max(1, getattr(executor, "pipeline_depth", 1))
     in_flight: deque = deque()
     start = clock()
+    caching = isinstance(engine.blocks, PrefixCachingBlockManager)  # then the core hashes the tokens, as the server's
 
     def now() -> float:
         return clock() - start
@@ -73,7 +75,8 @@ def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
         while pending and pending[0].arrival_s <= t:
             r = pending.popleft()
             prompt_len = len(r.prompt_token_ids) if r.prompt_token_ids is not None else r.prompt_len
-            seq = CoreSequence(r.seq_id, prompt_len, r.output_len)
+            tokens = TokenIds(r.prompt_token_ids, engine.blocks.block_size) if caching and r.prompt_token_ids else None
+            seq = CoreSequence(r.seq_id, prompt_len, r.output_len, tokens)
             executor.add_request(r.seq_id, list(r.prompt_token_ids) if r.prompt_token_ids else None, r.sampling)
             engine.add(seq)
             stats.outputs[r.seq_id] = []
@@ -115,6 +118,8 @@ def run_realtime(engine: Engine, executor, requests: Sequence[OfflineRequest],
         for seq in out.produced:
             tok = tokens[position[seq.seq_id]]
             stats.outputs[seq.seq_id].append(tok)
+            if seq.tokens is not None:
+                seq.tokens.append(tok)
             stats.token_times_s[seq.seq_id].append(t)
             if seq not in out.finished and getattr(executor, "should_stop", lambda *_: False)(seq.seq_id, tok):
                 stops.append(seq.seq_id)

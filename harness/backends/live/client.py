@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 
 from common.errors import RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.live.prometheus import measured, scrape
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
+from harness.loadgen.run import auth_headers
 from harness.records import RequestRecord, RequestSpec
 from harness.workload import with_prompt_token_ids
+from harness.workload.session_prompts import SessionPrompts
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,19 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     if isinstance(server, LiveServerSpec):
         with serve(server) as endpoint:
             return run_live_result(requests, endpoint, options)
-    if any(r.prompt_token_ids is None and r.prompt_text is None for r in requests):
+    prompts = None
+    if any(r.prompt_segments is not None for r in requests):  # shared prefixes: ids by segment, turns built as released
+        prompts = SessionPrompts(requests, server.vocab_size, options.seed, server.special_ids)
+        requests = [dataclasses.replace(r, prompt_token_ids=prompts.first(r)) if r.after is None else r for r in requests]
+    elif any(r.prompt_token_ids is None and r.prompt_text is None for r in requests):
         requests = with_prompt_token_ids(requests, server.vocab_size, options.seed, server.special_ids)
     time_limit = options.time_limit_s
     if time_limit is None and options.drain_s is not None and requests and options.concurrency is None:
         time_limit = max(r.arrival_s for r in requests) + options.drain_s
     frac = options.max_error_fraction
     result = run_load(requests, LoadOptions(
+        session_prompt=prompts.next if prompts is not None else None,
+        extra_body=(("return_token_ids", True),) if prompts is not None else (),  # vLLM names generated ids on request
         base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
         time_limit_s=time_limit, concurrency=options.concurrency, lag=options.lag,
         progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
@@ -102,6 +111,9 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
         max_connections=options.max_connections, stall_timeout_s=options.stall_timeout_s,
         max_errors=None if frac is None or frac >= 1 else math.floor(frac * len(requests)),
     ))
+    if prompts is not None and prompts.fallbacks:
+        warnings.warn(f"live run: the server did not name the ids it generated for {prompts.fallbacks} answers; those "
+                      "turns carried the dataset's answer instead, which no prefix cache holds", stacklevel=2)
     verdict = result.verdict
     probe = "" if options.progress_desc == LiveRunOptions.progress_desc else f"{options.progress_desc}: "
     if verdict.status == "invalid" and options.strict:
@@ -125,8 +137,13 @@ def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob
     stopped as soon as `gone()` names a reason, and never returned as records if it did."""
     if reason := gone():
         raise broken(reason)
+    # The server's own count of what its prefix cache held, beside the usage's (None: it keeps no such counters)
+    before = scrape(endpoint.base_url, auth_headers(endpoint.api_key))
     result = run_live_result(requests, endpoint, run_options(job, job.settings, label, gone))
     if reason := result.aborted or gone():  # a probe against a dead or silent server measures nothing
         raise broken(reason)
-    return BackendRun(result.records, {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes,
-                                       "stopped": result.stopped})
+    stats = {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes, "stopped": result.stopped}
+    counted = measured(before, scrape(endpoint.base_url, auth_headers(endpoint.api_key)))
+    if counted is not None:
+        stats["prefix_cache"] = counted
+    return BackendRun(result.records, stats)

@@ -3,6 +3,7 @@ performance model (`loop`: the event loop; `pipeline` and `replay`: pipeline par
 exact fast-forward). Deterministic: identical requests give bit-identical records."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -15,6 +16,7 @@ from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
+from harness.backends.sim.sessions import has_sessions
 from harness.records import RequestSpec
 
 __all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster", "simulate_disaggregated"]
@@ -48,6 +50,9 @@ class SimBackend:
         job, d = self.job, self.job.deployment
         engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
         stats: dict = {}
+        if has_sessions(requests) and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas):
+            raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine; "
+                               "use cluster.instances=1 without prefill/decode instances")
         if job.disagg is not None:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
@@ -58,11 +63,15 @@ class SimBackend:
                                        time_limit_s=job.time_limit_s, stats=stats)
             return BackendRun(records, stats)
         log = IterationLog(d.timer, len(requests)) if job.iteration_log else None
+        if log is not None and job.scheduler.prefix_caching:
+            log.cache = engine.blocks.stats  # the log's cached_tokens: what the cache saved, iteration by iteration
         records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up,
                            concurrency=job.concurrency, log=log)
         if log is not None:
             stats.update(iterations=log.columns(), request_bubbles=log.request_bubbles())
+        if job.scheduler.prefix_caching:  # what the cache saved: prompt tokens found (readmissions too), evictions
+            stats["prefix_cache"] = dataclasses.asdict(engine.blocks.stats)
         return BackendRun(records, stats)
 
 

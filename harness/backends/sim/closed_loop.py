@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from engines.core import Engine, Sequence
+from harness.backends.sim.sessions import cache_block_size, sim_sequence
 from harness.records import RequestRecord, RequestSpec
 
 
@@ -28,7 +29,8 @@ class ClosedLoop:
         # Release order is input order, as the live client's (SimRun sorts by arrival, stably: the
         # offsets of a closed loop are all 0, so rank == input index).
         self.order = list(range(len(requests)))
-        self.seqs = [Sequence(i, r.prompt_len, r.output_len) for i, r in enumerate(requests)]
+        block_size = cache_block_size(engine)  # a prefix-caching engine's sequences carry their tokens' identity
+        self.seqs = [sim_sequence(i, r, block_size) for i, r in enumerate(requests)]
         self.release = np.full(len(requests), np.inf)
         self.released = min(concurrency, len(requests))
         self.release[:self.released] = 0.0

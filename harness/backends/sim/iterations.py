@@ -25,7 +25,8 @@ import numpy as np
 from engines.core import Batch
 
 COLUMNS = ("start_s", "end_s", "prefill_tokens", "prefills", "decodes", "prefill_context", "decode_context_mean",
-           "alone_prefill_s", "alone_decodes_s", "bubble_schedule_s", "bubble_send_s", "bubble_upstream_s")
+           "alone_prefill_s", "alone_decodes_s", "bubble_schedule_s", "bubble_send_s", "bubble_upstream_s",
+           "cached_tokens")  # prompt tokens a prefix cache held for the requests this iteration admitted
 CAUSES = ("schedule", "send", "upstream")
 
 
@@ -36,6 +37,8 @@ class IterationLog:
         self.runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # decode runs: starts, ends, first contexts
         self.bubbles = np.zeros((num_requests, len(CAUSES)))  # by engine sequence id (arrival rank)
         self.order: list[int] | None = None
+        self.cache = None  # the engine's PrefixCacheStats, when it keeps a prefix cache
+        self._hits = 0
 
     def bind(self, order) -> None:
         """order[rank] = the input index of the request the engine knows as sequence `rank`."""
@@ -53,9 +56,12 @@ class IterationLog:
             alone_p = self._price([n[i] for i in pre], [batch.context_lens[i] for i in pre])
             alone_d = self._price([1] * len(dec), [batch.context_lens[i] for i in dec])
         ctx = [batch.context_lens[i] for i in dec]
+        saved = 0
+        if self.cache is not None:  # admissions happen while this iteration is scheduled: what they found
+            saved, self._hits = self.cache.hits - self._hits, self.cache.hits
         self.rows.append((start, end, sum(n[i] for i in pre), len(pre), len(dec),
                           batch.context_lens[pre[0]] if pre else -1, float(np.mean(ctx)) if ctx else np.nan,
-                          alone_p, alone_d, *gaps))
+                          alone_p, alone_d, *gaps, saved))
 
     def decode_run(self, batch: Batch, starts: np.ndarray, ends: np.ndarray) -> None:
         """`len(ends)` repetitions of a decode-only batch (the fast-forward), contexts growing by one."""
@@ -94,13 +100,13 @@ class IterationLog:
             k = len(ends)
             block = np.full((k, len(COLUMNS)), np.nan)
             block[:, 0], block[:, 1] = starts, ends
-            block[:, 2], block[:, 3], block[:, 4], block[:, 5] = 0, 0, len(ctx), -1
+            block[:, 2], block[:, 3], block[:, 4], block[:, 5], block[:, 12] = 0, 0, len(ctx), -1, 0
             block[:, 6] = np.mean(ctx[None, :] + np.arange(k)[:, None], axis=1)  # as iteration() takes each mean
             parts.append(block)
         table = np.concatenate(parts)
         table = table[np.argsort(table[:, 0], kind="stable")]
         out = {c: table[:, i] for i, c in enumerate(COLUMNS)}
-        for c in ("prefill_tokens", "prefills", "decodes", "prefill_context"):
+        for c in ("prefill_tokens", "prefills", "decodes", "prefill_context", "cached_tokens"):
             out[c] = out[c].astype(np.int64)
         return out
 

@@ -22,6 +22,7 @@ import numpy as np
 from engines.core import Batch, Engine, Sequence
 from harness.backends.sim.closed_loop import ClosedLoop
 from harness.backends.sim.pipeline import Pipeline
+from harness.backends.sim.sessions import SessionRelease, cache_block_size, has_sessions, sim_sequence
 from harness.backends.sim.timer import FastTimer, IterationTimer, fast_timer
 from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
 
@@ -93,8 +94,11 @@ def simulate(
     """
     if give_up is not None and pp > 1:
         give_up = None  # the pipelined loop does not watch; the run goes to its end, as without
+    sessions = has_sessions(requests)
     if concurrency is not None:
         run = ClosedLoopRun(requests, engine, on_progress, give_up, concurrency)
+    elif sessions:
+        run = SessionRun(requests, engine, on_progress, give_up)
     else:
         run = SimRun(requests, engine, on_progress, give_up)
     run.log = log
@@ -102,8 +106,8 @@ def simulate(
         log.bind(run.order)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
     timer = fast_timer(timer)
-    if pp > 1:
-        pipe = Pipeline(run, timer, pp, fast_forward and log is None and concurrency is None, limit, log)
+    if pp > 1:  # the replay knows neither the log nor arrivals that finishes release: those step plainly
+        pipe = Pipeline(run, timer, pp, fast_forward and log is None and concurrency is None and not sessions, limit, log)
         try:
             pipe.run()
         finally:
@@ -113,6 +117,8 @@ def simulate(
         t = _run_serial(run, timer, fast_forward, limit)
         if stats is not None and run.watch is not None and run.watch.certain:
             stats["stopped_early_s"] = t
+    if log is not None and sessions:
+        log.bind(run.order)  # a session's turns get their sequence ids as they are released
     return run.records()
 
 
@@ -141,7 +147,8 @@ class SimRun:
         self.order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
         self.arrivals = np.array([requests[i].arrival_s for i in self.order], dtype=np.float64)
         # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
-        self.seqs = [Sequence(rank, requests[i].prompt_len, requests[i].output_len) for rank, i in enumerate(self.order)]
+        block_size = cache_block_size(engine)  # None without a prefix cache: plain sequences
+        self.seqs = [sim_sequence(rank, requests[i], block_size) for rank, i in enumerate(self.order)]
         self.engine = engine
         self.watch = Watch(give_up, requests) if give_up is not None else None
         self.line = _Timeline(n, self.watch)
@@ -181,7 +188,7 @@ class SimRun:
         return STOPPED_EARLY if self.watch is not None and self.watch.certain else "unfinished at time limit"
 
     def records(self) -> list[RequestRecord]:
-        out: list[RequestRecord] = [None] * len(self.order)  # type: ignore[list-item]
+        out: list[RequestRecord] = [None] * len(self.requests)  # type: ignore[list-item]
         for rank, i in enumerate(self.order):
             spec = self.requests[i]
             times = self.line.token_times(rank)
@@ -197,12 +204,17 @@ class SimRun:
                 token_times_s=times,
                 num_preemptions=self.seqs[rank].num_preemptions,
                 error=None if not np.isnan(finished_s) else self.cut_off,
+                cached_tokens=self.seqs[rank].cached_tokens,
             )
         return out
 
 
 class ClosedLoopRun(ClosedLoop, SimRun):
     """A SimRun with closed-loop arrivals (closed_loop.py)."""
+
+
+class SessionRun(SessionRelease, SimRun):
+    """A SimRun whose later turns are released by finishes (sessions.py)."""
 
 
 def stalled_error(engine: Engine, t: float) -> RuntimeError:

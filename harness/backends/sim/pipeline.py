@@ -9,6 +9,7 @@ import numpy as np
 
 from engines.core import Batch
 from harness.backends.sim.replay import Replay, Table
+from harness.backends.sim.sessions import cache_block_size
 
 if TYPE_CHECKING:
     from harness.backends.sim.loop import SimRun
@@ -50,7 +51,9 @@ class Pipeline:
         self.engine = run.engine
         self.timer = timer
         self.pp = pp
-        self.fast_forward = fast_forward
+        # The replay takes a group's KV blocks when it hands back, not launch by launch: with a prefix
+        # cache the order of takes, frees and evictions decides what stays cached, so it steps plainly.
+        self.fast_forward = fast_forward and cache_block_size(run.engine) is None
         self.limit = limit
         self.stage_free = [0.0] * pp
         # heap of (completion time, launch no., batch, certificate); see _fast_forward

@@ -1,0 +1,208 @@
+"""Automatic prefix caching: KV blocks found again by the hash of the tokens they hold.
+
+A full block whose KV is computed is registered under its hash (engines/core/tokens.py: the hash
+covers its tokens and all before them). A sequence being admitted looks its prompt's full blocks
+up in order and starts its prefill after the longest cached run; a prompt found whole still
+computes its last token (it makes the first output token), as vLLM does, so at most
+(prefill_target - 1) // block_size blocks hit. Hit blocks are shared, reference-counted.
+
+A block whose last user leaves keeps its content: with a hash it becomes *evictable* (still
+findable, counted as free), without one it goes back to the free list. Allocation takes the free
+list first, then evicts the least recently freed cached block (a sequence's blocks are freed tail
+first, so its later blocks go before its prefix, as in vLLM). Every block is in exactly one of:
+free, evictable, or used (reference count >= 1); `num_free` counts free + evictable.
+
+Preemption frees a sequence's blocks like a finish does, after registering what it computed, so
+its recompute usually finds its own prefix again; eviction only ever takes blocks nobody uses.
+The same block manager serves every caller (the simulator, the in-repo server); without prefix
+caching the engine uses the plain `BlockManager`, whose hot paths this class leaves untouched.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from engines.core.block_manager import BlockManager, blocks_for
+from engines.core.sequence import Sequence
+
+
+@dataclass
+class PrefixCacheStats:
+    """Counters since the engine started (vLLM's prefix_cache_queries/hits count tokens too)."""
+
+    queries: int = 0  # tokens looked up: the prefill target of every admission, readmissions included
+    hits: int = 0  # of those, tokens found cached
+    query_blocks: int = 0  # full blocks the admissions could have found: (prefill_target - 1) // block_size
+    hit_blocks: int = 0
+    evictions: int = 0  # cached blocks whose content was dropped to make room
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+class PrefixCachingBlockManager(BlockManager):
+    def __init__(self, *args, **kwargs) -> None:  # BlockManager's (num_blocks, block_size, watermark, reserve_tokens)
+        super().__init__(*args, **kwargs)
+        num_blocks = self.num_blocks
+        self._ref = [0] * num_blocks
+        self._hash: list[int | None] = [None] * num_blocks
+        self._cache: dict[int, int] = {}  # hash -> the block holding it
+        # Unused cached blocks, least recently freed first. An OrderedDict: popping its oldest entry is
+        # O(1), where a dict's next(iter(...)) rescans the slots its earlier deletions left.
+        self._evictable: OrderedDict[int, None] = OrderedDict()
+        self.stats = PrefixCacheStats()
+        self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
+        self._peeked: tuple[tuple[int, int, int], list[int]] = ((-1, -1, -1), [])  # the last lookup: (seq, target, version), hits
+
+    # -- counts ----------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self.num_free
+
+    @property
+    def num_evictable(self) -> int:
+        return len(self._evictable)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks findable by hash (in use or evictable)."""
+        return len(self._cache)
+
+    # -- lookup and admission ----------------------------------------------------------------
+    def lookup(self, seq: Sequence) -> list[int]:
+        """The cached blocks a sequence about to be admitted would start from (none for one that
+        holds blocks, is past its prefill, or whose tokens are unknown); sets its num_computed to
+        the tokens they hold, so a policy sizing its first chunk sees what is left to compute."""
+        if seq.tokens is None or seq.block_table or seq.num_computed >= seq.prefill_target:
+            return []
+        key, hits = self._peeked
+        if key != (seq.seq_id, seq.prefill_target, self._version):
+            hits = []
+            cache, block_hash = self._cache, seq.tokens.block_hash
+            for i in range((seq.prefill_target - 1) // self.block_size):
+                b = cache.get(block_hash(i))
+                if b is None:
+                    break
+                hits.append(b)
+            self._peeked = ((seq.seq_id, seq.prefill_target, self._version), hits)
+        seq.num_computed = len(hits) * self.block_size
+        return hits
+
+    def admission_blocks(self, seq: Sequence) -> int:
+        """Free blocks admitting `seq` uses: new ones, plus its hits that sit evictable (taking
+        them out of the evictable pool lowers num_free just as allocating would)."""
+        hits = self.lookup(seq)
+        ref = self._ref
+        return self._fresh_blocks(seq, len(hits)) + sum(1 for b in hits if ref[b] == 0)
+
+    def _fresh_blocks(self, seq: Sequence, hits: int) -> int:
+        tokens = self.reserve_tokens if self.reserve_tokens is not None else seq.prefill_target
+        return blocks_for(max(tokens, seq.prefill_target), self.block_size) - len(seq.block_table) - hits
+
+    def admit(self, seq: Sequence) -> None:
+        hits = self.lookup(seq)
+        fresh = self._fresh_blocks(seq, len(hits))
+        if fresh + sum(1 for b in hits if self._ref[b] == 0) > self.num_free:
+            raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
+        ref, evictable = self._ref, self._evictable
+        for b in hits:
+            if ref[b] == 0:
+                del evictable[b]
+            ref[b] += 1
+        seq.block_table.extend(hits)
+        seq.blocks_hashed = len(hits)
+        if seq.tokens is not None and seq.num_computed < seq.prefill_target:
+            s = self.stats
+            s.queries += seq.prefill_target
+            s.hits += len(hits) * self.block_size
+            s.query_blocks += (seq.prefill_target - 1) // self.block_size
+            s.hit_blocks += len(hits)
+            if seq.num_preemptions == 0:
+                seq.cached_tokens = len(hits) * self.block_size
+        self._take(seq, fresh)
+
+    # -- allocation, freeing, registration ------------------------------------------------------
+    def _take(self, seq: Sequence, n: int) -> None:
+        free, evictable = self._free, self._evictable
+        if n > len(free) + len(evictable):
+            raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {self.num_free} free")
+        k = min(n, len(free))
+        taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
+        del free[len(free) - k:]
+        if n > k:  # then the least recently freed cached blocks, their content dropped
+            cache, hashes, pop = self._cache, self._hash, evictable.popitem
+            for _ in range(n - k):
+                b, _ = pop(last=False)
+                del cache[hashes[b]]  # type: ignore[index]
+                hashes[b] = None
+                taken.append(b)
+            self.stats.evictions += n - k
+            self._version += 1
+        ref = self._ref
+        for b in taken:
+            ref[b] = 1
+        seq.block_table.extend(taken)
+
+    def free(self, seq: Sequence) -> None:
+        self.register(seq)
+        ref, hashes, evictable, free = self._ref, self._hash, self._evictable, self._free
+        for b in reversed(seq.block_table):  # tail first: evicted before the prefix
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                if hashes[b] is None:
+                    free.append(b)
+                else:
+                    evictable[b] = None
+        seq.block_table = []
+        seq.blocks_hashed = 0
+
+    def register(self, seq: Sequence) -> None:
+        """Make `seq`'s full, computed blocks findable. A block whose hash another block already
+        holds (two requests computed the same prefix at once) stays unregistered: freed, it goes
+        back to the free list."""
+        tokens = seq.tokens
+        table = seq.block_table
+        n = min(seq.num_computed // self.block_size, len(table))
+        first = seq.blocks_hashed
+        if tokens is None or first >= n:
+            return
+        tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
+        cache, hashes, chain = self._cache, self._hash, tokens.hashes
+        for i in range(first, n):
+            b = table[i]
+            if hashes[b] is None:
+                h = chain[i]
+                if h not in cache:
+                    cache[h] = b
+                    hashes[b] = h
+        self._version += 1
+        seq.blocks_hashed = n
+
+    # -- a check for tests ------------------------------------------------------------------
+    def audit(self, tables: list[list[int]]) -> None:
+        """Raise if the books do not balance, given every live sequence's block table."""
+        counts = [0] * self.num_blocks
+        for table in tables:
+            for b in table:
+                counts[b] += 1
+        free, evictable = set(self._free), set(self._evictable)
+        if len(free) != len(self._free) or free & evictable:
+            raise AssertionError("a block is free twice, or both free and evictable")
+        for b in range(self.num_blocks):
+            if counts[b] != self._ref[b]:
+                raise AssertionError(f"block {b}: {counts[b]} tables hold it, reference count {self._ref[b]}")
+            where = (b in free) + (b in evictable) + (counts[b] > 0)
+            if where != 1:
+                raise AssertionError(f"block {b} is in {where} of free / evictable / used")
+            if (b in evictable) != (self._hash[b] is not None and counts[b] == 0):
+                raise AssertionError(f"block {b}: evictable iff cached and unused")
+            if b in free and self._hash[b] is not None:
+                raise AssertionError(f"block {b} is free but still cached")
+        if any(self._hash[b] != h for h, b in self._cache.items()):
+            raise AssertionError("the hash table and the blocks' hashes disagree")

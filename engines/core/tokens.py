@@ -1,0 +1,88 @@
+"""What a sequence's tokens are, as far as a prefix cache needs to know: one hash per full KV block.
+
+A block's hash covers its tokens and, through its parent's hash, every token before it (vLLM's
+automatic prefix caching chains them the same way), so two sequences share block i's hash exactly
+when they share their first (i + 1) x block_size tokens (up to a 64-bit collision, as in vLLM).
+Hashes are Python's `hash` of tuples of ints: the same in every process (only str hashing is
+salted), so a simulation is reproducible bit for bit.
+
+Two ways to say what the tokens are:
+  TokenIds   the ids themselves (the server: the prompt, then each generated id as it is sampled);
+  Segments   ids never materialized (the simulator): runs of (segment id, length), where token j of
+             segment s is the same token wherever s appears and segments never share a token. A
+             conversation's turn n+1 holds turn n's segments, so its blocks hash as turn n's did.
+Both compute a hash only when asked and keep it (a prompt is hashed once however often it is
+looked up).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+ROOT_HASH = 0x5EED_CAFE  # the parent hash of a sequence's first block
+
+
+class TokenIds:
+    __slots__ = ("ids", "hashes", "block_size")
+
+    def __init__(self, ids: Iterable[int], block_size: int) -> None:
+        self.ids = list(ids)
+        self.hashes: list[int] = []
+        self.block_size = block_size
+
+    def append(self, token: int) -> None:
+        self.ids.append(token)
+
+    def block_hash(self, i: int) -> int:
+        """The hash of full block `i` (its tokens must be known)."""
+        h = self.hashes
+        bs = self.block_size
+        while len(h) <= i:
+            j = len(h)
+            if (j + 1) * bs > len(self.ids):
+                raise IndexError(f"block {j} is not full: {len(self.ids)} tokens known")
+            h.append(hash((h[-1] if h else ROOT_HASH, tuple(self.ids[j * bs:(j + 1) * bs]))))
+        return h[i]
+
+
+class Segments:
+    __slots__ = ("runs", "hashes", "block_size", "_run", "_offset")
+
+    def __init__(self, runs: tuple[tuple[int, int], ...], block_size: int) -> None:
+        self.runs = tuple(r for r in runs if r[1] > 0)  # (segment id, tokens) in order: the prompt's, then the output's
+        self.hashes: list[int] = []
+        self.block_size = block_size
+        self._run = 0  # where the next block to hash starts: run index and offset in it
+        self._offset = 0
+
+    def block_hash(self, i: int) -> int:
+        h = self.hashes
+        if i < len(h):
+            return h[i]
+        runs, bs = self.runs, self.block_size
+        r, off = self._run, self._offset
+        while len(h) <= i:
+            if r < len(runs) and runs[r][1] - off >= bs:  # the common case: whole blocks inside one segment
+                seg, length = runs[r]
+                last = h[-1] if h else ROOT_HASH
+                for _ in range(min((length - off) // bs, i + 1 - len(h))):
+                    last = hash((last, (seg, off, bs)))
+                    h.append(last)
+                    off += bs
+                if off == length:
+                    r, off = r + 1, 0
+                continue
+            need = bs
+            key: list[int] = []  # (segment, first offset, tokens) of each piece of the block
+            while need:
+                if r >= len(runs):
+                    raise IndexError(f"block {len(h)} is not full: the segments hold fewer tokens")
+                seg, length = runs[r]
+                take = min(need, length - off)
+                key += (seg, off, take)
+                need -= take
+                off += take
+                if off == length:
+                    r, off = r + 1, 0
+            h.append(hash((h[-1] if h else ROOT_HASH, tuple(key))))
+        self._run, self._offset = r, off
+        return h[i]

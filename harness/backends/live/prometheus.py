@@ -1,0 +1,56 @@
+"""A server's prefix-cache counters from its Prometheus text (`GET /metrics`), scraped before and
+after a probe: the hit rate the server itself measured, beside the one the requests' usage reports.
+
+Counters, in prompt tokens: the in-repo server's `engine:prefix_cache_queries_total` and
+`engine:prefix_cache_hits_total`, vLLM's `vllm:prefix_cache_queries_total` and
+`vllm:prefix_cache_hits_total` (summed over their label sets). Read outside the run's clock.
+"""
+from __future__ import annotations
+
+import re
+import urllib.request
+
+PREFIXES = ("engine:", "vllm:")
+QUERIES, HITS = "prefix_cache_queries_total", "prefix_cache_hits_total"
+_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+def metrics_url(base_url: str) -> str:
+    """/metrics at the server's root (an endpoint's base URL may end in /v1)."""
+    root = base_url.rstrip("/")
+    return (root[:-3] if root.endswith("/v1") else root) + "/metrics"
+
+
+def parse_counters(text: str) -> dict[str, float] | None:
+    """{queries, hits} summed over every known prefix and label set; None if the server has neither."""
+    out = {QUERIES: 0.0, HITS: 0.0}
+    seen = False
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name = m.group("name")
+        for prefix in PREFIXES:
+            key = name[len(prefix):] if name.startswith(prefix) else None
+            if key in out:
+                out[key] += float(m.group("value"))
+                seen = True
+    return out if seen else None
+
+
+def scrape(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """The counters now, or None (no /metrics, no prefix-cache counters, or no answer)."""
+    try:
+        req = urllib.request.Request(metrics_url(base_url), headers=headers or {})
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return parse_counters(resp.read().decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return None
+
+
+def measured(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:
+    """What one probe added: prompt tokens looked up, found, and their ratio."""
+    if before is None or after is None:
+        return None
+    queries, hits = after[QUERIES] - before[QUERIES], after[HITS] - before[HITS]
+    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries > 0 else float("nan")}

@@ -1,0 +1,104 @@
+"""Sessions in the simulator (harness/workload/sessions.py): each session's first request arrives at
+its planned time; a later turn is released `think_s` after the request before it (`after`)
+finished, as the live load generator releases it. Engine sequence ids are release ranks (FCFS by
+release time, then input order), given as requests are released. A record's `arrival_s` is its
+release time, so TTFT and scheduling delay count from it; a turn never released (its session cut
+by a time limit or a stopped probe) is recorded as not started, and is judged as one.
+
+Also here: the engine sequence for a request, with its tokens' identity (engines.core.Segments)
+when the engine keeps a prefix cache (a request without segments gets segments of its own: it
+can hit nothing, but its blocks are cached like any, as a server caches every request's).
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence as Seq
+from dataclasses import replace
+
+import numpy as np
+
+from engines.core import Engine, PrefixCachingBlockManager, Segments, Sequence
+from harness.records import RequestRecord, RequestSpec
+
+
+def cache_block_size(engine: Engine | None) -> int | None:
+    """The engine's block size if it keeps a prefix cache (its sequences then need token identity)."""
+    if engine is not None and isinstance(engine.blocks, PrefixCachingBlockManager):
+        return engine.blocks.block_size
+    return None
+
+
+def sim_sequence(seq_id: int, spec: RequestSpec, block_size: int | None) -> Sequence:
+    """The engine's sequence for `spec`; with `block_size` (a prefix-caching engine's) it carries
+    the identity of its tokens."""
+    if block_size is None:
+        return Sequence(seq_id, spec.prompt_len, spec.output_len)
+    if spec.prompt_segments is None:  # negative ids: never a workload's segment
+        runs = ((-2 * spec.request_id - 1, spec.prompt_len), (-2 * spec.request_id - 2, spec.output_len))
+    else:
+        out = spec.output_segment if spec.output_segment is not None else -2 * spec.request_id - 2
+        runs = spec.prompt_segments + ((out, spec.output_len),)
+    return Sequence(seq_id, spec.prompt_len, spec.output_len, Segments(runs, block_size))
+
+
+def has_sessions(requests: Seq[RequestSpec]) -> bool:
+    return any(r.after is not None for r in requests)
+
+
+class SessionRelease:
+    """Mixed into loop.SimRun (loop.SessionRun): arrivals released by finishes; the loops read
+    next_arrival, admit_arrivals and finished, nothing else of the arrivals."""
+
+    def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up) -> None:
+        super().__init__(requests, engine, on_progress, give_up)
+        n = len(requests)
+        index = {r.request_id: i for i, r in enumerate(requests)}
+        self.successor: list[int | None] = [None] * n
+        for i, r in enumerate(requests):
+            if r.after is not None:
+                if r.after not in index:
+                    raise ValueError(f"request {r.request_id} follows request {r.after}, which is not in the run")
+                self.successor[index[r.after]] = i
+        self.pending = [(r.arrival_s, i) for i, r in enumerate(requests) if r.after is None]
+        heapq.heapify(self.pending)
+        self.release = np.full(n, np.nan)
+        self.order: list[int] = []  # rank -> input index, as released
+        self.arrivals: list[float] = []  # rank -> release time
+        self.seqs: list[Sequence] = []
+        self.block_size = cache_block_size(engine)
+
+    @property
+    def next_arrival(self) -> float:
+        return self.pending[0][0] if self.pending else np.inf
+
+    def admit_arrivals(self, t: float) -> None:
+        pending = self.pending
+        while pending and pending[0][0] <= t:
+            at, i = heapq.heappop(pending)
+            rank = len(self.order)
+            self.order.append(i)
+            self.arrivals.append(at)
+            self.release[i] = at
+            seq = sim_sequence(rank, self.requests[i], self.block_size)
+            self.seqs.append(seq)
+            self.engine.add(seq)
+            self.next = rank + 1
+
+    def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
+        for seq in seqs:
+            j = self.successor[self.order[seq.seq_id]]
+            if j is not None:
+                heapq.heappush(self.pending, (t + self.requests[j].think_s, j))
+        super().finished(seqs, t)
+
+    def records(self) -> list[RequestRecord]:
+        released = super().records()  # the released ones, in input order; the rest are None
+        out = []
+        for i, (spec, r) in enumerate(zip(self.requests, released)):
+            if r is None:
+                r = RequestRecord(spec.request_id, spec.arrival_s, spec.prompt_len, spec.output_len, np.nan, np.nan,
+                                  np.nan, np.empty(0), error=self.cut_off)
+            else:
+                r = replace(r, arrival_s=float(self.release[i]))
+            out.append(r)
+        return out
