@@ -30,3 +30,42 @@ def kill_mid_run(proc: subprocess.Popen, pid_of: Callable[[], int]) -> tuple[str
     killed = time.monotonic()
     out, err = proc.communicate(timeout=60)
     return out, err, time.monotonic() - killed
+
+
+def run_while_progressing(args: list[str], quiet_s: float, **popen) -> subprocess.CompletedProcess:
+    """Run `args` to its end however long it takes, as long as it makes progress: a new line on
+    stdout within every `quiet_s` seconds (a job finished, a probe done). A fixed wall-clock limit
+    fails a slow run on a busy host; this one only fails a run that stopped moving (its process
+    group is killed and the test fails, naming the last line). Returns what
+    subprocess.run(capture_output=True, text=True) would."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **popen)
+    lines: queue.Queue[str | None] = queue.Queue()
+    err: list[str] = []
+    stderr_reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    stderr_reader.start()
+
+    def pump() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    out: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=quiet_s)
+        except queue.Empty:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            last = out[-1].strip() if out else "(nothing printed)"
+            raise AssertionError(f"{' '.join(args[:4])} ...: no progress in {quiet_s:.0f} s; its last line: {last}")
+        if line is None:
+            break
+        out.append(line)
+    proc.wait()
+    stderr_reader.join()
+    return subprocess.CompletedProcess(args, proc.returncode, "".join(out), "".join(err))

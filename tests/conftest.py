@@ -1,6 +1,59 @@
+import contextlib
+import fcntl
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# The longest modules (pytest --durations, most first): pytest-xdist deals out whole files
+# (`--dist loadfile`, pyproject.toml) in collection order, so these start first and no worker is
+# left running one of them alone at the end. Only the order changes; a stale entry costs nothing.
+LONGEST_FIRST = ("test_reference_drift.py", "test_vllm_live.py", "test_cluster_ray.py", "test_commands.py",
+                 "test_cli.py", "test_readme.py", "test_cluster_resources.py", "test_plan_published.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest modules first, the modules holding `alone` tests last (they idle the other
+    worker, which by then has little else left to do); otherwise collection order."""
+    alone = {item.path.name for item in items if item.get_closest_marker("alone")}
+
+    def rank(item) -> tuple[int, int]:
+        name = item.path.name
+        if name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(name)
+        return (2 if name in alone else 1), 0
+
+    items.sort(key=rank)  # stable: collection order within a rank
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked `alone` (its subject is the load generator's own timing against a live
+    server) runs with the other xdist worker idle, as in a serial run: from its setup to its
+    teardown it holds an exclusive lock, every other test a shared one (flock on files in the
+    run's common temp directory; the turnstile keeps a stream of shared holders from starving it)."""
+    basetemp = item.config.option.basetemp  # an xdist worker's: <the run's>/popen-gwK
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
+        yield
+        return
+    with _hold(Path(basetemp).parent, exclusive=item.get_closest_marker("alone") is not None):
+        yield
+
+
+@contextlib.contextmanager
+def _hold(directory: Path, exclusive: bool):
+    with open(directory / "alone.turnstile", "a") as turnstile, open(directory / "alone.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -65,6 +65,7 @@ def twin_run():
         return reqs, _run(reqs, ep)
 
 
+@pytest.mark.alone  # the load generator's timing against a realtime server: the other worker idles
 def test_client_timings_agree_with_the_servers_own(twin_run):
     _, res = twin_run
     assert all(r.completed for r in res.records)
@@ -112,6 +113,7 @@ def test_500_requests_at_a_fixed_rate_lose_nothing(endpoint):
     assert res.client.realtime == realtime_permitted()
 
 
+@pytest.mark.alone  # the load generator's timing against a realtime server: the other worker idles
 def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
     reqs, res = twin_run
     perf = PerfModel(Deployment.create(model="tiny", gpu="a100-80g-sxm", tp=1))
