@@ -76,17 +76,24 @@ class ProcessTime:
     cpu_s: float  # user + system of the child process
 
 
+@dataclass
+class Loop:
+    """The event loop's time, the best of the repeats (a shared machine only ever adds time)."""
+
+    wall_s: float = float("inf")
+    cpu_s: float = float("inf")
+
+    def add(self, wall_s: float, cpu_s: float) -> None:
+        self.wall_s, self.cpu_s = min(self.wall_s, wall_s), min(self.cpu_s, cpu_s)
+
+
 @dataclass(frozen=True)
 class SideRun:
     iterations: int
-    loop_s: float  # best of the repeats
+    loop: Loop
     process: ProcessTime
     summary: Summary
     kv_tokens: int
-
-    @property
-    def us_per_iteration(self) -> float:
-        return 1e6 * self.loop_s / self.iterations
 
 
 def fail(message: str, status: int) -> None:
@@ -145,22 +152,12 @@ def vidur_records(out: Path) -> list[RequestRecord]:
     return recs
 
 
-def vidur_side(args, scheduler: str, work: Path) -> tuple[SideRun, Path]:
-    logged = work / f"vidur_{scheduler}_records"
-    run_vidur(args, scheduler, logged, records=True)
-    recs = vidur_records(logged)
-    best, proc = None, None
-    for k in range(args.repeats):
-        out = work / f"vidur_{scheduler}_{k}"
-        p = run_vidur(args, scheduler, out, records=False)
-        t = json.loads((out / "timing.json").read_text())
-        again = pd.read_csv(out / "requests.csv")
-        if not again.equals(pd.read_csv(logged / "requests.csv")):
-            fail(f"Vidur's logged and unlogged runs of {scheduler} differ ({logged}, {out}): the logging changed the run", 3)
-        if best is None or t["loop_wall_s"] < best["loop_wall_s"]:
-            best, proc = t, p
-    kv = best["num_blocks"] * best["block_size"]
-    return SideRun(best["batches"], best["loop_wall_s"], proc, summarize(recs), kv), logged
+def vidur_timed(args, scheduler: str, out: Path, logged: Path) -> tuple[dict, ProcessTime]:
+    """An unlogged run of Vidur: its timing.json and process time; it must be the logged run."""
+    proc = run_vidur(args, scheduler, out, records=False)
+    if not pd.read_csv(out / "requests.csv").equals(pd.read_csv(logged / "requests.csv")):
+        fail(f"Vidur's logged and unlogged runs of {scheduler} differ ({logged}, {out}): the logging changed the run", 3)
+    return json.loads((out / "timing.json").read_text()), proc
 
 
 # ----------------------------------------------------------------------------- the harness's side
@@ -177,41 +174,75 @@ def harness_overrides(args, scheduler: str, trace: Path) -> list[str]:
             *([f"scheduler.sarathi.token_budget={args.budget}"] if scheduler == "sarathi" else []), *args.set]
 
 
-def harness_plan(args, scheduler: str, trace: Path, expected: list[RequestSpec]) -> ExperimentPlan:
-    plan = plan_experiment(compose(harness_overrides(args, scheduler, trace)))
+def harness_plan(args, scheduler: str, trace: Path, expected: list[RequestSpec]) -> tuple[ExperimentPlan, dict]:
+    """The plan of the harness's run on the stream, and its perf config."""
+    cfg = compose(harness_overrides(args, scheduler, trace))
+    plan = plan_experiment(cfg)
     if args.no_cpu_costs:
-        plan = without_cpu_costs(plan)
+        plan = without_cpu_costs(plan, cfg["perf"])
     got = probe_requests(plan, args.qps)
     if [(r.arrival_s, r.prompt_len, r.output_len) for r in got] != [(r.arrival_s, r.prompt_len, r.output_len) for r in expected]:
         fail(f"the harness's requests from {trace} are not Vidur's stream: the comparison would be of two streams", 3)
-    return plan
+    return plan, cfg["perf"]
 
 
-def harness_side(args, scheduler: str, trace: Path, requests: list[RequestSpec], work: Path) -> tuple[SideRun, ExperimentPlan]:
-    plan = harness_plan(args, scheduler, trace, requests)
-    loop, records = float("inf"), None
-    for _ in range(args.repeats):
-        with open_backend(plan.job(scheduler, progress=False)) as backend:
-            t0 = time.perf_counter()
-            out = backend.run(requests)
-            loop = min(loop, time.perf_counter() - t0)
-        records = out.records
-    iterations, logged = harness_iterations(plan, scheduler, requests)
-    if any(not np.array_equal(a.token_times_s, b.token_times_s) for a, b in zip(records, logged)):
-        fail(f"the harness's logged run of {scheduler} differs from its probe: the per-iteration log is not of this run", 3)
+def same_records(a: list[RequestRecord], b: list[RequestRecord]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x.token_times_s, y.token_times_s) and
+                                    x.first_scheduled_s == y.first_scheduled_s for x, y in zip(a, b))
+
+
+def harness_process(args, scheduler: str, trace: Path, work: Path, ttft_p50: float) -> ProcessTime:
+    """`python -m harness`, one probe of the stream: its process time; it must give the same P50 TTFT."""
+    if args.no_cpu_costs:  # no config setting prices it: no process to time
+        return ProcessTime(np.nan, np.nan)
+    results = work / f"results_{scheduler}"
+    proc = timed_child([sys.executable, "-m", "harness", *harness_overrides(args, scheduler, trace),
+                        f"results_dir={results}", f"name=vidur_{scheduler}"], REPO, work / f"harness_{scheduler}.log")
+    saved = pd.read_parquet(next(results.rglob("requests.parquet")))
+    p50 = float((saved["first_token_s"] - saved["arrival_s"]).median())
+    if not np.isclose(p50, ttft_p50, rtol=1e-12, atol=0):
+        fail(f"python -m harness on the stream gave another P50 TTFT ({p50}) than the benchmark's run ({ttft_p50}): "
+             "not the same run", 3)
+    return proc
+
+
+def compare_side_by_side(args, scheduler: str, work: Path) -> tuple[SideRun, SideRun, ExperimentPlan, dict, Path]:
+    """Vidur's logged run (its stream and records), the harness's on that stream, then the timed
+    runs, Vidur's and the harness's in turn (pairs under the same load)."""
+    logged = work / f"vidur_{scheduler}_records"
+    run_vidur(args, scheduler, logged, records=True)
+    trace = work / f"stream_{scheduler}.csv"
+    requests = stream_as_trace(logged, trace)
+    plan, perf_cfg = harness_plan(args, scheduler, trace, requests)
+    iterations, records = harness_iterations(plan, scheduler, requests)
     if args.records:
         iterations.to_csv(args.records / f"harness_{scheduler}_iterations.csv", index=False)
-    proc = ProcessTime(np.nan, np.nan)  # --no-cpu-costs is no config setting: no `python -m harness` run prices it
-    if not args.no_cpu_costs:
-        cli = [sys.executable, "-m", "harness", *harness_overrides(args, scheduler, trace),
-               f"results_dir={work / 'results'}", f"name=vidur_{scheduler}"]
-        proc = timed_child(cli, REPO, work / f"harness_{scheduler}.log")
-    return SideRun(len(iterations), loop, proc, summarize(records), plan.deployment.kv_capacity_tokens), plan
+    summary = summarize(records)
+    hproc = harness_process(args, scheduler, trace, work, summary.ttft.p50)
+    vloop, hloop, vbest = Loop(), Loop(), None
+    for k in range(args.repeats):
+        timing, proc = vidur_timed(args, scheduler, work / f"vidur_{scheduler}_{k}", logged)
+        vloop.add(timing["loop_wall_s"], timing["loop_cpu_s"])
+        if vbest is None or proc.wall_s < vbest[1].wall_s:
+            vbest = (timing, proc)
+        with open_backend(plan.job(scheduler, progress=False)) as backend:
+            w0, c0 = time.perf_counter(), time.process_time()
+            out = backend.run(requests)
+            hloop.add(time.perf_counter() - w0, time.process_time() - c0)
+        if not same_records(out.records, records):
+            fail(f"the harness's logged run of {scheduler} differs from its probe: the per-iteration log is not of this run", 3)
+    timing, vproc = vbest
+    vidur = SideRun(timing["batches"], vloop, vproc, summarize(vidur_records(logged)),
+                    int(timing["num_blocks"] * timing["block_size"]))
+    harness = SideRun(len(iterations), hloop, hproc, summary, plan.deployment.kv_capacity_tokens)
+    return vidur, harness, plan, perf_cfg, logged
 
 
 # ----------------------------------------------------------------------------- the table
-ROWS = (("iterations", lambda r: r.iterations, "{:.0f}"), ("loop s", lambda r: r.loop_s, "{:.2f}"),
-        ("us / iteration", lambda r: r.us_per_iteration, "{:.0f}"),
+ROWS = (("iterations", lambda r: r.iterations, "{:.0f}"),
+        ("loop wall s", lambda r: r.loop.wall_s, "{:.2f}"), ("loop CPU s", lambda r: r.loop.cpu_s, "{:.2f}"),
+        ("wall us / iteration", lambda r: 1e6 * r.loop.wall_s / r.iterations, "{:.0f}"),
+        ("CPU us / iteration", lambda r: 1e6 * r.loop.cpu_s / r.iterations, "{:.0f}"),
         ("process wall s", lambda r: r.process.wall_s, "{:.1f}"), ("process CPU s", lambda r: r.process.cpu_s, "{:.1f}"),
         ("KV tokens", lambda r: r.kv_tokens, "{:.0f}"),
         ("P50 TTFT s", lambda r: r.summary.ttft.p50, "{:.3f}"), ("P90 TTFT s", lambda r: r.summary.ttft.p90, "{:.3f}"),
@@ -229,9 +260,10 @@ def print_pair(scheduler: str, vidur: SideRun, harness: SideRun) -> None:
         v, h = float(get(vidur)), float(get(harness))
         ratio = h / v if v not in (0.0,) and np.isfinite(v) and np.isfinite(h) else float("nan")
         print(f"  {name:<25}{fmt.format(v):>12}{fmt.format(h):>12}{ratio:>14.2f}x")
-    print(f"  loop speed: the harness is {vidur.us_per_iteration / harness.us_per_iteration:.1f}x faster per iteration, "
-          f"{vidur.process.wall_s / harness.process.wall_s:.1f}x in process wall time, "
-          f"{vidur.process.cpu_s / harness.process.cpu_s:.1f}x in process CPU time")
+    per_it = [(side.loop.wall_s / side.iterations, side.loop.cpu_s / side.iterations) for side in (vidur, harness)]
+    print(f"  per iteration the harness is {per_it[0][0] / per_it[1][0]:.1f}x faster than Vidur in wall time, "
+          f"{per_it[0][1] / per_it[1][1]:.1f}x in CPU time; per process {vidur.process.wall_s / harness.process.wall_s:.1f}x "
+          f"in wall time, {vidur.process.cpu_s / harness.process.cpu_s:.1f}x in CPU time")
 
 
 def parse_args(argv: list[str] | None = None):
@@ -274,13 +306,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_vidur_") as tmp:
         work = Path(tmp)
         for scheduler in args.scheduler:
-            vidur, logged = vidur_side(args, scheduler, work)
-            trace = work / f"stream_{scheduler}.csv"
-            requests = stream_as_trace(logged, trace)
-            harness, plan = harness_side(args, scheduler, trace, requests, work)
+            vidur, harness, plan, perf_cfg, logged = compare_side_by_side(args, scheduler, work)
             print_pair(scheduler, vidur, harness)
             if args.records:
-                compare_iterations(plan, scheduler, logged, args.records)
+                compare_iterations(plan, perf_cfg, scheduler, logged, args.records)
     print(f"\nload at the end: {os.getloadavg()[0]:.1f}")
 
 

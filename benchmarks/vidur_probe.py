@@ -57,6 +57,11 @@ def _hook_records(batches: list, tokens: list) -> None:
     BatchEndEvent.handle_event = handle_event
 
 
+def _num(x) -> str:
+    """A float exactly (numpy scalars too: numpy 2 reprs them as np.float64(...))."""
+    return repr(float(x))
+
+
 def _write_csv(path: Path, header: list[str], rows) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -89,7 +94,7 @@ def main() -> None:
     arrivals = sorted((e for _, e in sim._event_queue), key=lambda e: e._request.id)
     stream = [e._request for e in arrivals]
     _write_csv(args.out / "stream.csv", ["id", "arrived_at", "num_prefill_tokens", "num_decode_tokens"],
-               [(r.id, repr(r.arrived_at), r.num_prefill_tokens, r.num_decode_tokens) for r in stream])
+               [(r.id, _num(r.arrived_at), r.num_prefill_tokens, r.num_decode_tokens) for r in stream])
     batches: list = []
     tokens: list = []
     if args.records:
@@ -101,13 +106,13 @@ def main() -> None:
     replica = sim.scheduler.get_replica_scheduler(0)
     _write_csv(args.out / "requests.csv",
                ["id", "arrived_at", "scheduled_at", "prefill_completed_at", "completed_at", "completed", "num_restarts"],
-               [(r.id, repr(r.arrived_at), repr(r._scheduled_at), repr(r._prefill_completed_at),
-                 repr(r._completed_at), int(r.completed), r.num_restarts) for r in stream])
+               [(r.id, _num(r.arrived_at), _num(r._scheduled_at), _num(r._prefill_completed_at),
+                 _num(r._completed_at), int(r.completed), r.num_restarts) for r in stream])
     if args.records:
         _write_csv(args.out / "batches.csv", ["scheduled_at", "completed_at", "size", "prefill_tokens",
                                               "decode_tokens", "allocated_blocks", "items"],
-                   [tuple(repr(x) if isinstance(x, float) else x for x in b) for b in batches])
-        _write_csv(args.out / "tokens.csv", ["id", "time"], [(i, repr(t)) for i, t in tokens])
+                   [(_num(b[0]), _num(b[1]), *b[2:]) for b in batches])
+        _write_csv(args.out / "tokens.csv", ["id", "time"], [(i, _num(t)) for i, t in tokens])
     sched = config.cluster_config.replica_scheduler_config
     timing = {
         "import_wall_s": w1 - w0, "import_cpu_s": c1 - c0,
@@ -120,7 +125,7 @@ def main() -> None:
         "chunk_size": getattr(sched, "chunk_size", None),
         "watermark_blocks_fraction": sched.watermark_blocks_fraction,
         "allocated_blocks_at_end": replica.num_allocated_blocks,
-        "simulated_end_s": sim._time,
+        "simulated_end_s": float(sim._time),
         "records": args.records,
         "pid": os.getpid(),
     }

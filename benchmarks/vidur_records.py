@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 import harness.backends.sim.loop as sim_loop
-from engines.perf import PerfModel
 from engines.perf.cpu_costs import CPU_FIELDS
+from engines.perf.factory import build_perf_model
 from engines.schedulers import make_engine
 from harness.records import RequestRecord, RequestSpec
 from harness.search.plan import ExperimentPlan
@@ -25,11 +25,12 @@ from harness.search.plan import ExperimentPlan
 ITERATION_COLUMNS = ["scheduled_at", "completed_at", "size", "prefill_tokens", "decode_tokens", "allocated_blocks", "items"]
 
 
-def without_cpu_costs(plan: ExperimentPlan) -> ExperimentPlan:
+def without_cpu_costs(plan: ExperimentPlan, perf_cfg) -> ExperimentPlan:
     """The plan with its iterations priced without the engine's CPU costs (cpu_costs.py), as
-    Vidur's default run prices them (skip_cpu_overhead_modeling: true); KV pool unchanged."""
+    Vidur's default run prices them (skip_cpu_overhead_modeling: true), by the model `perf_cfg`
+    (the config's perf group) names; KV pool unchanged."""
     d = plan.deployment
-    perf = PerfModel(d.perf.deployment.with_changes(**{f: 0.0 for f in CPU_FIELDS}))
+    perf = build_perf_model(d.perf.deployment.with_changes(**dict.fromkeys(CPU_FIELDS, 0.0)), perf_cfg)
     return replace(plan, deployment=replace(d, perf=perf, timer=perf))
 
 
@@ -101,7 +102,7 @@ def _shape(frame: pd.DataFrame, block_size: int) -> dict[str, float]:
     }
 
 
-def compare_iterations(plan: ExperimentPlan, scheduler: str, vidur_dir: Path, out_dir: Path) -> None:
+def compare_iterations(plan: ExperimentPlan, perf_cfg, scheduler: str, vidur_dir: Path, out_dir: Path) -> None:
     """Print both sides' batch shapes and the two prices of Vidur's batches; write Vidur's batches
     with the harness's prices to out_dir (the harness's iterations are written by the caller)."""
     vidur = pd.read_csv(vidur_dir / "batches.csv")
@@ -113,7 +114,7 @@ def compare_iterations(plan: ExperimentPlan, scheduler: str, vidur_dir: Path, ou
         print(f"    {k:<38}{left[k]:>12.1f}{right[k]:>12.1f}")
     vidur_s = (vidur["completed_at"] - vidur["scheduled_at"]).to_numpy()
     vidur["harness_s"] = price_vidur_batches(plan, vidur)
-    vidur["harness_no_cpu_s"] = price_vidur_batches(without_cpu_costs(plan), vidur)
+    vidur["harness_no_cpu_s"] = price_vidur_batches(without_cpu_costs(plan, perf_cfg), vidur)
     vidur.to_csv(out_dir / f"vidur_{scheduler}_batches.csv", index=False)
     mixed = (vidur["prefill_tokens"] > 0).to_numpy()
     print("    Vidur's own batches priced by the harness (harness / Vidur, median [P10, P90]):")
