@@ -16,8 +16,8 @@ Writes into DIR:
                 the KV blocks Vidur planned, its batch-size limits
   with --records (hooks that cost loop time: use a separate run for speed):
   batches.csv   one row per batch: scheduled_at, completed_at, requests, prefill and decode tokens,
-                KV blocks allocated while it ran, items ("new:processed" per request, space-separated:
-                its new tokens and the tokens it had processed before, Vidur's pricing inputs)
+                KV blocks allocated while it ran, items ("new:processed:decode" per request, space-
+                separated: its new tokens, the tokens it had processed before, 1 if a decode)
   tokens.csv    one row per output token: request id, time (the end of the batch that produced it)
 """
 from __future__ import annotations
@@ -43,8 +43,9 @@ def _hook_records(batches: list, tokens: list) -> None:
 
     def handle_event(self, scheduler, metrics_store):
         batch = self._batch
-        # (new tokens, tokens processed before) per request: the shape Vidur priced this batch by
-        items = " ".join(f"{n}:{r.num_processed_tokens}" for r, n in zip(batch.requests, batch.num_tokens))
+        # (new tokens, tokens processed before, 1 if a decode) per request: what Vidur priced it by
+        items = " ".join(f"{n}:{r.num_processed_tokens}:{int(r.is_prefill_complete)}"
+                         for r, n in zip(batch.requests, batch.num_tokens))
         allocated = scheduler.get_replica_scheduler(self._replica_id).num_allocated_blocks  # as scheduled
         out = inner(self, scheduler, metrics_store)
         batches.append((batch.scheduled_at, self.time, batch.size, batch.num_prefill_tokens,

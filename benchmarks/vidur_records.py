@@ -37,7 +37,7 @@ def without_cpu_costs(plan: ExperimentPlan, perf_cfg) -> ExperimentPlan:
 def harness_iterations(plan: ExperimentPlan, scheduler: str,
                        requests: list[RequestSpec]) -> tuple[pd.DataFrame, list[RequestRecord]]:
     """The harness's run of `requests`, one row per iteration (ITERATION_COLUMNS; allocated_blocks
-    while it runs; items "new:context" per sequence), and its records."""
+    while it runs; items "new:context:decode" per sequence, decode 1 or 0), and its records."""
     d = plan.deployment
     engine = make_engine(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size)
     rows: list[tuple] = []
@@ -62,25 +62,25 @@ def harness_iterations(plan: ExperimentPlan, scheduler: str,
         sim_loop.SimRun = real
     frame = pd.DataFrame([
         (t, t + dt, len(b), b.num_prefill_tokens, b.num_decodes, used,
-         " ".join(f"{n}:{c}" for n, c in zip(b.new_tokens, b.context_lens))) for t, b, used, dt in rows],
+         " ".join(f"{n}:{c}:{int(not p)}" for n, c, p in zip(b.new_tokens, b.context_lens, b.is_prefill)))
+        for t, b, used, dt in rows],
         columns=ITERATION_COLUMNS)
     return frame, records
 
 
-def _items(text: str) -> tuple[np.ndarray, np.ndarray]:
-    pairs = np.array([p.split(":") for p in text.split()], dtype=np.int64)
-    return pairs[:, 0], pairs[:, 1]
+def _items(text: str) -> np.ndarray:
+    """An items cell as rows of (new tokens, tokens before, decode)."""
+    return np.array([p.split(":") for p in text.split()], dtype=np.int64)
 
 
 def price_vidur_batches(plan: ExperimentPlan, batches: pd.DataFrame) -> np.ndarray:
-    """The harness's price of each of Vidur's batches. Vidur counts a request's first output token
-    as processed when its prefill ends, so a decode's processed count is one more than the KV it
-    reads (the harness's context); prefill chunks read what they count."""
+    """The harness's price of each of Vidur's batches (vidur_probe's items). Vidur counts a
+    request's first output token as processed when its prefill ends, so a decode's processed count
+    is one more than the KV it reads (the harness's context); prefill chunks read what they count."""
     timer = plan.deployment.timer
     out = np.empty(len(batches))
     for k, text in enumerate(batches["items"]):
-        new, processed = _items(text)
-        decode = (new == 1) & (processed > 0)
+        new, processed, decode = _items(text).T
         out[k] = float(timer.batch_times(new, processed - decode))
     return out
 
