@@ -2,7 +2,8 @@
 
 Used by benchmarks/bench_vidur.py (--records DIR, --no-cpu-costs). The harness's side is its own
 event loop (harness.backends.sim.simulate) stepped one iteration at a time (fast_forward off:
-the same run, exactly, checked by the caller) with each iteration logged; Vidur's side is what
+the same run, exactly, checked by the caller) with each iteration logged through the loop's own
+iteration-log hook and the KV blocks each batch ran with; Vidur's side is what
 benchmarks/vidur_probe.py --records wrote. The comparison separates the two ways end-to-end
 numbers can part: what each scheduler put in its batches (composition, KV pool and its use), and
 what one batch costs (Vidur's batches priced by the harness's model: the same batch, two prices).
@@ -34,37 +35,43 @@ def without_cpu_costs(plan: ExperimentPlan, perf_cfg) -> ExperimentPlan:
     return replace(plan, deployment=replace(d, perf=perf, timer=perf))
 
 
+class _Iterations:
+    """The loop's iteration log (simulate(log=...)): start, end and batch of every stepped iteration."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+
+    def bind(self, order) -> None:
+        pass
+
+    def iteration(self, batch, start: float, end: float, gaps=None, price: bool = True) -> None:
+        self.rows.append((start, end, batch))
+
+    def decode_run(self, batch, starts, ends) -> None:
+        raise AssertionError("a decode run in a run stepped one iteration at a time")
+
+
 def harness_iterations(plan: ExperimentPlan, scheduler: str,
                        requests: list[RequestSpec]) -> tuple[pd.DataFrame, list[RequestRecord]]:
     """The harness's run of `requests`, one row per iteration (ITERATION_COLUMNS; allocated_blocks
     while it runs; items "new:context:decode" per sequence, decode 1 or 0), and its records."""
     d = plan.deployment
     engine = make_engine(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size)
-    rows: list[tuple] = []
+    used: list[int] = []
+    complete = engine.complete
 
-    class LoggedRun(sim_loop.SimRun):
-        def started(self, batch, t):
-            super().started(batch, t)
-            rows.append([t, batch, engine.blocks.num_used])
+    def complete_counting_blocks(batch):  # the KV blocks the batch ran with, before it frees any
+        used.append(engine.blocks.num_used)
+        return complete(batch)
 
-    class LoggedTimer:
-        def batch_times(self, new_tokens, context_lens):
-            dt = d.timer.batch_times(new_tokens, context_lens)
-            rows[-1].append(float(dt))
-            return dt
-
-    real = sim_loop.SimRun
-    sim_loop.SimRun = LoggedRun
-    try:
-        records = sim_loop.simulate(requests, engine, LoggedTimer(), pp=d.pp, fast_forward=False,
-                                    time_limit_s=plan.search.time_limit_s)
-    finally:
-        sim_loop.SimRun = real
+    engine.complete = complete_counting_blocks
+    log = _Iterations()
+    records = sim_loop.simulate(requests, engine, d.timer, pp=d.pp, fast_forward=False,
+                                time_limit_s=plan.search.time_limit_s, log=log)
     frame = pd.DataFrame([
-        (t, t + dt, len(b), b.num_prefill_tokens, b.num_decodes, used,
+        (start, end, len(b), b.num_prefill_tokens, b.num_decodes, blocks,
          " ".join(f"{n}:{c}:{int(not p)}" for n, c, p in zip(b.new_tokens, b.context_lens, b.is_prefill)))
-        for t, b, used, dt in rows],
-        columns=ITERATION_COLUMNS)
+        for (start, end, b), blocks in zip(log.rows, used, strict=True)], columns=ITERATION_COLUMNS)
     return frame, records
 
 

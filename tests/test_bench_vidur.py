@@ -95,6 +95,12 @@ def test_iteration_log_is_the_probe(stream, scheduler):
     if not any(r.num_preemptions for r in logged):
         assert fed == sum(r.prompt_len + r.output_len - 1 for r in requests)
     assert frame["decode_tokens"].tolist() == [int(x[:, 2].sum()) for x in items]
+    # KV blocks each batch ran with: the first batch's prompts' own (admission takes a whole prompt's)
+    bs = plan.deployment.block_size
+    assert frame["allocated_blocks"].iloc[0] == sum(-(-r.prompt_len // bs) for r in requests[:len(items.iloc[0])])
+    assert frame["allocated_blocks"].max() <= plan.deployment.kv_capacity_tokens // bs
+    held = [sum(-(-(c + n) // bs) for n, c, _ in x) for x in items]  # at least the blocks of what it computes
+    assert (frame["allocated_blocks"].to_numpy() >= held).all()
     # the same batches read back as Vidur's come back at the logged price; without CPU costs, cheaper
     vidur_like = frame.head(300).assign(items=frame["items"].head(300).map(as_vidur))
     price = vr.price_vidur_batches(plan, vidur_like)
