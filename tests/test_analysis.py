@@ -296,8 +296,8 @@ def test_stall_figure_shows_the_longest_baseline_stall(inputs, figs):
 
 def test_report_writes_every_figure_as_png(report_dir):
     for s in FIGURES:
-        if s.name == "fig17_prefill_decode":  # cluster runs; the fixture has none (tests/test_analysis_pd.py draws it)
-            continue
+        if s.name in ("fig17_prefill_decode", "fig18_prefix_caching"):  # cluster and prefix-study runs: the fixture
+            continue  # has none (tests/test_analysis_pd.py and tests/test_analysis_prefix.py draw them)
         png = report_dir / f"{s.name}.png"
         assert png.is_file() and png.stat().st_size > 20_000, png
 
@@ -318,8 +318,9 @@ def test_figures_skip_without_results(tmp_path, paper):
 def test_report_from_fixture(report_dir):
     text = (report_dir / "REPORT.md").read_text()
     assert (report_dir / "table4.md").is_file()
-    for s in FIGURES:  # drawn, or skipped with why (fig17: the fixture has no cluster runs)
-        assert f"]({s.name}.png)" in text or (s.name == "fig17_prefill_decode" and "pd_cells" in text)
+    for s in FIGURES:  # drawn, or skipped with why (the fixture has no cluster runs, no prefix-study runs)
+        assert f"]({s.name}.png)" in text or (s.name == "fig17_prefill_decode" and "pd_cells" in text) \
+            or (s.name == "fig18_prefix_caching" and "prefix_cells" in text)
     assert "## Paper vs reproduced" in text and "Yi-34B TP2, strict SLO, openchat_sharegpt4: 3.7x vs vLLM" in text
     assert "| sharegpt4 | hybrid-batching only | 1 | 0.53 |" in text  # Table 4 row, paper value beside ours
     assert "Operator-level facts" in text and "not reproduced (missing results)" in text
