@@ -147,6 +147,7 @@ def _walkthrough() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
+@pytest.mark.alone  # the README's commands as written: a strict client, which a busy host rightly breaks
 def test_the_readme_walkthrough_against_vllm_serve(model_dir, tmp_path):
     """The walk-through as a serving team follows it: `vllm serve` as written (the tiny model takes
     at most 2,048 tokens, not the README's 8,192: the harness fits the plan to the server's
