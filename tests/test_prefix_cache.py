@@ -8,16 +8,14 @@ from hypothesis import strategies as st
 
 from engines.core import PrefixCachingBlockManager, Segments, Sequence, TokenIds
 from engines.schedulers import SchedulerConfig, make_engine
-from engines.schedulers.registry import policy_spec
 from tests.policy_workloads import ALL_POLICIES
 
 BS = 16
 
 
 def _engine(policy="sarathi", kv_tokens=4096, max_len=1024, budget=512, max_seqs=16):
-    knobs = policy_spec(policy).knob_names  # the policy's own budget knob, where it has one
-    budgets = {k: budget for k in ("token_budget", "max_num_batched_tokens") if k in knobs}
-    cfg = SchedulerConfig(policy, max_num_seqs=max_seqs, prefix_caching=True, **budgets)
+    cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, prefix_caching=True, token_budget=budget,
+                                 max_num_batched_tokens=budget)  # each policy's own budget knob, where it has one
     return make_engine(cfg, kv_tokens, max_len, BS)
 
 

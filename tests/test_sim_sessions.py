@@ -18,9 +18,9 @@ MAX_LEN = 512
 
 def _engine(policy, kv, caching=True, max_seqs=8):
     # each policy's own budget knob (orca and fastertransformer have none)
-    budget = {"sarathi": {"token_budget": 128}, "vllm": {"max_num_batched_tokens": MAX_LEN}}.get(policy, {})
-    return make_engine(SchedulerConfig(policy, max_num_seqs=max_seqs, prefix_caching=caching, **budget),
-                       kv, MAX_LEN)
+    cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, prefix_caching=caching, token_budget=128,
+                                 max_num_batched_tokens=MAX_LEN)
+    return make_engine(cfg, kv, MAX_LEN)
 
 
 def _sessions(n, seed, *, heads=2, turns=None, think=0.5, answers="echo", kind="conversation"):

@@ -53,10 +53,10 @@ def _conversation_rounds():
 
 @pytest.mark.parametrize("policy", ["sarathi", "vllm", "orca"])
 def test_cached_prefixes_give_the_same_tokens(executor, policy):
-    budget = {"sarathi": {"token_budget": 48}, "vllm": {"max_num_batched_tokens": 512}}.get(policy, {})  # orca: none
-    cfg = SchedulerConfig(policy, max_num_seqs=8, **budget)
+    knobs = dict(max_num_seqs=8, token_budget=48, max_num_batched_tokens=512)  # each policy takes its own (orca: no budget)
+    cfg = SchedulerConfig.shared(policy, **knobs)
     plain, plain_computed, _ = _rounds(executor, cfg, 4096, _conversation_rounds())
-    cached, cached_computed, engine = _rounds(executor, SchedulerConfig(policy, max_num_seqs=8, prefix_caching=True, **budget),
+    cached, cached_computed, engine = _rounds(executor, SchedulerConfig.shared(policy, prefix_caching=True, **knobs),
                                               4096, _conversation_rounds())
     assert cached == plain
     stats = engine.blocks.stats

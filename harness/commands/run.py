@@ -206,7 +206,8 @@ def _run_scheduler(plan: ExperimentPlan, name: str, show: bool, cache: ProbeCach
             cached = " (cached)" if p.detail.records is None else ""
             errors = f", {v.num_errors} FAILED REQUESTS ({v.reason})" if v.num_errors else ""
             judged = (f"attainment {v.goodput_fraction:.1%}, " if plan.slo.criterion == "attainment" else "")
-            flag = f", looks starved: {starved(p)}" if starved(p) else ""
+            signs = starved(p)
+            flag = f", looks starved: {signs}" if signs else ""
             bar.write(
                 f"  {name:<16} seed {plan.seed}{p.qps:>10.4g} QPS  {'pass' if p.passed else 'FAIL'}  {judged}"
                 f"P99 TBT {v.tbt_s:.3f} s, median scheduling delay {v.scheduling_delay_s:.3f} s{errors}{flag}{cached}",
