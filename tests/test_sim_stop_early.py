@@ -46,12 +46,20 @@ def test_a_probe_with_no_tbt_samples_never_gives_up_on_tbt():
     assert GIVE_UP.late_needed(1) == 1 and GIVE_UP.late_needed(2048) == 2048 - math.ceil(0.5 * 2047)
 
 
-@pytest.mark.parametrize("scheduler", ["sarathi", "vllm", "orca"])
-def test_a_stopped_probe_has_the_full_probe_s_verdict_and_a_passing_one_is_untouched(scheduler):
-    cfg = ["experiment=yi34b_tp2_strict", f"scheduler=[{scheduler}]", "search.num_requests=384"]
+YI = (0.25, 0.5, 1.0, 1.5, 3.0)
+PP = (0.1, 0.3, 0.6, 1.2, 2.4)  # around Llama-2-70B TP4-PP2's capacities
+
+
+@pytest.mark.parametrize(("experiment", "scheduler", "rates"), [
+    ("yi34b_tp2_strict", "sarathi", YI), ("yi34b_tp2_strict", "vllm", YI), ("yi34b_tp2_strict", "orca", YI),
+    # pipeline parallelism: the pipelined loop (and its replay) watches too
+    ("llama2_70b_tp4pp2_strict", "sarathi", PP), ("llama2_70b_tp4pp2_strict", "vllm", PP),
+])
+def test_a_stopped_probe_has_the_full_probe_s_verdict_and_a_passing_one_is_untouched(experiment, scheduler, rates):
+    cfg = [f"experiment={experiment}", f"scheduler=[{scheduler}]", "search.num_requests=384"]
     full, early = (plan_experiment(compose([*cfg, f"search.stop_early={v}"])) for v in ("false", "true"))
     stopped = 0
-    for qps in (0.25, 0.5, 1.0, 1.5, 3.0):
+    for qps in rates:
         reqs = probe_requests(full, qps)
         a = open_backend(full.job(scheduler, progress=False)).run(reqs)
         b = open_backend(early.job(scheduler, progress=False)).run(reqs)

@@ -85,15 +85,13 @@ def simulate(
     finished then carry `error="unfinished at time limit"` (never dropped), and those never
     started have NaN first-scheduled and first-token times. `stats`, if given, receives counters
     of the pipelined loop (launches stepped and replayed, replays, rows priced in bulk). With
-    `give_up` (a GiveUp, pp = 1 only) the run stops at the first iteration boundary where failing
+    `give_up` (a GiveUp) the run stops at the first iteration boundary where failing
     it is certain; what did not finish then says so (STOPPED_EARLY) and `stats` gets
     `stopped_early_s`. With `concurrency`, arrivals are a closed loop (closed_loop.ClosedLoopRun:
     each finish releases the next request). `log` (an iterations.IterationLog) records every
     iteration; with pp > 1 it and the closed loop step the pipeline plainly (its replay knows
     neither the log nor arrivals that finishes release), which gives the same records.
     """
-    if give_up is not None and pp > 1:
-        give_up = None  # the pipelined loop does not watch; the run goes to its end, as without
     sessions = has_sessions(requests)
     if concurrency is not None:
         run = ClosedLoopRun(requests, engine, on_progress, give_up, concurrency)
@@ -113,6 +111,8 @@ def simulate(
         finally:
             if stats is not None:
                 stats.update(pipe.stats)
+        if stats is not None and run.watch is not None and run.watch.certain:
+            stats["stopped_early_s"] = pipe.t
     else:
         t = _run_serial(run, timer, fast_forward, limit)
         if stats is not None and run.watch is not None and run.watch.certain:

@@ -55,6 +55,9 @@ class Pipeline:
         # cache the order of takes, frees and evictions decides what stays cached, so it steps plainly.
         self.fast_forward = fast_forward and cache_block_size(run.engine) is None
         self.limit = limit
+        # search.stop_early: a single engine's run stops at the first loop top where failing is certain
+        # (a cluster's instance has no watch). The replay does not look; the loop top after it does.
+        self.watch = getattr(run, "watch", None)
         self.stage_free = [0.0] * pp
         # heap of (completion time, launch no., batch, certificate); see _fast_forward
         self.in_flight: list[tuple[float, int, Batch, tuple[int, bool] | None]] = []
@@ -75,7 +78,7 @@ class Pipeline:
     # -- the plain loop ---------------------------------------------------------------------
     def run(self) -> None:
         run, engine, pp, limit = self.run_, self.engine, self.pp, self.limit
-        in_flight, stage_free = self.in_flight, self.stage_free
+        in_flight, stage_free, watch = self.in_flight, self.stage_free, self.watch
         t = self.t
         while True:
             while in_flight and in_flight[0][0] <= t:
@@ -86,7 +89,7 @@ class Pipeline:
                 if out.finished:
                     self.epoch += 1
                 run.finished(out.finished, end)
-            if t >= limit:
+            if t >= limit or (watch is not None and watch.certain):
                 self.t = t
                 return
             run.admit_arrivals(t)
