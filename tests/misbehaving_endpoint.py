@@ -113,7 +113,8 @@ def main() -> None:
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)
     app.router.add_post("/v1/completions", server.completions)
-    web.run_app(app, host="127.0.0.1", port=a.port, print=None, handle_signals=True)
+    # never_end holds its streams open on purpose: stop without waiting for them (aiohttp waits 60 s)
+    web.run_app(app, host="127.0.0.1", port=a.port, print=None, handle_signals=True, shutdown_timeout=0.5)
 
 
 if __name__ == "__main__":

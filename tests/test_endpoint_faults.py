@@ -5,6 +5,8 @@ stops at its first failed request, and nothing saved reads as a capacity. A serv
 usage is named; an honest one is measured under its own name."""
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,6 +18,11 @@ import pandas as pd
 import pytest
 
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
+from harness.loadgen.http import Target
+from harness.loadgen.options import LoadOptions
+from harness.loadgen.pool import ConnectionPool
+from harness.loadgen.run import _continuous_usage_needed
+from harness.records import RequestSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 NUM_REQUESTS = 48
@@ -88,6 +95,28 @@ def test_a_stream_that_never_ends_is_cut_when_it_stalls(tmp_path):
         took = time.monotonic() - t0
     assert p.returncode == 3 and "stream did not end after its last token" in p.stderr, p.stderr[-3000:]
     assert took < 120, took  # two probes, each stopped at its first stall (not request_timeout_s = 600 s)
+
+
+def test_the_check_stream_before_a_probe_is_cut_when_it_stalls_too():
+    """The one short stream sent before a probe's clock starts (is continuous usage needed?) is cut
+    at the stall timeout like the probe's own: against a server whose streams never end it once
+    held every probe's start for connect_timeout_s + 10 = 20 s."""
+    opts = LoadOptions(base_url="", model="misbehaving", stall_timeout_s=0.5)
+    first = RequestSpec(0, 0.0, 8, 4, prompt_token_ids=tuple(range(10, 18)))
+
+    async def check(url: str) -> float:
+        target = Target.parse(url)
+        pool = ConnectionPool(target, 4, opts.connect_timeout_s, time.monotonic)
+        t0 = time.monotonic()
+        try:
+            assert await _continuous_usage_needed(pool, target, first, dataclasses.replace(opts, base_url=url), {})
+        finally:
+            pool.close()
+        return time.monotonic() - t0
+
+    with misbehaving("never_end") as server:
+        took = asyncio.run(check(server.base_url))
+    assert took < 10, took  # 0.5 s of silence after the last token, not the 20 s timeout
 
 
 def test_without_a_stall_timeout_the_plans_time_limit_ends_the_probe(tmp_path):

@@ -11,6 +11,7 @@ from harness.backends import open_backend
 from harness.backends.live import LiveBackend
 from harness.backends.sim import SimSettings
 from harness.config import compose
+from harness.records import CUT_OFF_KINDS, error_kind
 from harness.search.plan import plan_experiment
 from harness.search.probe import search_capacity
 
@@ -64,5 +65,10 @@ def test_live_smoke_capacity_search_runs_quickly():
         records = p.detail.records
         assert len(records) == plan.search.num_requests  # nothing dropped, failing probes included
         if p.passed:
-            assert all(r.completed for r in records)
-            assert np.all(np.isfinite([r.first_scheduled_s for r in records]))
+            # A passing probe may end with a request its time limit cut (not a failure under the
+            # paper's criterion: harness.metrics.check_slo); nothing else may be missing. On a busy
+            # host (load ~5) one was cut at a passing rate near capacity.
+            cut = [r for r in records if not r.completed]
+            assert all(error_kind(r.error) in CUT_OFF_KINDS for r in cut), [r.error for r in cut]
+            assert len(cut) <= 0.05 * len(records), len(cut)
+            assert np.all(np.isfinite([r.first_scheduled_s for r in records if r.completed]))

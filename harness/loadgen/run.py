@@ -108,7 +108,7 @@ async def _continuous_usage_needed(pool: ConnectionPool, target: Target, first: 
                                 prompt_text=" ".join(text.split(" ")[:4]) if text else text)
     x = Exchange(target.request("POST", API_PATHS[opts.api], _body(probe, opts, True), headers))
     try:
-        await asyncio.wait_for(pool.exchange(x), timeout=opts.connect_timeout_s + 10)
+        await _exchange_unless_stalled(pool, x, opts.connect_timeout_s + 10, opts.stall_timeout_s)
     except (ConnectionError, TimeoutError):
         return True  # the run itself will record what is wrong with the server
     if x.status != 200 or x.error:
@@ -119,6 +119,26 @@ async def _continuous_usage_needed(pool: ConnectionPool, target: Target, first: 
     except (ValueError, TypeError, IndexError, KeyError):
         return True  # not a stream we understand: the run will say what is wrong with it
     return not with_text or any(c.get("token_ids") is None for c in with_text)
+
+
+async def _exchange_unless_stalled(pool: ConnectionPool, x: Exchange, timeout_s: float, stall_s: float | None) -> None:
+    """pool.exchange(x) within `timeout_s`, and (as the run's own watch does) no longer than
+    `stall_s` of silence after its first bytes: TimeoutError either way. A stream that never ends
+    would otherwise hold every probe's start for the whole timeout."""
+    task = asyncio.ensure_future(pool.exchange(x))
+    deadline = time.monotonic() + timeout_s
+    poll = min(0.25, stall_s / 4) if stall_s is not None else timeout_s
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=poll)
+            now = time.monotonic()
+            if not task.done() and (now >= deadline or (stall_s is not None and x.pieces and now - x.pieces[-1][0] > stall_s)):
+                raise TimeoutError
+        task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def run_load(requests: Sequence[RequestSpec], opts: LoadOptions) -> LoadResult:
