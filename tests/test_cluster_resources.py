@@ -193,8 +193,13 @@ def test_an_unknown_launcher_names_the_known_ones(tmp_path):
     p = harness("-m", "hydra/launcher=kubernetes", "experiment=mistral7b_strict", *SMALL, f"results_dir={tmp_path}")
     assert p.returncode == 2 and p.stderr.startswith("error: unknown launcher hydra/launcher=kubernetes; known: ")
     assert "ray" in p.stderr and "submitit_slurm" in p.stderr and "slurm_cluster" in p.stderr
+    # figure=all and nightly refuse it before composing their matrix (that took 20 s before the line)
     p = harness("figure=all", "launcher=kubernetes", f"results_dir={tmp_path}", f"figures_dir={tmp_path / 'f'}")
     assert p.returncode == 2 and "hydra/launcher/kubernetes" in p.stderr
+    assert "matrix:" not in p.stdout
+    p = harness("nightly", "launcher=kubernetes", f"results_dir={tmp_path}", f"out={tmp_path / 'DRIFT.md'}")
+    assert p.returncode == 2 and "hydra/launcher/kubernetes" in p.stderr and "matrix:" not in p.stdout
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_the_example_cluster_configs_compose():

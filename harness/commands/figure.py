@@ -26,7 +26,7 @@ def figure_command(argv: list[str]) -> int:
     from harness.analysis.sarathi23 import figures as s23_figures
     from harness.analysis.sarathi23 import report as s23_report
     from harness.analysis.sarathi23.matrix import sarathi23_cells
-    from harness.commands.jobs import run_configs
+    from harness.commands.jobs import launcher_params, run_configs
     from harness.config import compose
 
     argv, launcher_overrides = launcher_words(argv)
@@ -39,6 +39,7 @@ def figure_command(argv: list[str]) -> int:
         raise HarnessError(f"unknown figure {opts['figure']!r}; known: all, {', '.join(names)}")
     reference, other = opts["reference"] or None, opts["include_other"]
     if opts["run_missing"]:
+        launcher_params(opts["launcher"], launcher_overrides)  # bad input before composing the matrix
         cells = [*paper_matrix(), *sarathi23_cells()]
         configs = [compose([*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"]) for cell in cells]
         run_configs(configs, n_jobs=opts["n_jobs"], launcher=opts["launcher"], launcher_overrides=launcher_overrides)

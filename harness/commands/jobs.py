@@ -93,15 +93,23 @@ def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bo
     return done
 
 
+def launcher_params(launcher: str, overrides: Sequence[str]) -> dict:
+    """The launcher's resolved settings ({} for the default joblib without overrides); one line
+    and exit 2 for an unknown launcher or key. Commands call it before composing their configs, so
+    bad input is refused in a moment, not after minutes of composing a matrix."""
+    from harness.config.compose import compose_launcher
+
+    return compose_launcher(launcher, list(overrides)) if launcher != "joblib" or overrides else {}
+
+
 def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Sequence[str]):
     """(name, run dir | None, output, host) of each config as it ends, wherever it ran."""
     import os
 
     from harness.cluster.hydra_jobs import launch_configs
-    from harness.config.compose import compose_launcher
 
     args = [(OmegaConf.to_yaml(c), os.getcwd()) for c in todo]
-    params = compose_launcher(launcher, list(overrides)) if launcher != "joblib" or overrides else {}
+    params = launcher_params(launcher, overrides)
     if params and not params["_target_"].endswith("JoblibLauncher"):
         plain = [OmegaConf.to_container(c, resolve=True) for c in todo]
         for i, value, err in launch_configs(params, _run_one, args, plain, Path(str(todo[0].results_dir))):

@@ -18,11 +18,12 @@ from harness.overrides import options as parse_options
 def nightly_command(argv: list[str]) -> int:
     from harness.analysis.drift import Tolerances, run_nightly
     from harness.commands.figure import launcher_words
-    from harness.commands.jobs import run_configs
+    from harness.commands.jobs import launcher_params, run_configs
 
     argv, launcher_overrides = launcher_words(argv)
     opts = parse_options(argv, {"results_dir": "results/nightly", "reference": "results/reference", "out": "figures/DRIFT.md",
                            "capacity_rel": 0.05, "latency_rel": 0.10, "n_jobs": 2, "launcher": "joblib"})
+    launcher_params(opts["launcher"], launcher_overrides)  # bad input before reading the reference
     ref = Path(opts["reference"])
     saved = sorted(ref.glob("*/*/config.yaml"))
     if not saved:
