@@ -13,8 +13,10 @@ if str(ROOT) not in sys.path:
 # The longest modules (pytest --durations, most first): pytest-xdist deals out whole files
 # (`--dist loadfile`, pyproject.toml) in collection order, so these start first and no worker is
 # left running one of them alone at the end. Only the order changes; a stale entry costs nothing.
-LONGEST_FIRST = ("test_reference_drift.py", "test_vllm_live.py", "test_cluster_ray.py", "test_commands.py",
-                 "test_cli.py", "test_readme.py", "test_cluster_resources.py", "test_plan_published.py")
+LONGEST_FIRST = ("test_vllm_live.py", "test_readme.py", "test_reference_drift.py", "test_endpoint_faults.py",
+                 "test_cluster_ray.py", "test_live_smoke.py", "test_endpoint_backend.py", "test_commands.py",
+                 "test_vllm_sessions.py", "test_live_sessions.py", "test_live_disagg.py", "test_cli.py",
+                 "test_plan_published.py")
 
 
 def pytest_collection_modifyitems(config, items):

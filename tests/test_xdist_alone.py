@@ -28,11 +28,11 @@ def others(n: int, seconds: float) -> str:
 def test_alone_runs_with_the_other_worker_idle(pytester, tmp_path, monkeypatch):
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(
-        # --dist loadfile: a to one worker, c (12 s) to the other, b (conftest: last, as it holds
-        # an alone test) to the worker done with a, while c still runs there
-        test_a=LOGGED + others(6, 0.5),
-        test_b=LOGGED + "\n@pytest.mark.alone\ndef test_alone():\n    run('alone', 2.0)\n" + others(2, 0.1),
-        test_c=LOGGED + others(12, 1.0),
+        # --dist loadfile: a (1.5 s) to one worker, c (6 s) to the other, b (conftest: last, as it
+        # holds an alone test) to the worker done with a, while c still runs there
+        test_a=LOGGED + others(6, 0.25),
+        test_b=LOGGED + "\n@pytest.mark.alone\ndef test_alone():\n    run('alone', 1.0)\n" + others(2, 0.1),
+        test_c=LOGGED + others(12, 0.5),
     )
     log = tmp_path / "log"
     monkeypatch.setenv("LOG", str(log))
