@@ -91,7 +91,8 @@ def storm(port: int, rounds: int, between=lambda round_: None) -> None:
 
 def slow_sender_and_early_leavers(port: int) -> None:
     """A client that never finishes its body gets 408 within a few seconds (the process's body
-    timeout is 1 s); twenty that leave before their answer; then the address still serves."""
+    timeout is 1 s); twenty that leave before their answer, five in the middle of it; then the
+    address still serves."""
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"prompt\": ")
@@ -104,6 +105,13 @@ def slow_sender_and_early_leavers(port: int) -> None:
             body = json.dumps({"prompt": [5, 6, 7], "max_tokens": 50, "stream": True}).encode()
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    for _ in range(5):  # and five that leave mid-stream: the process's next write finds them gone
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            body = json.dumps({"prompt": [5, 6, 7], "max_tokens": 500, "stream": True}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            s.settimeout(10)
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")  # the stream has begun; unread bytes left: a reset
     time.sleep(0.5)
     assert post(port, json.dumps({"prompt": [5, 6], "max_tokens": 3}).encode())[0] == 200
 

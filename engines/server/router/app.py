@@ -112,6 +112,21 @@ class _Failed(Exception):
         self.answer = answer
 
 
+class _ClientGone(Exception):
+    """The client left mid-stream: nobody to answer, nothing to log (its upstream request is
+    closed with the `async with` that held it, which aborts it there)."""
+
+
+async def _to_client(client: web.StreamResponse, data: bytes | None) -> None:
+    """A write to the client's stream (None: its end). Its failure is the client's, never the
+    upstream's: aiohttp's ClientConnectionResetError is a ClientError too, and was once reported
+    as the server's fault, with a traceback from writing that fault to the gone client."""
+    try:
+        await (client.write(data) if data is not None else client.write_eof())
+    except ConnectionResetError:
+        raise _ClientGone from None
+
+
 def _upstream_message(status: int, text: str) -> str:
     try:
         return f"HTTP {status}: {json.loads(text)['error']['message']}"
@@ -188,9 +203,11 @@ class RouterServer:
                     return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
                 client = await self._open(request)
                 async for chunk in up.content.iter_any():
-                    await client.write(chunk)
-                await client.write_eof()
+                    await _to_client(client, chunk)
+                await _to_client(client, None)
                 return client
+        except _ClientGone:
+            return client
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             return await self._fail(request, client, _Failed(f"server {url}: {type(e).__name__}: {e}"))
         finally:
@@ -203,13 +220,15 @@ class RouterServer:
                                                                 req.continuous_usage_stats)
             if stopped is not None:  # an end of sequence as its first token: nothing to decode
                 if stopped and req.include_usage:
-                    await client.write(stitch.event({k: v for k, v in stopped.items() if k != "kv_transfer_params"}))
+                    await _to_client(client, stitch.event({k: v for k, v in stopped.items() if k != "kv_transfer_params"}))
             else:
                 await self._stream_decode(request, client, path, body, first, arrival)
+            await _to_client(client, stitch.event(stitch.DONE))
+            await _to_client(client, None)
+        except _ClientGone:
+            return client
         except _Failed as f:
             return await self._fail(request, client, f)
-        await client.write(stitch.event(stitch.DONE))
-        await client.write_eof()
         return client
 
     async def _stream_prefill(self, request, path, body, n, continuous):
@@ -237,7 +256,7 @@ class RouterServer:
                         made += len(choice.get("token_ids") or ()) or 1
                         stop = choice.get("finish_reason") == "stop"
                         client = client or await self._open(request)
-                        await client.write(stitch.event(obj if stop else stitch.as_continuation(obj)))
+                        await _to_client(client, stitch.event(obj if stop else stitch.as_continuation(obj)))
                     elif "usage" in obj:
                         usage = obj
                     report = obj.get("kv_transfer_params", report)
@@ -273,7 +292,7 @@ class RouterServer:
                     if b'"usage"' in payload or b'"server_timing"' in payload:
                         payload = json.dumps(stitch.continued(json.loads(payload), made, arrival, timing),
                                              separators=(",", ":")).encode()
-                    await client.write(stitch.event(payload))
+                    await _to_client(client, stitch.event(payload))
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise _Failed(f"decode server {url}: {type(e).__name__}: {e}") from None
         finally:
@@ -320,9 +339,12 @@ class RouterServer:
     async def _fail(request: web.Request, client: web.StreamResponse | None, f: _Failed) -> web.StreamResponse:
         if client is None:
             return f.answer or ApiError(502, str(f)).response()
-        await client.write(stitch.event(stitch.error_event(str(f))))
-        await client.write(stitch.event(stitch.DONE))
-        await client.write_eof()
+        try:
+            await client.write(stitch.event(stitch.error_event(str(f))))
+            await client.write(stitch.event(stitch.DONE))
+            await client.write_eof()
+        except ConnectionResetError:
+            pass  # the client left too: nobody to tell
         return client
 
 
