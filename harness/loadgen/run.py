@@ -121,18 +121,23 @@ async def _continuous_usage_needed(pool: ConnectionPool, target: Target, first: 
     return not with_text or any(c.get("token_ids") is None for c in with_text)
 
 
+def _stalled(x: Exchange, now: float, stall_s: float | None) -> bool:
+    """Silent for more than `stall_s` after its first bytes (None: never stalled)."""
+    return stall_s is not None and bool(x.pieces) and now - x.pieces[-1][0] > stall_s
+
+
 async def _exchange_unless_stalled(pool: ConnectionPool, x: Exchange, timeout_s: float, stall_s: float | None) -> None:
     """pool.exchange(x) within `timeout_s`, and (as the run's own watch does) no longer than
     `stall_s` of silence after its first bytes: TimeoutError either way. A stream that never ends
     would otherwise hold every probe's start for the whole timeout."""
     task = asyncio.ensure_future(pool.exchange(x))
-    deadline = time.monotonic() + timeout_s
+    deadline = pool.clock() + timeout_s
     poll = min(0.25, stall_s / 4) if stall_s is not None else timeout_s
     try:
         while not task.done():
             await asyncio.wait({task}, timeout=poll)
-            now = time.monotonic()
-            if not task.done() and (now >= deadline or (stall_s is not None and x.pieces and now - x.pieces[-1][0] > stall_s)):
+            now = pool.clock()
+            if not task.done() and (now >= deadline or _stalled(x, now, stall_s)):
                 raise TimeoutError
         task.result()
     finally:
@@ -192,7 +197,7 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
                 now = clock()
                 for task, i in list(tasks.items()):
                     a = attempts[i]
-                    if a.x.pieces and now - a.x.pieces[-1][0] > stall and a.error is None:
+                    if _stalled(a.x, now, stall) and a.error is None:
                         a.error = f"stalled: no bytes for {stall:g} s mid-stream"
                         task.cancel()
     if n == 0:

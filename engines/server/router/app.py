@@ -340,10 +340,10 @@ class RouterServer:
         if client is None:
             return f.answer or ApiError(502, str(f)).response()
         try:
-            await client.write(stitch.event(stitch.error_event(str(f))))
-            await client.write(stitch.event(stitch.DONE))
-            await client.write_eof()
-        except ConnectionResetError:
+            await _to_client(client, stitch.event(stitch.error_event(str(f))))
+            await _to_client(client, stitch.event(stitch.DONE))
+            await _to_client(client, None)
+        except _ClientGone:
             pass  # the client left too: nobody to tell
         return client
 

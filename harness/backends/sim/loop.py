@@ -111,12 +111,11 @@ def simulate(
         finally:
             if stats is not None:
                 stats.update(pipe.stats)
-        if stats is not None and run.watch is not None and run.watch.certain:
-            stats["stopped_early_s"] = pipe.t
+        t = pipe.t
     else:
         t = _run_serial(run, timer, fast_forward, limit)
-        if stats is not None and run.watch is not None and run.watch.certain:
-            stats["stopped_early_s"] = t
+    if stats is not None and run.watch is not None and run.watch.certain:
+        stats["stopped_early_s"] = t
     if log is not None and sessions:
         log.bind(run.order)  # a session's turns get their sequence ids as they are released
     return run.records()
