@@ -98,7 +98,9 @@ def test_every_request_is_whole_and_its_second_token_waits_for_the_kv(probe):
     for spec, rec in zip(reqs, records, strict=True):
         assert rec.completed and rec.error is None and len(rec.token_times_s) == spec.output_len
         assert rec.arrival_s <= rec.first_scheduled_s < rec.first_token_s  # the prefill server's own times
-        assert np.all(np.diff(rec.token_times_s) > 0)
+        # The client's own times: two events read in one chunk share a stamp (after a stall a
+        # 58 ms gap was followed by a 0 ms one), so non-decreasing, as in test_live_loopback.
+        assert np.all(np.diff(rec.token_times_s) >= 0)
         # The KV of 200-1,500 prompt tokens over 100 Gb/s Ethernet: 7-52 ms at 2x, waited before token 2.
         assert rec.token_times_s[1] - rec.token_times_s[0] >= transfer.seconds(spec.prompt_len)
 
