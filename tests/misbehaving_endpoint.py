@@ -1,6 +1,7 @@
 """An OpenAI-compatible server that misbehaves on purpose, for the endpoint backend's tests:
 
     python -m tests.misbehaving_endpoint --port P --fault FAULT [--every N] [--max-model-len L]
+                                         [--token-interval-s S] [--first-token-delay-s D]
 
 It answers /health, /v1/models (with `max_model_len`, as vLLM does) and /v1/completions the way
 vLLM does (one SSE event per token with its text, usage on every event when
@@ -32,9 +33,11 @@ FAULTS = ("honest", "cut", "usage_lie", "other_model", "no_usage", "never_end", 
 
 
 class Misbehaving:
-    def __init__(self, fault: str, every: int, model: str, max_model_len: int, token_interval_s: float) -> None:
+    def __init__(self, fault: str, every: int, model: str, max_model_len: int, token_interval_s: float,
+                 first_token_delay_s: float) -> None:
         self.fault, self.every, self.model = fault, every, model
         self.max_model_len, self.token_interval_s = max_model_len, token_interval_s
+        self.first_token_delay_s = first_token_delay_s
         self.count = 0
 
     async def health(self, request: web.Request) -> web.Response:
@@ -74,6 +77,7 @@ class Misbehaving:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         created = int(time.time())
+        await asyncio.sleep(self.first_token_delay_s)
         for i in range(n):
             await asyncio.sleep(self.token_interval_s)
             if fault == "non_json":
@@ -107,8 +111,11 @@ def main() -> None:
     ap.add_argument("--model", default="misbehaving")
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--token-interval-s", type=float, default=0.002)
+    # one timer per request, not one per token: its time does not grow when a loaded machine
+    # wakes each sleeper late (100 tokens at 2 ms each took over 1 s so on a CI machine)
+    ap.add_argument("--first-token-delay-s", type=float, default=0.0)
     a = ap.parse_args()
-    server = Misbehaving(a.fault, a.every, a.model, a.max_model_len, a.token_interval_s)
+    server = Misbehaving(a.fault, a.every, a.model, a.max_model_len, a.token_interval_s, a.first_token_delay_s)
     app = web.Application()
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)
