@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--token-interval-s", type=float, default=0.002)
     # one timer per request, not one per token: its time does not grow when a loaded machine
-    # wakes each sleeper late (100 tokens at 2 ms each took over 1 s so on a CI machine)
+    # wakes each sleeper late (~100 tokens at 2 ms each took over 1 s on a loaded CI machine)
     ap.add_argument("--first-token-delay-s", type=float, default=0.0)
     a = ap.parse_args()
     server = Misbehaving(a.fault, a.every, a.model, a.max_model_len, a.token_interval_s, a.first_token_delay_s)
