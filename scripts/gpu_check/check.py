@@ -71,7 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--gpu", default=None, help="performance-model GPU (default: detected; h200-141g on CPU)")
     ap.add_argument("--policies", default="sarathi,vllm")
     ap.add_argument("--requests", type=int, default=None)
-    ap.add_argument("--qps", type=float, default=None)
+    ap.add_argument("--qps", default=None,
+                    help="request rate(s) of the serving phase, comma-separated (each rate one run per policy)")
     ap.add_argument("--prompt-median", type=int, default=None)
     ap.add_argument("--prompt-max", type=int, default=None)
     ap.add_argument("--output-median", type=int, default=None)
@@ -88,7 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.device = a.device or ("cpu" if tiny else ("cuda" if torch.cuda.is_available() else "cpu"))
     a.dtype = a.dtype or ("float32" if a.device == "cpu" else "float16")
     a.requests = a.requests or (16 if tiny else 128)
-    a.qps = a.qps or (8.0 if tiny else 6.0)
+    a.qps = [float(q) for q in str(a.qps).split(",")] if a.qps else [8.0 if tiny else 6.0]
     a.prompt_median = a.prompt_median or (64 if tiny else 512)
     a.prompt_max = a.prompt_max or (256 if tiny else 2048)
     a.output_median = a.output_median or (16 if tiny else 128)
@@ -98,10 +99,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
-def make_workload(a: argparse.Namespace) -> list[RequestSpec]:
+def make_workload(a: argparse.Namespace, qps: float) -> list[RequestSpec]:
     """Poisson arrivals; lognormal prompt and output lengths around the medians, clipped."""
     rng = np.random.default_rng(a.seed)
-    gaps = rng.exponential(1.0 / a.qps, a.requests)
+    gaps = rng.exponential(1.0 / qps, a.requests)
     arrivals = np.cumsum(gaps) - gaps[0]
     prompts = np.clip(np.round(rng.lognormal(math.log(a.prompt_median), 0.8, a.requests)), 8, a.prompt_max)
     outputs = np.clip(np.round(rng.lognormal(math.log(a.output_median), 0.6, a.requests)), 2, a.output_max)
@@ -260,7 +261,23 @@ def summary_row(policy: str, source: str, records, iterations: int | None, wall:
             "iterations": iterations, "wall_s": wall}
 
 
-def phase_serving(a, executor, perf, specs, deadline: float) -> list[dict]:
+def write_run_file(path: Path, records: list[RequestRecord]) -> None:
+    """One measured request a line (JSONL), the run-file columns `python -m harness validate` reads:
+    lengths, and the arrival, first-scheduled, first-token and last-token times and every token's
+    time, all in seconds on this process's one monotonic clock (0 = the run's start)."""
+    def num(x: float) -> float | None:
+        return None if math.isnan(x) else round(float(x), 6)
+
+    with path.open("w") as f:
+        for r in records:
+            f.write(json.dumps({
+                "request_id": r.request_id, "prompt_tokens": r.prompt_len, "output_tokens": r.output_len,
+                "arrival_s": num(r.arrival_s), "first_scheduled_s": num(r.first_scheduled_s),
+                "first_token_s": num(r.first_token_s), "last_token_s": num(r.finished_s),
+                "token_times_s": [round(float(t), 6) for t in r.token_times_s], "error": r.error}) + "\n")
+
+
+def phase_serving(a, executor, perf, specs, deadline: float, qps: float) -> list[dict]:
     from harness.backends.sim import simulate
 
     max_model_len = max(a.prompt_max + a.output_max, 512)
@@ -278,10 +295,12 @@ def phase_serving(a, executor, perf, specs, deadline: float) -> list[dict]:
         t = time.monotonic()
         stats = run_realtime(engine, executor, reqs, time_limit_s=left - 20)
         wall = time.monotonic() - t
-        rows.append(summary_row(policy, "torch", records_from_stats(specs, stats), stats.iterations, wall))
+        measured = records_from_stats(specs, stats)
+        write_run_file(a.out / f"requests_{policy}_qps{qps:g}.jsonl", measured)
+        rows.append(summary_row(policy, "torch", measured, stats.iterations, wall) | {"qps": qps})
         if perf is not None:
             sim_engine = make_engine(cfg, executor.kv_capacity_tokens, max_model_len)
-            rows.append(summary_row(policy, "perf-model", simulate(specs, sim_engine, perf), None, None))
+            rows.append(summary_row(policy, "perf-model", simulate(specs, sim_engine, perf), None, None) | {"qps": qps})
         for r in rows[-2:]:
             log(f"  {r['policy']:<9} {r['source']:<10} {r['output_tok_per_s']:9.1f} tok/s  TTFT p50 "
                 f"{r['ttft_p50_s']:.3f}s p99 {r['ttft_p99_s']:.3f}s  TBT p50 {r['tbt_p50_s'] * 1e3:.1f}ms "
@@ -290,7 +309,7 @@ def phase_serving(a, executor, perf, specs, deadline: float) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    cols = ("policy", "source", "completed", "output_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s",
+    cols = ("policy", "qps", "source", "completed", "output_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s",
             "tbt_p99_s", "sched_delay_p50_s", "preemptions")
     print("\n" + "  ".join(f"{c:>16}" for c in cols))
     for r in rows:
@@ -361,12 +380,14 @@ def main(argv=None) -> int:
     perf, gpu = perf_model(a, executor)
     report["perf_model_gpu"] = gpu
     report["iterations"] = phase("iterations", phase_iterations, a, executor, perf)
-    specs = make_workload(a)
-    report["workload"] = {"requests": len(specs), "qps": a.qps, "span_s": specs[-1].arrival_s,
-                          "prompt_tokens": sum(s.prompt_len for s in specs),
-                          "output_tokens": sum(s.output_len for s in specs)}
-    log(f"  workload {report['workload']}")
-    serving = phase("serving", phase_serving, a, executor, perf, specs, deadline)
+    serving, report["workload"] = [], []
+    for qps in a.qps:
+        specs = make_workload(a, qps)
+        report["workload"].append({"requests": len(specs), "qps": qps, "span_s": specs[-1].arrival_s,
+                                   "prompt_tokens": sum(s.prompt_len for s in specs),
+                                   "output_tokens": sum(s.output_len for s in specs)})
+        log(f"  workload {report['workload'][-1]}")
+        serving += phase(f"serving at {qps:g} QPS", phase_serving, a, executor, perf, specs, deadline, qps) or []
     report["serving"] = serving
     executor.close()
     from scripts.gpu_check.sarathi_batches import run as sarathi_batches  # the repo root is on sys.path (above)
