@@ -19,11 +19,12 @@ takes every decode, then the prefills); the long-prefill cap (so several prompts
 step); no admission in a step that preempted; max_num_batched_tokens >= max_num_seqs, as vLLM
 refuses less (config/scheduler.py SchedulerConfig.__post_init__), so decodes always fit the budget.
 
-Where the harness's engine is not vLLM's (engines/core): admission allocates the KV blocks of the
-whole prompt (V1 allocates each chunk's, KVCacheManager.allocate_slots) and keeps 1 % of the blocks
-free (V1 keeps none by default); a resumed request keeps its arrival priority (V1 appends it to the
-end of the running list); a sequence in flight under pipeline parallelism is never a victim (V1
-may pick one). Async scheduling's overlap of CPU and GPU is priced by the stack (vllm_releases.py).
+"Priority order" is V1's running list: the order of admission, a resumed (preempted) request
+appended at its end; the policy keeps that order itself (the engine keeps arrival order). Where the
+harness's engine is not vLLM's (engines/core): admission allocates the KV blocks of the whole prompt
+(V1 allocates each chunk's, KVCacheManager.allocate_slots) and keeps 1 % of the blocks free (V1
+keeps none by default); a sequence in flight under pipeline parallelism is never a victim (V1 may
+pick one). Async scheduling's overlap of CPU and GPU is priced by the stack (vllm_releases.py).
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ class VllmV1Policy:
         self.vllm_flags = (("--long-prefill-token-threshold", str(long_prefill_token_threshold))
                            if long_prefill_token_threshold else ())
         self._preempted = False  # whether the last step preempted (no admission in it)
+        self._admitted: dict[int, int] = {}  # seq_id -> when it was (last) admitted: V1's running order
+        self._clock = 0
 
     def _cap(self, engine: Engine) -> int:
         """The long-prefill cap of this step (0: none)."""
@@ -82,7 +85,11 @@ class VllmV1Policy:
 
     def _walk_running(self, engine: Engine, cap: int, budget: int, items: list[tuple[Sequence, int]]) -> None:
         blocks = engine.blocks
-        pending = [s for s in engine.running if not s.in_flight]  # in flight (PP): nothing new to schedule
+        if len(self._admitted) > 2 * len(engine.running) + 1024:  # forget finished requests now and then
+            self._admitted = {s.seq_id: self._admitted.get(s.seq_id, -1) for s in engine.running}
+        order = self._admitted.get  # a sequence admitted elsewhere (a decode instance's) first, by arrival
+        pending = sorted((s for s in engine.running if not s.in_flight),  # in flight (PP): nothing new
+                         key=lambda s: (order(s.seq_id, -1), s.seq_id))
         i = 0
         while i < len(pending) and budget > 0:
             seq = pending[i]
@@ -106,6 +113,8 @@ class VllmV1Policy:
             n = seq.remaining_prefill
             n = min(cap if 0 < cap < n else n, budget)
             engine.admit_next()
+            self._admitted[seq.seq_id] = self._clock
+            self._clock += 1
             items.append((seq, n))
             budget -= n
 
