@@ -38,8 +38,10 @@ build, 0.19.0 the wheel from PyPI, both read whole):
             FULL_AND_PIECEWISE, config/vllm.py optimization-level defaults, 0.19 l. 215, 0.32 l. 303).
   [ATTN]    platforms/cuda.py _get_backend_priorities (0.19 l. 100-110, 0.32 l. 158-177): the
             first backend that supports the layer: FLASHINFER first on sm100 (compute capability
-            10.x), FLASH_ATTN first elsewhere; v1/attention/backends/fa_utils.py get_flash_attn_version
-            (0.32 l. 99-107): FA3 on sm90 (Hopper), FA4 on sm100, FA2 otherwise (Ampere, Ada, sm120).
+            10.x), FLASH_ATTN first elsewhere (it supports >= 8.0, v1/attention/backends/flash_attn.py
+            supports_compute_capability, 0.32 l. 453: sm120 too); v1/attention/backends/fa_utils.py
+            get_flash_attn_version (0.19 l. 75-83, 0.32 l. 99-107): FA3 on sm90 (Hopper), FA4 on
+            sm100, FA2 otherwise (Ampere, Ada, sm120).
   [MEM]     v1/worker/gpu_worker.py Worker.determine_available_memory (0.32 l. 634-743): KV bytes =
             total x gpu_memory_utilization - (weights + non-torch memory + the profile run's peak
             activations) - the CUDA-graph memory estimate; the profile run
