@@ -20,6 +20,7 @@ from engines.schedulers import orca  # noqa: F401
 from engines.schedulers import fastertransformer  # noqa: F401
 from engines.schedulers import chunked_only  # noqa: F401
 from engines.schedulers import decode_maximal  # noqa: F401  (decode_maximal, orca_best, orca_worst)
+from engines.schedulers import vllm_v1  # noqa: F401  (vLLM V1's scheduler as it ships)
 from engines.schedulers.config import SchedulerConfig
 from engines.schedulers.decode_only import DecodeOnlyPolicy
 from engines.schedulers.registry import PolicySpec, policy_names, policy_spec, register_policy

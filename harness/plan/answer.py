@@ -41,6 +41,8 @@ def describe_scheduler(e: Evaluation, plan) -> str:
         return f"P: {scheduler_label(sc.policy)} {what}, D: batch {sc.max_num_seqs}"
     if sc.policy == "sarathi":
         return f"{scheduler_label('sarathi')} budget {sc.token_budget}" + (f", batch {sc.max_num_seqs}" if sc.max_num_seqs != 128 else "")
+    if sc.policy == "vllm_v1":  # its budget is the flag it exports
+        return f"vLLM V1 budget {sc.max_num_batched_tokens}, batch {sc.max_num_seqs}"
     return f"{scheduler_label(sc.policy)} batch {sc.max_num_seqs}"
 
 

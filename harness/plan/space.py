@@ -85,10 +85,16 @@ def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
         grid[f"vllm_s{seqs}"] = {"policy": "vllm", "max_num_seqs": int(seqs), "max_num_batched_tokens": None}
     for seqs in s.orca_max_seqs:
         grid[f"orca_s{seqs}"] = {"policy": "orca", "max_num_seqs": int(seqs)}
+    for seqs in s.vllm_v1_max_seqs if s.vllm_v1_budgets else ():
+        for budget in s.vllm_v1_budgets:
+            name = f"vllm_v1_b{budget}" + (f"_s{seqs}" if len(s.vllm_v1_max_seqs) > 1 else "")
+            grid[name] = {"policy": "vllm_v1", "max_num_batched_tokens": int(budget), "max_num_seqs": int(seqs)}
     return grid
 
 
 def _knob(node: Mapping) -> int:
+    if node["policy"] == "vllm_v1":
+        return int(node["max_num_batched_tokens"])
     return int(node["token_budget"]) if node["policy"] == "sarathi" else int(node["max_num_seqs"])
 
 
