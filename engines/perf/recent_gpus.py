@@ -4,7 +4,7 @@ Blackwell server and workstation editions (GB202), H100 PCIe and H20 (Hopper), B
 As in hardware.py, peaks are datasheet values and the *_efficiency fields achievable fractions from
 measurements of isolated operators, never fitted to a serving result. How sure each number is
 (measured on this part / on its nearest measured sibling / datasheet only) is said next to it and
-tabled in README.md, "The GPUs of 2022-2025".
+tabled in engines/perf/README.md, "The GPUs of 2022-2025".
 
 Traps the numbers avoid:
 * Dense figures only: datasheets quote tensor throughput with 2:4 sparsity; every peak here is half.
@@ -33,7 +33,7 @@ Sources:
              FP16/BF16 500 with FP32 accumulate: a professional board, full rate; the measured
              417 TFLOPS BF16 below could not happen at GeForce's half rate), PCIe Gen5 x16.
   [H100-DS]  NVIDIA H100 Tensor Core GPU datasheet, column "H100 PCIe": BF16 1,513 TFLOPS and FP8
-             3,026 with sparsity (756 / 1,513 dense), 80 GB HBM2e at 2 TB/s, 350 W, NVLink bridge
+             3,026 with sparsity (756.5 / 1,513 dense), 80 GB HBM2e at 2 TB/s, 350 W, NVLink bridge
              600 GB/s, PCIe Gen5 128 GB/s; NVIDIA H100 Tensor Core GPU Architecture whitepaper: 114 SMs
              on H100 PCIe.
   [H20]      NVIDIA H20 (Hopper, for export markets): 96 GB HBM3 at 4.0 TB/s, 148 TFLOPS FP16/BF16
@@ -135,12 +135,12 @@ RECENT_GPUS: dict[str, GpuSpec] = {
     "h100-80g-pcie": GpuSpec(
         name="h100-80g-pcie",
         sm_count=114,  # [H100-DS] whitepaper
-        peak_flops=756e12,  # [H100-DS] BF16 1,513 with sparsity -> 756 dense
+        peak_flops=1513e12 / 2,  # [H100-DS] BF16 1,513 with sparsity -> 756.5 dense
         fp8_peak_flops=1513e12,  # [H100-DS] FP8 3,026 with sparsity -> 1,513 dense
         hbm_bytes=80 * GiB,  # [H100-DS] 80 GB HBM2e
         cuda_total_bytes=CUDA_TOTAL_80G,  # gpu_spec.py [CUDA-TOTAL]
         hbm_bandwidth=2.0e12,  # [H100-DS] 2 TB/s
-        matmul_efficiency=495.93 / 756,  # [TORCH-PERF] #95, measured on this part: 0.656 (350 W cap)
+        matmul_efficiency=495.93 / 756.5,  # [TORCH-PERF] #95, measured on this part: 0.656 (350 W cap)
         attention_efficiency=0.34,  # hardware.py [FA2] H100 SXM figure (sibling: the same GH100 kernels)
         hbm_efficiency=HBM_EFF,  # hardware.py [HBM-RD] A100 HBM2e sibling
         weight_stream_efficiency=WEIGHT_STREAM_EFF,
@@ -177,7 +177,8 @@ RECENT_ALIASES = {
     "rtx-4090": "rtx-4090-24g", "rtx4090": "rtx-4090-24g", "4090": "rtx-4090-24g",
     "geforce-rtx-4090": "rtx-4090-24g", "nvidia-geforce-rtx-4090": "rtx-4090-24g",
     "l40s": "l40s-48g", "nvidia-l40s": "l40s-48g",
-    "rtx-pro-6000-server": "rtx-pro-6000-server-96g", "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000-server-96g",
+    "rtx-pro-6000-server": "rtx-pro-6000-server-96g",
+    "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000-server-96g",
     "rtx-pro-6000-ws": "rtx-pro-6000-ws-96g", "rtx-pro-6000-workstation": "rtx-pro-6000-ws-96g",
     "rtx-pro-6000-blackwell-workstation-edition": "rtx-pro-6000-ws-96g",
     "h100-pcie": "h100-80g-pcie", "nvidia-h100-pcie": "h100-80g-pcie",
