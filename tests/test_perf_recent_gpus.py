@@ -212,3 +212,20 @@ def test_the_readme_says_what_staging_through_host_memory_costs():
             "a prefill for staging its all-reduces through host memory")
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert said in readme, said
+
+
+def test_the_gpu_check_names_the_new_cards():
+    """scripts/gpu_check picks the performance model's GPU from the CUDA device name."""
+    import importlib.util
+    from pathlib import Path
+
+    check = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check" / "check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", check)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = {"NVIDIA GeForce RTX 4090": "rtx-4090-24g", "NVIDIA L40S": "l40s-48g", "NVIDIA H100 PCIe": "h100-80g-pcie",
+             "NVIDIA H100 80GB HBM3": "h100-80g-sxm", "NVIDIA H20": "h20-96g", "NVIDIA H200": "h200-141g",
+             "NVIDIA B200": "b200-180g", "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000-server-96g",
+             "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "rtx-pro-6000-ws-96g",
+             "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": None}
+    assert {n: mod.gpu_catalog_key(n) for n in names} == names
