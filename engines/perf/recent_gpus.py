@@ -24,9 +24,11 @@ Sources:
   [ADA-WP]   NVIDIA Ada GPU Architecture whitepaper (v2.1), Appendix A, Table "GeForce RTX 4090":
              128 SMs, boost 2,520 MHz, 24 GB GDDR6X on 384 bits at 21 Gbps = 1,008 GB/s; Peak FP16
              Tensor TFLOPS with FP16 Accumulate 330.3/660.6, with FP32 Accumulate 165.2/330.4, BF16
-             (FP32 accumulate) 165.2/330.4, FP8 with FP32 Accumulate 330.3/660.6 (dense/sparse).
+             (FP32 accumulate) 165.2/330.4, FP8 with FP32 Accumulate 330.3/660.6 (dense/sparse; the
+             660.6 some spec listings give as dense is FP8 with FP16 accumulate).
   [L40S-DS]  NVIDIA L40S datasheet: 18,176 CUDA cores (142 SMs of 128), 48 GB GDDR6 with ECC,
-             864 GB/s, BF16/FP16 Tensor 362.05 | 733 TFLOPS, FP8 733 | 1,466 (dense | sparse), 350 W.
+             864 GB/s, BF16/FP16 Tensor 362.05 | 733 TFLOPS, FP8 733 | 1,466 (dense | sparse), 350 W; full-
+             rate FP32 accumulate (the measured 269 TFLOPS BF16 below is over half of 362).
   [PRO6000-DS] NVIDIA RTX PRO 6000 Blackwell Workstation / Server Edition datasheets: GB202, 188 SMs
              (24,064 CUDA cores), 96 GB GDDR7 with ECC on 512 bits at 28 Gbps = 1,792 GB/s (the same
              memory on every edition), "4,000 AI TOPS" (FP4 with sparsity: 2,000 dense, FP8 1,000,
@@ -39,7 +41,8 @@ Sources:
   [H20]      NVIDIA H20 (Hopper, for export markets): 96 GB HBM3 at 4.0 TB/s, 148 TFLOPS FP16/BF16
              dense, FP8 296, NVLink 900 GB/s (as quoted with its measurements in
              Dao-AILab/flash-attention#1310: "4TB/s DRAM bandwidth while only 148 TFLOPS (tensor
-             core, FP16)"); 78 SMs (partner spec tables; no NVIDIA datasheet in the sources).
+             core, FP16)"); 78 SMs (its Geekbench 6 device report, as the press quoted it; no NVIDIA
+             datasheet in the sources).
   [B200-DS]  NVIDIA DGX B200 / HGX B200 datasheets: 8 GPUs with 1,440 GB of HBM3e (180 GB each) at
              64 TB/s (8 TB/s each), FP16/BF16 36 PFLOPS and FP8 72 with sparsity (2.25 / 4.5 PFLOPS
              dense a GPU), NVLink5 1.8 TB/s a GPU through NVSwitch, 8 x ConnectX-7 400 Gb/s; 148 SMs.
@@ -147,7 +150,7 @@ RECENT_GPUS: dict[str, GpuSpec] = {
     ),
     "h20-96g": GpuSpec(
         name="h20-96g",
-        sm_count=78,  # [H20] partner spec tables (low confidence)
+        sm_count=78,  # [H20] Geekbench 6 report (medium confidence)
         peak_flops=148e12,  # [H20] dense
         fp8_peak_flops=296e12,  # [H20] dense
         hbm_bytes=96 * GiB,  # [H20] 96 GB HBM3
