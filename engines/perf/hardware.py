@@ -56,7 +56,10 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 
-from .gpu_spec import CUDA_TOTAL_80G, HBM_EFF, WEIGHT_STREAM_EFF, GiB, GpuSpec
+from .gpu_spec import GiB, GpuSpec
+from .gpu_spec import CUDA_TOTAL_80G as _CUDA_TOTAL_80G  # the shared fractions (gpu_spec.py)
+from .gpu_spec import HBM_EFF as _HBM_EFF
+from .gpu_spec import WEIGHT_STREAM_EFF as _WEIGHT_STREAM_EFF
 from .links import _LINKS, LinkSpec, _norm
 from .recent_gpus import RECENT_ALIASES, RECENT_AMBIGUOUS, RECENT_GPUS
 
@@ -66,25 +69,25 @@ _GPUS: dict[str, GpuSpec] = {
         sm_count=108,  # [SMS]
         peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS (624 with sparsity)
         hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e (5 stacks x 16 GiB)
-        cuda_total_bytes=CUDA_TOTAL_80G,
+        cuda_total_bytes=_CUDA_TOTAL_80G,
         hbm_bandwidth=2039e9,  # [A100-DS] 2,039 GB/s
         matmul_efficiency=0.869,  # [MAMF] A100 SXM 271.2 / 312
         attention_efficiency=0.60,  # [FA2] up to 0.73 at head_dim 128, long sequences; 0.60 for
         # the chunk sizes and head dims of serving (FA2 Fig. 4: lower at short seqlen / hdim 64)
-        hbm_efficiency=HBM_EFF,
-        weight_stream_efficiency=WEIGHT_STREAM_EFF,
+        hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "a100-80g-pcie": GpuSpec(
         name="a100-80g-pcie",
         sm_count=108,  # [SMS]
         peak_flops=312e12,  # [A100-DS] BF16 Tensor Core 312 TFLOPS
         hbm_bytes=80 * GiB,  # [A100-DS] 80GB HBM2e
-        cuda_total_bytes=CUDA_TOTAL_80G,
+        cuda_total_bytes=_CUDA_TOTAL_80G,
         hbm_bandwidth=1935e9,  # [A100-DS] 1,935 GB/s
         matmul_efficiency=0.811,  # [MAMF] A100 PCIe 252.9 / 312 (300 W power cap)
         attention_efficiency=0.60,  # [FA2], as for the SXM part
-        hbm_efficiency=HBM_EFF,
-        weight_stream_efficiency=WEIGHT_STREAM_EFF,
+        hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "a40-48g": GpuSpec(
         name="a40-48g",
@@ -96,8 +99,8 @@ _GPUS: dict[str, GpuSpec] = {
         matmul_efficiency=0.811,  # no published MAMF for A40: assume the other power-capped Ampere
         # board, A100 PCIe ([MAMF] 81.1 %)
         attention_efficiency=0.60,  # [FA2] Ampere figure, as for A100
-        hbm_efficiency=HBM_EFF,
-        weight_stream_efficiency=WEIGHT_STREAM_EFF,
+        hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     # The first Sarathi paper's (arXiv 2308.16369) LLaMA-13B GPU. The A40's chip (GA102) at its own
     # clocks, bandwidth and memory; the measured kernel fractions of that chip are the A40's
@@ -111,8 +114,8 @@ _GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=768e9,  # [A6000-DS] 768 GB/s
         matmul_efficiency=0.811,  # as the A40 (same chip; no published MAMF for either)
         attention_efficiency=0.60,  # [FA2] Ampere figure, as for A100 and A40
-        hbm_efficiency=HBM_EFF,
-        weight_stream_efficiency=WEIGHT_STREAM_EFF,
+        hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "h100-80g-sxm": GpuSpec(
         name="h100-80g-sxm",
@@ -120,12 +123,12 @@ _GPUS: dict[str, GpuSpec] = {
         peak_flops=989e12,  # [H100-DS] BF16 Tensor Core 1,979 TFLOPS with sparsity -> 989 dense
         fp8_peak_flops=1979e12,  # [H100-DS] FP8 Tensor Core 3,958 TFLOPS with sparsity -> 1,979 dense
         hbm_bytes=80 * GiB,  # [H100-DS] 80GB HBM3
-        cuda_total_bytes=CUDA_TOTAL_80G,
+        cuda_total_bytes=_CUDA_TOTAL_80G,
         hbm_bandwidth=3.35e12,  # [H100-DS] 3.35 TB/s
         matmul_efficiency=0.803,  # [MAMF] H100 SXM 794.5 / 989
         attention_efficiency=0.34,  # [FA2] 335 / 989 (FlashAttention-2, the paper-era kernel)
-        hbm_efficiency=HBM_EFF,
-        weight_stream_efficiency=WEIGHT_STREAM_EFF,
+        hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
     "h200-141g": GpuSpec(
         name="h200-141g",
@@ -136,8 +139,8 @@ _GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=4.8e12,  # [H200-DS] 4.8 TB/s
         matmul_efficiency=0.803,  # same GH100 die and 700 W limit as H100 SXM: [MAMF] 80.3 %
         attention_efficiency=0.34,  # [FA2] as H100
-        hbm_efficiency=HBM_EFF,
-        weight_stream_efficiency=WEIGHT_STREAM_EFF,
+        hbm_efficiency=_HBM_EFF,
+        weight_stream_efficiency=_WEIGHT_STREAM_EFF,
     ),
 }
 
