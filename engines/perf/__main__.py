@@ -22,6 +22,7 @@ import numpy as np
 from common.errors import HarnessError
 from engines.perf import Deployment, ModelArch, PerfModel, known_gpus, known_models, known_topologies
 from engines.perf.kernels import DEFAULT_STACK, known_attention_kernels, known_stacks
+from engines.perf.hardware import get_gpu, get_topology
 
 
 def parse_batch(items: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         }, indent=2))
         return 0
     print(d.describe())
+    if args.topology is None and d.num_gpus > 1:
+        print(f"topology: {get_topology(None, get_gpu(args.gpu)).name}, the {args.gpu} part's usual node (--topology to choose)")
     print(f"batch: {len(new)} items, {int(new.sum())} new tokens, {int(ctx.sum())} cached context tokens")
     print(f"slowest stage ({int(parts['stage'])}, {int(parts['layers'])} layers), per operator "
           "(the outer rows add up to the stage; an inner row is a part of the subtotal below it):")

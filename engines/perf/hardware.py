@@ -265,7 +265,7 @@ _TOPOLOGIES: dict[str, Topology] = {
 
 # The node each GPU comes in unless the caller names one.
 _DEFAULT_TOPOLOGY = {
-    "a100-80g-sxm": "paper-a100",
+    "a100-80g-sxm": "dgx-a100",  # the SXM module comes on an HGX/DGX board: 8 on NVSwitch (the paper's PCIe cards: paper-a100)
     "a100-80g-pcie": "paper-a100",
     "a40-48g": "paper-a40",
     "rtx-a6000-48g": "pcie-only",  # a workstation board: the paper runs one, so its links never matter

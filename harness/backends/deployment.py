@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
+from engines.perf.cpu_costs import cpu_choice
 from engines.perf.factory import build_perf_model
 from engines.perf.hardware import get_gpu, get_topology
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
@@ -56,6 +57,7 @@ def build_deployment(
         topology=hardware.get("topology"),
         gpus_per_node=hardware.get("gpus_per_node"),
         **_kernel_choice(perf_cfg),
+        **cpu_choice(str((perf_cfg or {}).get("cpu_costs") or "engine")),
     )
     perf = build_perf_model(deployment, perf_cfg)
     kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))

@@ -92,6 +92,7 @@ class PerfSchema:
     weight_dtype: str | None = None  # fp8: linear layers' weights in FP8 on H100/H200 (engines/perf/precision.py)
     kv_dtype: str | None = None  # fp8: the KV cache in FP8 (engines/perf/precision.py)
     cuda_graphs: bool | None = None  # false: a graph-capturing stack's kernels launched eagerly (engines/perf/launch.py)
+    cpu_costs: str = "engine"  # engine: the stack's CPU costs; none: GPU kernels only (engines/perf/cpu_costs.py CPU_CHOICES)
 
 
 ClusterSchema = schema_of(ClusterSettings)
