@@ -141,35 +141,53 @@ def build_layer(rank: PerfModel) -> ExpertParallelLayer:
         graph_sizes=rank._graph_sizes, gemm=rank._gemm_scalar)
 
 
+PARTNERS = ("same", "dummy", "none")  # what the other ranks bring to a rank's MoE layers
+
+
 class ExpertParallelModel(PerfModel):
     """One DP rank of a DP x EP deployment. Its iteration times (`iteration_time`, `batch_times`,
-    what SLOs and the planner read) are those of a balanced step: every rank running the same batch.
-    `step_time` prices a lockstep step of different batches (the simulator's)."""
+    what SLOs read) are those of a balanced step: every rank running the same batch (`partners`
+    "same"). `step_time` prices a lockstep step of different batches (the simulator's); `alone`
+    (partners "none") is a rank's own work, `fastest` (partners "dummy": the least a step can hold
+    besides this rank's batch) the planner's bound."""
 
-    def __init__(self, deployment: Any, coupled: bool = True) -> None:
+    def __init__(self, deployment: Any, partners: str = "same") -> None:
         super().__init__(deployment)
-        self.coupled = coupled  # False: the MoE layers left out (a rank's own work; `alone`)
+        if partners not in PARTNERS:
+            raise ValueError(f"partners must be one of {PARTNERS}, got {partners!r}")
+        self.partners = partners
         self.moe = build_layer(self)
-        self._alone: ExpertParallelModel | None = None
+        self._variants: dict[str, ExpertParallelModel] = {partners: self}
+
+    def _variant(self, partners: str) -> ExpertParallelModel:
+        if partners not in self._variants:
+            self._variants[partners] = ExpertParallelModel(self.deployment, partners)
+        return self._variants[partners]
 
     @property
     def alone(self) -> ExpertParallelModel:
         """This rank's own work: attention, dense layers, router, LM head, CPU; no shared MoE time."""
-        if self._alone is None:
-            self._alone = self if not self.coupled else ExpertParallelModel(self.deployment, coupled=False)
-        return self._alone
+        return self._variant("none")
 
-    def _balanced(self, tokens: float) -> float:
-        return self.moe.layer_s([int(tokens)] * self.deployment.dp) if self.coupled else 0.0
+    @property
+    def fastest(self) -> ExpertParallelModel:
+        """This rank's batch with every other rank on the dummy batch: no step holding it is shorter."""
+        return self._variant("dummy")
+
+    def _shared(self, tokens: float) -> float:
+        if self.partners == "none":
+            return 0.0
+        others = int(tokens) if self.partners == "same" else DUMMY_BATCH[0][0]
+        return self.moe.layer_s([int(tokens)] + [others] * (self.deployment.dp - 1))
 
     def _expert_gemms(self, tokens: np.ndarray) -> list[np.ndarray]:
         """The router on this rank's tokens; the whole EP layer in the gate/up slot, 0 in the down one."""
         router = self._gemms(tokens, *self._router)
-        shared = np.vectorize(self._balanced, otypes=[np.float64])(tokens) if np.size(tokens) else np.zeros(np.shape(tokens))
+        shared = np.vectorize(self._shared, otypes=[np.float64])(tokens) if np.size(tokens) else np.zeros(np.shape(tokens))
         return [router + shared, np.zeros(np.shape(tokens))]
 
     def _expert_gemms_one(self, tokens: float, tiled: float) -> list[float]:
-        return [self._gemm_scalar(tokens, tiled, *self._router) + self._balanced(tokens), 0.0]
+        return [self._gemm_scalar(tokens, tiled, *self._router) + self._shared(tokens), 0.0]
 
     def step_time(self, batches: Sequence[tuple[Sequence[int], Sequence[int]] | None]) -> float:
         """Seconds of one lockstep step: the slowest rank's own work plus every layer's shared MoE
