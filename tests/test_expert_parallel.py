@@ -145,3 +145,28 @@ def test_dp1_deployment_is_unchanged() -> None:
     d = Deployment.create(MODEL, GPU)
     assert type(build_perf_model(d)).__name__ == "PerfModel" and d.expert_shards is None
     assert replace(d) == Deployment.create(MODEL, GPU, dp=1, ep=False)
+
+
+def test_backend_runs_dp_ranks_through_the_config() -> None:
+    """parallel=dp2_ep through the config and SimBackend: two ranks, requests split by vllm_dp, every
+    request finished; deterministic; and two ranks take a load that overloads one GPU's engine."""
+    from harness.backends import open_backend
+    from harness.config import compose
+    from harness.metrics import summarize
+    from harness.search.plan import plan_experiment
+    from harness.search.probe import probe_requests
+
+    words = ["experiment=mistral7b_strict", f"model={MODEL}", "hardware=h100_80g", "scheduler=[vllm_v1]",
+             "perf.stack=vllm-0.32", "slo.tbt_s=0.1", "search.num_requests=96"]
+    plan = plan_experiment(compose([*words, "parallel=dp2_ep"]))
+    assert (plan.deployment.dp, plan.deployment.ep) == (2, True)
+    reqs = probe_requests(plan, 12.0)
+    run = open_backend(plan.job("vllm_v1", progress=False)).run(reqs)
+    split = run.diagnostics["instance_requests"]
+    assert sum(split) == 96 and min(split) >= 40 and run.diagnostics["steps"] > 0  # the balancer evens them out
+    assert all(r.error is None for r in run.records)
+    again = open_backend(plan.job("vllm_v1", progress=False)).run(reqs)
+    assert [list(r.token_times_s) for r in run.records] == [list(r.token_times_s) for r in again.records]
+    one = plan_experiment(compose([*words, "parallel=tp1"]))
+    alone = summarize(open_backend(one.job("vllm_v1", progress=False)).run(reqs).records)
+    assert summarize(run.records).scheduling_delay.p50 < alone.scheduling_delay.p50
