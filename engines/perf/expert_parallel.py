@@ -57,6 +57,7 @@ import numpy as np
 
 from . import operators as ops
 from .analytical import PerfModel
+from .cpu_costs import CPU_FIELDS
 from .links import Curve
 from .moe import BLOCK_M, BLOCK_M_SMALL, ExpertRouting
 from .vllm_releases import padded
@@ -161,12 +162,15 @@ class ExpertParallelModel(PerfModel):
 
     def _variant(self, partners: str) -> ExpertParallelModel:
         if partners not in self._variants:
-            self._variants[partners] = ExpertParallelModel(self.deployment, partners)
+            d = self.deployment
+            if partners == "none":  # the GPU work only: step_time adds the CPU as the stack overlaps it
+                d = replace(d, **{name: 0.0 for name in CPU_FIELDS})
+            self._variants[partners] = ExpertParallelModel(d, partners)
         return self._variants[partners]
 
     @property
     def alone(self) -> ExpertParallelModel:
-        """This rank's own work: attention, dense layers, router, LM head, CPU; no shared MoE time."""
+        """This rank's own GPU work: attention, dense layers, router, LM head; no shared MoE, no CPU."""
         return self._variant("none")
 
     @property
@@ -190,8 +194,15 @@ class ExpertParallelModel(PerfModel):
         return [self._gemm_scalar(tokens, tiled, *self._router) + self._shared(tokens), 0.0]
 
     def step_time(self, batches: Sequence[tuple[Sequence[int], Sequence[int]] | None]) -> float:
-        """Seconds of one lockstep step: the slowest rank's own work plus every layer's shared MoE
-        time over all ranks' tokens; a rank without a batch (None) runs the dummy batch."""
+        """Seconds of one lockstep step: the slowest rank's own GPU work plus every layer's shared MoE
+        time over all ranks' tokens, and each rank's CPU work as the stack runs it (after its GPU
+        work, or hidden behind the step under async scheduling); a rank without a batch (None) runs
+        the dummy batch (no requests to schedule or sample: the fixed CPU cost only)."""
         parts = [b if b is not None and len(b[0]) else DUMMY_BATCH for b in batches]
-        own = max(self.alone.iteration_time(n, c) for n, c in parts)
-        return own + self.stage_layers[0] * self.moe.layer_s([int(sum(n)) for n, _ in parts])
+        shared = self.stage_layers[0] * self.moe.layer_s([int(sum(n)) for n, _ in parts])
+        gpu = [self.alone.iteration_time(n, c) for n, c in parts]
+        cpu = [self._cpu_fixed if b is None else sum(1 for x in b[0] if x) * self._cpu_per_seq + self._cpu_fixed
+               for b in batches]
+        if self._overlap_cpu:
+            return max(max(gpu) + shared, max(cpu))
+        return max(g + c for g, c in zip(gpu, cpu)) + shared
