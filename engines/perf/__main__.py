@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus-per-node", type=int, default=None)
     ap.add_argument("--stack", default=DEFAULT_STACK, help=f"the engine's kernels: one of {', '.join(known_stacks())}")
     ap.add_argument("--attention-kernel", default=None, help=f"one of {', '.join(known_attention_kernels())}")
-    ap.add_argument("--weight-dtype", default=None, help="fp8: FP8 linear-layer weights (H100/H200); default 16-bit")
-    ap.add_argument("--kv-dtype", default=None, help="fp8: an FP8 KV cache (H100/H200); default 16-bit")
+    ap.add_argument("--weight-dtype", default=None, help="fp8: FP8 linear-layer weights (GPUs with FP8 tensor cores); default 16-bit")
+    ap.add_argument("--kv-dtype", default=None, help="fp8: an FP8 KV cache (GPUs with FP8 tensor cores); default 16-bit")
     ap.add_argument("--batch", action="append", default=[], metavar="NEW:CTX", help="a batch item; repeatable")
     ap.add_argument("--mem-util", type=float, default=0.9, help="GPU memory utilization for the KV capacity")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
