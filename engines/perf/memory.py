@@ -85,7 +85,7 @@ def inputs(d, rules=None) -> MemoryInputs:
     logits_rows = min(d.activation_tokens, 256)  # vLLM's default max_num_seqs rows of fp32 logits
     return MemoryInputs(
         model=m, gpu=d.gpu, tp=tp, pp=d.pp, stage_layers=tuple(m.layers_per_stage(d.pp)),
-        stage_weight_bytes=tuple(m.stage_weight_bytes_per_gpu(tp, d.pp, d.weight_bytes_per_param)),
+        stage_weight_bytes=tuple(m.stage_weight_bytes_per_gpu(tp, d.pp, d.weight_bytes_per_param, d.expert_shards)),
         activation_bytes=d.activation_tokens * widths * m.bytes_per_param,
         logits_bytes=logits_rows * math.ceil(m.vocab_size / tp) * 4, kv_bytes_per_element=d.kv_bytes_per_element,
         sampler_bytes=(rules.profile_seqs * m.vocab_size * 4) if rules is not None else 0)

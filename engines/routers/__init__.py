@@ -64,7 +64,28 @@ class LeastKv:
         return min(range(len(states)), key=lambda i: (states[i].kv_used_fraction, states[i].outstanding, i))
 
 
-ROUTERS: dict[str, type] = {r.name: r for r in (RoundRobin, LeastOutstanding, LeastKv)}
+class VllmDp:
+    """vLLM's data-parallel load balancer (vllm 0.32.0 v1/engine/core_client.py
+    DPLBAsyncMPClient.get_core_engine_for_request, one API server): the engine with the lowest
+    score = its unfinished requests from this client, scanned from a start index that moves on by
+    one every request, so ties rotate instead of favouring rank 0. Not modelled: the stale
+    waiting + running snapshot (at most the exact in-flight count with one client) and the penalty
+    of waiting requests above 50 % KV use (the state has no waiting count)."""
+
+    name = "vllm_dp"
+    needs_state = True
+
+    def __init__(self) -> None:
+        self.start = 0
+
+    def choose(self, states: list[InstanceState]) -> int:
+        n = len(states)
+        order = [(self.start + i) % n for i in range(n)]
+        self.start = (self.start + 1) % n
+        return min(order, key=lambda i: states[i].outstanding)  # the first minimum of the scan
+
+
+ROUTERS: dict[str, type] = {r.name: r for r in (RoundRobin, LeastOutstanding, LeastKv, VllmDp)}
 
 
 def make_router(name: str) -> Router:
@@ -74,4 +95,4 @@ def make_router(name: str) -> Router:
         raise ValueError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}") from None
 
 
-__all__ = ["ROUTERS", "InstanceState", "LeastKv", "LeastOutstanding", "RoundRobin", "Router", "make_router"]
+__all__ = ["ROUTERS", "InstanceState", "LeastKv", "LeastOutstanding", "RoundRobin", "Router", "VllmDp", "make_router"]

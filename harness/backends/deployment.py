@@ -25,14 +25,21 @@ class DeploymentPlan:
     description: str
     perf: PerfModel
     timer: object  # batch_times(new_tokens, context_lens) -> seconds of one stage; pp_send_time(tokens)
-    kv_capacity_tokens: int
+    kv_capacity_tokens: int  # one engine's (one DP rank's)
     block_size: int
+    dp: int = 1  # DP ranks stepping together (ep: engines.perf.expert_parallel); timer.step_time prices a step
+    ep: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
 
 
 # The perf.* knobs a Deployment takes: the engine's kernels (engines.perf.kernels), how it sizes its
 # KV cache (engines.perf.memory), the weights' and the KV cache's number format (engines.perf.precision),
 # and whether a stack that captures CUDA graphs does (false: its kernels launched eagerly, launch.py).
-DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype", "cuda_graphs")
+# ep_comm: how an expert-parallel MoE layer moves tokens (engines.perf.expert_parallel.EP_COMMS).
+DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype", "cuda_graphs", "ep_comm")
 _BOOL_KNOBS = ("cuda_graphs",)
 
 
@@ -47,9 +54,12 @@ def build_deployment(
     max_model_len: int, perf_cfg: Mapping | None = None,
 ) -> DeploymentPlan:
     tp, pp = int(parallel["tp"]), int(parallel["pp"])
+    dp, ep = int(parallel.get("dp", 1) or 1), bool(parallel.get("ep", False))
     if tp < 1 or pp < 1:
         raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
     deployment = Deployment.create(
+        dp=dp,
+        ep=ep,
         model=str(model["name"]),
         gpu=str(hardware["gpu"]),
         tp=tp,
@@ -61,18 +71,22 @@ def build_deployment(
     )
     perf = build_perf_model(deployment, perf_cfg)
     kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
+    ranks = f", dp={dp}, ep" if ep else ""
     if kv_tokens < max_model_len:
         raise HarnessError(
-            f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp}) leaves KV room for "
+            f"{model['name']} on {tp * pp * dp}x {hardware['gpu']} (tp={tp}, pp={pp}{ranks}) leaves KV room for "
             f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
         )
-    desc = f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp})"
+    desc = f"{model['name']} on {tp * pp * dp}x {hardware['gpu']} (tp={tp}, pp={pp}{ranks})"
+    if ep:
+        desc += f", EP MoE over {deployment.ep_link.name if deployment.ep_link else 'one GPU'} ({deployment.ep_comm})"
     desc += "".join(f", {what} {dtype}" for what, dtype in (("weights", deployment.weight_dtype),
                                                            ("KV", deployment.kv_dtype)) if dtype)
     profile = getattr(perf, "profile", None)
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
-    return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size))
+    return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size),
+                          dp, ep)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ class HardwareSchema:
 class ParallelSchema:
     tp: int = 1
     pp: int = 1
+    dp: int = 1  # data-parallel ranks of tp x pp GPUs; > 1 with ep (an MoE model): vLLM's --data-parallel-size
+    ep: bool = False  # expert parallelism over dp x tp GPUs: vLLM's --enable-expert-parallel
 
 
 @dataclass

@@ -207,6 +207,9 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
         block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"),
     )
+    if deployment.dp > 1 and backend.name != "sim":
+        raise HarnessError(f"parallel.dp={deployment.dp}: only backend=sim runs data-parallel ranks so far, "
+                           f"not backend={backend.name}")
     search = typed(SearchSettings, cfg["search"], "search")
     offline = typed(OfflineSettings, cfg.get("offline") or {}, "offline") if is_offline(cfg["arrival"]) else None
     check_workers(search, backend.name)

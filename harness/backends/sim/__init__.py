@@ -13,6 +13,7 @@ from engines.routers import make_router
 from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.cluster import simulate_cluster
+from harness.backends.sim.data_parallel import simulate_data_parallel
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
@@ -38,6 +39,10 @@ class SimBackend:
         if job.concurrency is not None and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas):
             raise HarnessError("arrival=closed_loop is simulated for one engine; a cluster's offline run takes "
                                "arrival=at_once (every request waiting at t=0)")
+        if job.deployment.dp > 1 and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas
+                                      or job.concurrency is not None):
+            raise HarnessError(f"parallel.dp={job.deployment.dp}: DP ranks are simulated as one engine's ranks under an "
+                               "open-loop arrival; use cluster.instances=1 without prefill/decode instances or replicas")
         self.job = job
 
     def __enter__(self) -> SimBackend:
@@ -50,11 +55,17 @@ class SimBackend:
         job, d = self.job, self.job.deployment
         engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
         stats: dict = {}
-        if has_sessions(requests) and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas):
+        if has_sessions(requests) and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas or d.dp > 1):
             raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine; "
                                "use cluster.instances=1 without prefill/decode instances")
         if job.disagg is not None:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
+        if d.dp > 1:  # DP ranks in lockstep through their expert-parallel MoE layers
+            engines = [engine] + [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
+                                  for _ in range(d.dp - 1)]
+            router = make_router("vllm_dp")  # vLLM's API server balances its DP ranks so (engines.routers)
+            return BackendRun(simulate_data_parallel(requests, engines, d.timer, router, time_limit_s=job.time_limit_s,
+                                                     stats=stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
             plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
             engines = [make_engine(job.scheduler, p.kv_capacity_tokens, job.max_model_len, p.block_size) for p in plans]
