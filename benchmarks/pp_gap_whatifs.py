@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from engines.perf import Deployment, PerfModel
-from engines.perf.links import Curve, LinkSpec
+from engines.perf.links import LinkSpec
 from engines.perf.queries import decode_iteration_time
 
 BATCH, CONTEXT = 32, 4096  # the paper's SLO unit: a decode of 32 sequences at 4k context
@@ -65,8 +65,7 @@ def pp_candidates(spec: dict) -> dict[str, float]:
     d = base.deployment
     prep = PREPARE_INPUTS_S[spec["gpu"]]
     tp_send = float(base.pp_send_time(BATCH * d.tp))  # tp ranks' sends of the whole activations at once
-    half = model(spec)
-    h_stages, _ = _decode(half, BATCH // d.pp)
+    h_stages, _ = _decode(base, BATCH // d.pp)
     no_cpu = model(spec, cpu_overhead_s=0.0, cpu_overhead_per_seq_s=0.0,
                    multi_gpu_overhead_s=0.0, multi_gpu_overhead_per_seq_s=0.0)
     period = max(latency, d.pp * float(stages.max()))
@@ -77,7 +76,7 @@ def pp_candidates(spec: dict) -> dict[str, float]:
         # (what the simulator's Pipeline does under load). Two readings of "batch 32":
         "period, pp micro-batches of 32 each in flight": period,
         "period, 32 in all split over pp micro-batches":
-            max(float(decode_iteration_time(half, BATCH // d.pp)), d.pp * float(h_stages.max())),
+            max(float(decode_iteration_time(base, BATCH // d.pp)), d.pp * float(h_stages.max())),
         # Every stage's worker prepares its own inputs between two synchronizes
         # (sarathi/worker/base_worker.py execute_model: torch.cuda.synchronize() at both ends), so
         # input preparation, which the model charges once (on the last stage), runs on each stage.
