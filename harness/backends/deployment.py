@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
+from engines.perf import cpu_device
+from engines.perf.calibration import Calibration, load_calibration
 from engines.perf.factory import build_perf_model
 from engines.perf.hardware import get_gpu, get_topology
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
@@ -26,6 +28,7 @@ class DeploymentPlan:
     timer: object  # batch_times(new_tokens, context_lens) -> seconds of one stage; pp_send_time(tokens)
     kv_capacity_tokens: int
     block_size: int
+    calibration: Calibration | None = None  # perf.calibration: the user's fitted factors (engines/perf/calibration.py)
 
 
 # The perf.* knobs a Deployment takes: the engine's kernels (engines.perf.kernels), how it sizes its
@@ -48,15 +51,19 @@ def build_deployment(
     tp, pp = int(parallel["tp"]), int(parallel["pp"])
     if tp < 1 or pp < 1:
         raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
+    gpu, topology = _device(hardware)
     deployment = Deployment.create(
         model=str(model["name"]),
-        gpu=str(hardware["gpu"]),
+        gpu=gpu,
         tp=tp,
         pp=pp,
-        topology=hardware.get("topology"),
+        topology=topology,
         gpus_per_node=hardware.get("gpus_per_node"),
         **_kernel_choice(perf_cfg),
     )
+    calibration = _calibration(perf_cfg)
+    if calibration is not None:
+        deployment = calibration.apply(deployment)
     perf = build_perf_model(deployment, perf_cfg)
     kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
     if kv_tokens < max_model_len:
@@ -64,13 +71,33 @@ def build_deployment(
             f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp}) leaves KV room for "
             f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
         )
-    desc = f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp})"
+    device = cpu_device.describe(deployment.gpu) if cpu_device.is_cpu(hardware["gpu"]) else hardware["gpu"]
+    desc = f"{model['name']} on {tp * pp}x {device} (tp={tp}, pp={pp})"
     desc += "".join(f", {what} {dtype}" for what, dtype in (("weights", deployment.weight_dtype),
                                                            ("KV", deployment.kv_dtype)) if dtype)
     profile = getattr(perf, "profile", None)
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
-    return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size))
+    # A calibrated model never passes for the datasheet one: its description (every run's header,
+    # summary.json's `deployment`) names the file, its factors and its held-out error.
+    if calibration is not None:
+        desc += f", {calibration.describe()}"
+    return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size),
+                          calibration)
+
+
+def _device(hardware: Mapping):
+    """The catalog GPU's name, or this machine's CPU (engines/perf/cpu_device.py: the config's numbers,
+    or a probe's), with the node it sits in (a CPU is one device: no links are ever priced)."""
+    if not cpu_device.is_cpu(hardware.get("gpu")):
+        return str(hardware["gpu"]), hardware.get("topology")
+    spec = cpu_device.cpu_spec(hardware.get("cpu_flops"), hardware.get("cpu_bandwidth"), hardware.get("cpu_memory_bytes"))
+    return spec, hardware.get("topology") or "pcie-only"
+
+
+def _calibration(perf_cfg: Mapping | None) -> Calibration | None:
+    path = (perf_cfg or {}).get("calibration")
+    return None if path in (None, "") else load_calibration(str(path))
 
 
 @dataclass(frozen=True)
