@@ -47,6 +47,10 @@ class Calibration:
     held_out: dict[str, float] = field(default_factory=dict)  # statistic -> signed relative error
     fit_error: float = float("nan")  # the same measure on the fitted part
     path: str = ""  # where it was read from (not saved)
+    # The device the factors scale: (name, peak FLOP/s, memory B/s) of the deployment it was fitted on.
+    # Applied to that device with the same numbers even where a probe (hardware=cpu) measures others
+    # now; refused on another device, whose numbers the factors do not describe.
+    device: tuple[str, float, float] | None = None
 
     def __post_init__(self) -> None:
         for name, value in self.factors.items():
@@ -63,8 +67,15 @@ class Calibration:
         the engine's CPU costs replaced."""
         f = self.factors
         fs, bs = f.get("flops_scale", 1.0), f.get("bandwidth_scale", 1.0)
-        gpu = replace(d.gpu, peak_flops=d.gpu.peak_flops * fs, hbm_bandwidth=d.gpu.hbm_bandwidth * bs,
-                      fp8_peak_flops=None if d.gpu.fp8_peak_flops is None else d.gpu.fp8_peak_flops * fs)
+        flops, bandwidth = d.gpu.peak_flops, d.gpu.hbm_bandwidth
+        if self.device is not None:
+            name, flops, bandwidth = self.device
+            if name != d.gpu.name:
+                raise HarnessError(f"perf.calibration {self.path or ''}: fitted on {name}, not on {d.gpu.name}: "
+                                   f"calibrate on a run of this device")
+        fp8 = d.gpu.fp8_peak_flops
+        gpu = replace(d.gpu, peak_flops=flops * fs, hbm_bandwidth=bandwidth * bs,
+                      fp8_peak_flops=None if fp8 is None else fp8 * flops / d.gpu.peak_flops * fs)
         cpu = {k: v for k, v in (("cpu_overhead_s", f.get("step_cpu_s")), ("cpu_overhead_per_seq_s", f.get("seq_cpu_s")))
                if v is not None}
         return replace(d, gpu=gpu, **cpu)
@@ -81,6 +92,7 @@ class Calibration:
     def to_json(self) -> dict:
         return {"format": FORMAT, "factors": self.factors, "held_out_error": self.held_out_error, "source": self.source,
                 "fitted_on": self.fitted_on, "held_out": self.held_out, "fit_error": self.fit_error,
+                "device": None if self.device is None else dict(zip(("name", "peak_flops", "bandwidth"), self.device)),
                 "meanings": {k: FACTORS[k][0] for k in self.factors}}
 
 
@@ -102,7 +114,9 @@ def load_calibration(path: str | Path) -> Calibration:
         raise HarnessError(f"perf.calibration: {path}: not a calibration file (expected format {FORMAT!r}; "
                            f"python -m harness calibrate writes one)")
     try:
-        return Calibration(factors={str(k): float(v) for k, v in dict(obj["factors"]).items()},
+        dev = obj.get("device")
+        device = None if dev is None else (str(dev["name"]), float(dev["peak_flops"]), float(dev["bandwidth"]))
+        return Calibration(device=device, factors={str(k): float(v) for k, v in dict(obj["factors"]).items()},
                            held_out_error=float(obj["held_out_error"]), source=str(obj.get("source", "")),
                            fitted_on=str(obj.get("fitted_on", "")), held_out=dict(obj.get("held_out") or {}),
                            fit_error=float(obj.get("fit_error", math.nan)), path=str(path))

@@ -52,6 +52,8 @@ def build_deployment(
     if tp < 1 or pp < 1:
         raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
     gpu, topology = _device(hardware)
+    # A CPU's BLAS has no GPU thread-block tile: a 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
+    cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.get("gpu")) else {}
     deployment = Deployment.create(
         model=str(model["name"]),
         gpu=gpu,
@@ -59,7 +61,7 @@ def build_deployment(
         pp=pp,
         topology=topology,
         gpus_per_node=hardware.get("gpus_per_node"),
-        **_kernel_choice(perf_cfg),
+        **_kernel_choice(perf_cfg), **cpu,
     )
     calibration = _calibration(perf_cfg)
     if calibration is not None:

@@ -23,7 +23,7 @@ from .replay import Target, replay
 from .runfile import MeasuredRun
 
 STEPS = (8.0, 4.0, 2.0, 1.41, 1.19, 1.09, 1.05)
-SWEEPS = 4  # coordinate sweeps per step size at most (a factor far from its start moves x8 a sweep)
+SWEEPS = 6  # moves per step size at most (a factor far from its start moves x8 a move)
 # The smallest non-zero CPU cost a step reaches from 0 (then multiplied up): 10 us, 1 us per sequence.
 _FLOOR = {"step_cpu_s": 1e-5, "seq_cpu_s": 1e-6}
 
@@ -84,23 +84,22 @@ def calibrate(run: MeasuredRun, target: Target, window: float = 0.5, factors: Se
     best, _ = score(x)
     for step in STEPS:
         for _ in range(SWEEPS):
-            moved = False
+            # every factor's two moves from the same point, the best one taken: the first move to
+            # improve would let the factor tried first absorb what another one explains
+            trials = []
             for name in factors:
                 here = x[name] if x[name] > 0 else _FLOOR.get(name, 0.0)
-                for cand in (_clip(name, here * step), _clip(name, here / step)):
-                    if cand == x[name]:
-                        continue
-                    trial = x | {name: cand}
-                    value, _ = score(trial)
-                    if value < best - 1e-12:
-                        best, x, moved = value, trial, True
-            if not moved:
+                trials += [x | {name: c} for c in (_clip(name, here * step), _clip(name, here / step)) if c != x[name]]
+            value, trial = min(((score(t)[0], t) for t in trials), key=lambda vt: vt[0], default=(math.inf, x))
+            if not value < best - 1e-12:
                 break
+            best, x = value, trial
     fit_cmp = compare(fitting, replay(target, fitting, Calibration(x, 0.0)), 0, run.per_token)
     before_fit = compare(fitting, replay(target, fitting), 0, run.per_token)
     held = _held_out(run, target, cut, Calibration(x, 0.0))
     cal = Calibration(factors={k: x[k] for k in factors}, held_out_error=held.headline_error(), source=str(run.path),
                       fitted_on=f"requests arriving by {cut:.2f} s ({len(fitting)} of {len(run.records)}); "
                                 f"held out: the {len(run.records) - len(fitting)} after",
-                      held_out=held.signed(), fit_error=fit_cmp.headline_error())
+                      held_out=held.signed(), fit_error=fit_cmp.headline_error(),
+                      device=(target.base.gpu.name, target.base.gpu.peak_flops, target.base.gpu.hbm_bandwidth))
     return Fit(cal, before_fit, fit_cmp, _held_out(run, target, cut, None), held, evals)

@@ -256,3 +256,18 @@ def _read_harness(d: Path, probe: tuple[str | None, float | None]) -> MeasuredRu
                                      float(row.get("first_scheduled_s", math.nan)), float(row["first_token_s"]),
                                      float(row["finished_s"]), tokens.get(rid, np.array([], float))))
     return _finish(d, "harness", records, dropped, config=OmegaConf.load(cfg_path), scheduler=probes[0][0])
+
+
+def write_jsonl(path: str | Path, records) -> None:
+    """Measured records as a run file (the JSONL columns above, absolute times on the run's clock):
+    what scripts/gpu_check writes, for a run measured by the harness's own backends."""
+    def num(x: float) -> float | None:
+        return None if math.isnan(x) else round(float(x), 6)
+
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps({
+                "request_id": r.request_id, "prompt_tokens": r.prompt_len, "output_tokens": r.output_len,
+                "arrival_s": num(r.arrival_s), "first_scheduled_s": num(r.first_scheduled_s),
+                "first_token_s": num(r.first_token_s), "last_token_s": num(r.finished_s),
+                "token_times_s": [round(float(t), 6) for t in r.token_times_s], "error": r.error}) + "\n")
