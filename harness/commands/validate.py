@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from harness.validate.args import parse
+from harness.validate.bands import calibration_entry
 from harness.validate.compare import HEADLINE, compare, table
 from harness.validate.figure import write_figure
 from harness.validate.replay import config_for, replay, target_for
@@ -42,12 +43,14 @@ def validate_command(argv: list[str]) -> int:
     text = table(result)
     print(text)
     cal = target.plan.calibration
+    if cal is not None:
+        print(f"{cal.describe()}: the held-out error it was fitted with, against this run's below")
     out = Path(words.flags["--out"] or Path(str(target.config.get("results_dir", "results"))) / "validate"
                / f"{Path(words.run).stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     summary = {
         "run": str(run.path), "format": run.kind, "deployment": target.describe(),
-        "calibration": cal.to_json() | {"path": cal.path} if cal else "uncalibrated",
+        "calibration": calibration_entry(cal),
         "compared": result.compared, "dropped_from_run": result.dropped_real, "unfinished_in_sim": result.dropped_sim,
         "headline": list(HEADLINE), "largest_headline_error": result.headline_error(),
         "rows": [{"metric": r.metric, "stat": r.stat, "real_s": r.real, "sim_s": r.sim, "error": r.error} for r in result.rows],
