@@ -54,11 +54,11 @@ def probe() -> tuple[float, float]:
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     b = a.T.copy()
     a @ b  # warm the BLAS threads
-    flops = 2 * n**3 / _best_of(lambda: a @ b, 5)
+    flops = 2 * n**3 / _best_of(lambda: a @ b, 20)
     src = np.ones(32 * 1024**2 // 8)  # 32 MiB: past the last-level cache of the machines this runs on
     dst = np.empty_like(src)
     np.copyto(dst, src)
-    bandwidth = 2 * src.nbytes / _best_of(lambda: np.copyto(dst, src), 5)  # read + write
+    bandwidth = 2 * src.nbytes / _best_of(lambda: np.copyto(dst, src), 10)  # read + write
     return float(flops), float(bandwidth)
 
 
