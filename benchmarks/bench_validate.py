@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engines.schedulers import SchedulerConfig  # noqa: E402
-from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result  # noqa: E402
+from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result, serve  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 from harness.validate.runfile import write_jsonl  # noqa: E402
 
@@ -55,7 +55,10 @@ def measure(engine: str, seqs: int, qps: float, seed: int, out: Path, model_dir:
     reqs = [RequestSpec(i, float(t[i]), int(rng.integers(32, 384)), int(rng.integers(8, 48))) for i in range(60)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = run_live_result(reqs, spec(engine, seqs, model_dir, str(out)), LiveRunOptions(progress=False, strict=False))
+        with serve(spec(engine, seqs, model_dir, str(out))) as endpoint:
+            # a warm-up run first, discarded: kernels built for each new shape the first time (PyTorch on CPU)
+            run_live_result(reqs[:24], endpoint, LiveRunOptions(progress=False, strict=False, seed=1))
+            res = run_live_result(reqs, endpoint, LiveRunOptions(progress=False, strict=False))
     path = out / f"{engine}_seqs{seqs}_qps{qps:g}.jsonl"
     write_jsonl(path, res.records)
     return path

@@ -39,6 +39,9 @@ def calibrate_command(argv: list[str]) -> int:
         raise HarnessError(f"--window must be in (0, 1), got {window}")
     run = read_run(words.run, words.probe)
     target = target_for(run, config_for(run, words.overrides), words.flags["--kv-tokens"])
+    if target.plan.calibration is not None:  # a saved run's config may carry one
+        raise HarnessError("calibrate fits from the model's own numbers: this run's config has perf.calibration; "
+                           "add perf.calibration=null")
     out = Path(words.flags["--out"] or Path(str(target.config.get("results_dir", "results"))) / "calibrations"
                / f"{Path(words.run).stem}.json")
     print(f"calibrate {run.describe()}")
