@@ -181,3 +181,41 @@ def test_a_bad_run_file_is_one_line_and_nothing_written(runs, tmp_path, edit, me
         assert p.returncode == 2, (p.stdout, p.stderr)
         assert message in p.stderr and str(bad) in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert not out.exists()
+
+
+def test_max_error_exits_1_and_still_reports(runs):
+    summary, _, p = _validate(runs, "gate", "--max-error", "0.5")  # uncalibrated: several x off
+    assert p.returncode == 1 and "over --max-error 50.0%" in p.stdout
+    assert summary["largest_headline_error"] > 0.5 and summary["calibration"] == "uncalibrated"
+
+
+def test_a_calibrated_run_says_so_with_its_band(calibration, tmp_path):
+    """`python -m harness` with perf.calibration: the header names it, summary.json carries it and
+    each capacity's band; without it the summary says uncalibrated."""
+    words = ["model.name=tiny-llama", "hardware=cpu", "hardware.cpu_flops=1e11", "hardware.cpu_bandwidth=2e10",
+             "perf.stack=ideal", "scheduler=[sarathi]", "dataset.max_total_tokens=512", "max_model_len=512",
+             "search.num_requests=64", "progress=false", "cache=false", f"results_dir={tmp_path}"]
+    for extra in ([], [f"perf.calibration={calibration}"]):
+        p = _harness(*words, *extra, "name=" + ("calibrated" if extra else "plain"))
+        assert p.returncode == 0, p.stderr
+        summary = json.loads(next(tmp_path.glob(f"{'calibrated' if extra else 'plain'}/*/summary.json")).read_text())
+        band = summary["schedulers"]["sarathi"]["capacity_band_qps"]
+        if extra:
+            cap, err = summary["schedulers"]["sarathi"]["capacity_qps"], summary["calibration"]["held_out_error"]
+            assert "calibrated" in p.stdout.splitlines()[0] and "calibrated" in summary["deployment"]
+            assert band == pytest.approx([cap * max(0.0, 1 - err), cap * (1 + err)])
+        else:
+            assert summary["calibration"] == band == "uncalibrated" and "uncalibrated" in p.stdout
+
+
+def test_a_calibration_is_refused_on_another_device():
+    from common.errors import HarnessError
+    from engines.perf import Deployment
+    from engines.perf.calibration import Calibration
+    from engines.perf.cpu_device import cpu_spec
+
+    cal = Calibration({"flops_scale": 0.5}, 0.1, device=("h200-141g", 989e12, 4.8e12))
+    with pytest.raises(HarnessError, match="fitted on h200-141g"):
+        cal.apply(Deployment.create(model="tiny-llama", gpu=cpu_spec(1e11, 2e10), topology="pcie-only"))
+    with pytest.raises(HarnessError, match="outside its bounds"):
+        Calibration({"flops_scale": 5.0}, 0.1)
