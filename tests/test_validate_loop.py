@@ -194,7 +194,7 @@ def test_a_calibrated_run_says_so_with_its_band(calibration, tmp_path):
     each capacity's band; without it the summary says uncalibrated."""
     words = ["model.name=tiny-llama", "hardware=cpu", "hardware.cpu_flops=1e11", "hardware.cpu_bandwidth=2e10",
              "perf.stack=ideal", "scheduler=[sarathi]", "dataset.max_total_tokens=512", "max_model_len=512",
-             "search.num_requests=64", "progress=false", "cache=false", f"results_dir={tmp_path}"]
+             "search.num_requests=64", "slo.tbt_s=0.5", "progress=false", "cache=false", f"results_dir={tmp_path}"]
     for extra in ([], [f"perf.calibration={calibration}"]):
         p = _harness(*words, *extra, "name=" + ("calibrated" if extra else "plain"))
         assert p.returncode == 0, p.stderr
