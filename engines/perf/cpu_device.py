@@ -3,18 +3,18 @@ CPU build, the in-repo torch executor on CPU) priced by the same model as a GPU.
 
 Its numbers are never a catalog constant for one machine: they are given in the config
 (`hardware.cpu_flops`, `hardware.cpu_bandwidth`, B/s) or measured here by a short probe (a few
-hundred ms) the first time a process asks: a float32 matrix product for FLOP/s, an array copy
-larger than the caches for memory bandwidth, `os.sched_getaffinity` for cores. Probed numbers are
+hundred ms) the first time a process asks: a float32 matrix product on one core times the cores
+for FLOP/s, an array copy larger than the caches for memory bandwidth, `os.sched_getaffinity` for cores. Probed numbers are
 achievable ones, so the efficiencies are 1: what a serving engine reaches below them is what
 `python -m harness calibrate` fits (flops_scale, bandwidth_scale).
 """
 from __future__ import annotations
 
 import functools
+import json
 import os
-import time
-
-import numpy as np
+import subprocess
+import sys
 
 from common.errors import HarnessError
 
@@ -37,7 +37,11 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def _best_of(fn, repeats: int) -> float:
+_PROBE = """
+import json, time
+import numpy as np
+
+def best_of(fn, repeats):
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
@@ -45,21 +49,32 @@ def _best_of(fn, repeats: int) -> float:
         best = min(best, time.perf_counter() - t)
     return best
 
+n = 256
+a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+b = a.T.copy()
+a @ b
+flops = 2 * n**3 / best_of(lambda: a @ b, 40)
+src = np.ones(32 * 1024**2 // 8)  # 32 MiB: past the last-level cache of the machines this runs on
+dst = np.empty_like(src)
+np.copyto(dst, src)
+print(json.dumps([flops, 2 * src.nbytes / best_of(lambda: np.copyto(dst, src), 10)]))  # copy: read + write
+"""
+_ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
 
 @functools.lru_cache(maxsize=1)
 def probe() -> tuple[float, float]:
-    """(FLOP/s, memory B/s) measured on this machine now; the best of a few repeats, so a busy
-    neighbour lowers them less."""
-    n = 512
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    b = a.T.copy()
-    a @ b  # warm the BLAS threads
-    flops = 2 * n**3 / _best_of(lambda: a @ b, 20)
-    src = np.ones(32 * 1024**2 // 8)  # 32 MiB: past the last-level cache of the machines this runs on
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
-    bandwidth = 2 * src.nbytes / _best_of(lambda: np.copyto(dst, src), 10)  # read + write
-    return float(flops), float(bandwidth)
+    """(FLOP/s, memory B/s) measured on this machine now: one core's matrix-product rate times the
+    cores, and one core's copy bandwidth, each the best of several repeats. One thread, in a process
+    of its own: a multi-threaded BLAS on a busy host measured anything from 7 to 220 GFLOP/s here
+    (its threads spin-waiting for each other), one core's rate moves far less."""
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **_ONE_THREAD})
+    if out.returncode != 0:
+        raise HarnessError(f"hardware=cpu: the probe failed ({out.stderr.strip().splitlines()[-1:]}); "
+                           "give hardware.cpu_flops= and hardware.cpu_bandwidth=")
+    flops, bandwidth = json.loads(out.stdout)
+    return float(flops) * cores(), float(bandwidth)
 
 
 def cpu_spec(flops: float | None = None, bandwidth: float | None = None, memory_bytes: int | None = None) -> GpuSpec:
