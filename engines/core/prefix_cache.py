@@ -93,6 +93,16 @@ class PrefixCachingBlockManager(BlockManager):
         seq.num_computed = len(hits) * self.block_size
         return hits
 
+    def cached_prefix(self, hashes) -> int:
+        """How many of `hashes` (a prompt's chained block hashes, in order) lead a run this cache
+        holds now: what a cache-aware router reads (engines.routers); no counter, no LRU order moves."""
+        cache, n = self._cache, 0
+        for h in hashes:
+            if h not in cache:
+                break
+            n += 1
+        return n
+
     def admission_blocks(self, seq: Sequence) -> int:
         """Free blocks admitting `seq` uses: new ones, plus its hits that sit evictable (taking
         them out of the evictable pool lowers num_free just as allocating would)."""

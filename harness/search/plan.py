@@ -238,9 +238,9 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     if workload.sessions is not None and offline is not None:
         raise HarnessError(f"dataset.sessions: arrival={cfg['arrival'].get('name')} starts no sessions (an offline run); "
                            "sessions start by an open-loop arrival (poisson, gamma, constant)")
-    if workload.sessions is not None and (cluster.num_instances > 1 or cluster.disaggregated or cluster.replicas):
-        raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine; "
-                           "use cluster.instances=1 without prefill/decode instances or replicas")
+    if workload.sessions is not None and (cluster.disaggregated or cluster.replicas):
+        raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine or on colocated "
+                           "replicas of it (cluster.instances); not on prefill/decode instances or cluster.replicas")
     replicas = ()
     if cluster.replicas:
         if backend.name != "sim":

@@ -50,15 +50,15 @@ class SimBackend:
         job, d = self.job, self.job.deployment
         engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
         stats: dict = {}
-        if has_sessions(requests) and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas):
-            raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine; "
-                               "use cluster.instances=1 without prefill/decode instances")
+        if has_sessions(requests) and (job.disagg is not None or job.replicas):
+            raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine or "
+                               "its colocated replicas (cluster.instances); not on prefill/decode instances or replicas")
         if job.disagg is not None:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
             plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
             engines = [make_engine(job.scheduler, p.kv_capacity_tokens, job.max_model_len, p.block_size) for p in plans]
-            records = simulate_cluster(requests, engines, [p.timer for p in plans], make_router(job.cluster.router),
+            records = simulate_cluster(requests, engines, [p.timer for p in plans], make_router(job.cluster.router, **job.cluster.knobs),
                                        pp=[p.pp for p in plans], fast_forward=self.conf.fast_forward,
                                        time_limit_s=job.time_limit_s, stats=stats)
             return BackendRun(records, stats)

@@ -13,6 +13,7 @@ resumably, the instance standing in for the run it reads arrivals from.
 """
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -21,11 +22,12 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from engines.core import Engine
-from engines.routers import InstanceState, Router
+from engines.routers import InstanceState, RouteRequest, Router
 from harness.backends.sim.loop import IterationTimer, SimRun, stalled_error, step_until
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.pipeline import Pipeline
-from harness.records import RequestRecord, RequestSpec
+from harness.backends.sim.sessions import has_sessions, sim_sequence
+from harness.records import RequestRecord, RequestSpec, session_keys
 
 
 class _Instance:
@@ -106,10 +108,12 @@ def make_instances(run: SimRun, engines: Seq[Engine], timers: Seq[IterationTimer
 
 def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tuple[float, int]], limit: float,
                   on_route: Callable[[list[InstanceState], int], None] | None = None,
-                  place: Callable[[int, int], None] | None = None) -> None:
+                  place: Callable[[int, int], None] | None = None,
+                  request_of: Callable[[int], RouteRequest] | None = None) -> None:
     """Route each (time, rank) of `decisions` (in time order) to an instance, then run every
     instance to the end. A stateful router sees the instances advanced to each decision's time;
-    `place(rank, instance)`, if given, runs before the rank is queued (it may set its arrival)."""
+    `place(rank, instance)`, if given, runs before the rank is queued (it may set its arrival);
+    `request_of(rank)` is what a cache-aware router sees of the request."""
     stateful = getattr(router, "needs_state", True)
     for t, rank in decisions:
         if stateful:
@@ -118,7 +122,7 @@ def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tu
             states = [inst.state(t) for inst in insts]
         else:
             states = []
-        k = router.choose(states if stateful else [None] * len(insts))  # type: ignore[list-item]
+        k = choose(router, insts, states if stateful else [None] * len(insts), rank, request_of)  # type: ignore[list-item]
         if on_route is not None:
             on_route(states, k)
         if place is not None:
@@ -126,6 +130,42 @@ def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tu
         insts[k].route(rank)
     for inst in insts:
         inst.advance(np.inf, limit, final=True)
+
+
+def choose(router: Router, insts: Seq[_Instance], states: list[InstanceState], rank: int,
+           request_of: Callable[[int], RouteRequest] | None) -> int:
+    """The router's choice for `rank`. A cache-aware router also sees the request (and, if it
+    reads the caches, each instance's cached lead of its prompt); the others are called as always."""
+    if not getattr(router, "needs_request", False) or request_of is None:
+        return router.choose(states)
+    request = request_of(rank)
+    if router.needs_cache:
+        states = [dataclasses.replace(s, cached_blocks=cached_prefix(inst.engine, request.block_hashes))
+                  for s, inst in zip(states, insts)]
+    return router.choose(states, request)
+
+
+def cached_prefix(engine: Engine, hashes: tuple[int, ...]) -> int:
+    lookup = getattr(engine.blocks, "cached_prefix", None)  # a plain BlockManager caches nothing
+    return lookup(hashes) if lookup is not None else 0
+
+
+def route_requests(run: SimRun, block_size: int) -> Callable[[int], RouteRequest]:
+    """`request_of(rank)` for `run`: the request's session and its prompt's full-block hashes, as
+    the engine's prefix cache hashes them (the sequence's own tokens when the engine caches, so
+    they are hashed once; else the same identity at `block_size`)."""
+    keys = session_keys(run.requests)
+
+    def request_of(rank: int) -> RouteRequest:
+        i, seq = run.order[rank], run.seqs[rank]
+        spec = run.requests[i]
+        tokens = seq.tokens if seq.tokens is not None else sim_sequence(rank, spec, block_size).tokens
+        size = tokens.block_size
+        n = spec.prompt_len // size
+        if n:
+            tokens.block_hash(n - 1)  # every hash up to it at once
+        return RouteRequest(keys[i], tuple(tokens.hashes[:n]))
+    return request_of
 
 
 def simulate_cluster(
@@ -147,10 +187,16 @@ def simulate_cluster(
     `stats`, if given, receives `instance_requests` (how many requests each instance got) and,
     with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
     sees every decision."""
+    if has_sessions(requests):  # later turns released by finishes: routed as they are released
+        from harness.backends.sim.cluster_sessions import simulate_cluster_sessions  # it builds on this module
+        return simulate_cluster_sessions(requests, engines, timers, router, pp=pp, fast_forward=fast_forward,
+                                         time_limit_s=time_limit_s, on_progress=on_progress, stats=stats)
     run = SimRun(requests, engines[0] if engines else None, on_progress)  # type: ignore[arg-type]
     insts = make_instances(run, engines, timers, fast_forward, pp)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
-    route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route)
+    request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
+    route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
+                  request_of=request_of)
     if stats is not None:
         add_instance_stats(stats, insts)
     return run.records()
