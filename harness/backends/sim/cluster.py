@@ -53,6 +53,7 @@ class _Instance:
         self.t = 0.0
         self.stuck = False  # schedule() returned nothing at self.t and nothing changed since
         self.pipe = Pipeline(self, timer, pp, fast_forward, np.inf) if pp > 1 else None  # type: ignore[arg-type]
+        self.halt: Callable[[], bool] | None = None  # read by loop.step_until (sessions: see simulate_cluster_sessions)
 
     # -- what Pipeline reads of its run -----------------------------------------------------
     @property
@@ -261,20 +262,25 @@ def simulate_cluster_sessions(
     limit = math.inf if time_limit_s is None else float(time_limit_s)
     request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
     stateful = getattr(router, "needs_state", True)
+    stop = [math.inf]  # where the instance stepping now was told to stop
+    for inst in insts:  # a finish that released a turn before that: stop there, the turn is routed first
+        inst.halt = lambda: run.next_arrival < stop[0]
     while True:
         release = run.next_arrival
         active = [inst for inst in insts if _busy(inst)]
         lead = min(active, key=lambda inst: inst.t, default=None)
         if lead is not None and lead.t < min(release, limit):
             behind = min((inst.t for inst in active if inst is not lead), default=math.inf)
-            stop = behind if behind > lead.t else math.nextafter(lead.t, math.inf)  # equal clocks: one step
-            lead.advance(min(release, stop), limit, final=False)
+            ahead = behind if behind > lead.t else math.nextafter(lead.t, math.inf)  # equal clocks: one step
+            stop[0] = min(release, ahead, limit)
+            lead.advance(stop[0], limit, final=False)
             continue
         if release == math.inf or release > limit:
             break
         rank = run.pop_release()
         states = [inst.state(release) for inst in insts] if stateful else [None] * len(insts)
         insts[choose(router, insts, states, rank, request_of)].route(rank)  # type: ignore[arg-type]
+    stop[0] = math.inf  # nothing left to release: every instance runs to the end
     for inst in insts:
         inst.advance(math.inf, limit, final=True)
     if stats is not None:

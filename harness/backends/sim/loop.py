@@ -236,8 +236,11 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
     engine = run.engine
     watch = getattr(run, "watch", None)  # only a single engine's run stops early (search.stop_early)
     log = getattr(run, "log", None)  # the iteration log of a single engine's run, if asked for
+    halt = getattr(run, "halt", None)  # a cluster instance under sessions: a turn it released must be routed first
     while t < stop:
         if watch is not None and watch.certain:
+            break
+        if halt is not None and halt():
             break
         run.admit_arrivals(t)
         if not engine.has_unfinished or stuck:
