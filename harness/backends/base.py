@@ -215,6 +215,7 @@ class BackendJob:
     # Live, without time_limit_s: a probe ends this long after its last planned arrival (what has
     # not finished then is cut off, as at a time limit): derived from the plan's SLO and lengths.
     drain_s: float | None = None
+    kv_offload_gib: float = 0.0  # each engine instance's host KV tier (engine.kv_offload_gib); 0: none
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""
