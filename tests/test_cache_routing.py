@@ -204,3 +204,23 @@ def test_the_live_router_sees_the_session_and_the_prompts_block_hashes():
                                  "engine:prefix_cache_queries_total 50\nengine:prefix_cache_hits_total 35\n", None])
     assert parse_counters(text) == {"prefix_cache_queries_total": 150.0, "prefix_cache_hits_total": 75.0}
     assert 'router:decisions_total{branch="cache"} 0' in text
+
+
+def test_knobs_reach_the_live_router_and_decisions_the_simulators_stats():
+    from engines.server.router.__main__ import parse_args
+    from harness.backends.live import cluster_spec
+    from harness.config import compose
+    from harness.search.plan import plan_experiment
+
+    cfg = parse_args(["--replica", "http://127.0.0.1:1", "--replica", "http://127.0.0.1:2", "--router", "prefix_aware",
+                      "--router-option=cache_threshold=0.5", "--router-option", "index_blocks=4096", "--block-size", "32"])
+    assert (cfg.router_options, cfg.block_size) == ((("cache_threshold", 0.5), ("index_blocks", 4096)), 32)
+    plan = plan_experiment(compose([*SMALL, "backend=live", "cluster.instances=2", "cluster.router=prefix_exact",
+                                    "cluster.router_options={balance_abs_threshold: 8}"]))
+    spec = cluster_spec(plan.job("sarathi", progress=False))
+    assert (spec.router, spec.router_options) == ("prefix_exact", (("balance_abs_threshold", 8),))
+    stats: dict = {}
+    reqs = _sessions(60)
+    simulate_cluster(reqs, [make_engine(SCHED, 1 << 20, 4096) for _ in range(2)], [_Scaled()] * 2,
+                     make_router("prefix_aware"), stats=stats)
+    assert sum(stats["router_decisions"].values()) == len(reqs) == sum(stats["instance_requests"])

@@ -17,6 +17,7 @@ the fleet's hit rate), requests routed to each, and a prefix policy's decisions 
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from common.prometheus import samples
@@ -59,7 +60,7 @@ class Pool:
             request = route_request(body, self.block_size)
             if self.router.needs_cache and request.block_hashes and self.lookup is not None:
                 ids = body["prompt"]
-                found = [await self.lookup(url, ids) for url in self.urls]
+                found = await asyncio.gather(*(self.lookup(url, ids) for url in self.urls))
                 states = [InstanceState(n, 0, 0, c) for n, c in zip(self.outstanding, found)]
             i = self.router.choose(states, request)
         else:

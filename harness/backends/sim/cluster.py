@@ -209,13 +209,16 @@ def simulate_cluster(
     route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
                   request_of=request_of)
     if stats is not None:
-        add_instance_stats(stats, insts)
+        add_instance_stats(stats, insts, router=router)
     return run.records()
 
 
-def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "") -> None:
-    """Requests each instance got (`<prefix>instance_requests`) and the pipelined loops' counters, summed."""
+def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", router: Router | None = None) -> None:
+    """Requests each instance got (`<prefix>instance_requests`), the pipelined loops' counters,
+    summed, and a cache-aware router's decisions by branch (`<prefix>router_decisions`)."""
     stats[f"{prefix}instance_requests"] = [inst.routed for inst in insts]
+    if getattr(router, "decisions", None) is not None:
+        stats[f"{prefix}router_decisions"] = dict(router.decisions)  # type: ignore[union-attr]
     for inst in insts:
         for k, v in (inst.pipe.stats if inst.pipe is not None else {}).items():
             stats[k] = stats.get(k, 0) + v
@@ -284,5 +287,5 @@ def simulate_cluster_sessions(
     for inst in insts:
         inst.advance(math.inf, limit, final=True)
     if stats is not None:
-        add_instance_stats(stats, insts)
+        add_instance_stats(stats, insts, router=router)
     return run.records()
