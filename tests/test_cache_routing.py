@@ -224,3 +224,20 @@ def test_knobs_reach_the_live_router_and_decisions_the_simulators_stats():
     simulate_cluster(reqs, [make_engine(SCHED, 1 << 20, 4096) for _ in range(2)], [_Scaled()] * 2,
                      make_router("prefix_aware"), stats=stats)
     assert sum(stats["router_decisions"].values()) == len(reqs) == sum(stats["instance_requests"])
+
+
+@pytest.mark.parametrize("router", ["least_outstanding", "prefix_exact"])
+def test_the_lookahead_changes_nothing(monkeypatch, router):
+    """The session loop lets an instance run ahead up to the earliest turn another could release
+    (cluster._release_bound); with no lookahead at all (every instance bounded by its own clock)
+    every record is the same, bit for bit, for routers that read every instance's state."""
+    import harness.backends.sim.cluster as cluster
+    reqs = _sessions(150, 9.0, 6)
+
+    def run():
+        return simulate_cluster(reqs, [make_engine(SCHED, 6000, 4096) for _ in range(3)], [_Scaled()] * 3,
+                                make_router(router))
+    ahead = run()
+    monkeypatch.setattr(cluster, "_release_bound", lambda inst, run, floor: inst.t)
+    for a, b in zip(ahead, run()):
+        same(a, b)

@@ -14,10 +14,11 @@ resumably, the instance standing in for the run it reads arrivals from.
 Sessions (requests with `after`): a later turn is released `think_s` after the turn before it
 finished (on whichever instance ran it) and is routed at its release, so routing cannot be planned
 ahead. The instances then advance conservatively, the one furthest behind first, never past the
-earliest release pending nor (by more than its iteration in progress) past the next instance's
-clock: a finish on any instance happens at or after that instance's clock, so every release is
+earliest release pending nor (by more than its iteration in progress) past the earliest release
+any other instance could still make (`_release_bound`: its clock, plus its requests' remaining
+output tokens at the cheapest iteration, plus their next turns' think times), so every release is
 routed seeing each instance at its first iteration boundary at or after the release, as an
-arrival is. `sessions.SessionRelease` keeps the releases and the records (a turn never released
+arrival is (a run without that lookahead gives the same records, tests/test_cache_routing.py). `sessions.SessionRelease` keeps the releases and the records (a turn never released
 is recorded as not started).
 """
 from __future__ import annotations
@@ -245,6 +246,21 @@ def _busy(inst: _Instance) -> bool:
     return bool(inst.queue) or (inst.engine.has_unfinished and not inst.stuck)
 
 
+def _release_bound(inst: _Instance, run: ClusterSessionRun, floor: float) -> float:
+    """No turn that `inst`'s requests release comes before this: a request finishes no sooner than
+    its remaining output tokens' iterations from now, each at least `floor` (one token's decode at
+    context 1: no iteration costs less), and its next turn comes its think time after that."""
+    best = math.inf
+    successor, order, requests, seqs = run.successor, run.order, run.requests, run.seqs
+    engine = inst.engine
+    for group in (engine.running, engine.waiting, [seqs[r] for r in inst.queue]):
+        for seq in group:
+            j = successor[order[seq.seq_id]]
+            if j is not None:
+                best = min(best, max(1, seq.remaining_output) * floor + requests[j].think_s)
+    return inst.t + best
+
+
 def simulate_cluster_sessions(
     requests: Seq[RequestSpec],
     engines: Seq[Engine],
@@ -268,21 +284,26 @@ def simulate_cluster_sessions(
     stop = [math.inf]  # where the instance stepping now was told to stop
     for inst in insts:  # a finish that released a turn before that: stop there, the turn is routed first
         inst.halt = lambda: run.next_arrival < stop[0]
+    floors = [inst.timer.iteration_time([1], [1]) for inst in insts]
+    bounds = [math.inf] * len(insts)  # _release_bound of each instance as of its last change
     while True:
         release = run.next_arrival
-        active = [inst for inst in insts if _busy(inst)]
-        lead = min(active, key=lambda inst: inst.t, default=None)
-        if lead is not None and lead.t < min(release, limit):
-            behind = min((inst.t for inst in active if inst is not lead), default=math.inf)
-            ahead = behind if behind > lead.t else math.nextafter(lead.t, math.inf)  # equal clocks: one step
-            stop[0] = min(release, ahead, limit)
+        active = [k for k, inst in enumerate(insts) if _busy(inst)]
+        k = min(active, key=lambda k: insts[k].t, default=None)
+        if k is not None and insts[k].t < min(release, limit):
+            lead = insts[k]  # the one furthest behind, up to the earliest release another could make
+            others = min((bounds[j] for j in active if j != k), default=math.inf)
+            stop[0] = min(release, limit, others if others > lead.t else math.nextafter(lead.t, math.inf))
             lead.advance(stop[0], limit, final=False)
+            bounds[k] = _release_bound(lead, run, floors[k])
             continue
         if release == math.inf or release > limit:
             break
         rank = run.pop_release()
         states = [inst.state(release) for inst in insts] if stateful else [None] * len(insts)
-        insts[choose(router, insts, states, rank, request_of)].route(rank)  # type: ignore[arg-type]
+        k = choose(router, insts, states, rank, request_of)  # type: ignore[arg-type]
+        insts[k].route(rank)
+        bounds[k] = _release_bound(insts[k], run, floors[k])
     stop[0] = math.inf  # nothing left to release: every instance runs to the end
     for inst in insts:
         inst.advance(math.inf, limit, final=True)
