@@ -22,7 +22,7 @@ from harness.metrics import Slo
 from harness.search.offline import OfflineSettings, check_offline, is_offline
 from harness.search.slo import SloSettings, resolve_slo
 from harness.typed import did_you_mean, typed
-from harness.workload import Workload, concurrency_limit, load_workload
+from harness.workload import Workload, arrival_offsets, concurrency_limit, load_workload
 
 
 EXECUTORS = ("local", "ray")
@@ -241,6 +241,8 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     if offline is not None:
         check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
+    if _plain(cfg["arrival"]).get("name") != "trace":  # a bad knob fails here, before anything is written
+        arrival_offsets(_plain(cfg["arrival"]), 1.0, 1, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
     if workload.sessions is not None and offline is not None:
         raise HarnessError(f"dataset.sessions: arrival={cfg['arrival'].get('name')} starts no sessions (an offline run); "
