@@ -3,6 +3,7 @@ from engines.core.batch import Batch
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
 from engines.core.caching_engine import PrefixCachingEngine
 from engines.core.engine import Engine, Policy, StepOutput
+from engines.core.kv_tier import HostTier, TierStats
 from engines.core.prefix_cache import PrefixCacheStats, PrefixCachingBlockManager
 from engines.core.sequence import Sequence, SequenceStatus
 from engines.core.tokens import Segments, TokenIds
@@ -12,6 +13,7 @@ __all__ = [
     "BlockManager",
     "DEFAULT_BLOCK_SIZE",
     "Engine",
+    "HostTier",
     "Policy",
     "PrefixCacheStats",
     "PrefixCachingBlockManager",
@@ -20,6 +22,7 @@ __all__ = [
     "Sequence",
     "SequenceStatus",
     "StepOutput",
+    "TierStats",
     "TokenIds",
     "blocks_for",
 ]
