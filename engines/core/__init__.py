@@ -2,6 +2,7 @@
 from engines.core.batch import Batch
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
 from engines.core.caching_engine import PrefixCachingEngine
+from engines.core.checks import PolicyBroken
 from engines.core.engine import Engine, Policy, StepOutput
 from engines.core.prefix_cache import PrefixCacheStats, PrefixCachingBlockManager
 from engines.core.sequence import Sequence, SequenceStatus
@@ -13,6 +14,7 @@ __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "Engine",
     "Policy",
+    "PolicyBroken",
     "PrefixCacheStats",
     "PrefixCachingBlockManager",
     "PrefixCachingEngine",

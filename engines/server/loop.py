@@ -18,8 +18,9 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from engines.core import Engine, PrefixCachingBlockManager, Sequence, TokenIds
+from engines.core import Engine, PolicyBroken, PrefixCachingBlockManager, Sequence, TokenIds
 from engines.executors.base import SamplingParams
+from engines.server.errors import ApiError
 from engines.server.stats import LoopStats
 
 log = logging.getLogger("engines.server")
@@ -77,6 +78,7 @@ class EngineLoop:
         self._on_idle = getattr(executor, "idle", None)  # the real-time twin restarts its clock chain
         self._should_stop = getattr(executor, "should_stop", None)  # the torch executor knows its EOS ids
         self._caching = isinstance(engine.blocks, PrefixCachingBlockManager)
+        self.broken: str | None = None  # why the policy can serve no more (engines/core/checks.py)
 
     # -- handlers' side ----------------------------------------------------------------------
     def start(self) -> None:
@@ -86,7 +88,9 @@ class EngineLoop:
                arrival: float | None = None, prefilled: bool = False) -> RequestState:
         """Queue a request; raises ValueError if the engine refuses it (too long). `prefilled`: its
         prompt's KV was computed elsewhere and its first token made (a decode server's request):
-        what it streams are tokens 2..max_tokens."""
+        what it streams are tokens 2..max_tokens. A server whose policy broke refuses it (500)."""
+        if self.broken is not None:
+            raise ApiError(500, self.broken)
         # With a prefix cache the core hashes the tokens (a prefilled request's first token was made
         # elsewhere and is not known here: it is never cached).
         tokens = TokenIds(prompt_token_ids, self.engine.blocks.block_size) if self._caching and not prefilled else None
@@ -146,7 +150,11 @@ class EngineLoop:
                 await self._idle()
                 continue
             t0 = self.clock()
-            batch = engine.schedule()
+            try:
+                batch = engine.schedule()
+            except PolicyBroken as e:  # the engine's books can no longer be trusted: serve nothing more
+                self._break(str(e))
+                return
             if batch is None:  # nothing fits until a request arrives or leaves
                 await self._idle()
                 continue
@@ -212,6 +220,14 @@ class EngineLoop:
         self.stats.requests_finished += 1
         state.finished = t
         self._end(state, reason)
+
+    def _break(self, message: str) -> None:
+        """The policy broke its contract: say so in the log and to every request, now and later."""
+        log.error("%s", message)
+        self.broken = message
+        for state in list(self._states.values()):
+            state.error = message
+            self.abort(state)
 
     def _fail(self, batch, message: str) -> None:
         for seq in batch.seqs:
