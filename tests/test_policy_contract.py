@@ -122,3 +122,4 @@ def test_a_server_whose_policy_broke_fails_its_requests_and_refuses_more(plugins
     errors, refused = asyncio.run(serve())
     assert all(e is not None and "scheduling policy over_budget_sarathi broke its contract" in e for e in errors)
     assert refused.status == 500 and "over_budget_sarathi" in refused.message
+

@@ -72,6 +72,10 @@ class EngineLoop:
         self._wake = asyncio.Event()
         self._in_flight = False
         self._deferred_frees: list[int] = []
+        # Requests aborted while their batch executes: the engine frees their KV blocks (and empties
+        # their block tables) only once the batch is back, since the executor's thread reads the
+        # tables while it runs (the soak found an abort there crash the batch: benchmarks/bench_soak.py).
+        self._deferred_aborts: list[int] = []
         self._blocking = bool(getattr(executor, "blocking", True))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="executor") if self._blocking else None
         self._task: asyncio.Task | None = None
@@ -111,7 +115,10 @@ class EngineLoop:
         if state.done:
             return
         sid = state.seq.seq_id
-        self.engine.abort(sid)
+        if self._in_flight and state.seq.in_flight:
+            self._deferred_aborts.append(sid)
+        else:
+            self.engine.abort(sid)
         self._states.pop(sid, None)
         self._free_executor(sid)
         self.stats.requests_aborted += 1
@@ -121,6 +128,16 @@ class EngineLoop:
     @property
     def num_requests(self) -> int:
         return len(self._states)
+
+    def books_balanced(self) -> bool:
+        """Do the KV books balance: every block free, cached or held, reference counts matching the
+        live sequences' block tables (the block manager's audit; O(blocks))?"""
+        try:
+            self.engine.blocks.audit([s.block_table for s in self.engine.seqs.values()])
+        except AssertionError as e:
+            log.error("KV books do not balance: %s", e)
+            return False
+        return True
 
     def abort_all(self) -> None:
         for state in list(self._states.values()):
@@ -171,9 +188,11 @@ class EngineLoop:
             except Exception as e:  # a broken executor fails this batch's requests, not the server
                 log.exception("executor failed on a batch of %d sequences", len(batch))
                 self._in_flight = False
+                self._abort_deferred()
                 self._fail(batch, f"executor error: {e}")
                 continue
             self._in_flight = False
+            self._abort_deferred()
             t1 = self.clock()
             self._complete(batch, tokens, t1)
             self.stats.iteration(t1 - t0, batch.num_prefill_tokens, len(batch) - sum(t is None for t in tokens))
@@ -235,6 +254,13 @@ class EngineLoop:
             if state is not None:
                 state.error = message
                 self.abort(state)
+
+    def _abort_deferred(self) -> None:
+        """The engine's part of the aborts that came while the batch executed (complete() then
+        skips their sequences, as it skips any aborted one)."""
+        for sid in self._deferred_aborts:
+            self.engine.abort(sid)
+        self._deferred_aborts.clear()
 
     def _free_executor(self, sid: int) -> None:
         if self._in_flight:  # the executor may be reading this request's state right now
