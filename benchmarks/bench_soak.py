@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from benchmarks.soak_client import Server, Turn, drive, replay  # noqa: E402
+from engines.schedulers import policy_spec  # noqa: E402
 from harness.backends.live.lifecycle import free_port  # noqa: E402
 
 RSS_BOUND_MIB = 32.0
@@ -176,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(p for p in a.policies.split(",") if p)
     if not a.minutes > 0 or not policies or a.workers < 1 or a.replay < 0:
         print("error: --minutes > 0, at least one policy, --workers >= 1 and --replay >= 0 are needed", file=sys.stderr)
+        return 2
+    try:
+        for p in policies:
+            policy_spec(p)
+    except ValueError as e:
+        print(f"error: --policies: {e}", file=sys.stderr)
         return 2
     s = SoakSettings(60 * a.minutes / len(policies), policies, a.workers, replay=a.replay, seed=a.seed)
     ok = True
