@@ -2,6 +2,7 @@
 from engines.core.batch import Batch
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
 from engines.core.caching_engine import PrefixCachingEngine
+from engines.core.checks import PolicyBroken
 from engines.core.engine import Engine, Policy, StepOutput
 from engines.core.kv_tier import HostTier, TierStats
 from engines.core.prefix_cache import PrefixCacheStats, PrefixCachingBlockManager
@@ -15,6 +16,7 @@ __all__ = [
     "Engine",
     "HostTier",
     "Policy",
+    "PolicyBroken",
     "PrefixCacheStats",
     "PrefixCachingBlockManager",
     "PrefixCachingEngine",

@@ -51,6 +51,7 @@ def make_engine(
     if role not in ROLES:
         raise ValueError(f"unknown engine role {role!r}; known: {', '.join(ROLES)}")
     policy = _decode_policy(cfg) if role == "decode" else make_policy(cfg, max_model_len)
+    name = f"{cfg.policy} (decode instance)" if role == "decode" else cfg.policy
     num_blocks = kv_capacity_tokens // block_size
     reserve = max_model_len if policy.reserves_kv else None
     if num_blocks < blocks_for(max_model_len, block_size):
@@ -65,8 +66,8 @@ def make_engine(
     if cfg.prefix_caching:
         tier = HostTier(host_kv_blocks) if host_kv_blocks else None
         return PrefixCachingEngine(policy, PrefixCachingBlockManager(num_blocks, block_size, reserve_tokens=reserve,
-                                                                     tier=tier), max_model_len)
-    return Engine(policy, BlockManager(num_blocks, block_size, reserve_tokens=reserve), max_model_len)
+                                                                     tier=tier), max_model_len, name)
+    return Engine(policy, BlockManager(num_blocks, block_size, reserve_tokens=reserve), max_model_len, name)
 
 
 def _decode_policy(cfg: SchedulerConfig) -> DecodeOnlyPolicy:

@@ -81,6 +81,8 @@ class CompletionServer:
         })
 
     async def metrics(self, request: web.Request) -> web.Response:
+        """`?audit=1` adds engine:kv_books_balanced, the block manager's audit of every block
+        (O(blocks) on the event loop: asked for by a soak at rest, not scraped around probes)."""
         engine = self.parts.engine
         text = render_prometheus(
             self.loop.stats,
@@ -92,6 +94,8 @@ class CompletionServer:
             model=self.name,
             executor_metrics=getattr(self.parts.executor, "metrics", dict)(),
             prefix_cache=getattr(engine.blocks, "stats", None),
+            cached_blocks=getattr(engine.blocks, "num_evictable", None),
+            books_balanced=self.loop.books_balanced() if request.query.get("audit") == "1" else None,
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
