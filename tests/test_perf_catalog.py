@@ -176,18 +176,20 @@ def test_gpu_aliases():
 
 
 def test_link_selection_follows_topology():
-    yi = Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2)
+    yi = Deployment.create(model="yi-34b", gpu="a100-80g-sxm", tp=2, topology="paper_a100")
     assert yi.tp_link.name == "nvlink3" and yi.pp_link is None  # a pair on NVLink
     falcon = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=4, pp=2, topology="paper_a100", gpus_per_node=4)
     assert falcon.tp_link.name == "pcie4"  # the TP4 ring crosses from one NVLink pair to the other
     assert falcon.pp_link.name == "eth100g"  # stages on different nodes
     llama = Deployment.create(model="llama2-70b", gpu="a40", tp=4, pp=2, topology="paper_a40")
     assert (llama.tp_link.name, llama.pp_link.name) == ("pcie4-a40", "pcie4-a40")  # one 8-GPU server (its PCIe: sends via host memory)
-    tp8 = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=8)
+    tp8 = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=8, topology="paper_a100")
     assert tp8.tp_link.name == "eth100g"  # cross-node TP
+    sxm = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=8)
+    assert sxm.tp_link.name == "nvswitch-a100"  # the SXM part's usual node: 8 on NVSwitch (dgx-a100)
     dgx = Deployment.create(model="llama2-70b", gpu="h100", tp=8)
     assert dgx.tp_link.name == "nvlink4"
-    big_node = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=4, pp=2, gpus_per_node=8)
+    big_node = Deployment.create(model="falcon-180b", gpu="a100-80g-sxm", tp=4, pp=2, topology="paper_a100", gpus_per_node=8)
     assert big_node.pp_link.name == "pcie4"
     with pytest.raises(HarnessError):
         Deployment(model=get_model("yi-34b"), gpu=get_gpu("a100"), tp=2)  # tp > 1 without a link

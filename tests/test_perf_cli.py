@@ -65,3 +65,12 @@ def test_set_overrides_engine_overheads():
 def test_bad_input_exit_2(args):
     p = run(*args)
     assert p.returncode == 2 and p.stderr.startswith("error: ")
+
+
+def test_a_gpu_comes_in_its_usual_node_and_the_choice_is_printed():
+    """An SXM A100 is priced in its HGX/DGX node (8 on NVSwitch), not over Ethernet, unless asked."""
+    p = run("--model", "gpt3-175b", "--gpu", "a100-80g-sxm", "--tp", "8", "--stack", "sarathi-2023", "--batch", "200:0")
+    assert p.returncode == 0, p.stderr
+    assert "topology: dgx-a100, the a100-80g-sxm part's usual node" in p.stdout and "TP over nvswitch-a100" in p.stdout
+    asked = run("--model", "gpt3-175b", "--gpu", "a100-80g-sxm", "--tp", "8", "--topology", "paper_a100", "--batch", "200:0")
+    assert "TP over eth100g" in asked.stdout and "usual node" not in asked.stdout

@@ -64,17 +64,23 @@ def test_falcon_4k_prefill_about_1150ms_per_stage():
     assert 1.9 * t <= whole <= 2.1 * t
 
 
-# The two pipeline-parallel deployments decode 2-2.6x faster in the model than the paper's SLOs imply,
+# The two pipeline-parallel deployments decode 1.7-2.3x faster in the model than the paper's SLOs imply,
 # while the two single-stage ones match. What the model charges a PP decode (batch 32, 4k context):
 # every GPU streams its share of the weights (at the 73 % of HBM bandwidth measured for decode GEMMs)
 # and of the KV, does its stage's TP all-reduces, and the last stage pays the engine's measured CPU +
-# multi-GPU overheads (Vidur profiles, 9.6-13 ms at batch 32). No datasheet, operator profile or
-# engine profile found adds the missing 85-115 ms; fitting a constant to close it is ruled out. These stay strict xfails: they
-# fail loudly (XPASS) the day a cited cost closes the gap. See engines/perf/README.md.
+# multi-GPU overheads (Vidur profiles, 9.6-13 ms at batch 32). Every candidate cause found (issue 36)
+# is a what-if in benchmarks/pp_gap_whatifs.py, pinned by tests/test_pp_gap.py: the token period
+# with two micro-batches of 32 in flight, input preparation on every stage, the TP ranks' concurrent
+# stage sends, a missed 10 ms scheduler wake-up; none alone closes the gap, all at once leave Falcon
+# at 110 ms. Fitting a constant to close it is ruled out. These stay strict xfails: they fail loudly
+# (XPASS) the day a cited cost closes the gap. See engines/perf/README.md.
 FALCON_DECODE_REASON = (
     "model (perf.stack=sarathi-serve-2024, measured kernels): 89 ms through both stages (last stage: 31 ms of "
     "GEMMs streaming weights, 2.3 ms of attention, 1.0 ms of elementwise kernels, 4.8 ms of PCIe all-reduces, "
-    "9.6 ms engine overhead); 200 ms needs 2.3x that (the datasheet stack: 87 ms)"
+    "9.6 ms engine overhead); 200 ms needs 2.3x that (the datasheet stack: 87 ms). Candidates "
+    "(benchmarks/pp_gap_whatifs.py): the period with two micro-batches of 32 in flight 98.6 ms, input preparation "
+    "on every stage 89.4, 4 TP ranks' concurrent stage sends 89.6, a missed 10 ms scheduler wake-up 98.8, all at "
+    "once 110 ms: not found"
 )
 
 
@@ -97,9 +103,13 @@ SLO_CASES = [
     pytest.param(LLAMA70, 1.0, id="llama2-70b-tp4pp2-A40", marks=pytest.mark.xfail(strict=True, reason=(
         "model (measured kernels): 5x decode = 0.59 s. Last stage: GEMMs streaming 17.2 GB of weights per "
         "A40 (34 ms), attention over 5.4 GB of KV (10 ms), 80 PCIe all-reduces (7.5 ms), 13 ms engine overhead "
-        "(the A40 host's profile) = 66 ms; both stages 118 ms per decode, 59 % of the 200 ms the 1 s SLO implies"))),
+        "(the A40 host's profile) = 66 ms; both stages 118 ms per decode, 59 % of the 200 ms the 1 s SLO implies. "
+        "No operator candidate closes it (benchmarks/pp_gap_whatifs.py: input preparation on every stage 118.7 ms, "
+        "concurrent stage sends 118.5); reading the SLO unit as the period of two micro-batches of 32 (130.8 ms, "
+        "5x = 0.654 s) lands 0.4 points inside the tolerance, a reading, not a shown cost"))),
     pytest.param(FALCON, 1.0, id="falcon-180b-tp4pp2-A100", marks=pytest.mark.xfail(strict=True, reason=(
-        "model: 5x decode = 0.44 s; see test_falcon_batch32_decode_about_200ms"))),
+        "model: 5x decode = 0.44 s (the period of two micro-batches of 32: 0.49 s; every candidate at once: "
+        "0.55 s); see test_falcon_batch32_decode_about_200ms"))),
 ]
 
 

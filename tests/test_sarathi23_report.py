@@ -48,6 +48,19 @@ def test_a_bad_claim_is_named(tmp_path):
         load_claims(bad)
 
 
+def test_every_tolerance_is_relative_with_its_reason(tmp_path):
+    claims = load_claims()
+    assert all(c.tolerance.rel is not None and c.tolerance_reason for c in claims)
+    raw = yaml.safe_load(CLAIMS_FILE.read_text())
+    for change, error in (({"tolerance": {"abs": 0.1}}, "must be relative"), ({"tolerance_reason": " "}, "one-line reason")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump({"claims": [{**raw["claims"][0], **change}]}))
+        with pytest.raises(ValueError, match=error):
+            load_claims(bad)
+    bound = next(c for c in claims if c.sense == "at_least")  # "over 2x": within from 2 x (1 - rel) up
+    assert bound.within(bound.value * 10) and not bound.within(bound.value * (1 - bound.tolerance.rel) * 0.99)
+
+
 def test_model_claims_are_the_models_arithmetic():
     base = {"model": "llama-13b", "gpu": "rtx-a6000", "stack": "sarathi-2023"}
     step = model_value({**base, "metric": "tile_step", "tokens": [256, 257]})

@@ -9,6 +9,8 @@ Each policy's registration declares which of V1's two modes is its closest (`vll
 reports its batch limits (max_num_seqs, max_batch_tokens); nothing here branches on a policy's
 name. What modern vLLM (V1 engine, 0.6+; checked against 0.32) can express of the paper's policies:
 
+  vllm_v1        YES, exactly: it is V1's scheduler (engines/schedulers/vllm_v1.py), its knobs the flags
+                 (`--max-num-batched-tokens`, `--max-num-seqs`, `--long-prefill-token-threshold`).
   sarathi        YES. V1's scheduler is stall-free batching: every step it first gives each running
                  request its tokens (decodes, then ongoing prefill chunks), then admits waiting
                  requests FCFS into what is left of the token budget, chunking the last prompt
@@ -75,7 +77,8 @@ def policy_flags(cfg: SchedulerConfig, max_model_len: int) -> list[str]:
             f"(expressible: {', '.join(expressible())}; see engines/external/vllm.py)"
         )
     policy = make_policy(cfg, max_model_len)
-    seqs = ["--max-num-seqs", str(policy.max_num_seqs)]
+    # a policy's flags beyond its mode's and limits (vllm_v1: --long-prefill-token-threshold)
+    seqs = ["--max-num-seqs", str(policy.max_num_seqs), *getattr(policy, "vllm_flags", ())]
     if mode == "chunked_prefill":
         return ["--enable-chunked-prefill", "--max-num-batched-tokens", str(policy.max_batch_tokens), *seqs]
     # Whole prompts: vLLM refuses a budget below max_model_len without chunking.

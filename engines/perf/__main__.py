@@ -5,6 +5,7 @@
     python -m engines.perf --model path/to/config.json --gpu h100 --batch 512:0 --batch 64x1:2048
     python -m engines.perf --model mixtral-8x7b --gpu h100 --tp 2 --weight-dtype fp8 --kv-dtype fp8 --batch 32x1:4096
     python -m engines.perf --model yi-34b --tp 2 --batch 32x1:4096 --set cpu_overhead_s=0 --set multi_gpu_overhead_s=0
+    python -m engines.perf --model qwen3-30b-a3b --gpu h100 --dp 2 --ep --batch 32x1:4096   # each of 2 DP ranks runs it
 
 Each `--batch` item is `new_tokens:context_len` (tokens computed this iteration over tokens
 already cached), optionally repeated as `Nxnew:ctx`. The last line is the iteration time in ms
@@ -20,8 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import HarnessError
-from engines.perf import Deployment, ModelArch, PerfModel, known_gpus, known_models, known_topologies
+from engines.perf import Deployment, ModelArch, known_gpus, known_models, known_topologies
+from engines.perf.factory import build_perf_model
 from engines.perf.kernels import DEFAULT_STACK, known_attention_kernels, known_stacks
+from engines.perf.hardware import get_gpu, get_topology
 
 
 def parse_batch(items: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -64,12 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="a100-80g-sxm", help=f"one of {', '.join(known_gpus())}")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--dp", type=int, default=1, help="data-parallel ranks (with --ep): every rank runs the batch")
+    ap.add_argument("--ep", action="store_true", help="expert parallelism over dp x tp GPUs (an MoE model)")
+    ap.add_argument("--ep-comm", default="allgather_reducescatter", help="allgather_reducescatter (vLLM's default) or all2all")
     ap.add_argument("--topology", default=None, help=f"one of {', '.join(known_topologies())}")
     ap.add_argument("--gpus-per-node", type=int, default=None)
     ap.add_argument("--stack", default=DEFAULT_STACK, help=f"the engine's kernels: one of {', '.join(known_stacks())}")
     ap.add_argument("--attention-kernel", default=None, help=f"one of {', '.join(known_attention_kernels())}")
-    ap.add_argument("--weight-dtype", default=None, help="fp8: FP8 linear-layer weights (H100/H200); default 16-bit")
-    ap.add_argument("--kv-dtype", default=None, help="fp8: an FP8 KV cache (H100/H200); default 16-bit")
+    ap.add_argument("--weight-dtype", default=None, help="fp8: FP8 linear-layer weights (GPUs with FP8 tensor cores); default 16-bit")
+    ap.add_argument("--kv-dtype", default=None, help="fp8: an FP8 KV cache (GPUs with FP8 tensor cores); default 16-bit")
     ap.add_argument("--batch", action="append", default=[], metavar="NEW:CTX", help="a batch item; repeatable")
     ap.add_argument("--mem-util", type=float, default=0.9, help="GPU memory utilization for the KV capacity")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -81,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         d = Deployment.create(model=model, gpu=args.gpu, tp=args.tp, pp=args.pp, topology=args.topology,
                               gpus_per_node=args.gpus_per_node, stack=args.stack,
                               attention_kernel=args.attention_kernel, weight_dtype=args.weight_dtype,
-                              kv_dtype=args.kv_dtype, **parse_sets(args.set))
-        perf = PerfModel(d)
+                              kv_dtype=args.kv_dtype, dp=args.dp, ep=args.ep, ep_comm=args.ep_comm, **parse_sets(args.set))
+        perf = build_perf_model(d)
         new, ctx = parse_batch(args.batch or ["1:0"])
         parts = perf.breakdown(new, ctx)
         stages = perf.stage_times(new, ctx).tolist()
@@ -98,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         }, indent=2))
         return 0
     print(d.describe())
+    if args.topology is None and d.num_gpus > 1:
+        print(f"topology: {get_topology(None, get_gpu(args.gpu)).name}, the {args.gpu} part's usual node (--topology to choose)")
     print(f"batch: {len(new)} items, {int(new.sum())} new tokens, {int(ctx.sum())} cached context tokens")
     print(f"slowest stage ({int(parts['stage'])}, {int(parts['layers'])} layers), per operator "
           "(the outer rows add up to the stage; an inner row is a part of the subtotal below it):")

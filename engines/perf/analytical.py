@@ -47,6 +47,7 @@ from .moe import ExpertRouting
 from .split_kv import DecodeCall
 from .batch_pricer import BatchPricer
 from .scratch import SCRATCH as _SCRATCH, prepare
+from .vllm_releases import padded_array, step_rules
 
 # Components of one stage's time (summing to "total") and the details of "linear".
 BREAKDOWN_PARTS = ("linear", "attention", "elementwise", "tp_comm", "embedding", "lm_head", "cpu_overhead", "launch")
@@ -54,8 +55,7 @@ LINEAR_PARTS = ("linear.qkv", "linear.attn_out", "linear.mlp_up", "linear.mlp_do
 
 
 # Share of HBM for weights, activations and the KV cache: vLLM's `--gpu-memory-utilization` default
-# (vllm/config.py, CacheConfig.gpu_memory_utilization = 0.9).
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # (vllm/config.py, CacheConfig.gpu_memory_utilization = 0.9; 0.92 from 0.32)
 # Tokens per KV block: vLLM's and Sarathi-Serve's default (CacheConfig.block_size = 16); the engine
 # core's DEFAULT_BLOCK_SIZE says the same (engines.perf may not import it).
 DEFAULT_KV_BLOCK_TOKENS = 16
@@ -154,9 +154,14 @@ class PerfModel:
         multi_gpu = d.num_gpus > 1
         self._cpu_fixed = d.cpu_overhead_s + (d.multi_gpu_overhead_s if multi_gpu else 0.0)
         self._cpu_per_seq = d.cpu_overhead_per_seq_s + (d.multi_gpu_overhead_per_seq_s if multi_gpu else 0.0)
+        # A shipped vLLM release (vllm_releases.py): batches padded to its capture sizes; async scheduling.
+        self.rules = step_rules(self.stack.release, gpu.name, gpu.visible_bytes, d.pp, d.cuda_graphs is not False)
+        self._graph_sizes = self.rules.graph_sizes if self.rules else ()
+        self._overlap_cpu = bool(self.rules and self.rules.overlap_cpu)
         # Kernel launches, eager or as CUDA graphs (launch.py); None where the stack prices none.
         self.launch = launch.build("eager" if d.cuda_graphs is False else self.stack.graphs, self.stack.launch_s,
-                                   self.stack.graph_max_tokens, elementwise_kernels=len(self.elementwise_kernels),
+                                   self._graph_sizes[-1] if self._graph_sizes else self.stack.graph_max_tokens,
+                                   elementwise_kernels=len(self.elementwise_kernels),
                                    gemms=4 + m.is_moe, allreduces_per_layer=self._allreduces_per_layer, tp=d.tp)
         # Stage-to-stage send: hidden states, plus the residual stream Llama-style blocks carry
         # separately (vLLM's PP sends both); Falcon's parallel block has none.
@@ -229,8 +234,8 @@ class PerfModel:
         """KV-cache tokens the deployment holds, sized as its engine sizes it (memory.py: the
         stack's recipe, or the deployment's `kv_memory`); the smallest stage bounds the deployment."""
         d = self.deployment
-        return memory.kv_capacity_tokens(d.kv_memory or self.stack.kv_memory, memory.inputs(d), gpu_memory_utilization,
-                                         block_size)
+        return memory.kv_capacity_tokens(d.kv_memory or self.stack.kv_memory, memory.inputs(d, self.rules),
+                                         gpu_memory_utilization, block_size)
 
     def activation_reserve_bytes(self) -> int:
         """What the datasheet recipe reserves before the KV cache: activations + logits (memory.py)."""
@@ -264,6 +269,8 @@ class PerfModel:
         out["cpu_overhead"] = float(comp["cpu_overhead"][0]) if (active and last) else 0.0
         out["launch"] = self._launch(comp["seqs"][0], comp["tokens"][0], s) if self.launch else 0.0
         out["total"] = float(stages[s, 0])
+        if self._overlap_cpu and last:  # async scheduling: only the CPU time the GPU step does not cover shows
+            out["cpu_overhead"] = max(0.0, out["total"] - sum(out[k] for k in BREAKDOWN_PARTS if k != "cpu_overhead"))
         out["stage"] = float(s)
         out["layers"] = float(layers)
         out["pp_send"] = float(self._send(comp["tokens"])[0]) if self.pp > 1 else 0.0
@@ -317,13 +324,15 @@ class PerfModel:
     def _components(self, n: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
         """Per-row costs: per-layer operator times, per-stage extras, and the token counts.
         Every entry is 0 for a row without tokens."""
-        tokens = n.sum(axis=-1)  # whole numbers: exact in any summation order
+        real = n.sum(axis=-1)  # whole numbers: exact in any summation order
         seqs = np.count_nonzero(n, axis=-1).astype(np.float64)
         active = seqs > 0
+        # The rows the model runs: a CUDA graph's batch is padded to its capture size (LM head: real rows).
+        tokens = padded_array(self._graph_sizes, real) if self._graph_sizes else real
         gemms = list(self._gemms(tokens, self._gemm_c, self._gemm_w, self._gemm_a))
         if self._routing is not None:
             gemms[2:] = self._expert_gemms(tokens)
-        comp: dict[str, np.ndarray] = {"tokens": tokens, "seqs": seqs, "active": active}
+        comp: dict[str, np.ndarray] = {"tokens": real, "seqs": seqs, "active": active}
         for (name, _, _), t in zip(self._gemm_shapes, gemms):
             comp[name] = t
         linear = gemms[0] + gemms[1] + gemms[2] + gemms[3]
@@ -365,7 +374,7 @@ class PerfModel:
     def _stage_times(self, comp: dict[str, np.ndarray]) -> np.ndarray:
         """(pp, rows) seconds of each stage (0 for rows without tokens: every part is 0 there)."""
         last = self.pp - 1
-        if last == 0 and not self.launch:
+        if last == 0 and not self.launch and not self._overlap_cpu:
             return (self.stage_layers[0] * comp["layer"] + comp["embedding"] + comp["lm_head"]
                     + comp["cpu_overhead"])[None]
         rows = []
@@ -374,7 +383,8 @@ class PerfModel:
             if s == 0:
                 t = t + comp["embedding"]
             if s == last:
-                t = t + comp["lm_head"] + comp["cpu_overhead"]
+                t = t + comp["lm_head"]
+                t = np.maximum(t, comp["cpu_overhead"]) if self._overlap_cpu else t + comp["cpu_overhead"]
             if self.launch:
                 t = t + self._launch(comp["seqs"], comp["tokens"], s)
             rows.append(t)

@@ -169,20 +169,23 @@ class ModelArch:
         holds the embedding, the last the LM head (a copy when tied and pp > 1)."""
         return [linear + other for linear, other in self._stage_params_per_gpu(tp, pp)]
 
-    def stage_weight_bytes_per_gpu(self, tp: int, pp: int, linear_bytes: int | None = None) -> list[int]:
+    def stage_weight_bytes_per_gpu(self, tp: int, pp: int, linear_bytes: int | None = None,
+                                   expert_shards: int | None = None) -> list[int]:
         """Weight bytes one GPU of each stage holds, the linear layers' parameters (QKV, attention
         output, MLP or experts) at `linear_bytes` each (FP8: 1; default: bytes_per_param), the rest
-        (embeddings, LM head, norms, router, biases) at bytes_per_param."""
+        (embeddings, LM head, norms, router, biases) at bytes_per_param. `expert_shards`: the GPUs
+        the experts are spread over (expert parallelism: dp x tp, each GPU whole experts); None: tp."""
         lb = self.bytes_per_param if linear_bytes is None else linear_bytes
-        return [linear * lb + other * self.bytes_per_param for linear, other in self._stage_params_per_gpu(tp, pp)]
+        return [linear * lb + other * self.bytes_per_param
+                for linear, other in self._stage_params_per_gpu(tp, pp, expert_shards)]
 
-    def _stage_params_per_gpu(self, tp: int, pp: int) -> list[tuple[int, int]]:
+    def _stage_params_per_gpu(self, tp: int, pp: int, expert_shards: int | None = None) -> list[tuple[int, int]]:
         """(linear-layer parameters, the rest) one GPU of each stage holds."""
         h = self.hidden_size
         kvh = self.kv_heads_per_gpu(tp) * self.head_dim
         qkv_out = self.q_size // tp + 2 * kvh
         linear = h * qkv_out + (self.q_size // tp) * h
-        linear += max(1, self.num_experts) * self.expert_params() // tp
+        linear += max(1, self.num_experts) * self.expert_params() // (expert_shards or tp)
         other = (qkv_out if self.qkv_bias else 0) + self.router_params + self.layer_norm_params()
         emb = math.ceil(self.vocab_size / tp) * h
         stages = []

@@ -29,6 +29,7 @@ from common.errors import HarnessError
 
 from . import operators as ops
 from .split_kv import num_splits
+from .vllm_releases import padded
 
 if TYPE_CHECKING:
     from .analytical import PerfModel
@@ -55,6 +56,7 @@ class BatchPricer:
         self.call = att._decode_call  # the split-KV decode kernel, or None
         self.layers = tuple(model.stage_layers)
         self.last = model.pp - 1
+        self.overlap = model._overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
         self._shapes: dict[tuple[int, int], tuple] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
         self._decode_units: list[float] = []
@@ -105,7 +107,7 @@ class BatchPricer:
         if got is not None:
             return got
         m = self.m
-        t, s = float(tokens), float(seqs)
+        t, s = float(padded(m._graph_sizes, tokens)), float(seqs)  # the rows a CUDA graph runs (analytical.py)
         tiled = float(math.ceil(t / m._tile) * m._tile)
         g = [m._gemm_scalar(t, tiled, *coeffs) for coeffs in m._gemm_scalars]
         if m._routing is not None:
@@ -119,7 +121,7 @@ class BatchPricer:
                    + m._allgather.seconds(s))
         cpu = s * m._cpu_per_seq + m._cpu_fixed
         embedding = (t * m._embedding_per_token + m._embedding_fixed) + allreduce
-        launches = tuple(m._launch(s, t, i) for i in range(m.pp)) if m.launch else None
+        launches = tuple(m._launch(s, float(tokens), i) for i in range(m.pp)) if m.launch else None
         got = (linear, elementwise, m._allreduces_per_layer * allreduce, embedding, lm_head, cpu, launches)
         if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
             self._shapes.clear()
@@ -135,7 +137,8 @@ class BatchPricer:
             if s == 0:
                 t = t + embedding
             if s == self.last:
-                t = t + lm_head + cpu
+                t = t + lm_head
+                t = max(t, cpu) if self.overlap else t + cpu
             if launches is not None:
                 t = t + launches[s]
             out.append(t)
@@ -267,7 +270,10 @@ class BatchPricer:
                 t += embedding
             if s == self.last:
                 t += lm_head
-                t += cpu
+                if self.overlap:
+                    t = np.maximum(t, cpu)
+                else:
+                    t += cpu
             if launches is not None:
                 t += launches[s]
             out[:, s] = t

@@ -85,6 +85,20 @@ HOST_OVERHEADS: dict[tuple[str, str], CpuCosts] = {
 }
 
 
+# What a run prices on the CPU (`perf.cpu_costs`): "engine" the stack's profile above (an engine's
+# iteration as run), "none" GPU kernels only, as an operator-profile simulator prices them (the first
+# Sarathi paper's Sec. 5.4 simulator; its successor Vidur skips CPU overheads unless asked,
+# vidur/config/config.py skip_cpu_overhead_modeling = True).
+CPU_CHOICES = ("engine", "none")
+
+
+def cpu_choice(choice: str) -> dict[str, float]:
+    """Deployment field values for a `perf.cpu_costs` choice ({}: the stack's own)."""
+    if choice not in CPU_CHOICES:
+        raise HarnessError(f"perf.cpu_costs must be one of {', '.join(CPU_CHOICES)}, got {choice!r}")
+    return {} if choice == "engine" else dict.fromkeys(CPU_FIELDS, 0.0)
+
+
 def cpu_costs(profile: str, host: str | None = None) -> dict[str, float]:
     """The profile's costs on `host` (a topology name), as Deployment field values."""
     if profile not in CPU_PROFILES:

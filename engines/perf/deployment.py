@@ -1,5 +1,8 @@
 """A deployment: one model on tp x pp GPUs of one kind, with the links its collectives use,
-and the software overheads of the serving engine around the GPU work.
+and the software overheads of the serving engine around the GPU work. With data parallelism
+(`dp` > 1, an MoE model with `ep`: vLLM's --data-parallel-size N --enable-expert-parallel) it
+describes one of dp ranks of tp GPUs; the experts are spread over all dp x tp GPUs
+(expert_parallel.py).
 
 The engine's CPU costs (scheduling, input preparation, sampling, output processing, the
 driver-to-worker hop) belong to its stack (kernels.py `EngineStack.cpu`, cpu_costs.py: Vidur's
@@ -60,6 +63,10 @@ class Deployment:
     weight_dtype: str | None = None  # "fp8": linear layers' weights in FP8 (precision.py); None: the model's 16-bit
     kv_dtype: str | None = None  # "fp8": the KV cache in FP8 (precision.py); None: 16-bit
     cuda_graphs: bool | None = None  # False: the stack's kernels launched eagerly (launch.py); None: the stack's
+    dp: int = 1  # data-parallel ranks, each one engine of tp x pp GPUs (>1 needs `ep`: expert_parallel.py)
+    ep: bool = False  # expert parallelism: whole experts spread over dp x tp GPUs, tokens moved to them
+    ep_link: LinkSpec | None = None  # slowest hop of a ring over the dp x tp GPUs (None for one GPU)
+    ep_comm: str = "allgather_reducescatter"  # how tokens reach the experts (expert_parallel.EP_COMMS)
     host: str | None = field(default=None, compare=False)  # the topology whose host CPU the stack's CPU costs are taken on (cpu_costs.py)
     topology: str | None = field(default=None, compare=False)  # for descriptions only
 
@@ -72,6 +79,7 @@ class Deployment:
             raise HarnessError("deployment: tp > 1 needs a tp_link")
         if self.pp > 1 and self.pp_link is None:
             raise HarnessError("deployment: pp > 1 needs a pp_link")
+        self._check_expert_parallel()
         stack = get_stack(self.stack)
         object.__setattr__(self, "stack", stack.name)  # one spelling; unknown names refused
         for name, value in cpu_costs(stack.cpu, self.host).items():
@@ -89,9 +97,35 @@ class Deployment:
             if getattr(self, name) < 0:
                 raise HarnessError(f"deployment: {name} must be >= 0")
 
+    def _check_expert_parallel(self) -> None:
+        """The DP x EP layouts vLLM runs and this model prices; anything else one line."""
+        m = self.model
+        if self.dp < 1:
+            raise HarnessError(f"deployment: dp must be >= 1, got dp={self.dp}")
+        if self.ep and not m.is_moe:
+            raise HarnessError(f"deployment: ep (expert parallelism) needs an MoE model; {m.name} is dense")
+        if self.dp > 1 and not self.ep:
+            raise HarnessError(f"deployment: dp={self.dp} couples ranks through the MoE layers with ep=true only; "
+                               "independent replicas are cluster.instances=N")
+        if self.ep and self.pp > 1:
+            raise HarnessError(f"deployment: ep with pp={self.pp} is not modelled (dp x tp, pp=1)")
+        if self.ep and m.num_experts % self.expert_shards:
+            raise HarnessError(f"deployment: ep over dp x tp = {self.expert_shards} GPUs must divide "
+                               f"{m.name}'s {m.num_experts} experts")
+        if self.ep and self.expert_shards > 1 and self.ep_link is None:
+            raise HarnessError("deployment: ep over more than one GPU needs an ep_link")
+        if self.ep_comm not in ("allgather_reducescatter", "all2all"):
+            raise HarnessError(f"deployment: ep_comm must be allgather_reducescatter or all2all, got {self.ep_comm!r}")
+
     @property
     def num_gpus(self) -> int:
+        """GPUs of one engine (one DP rank)."""
         return self.tp * self.pp
+
+    @property
+    def expert_shards(self) -> int | None:
+        """GPUs the experts are spread over under EP (dp x tp); None: the tp slices of every expert."""
+        return self.tp * self.dp if self.ep else None
 
     @property
     def weight_bytes_per_param(self) -> int:
@@ -113,7 +147,11 @@ class Deployment:
         kernels = f", stack {self.stack}" + (f", attention {self.attention_kernel}" if self.attention_kernel else "")
         kernels += "".join(f", {what} {dtype}" for what, dtype in (("weights", self.weight_dtype),
                                                                    ("KV", self.kv_dtype)) if dtype)
-        return f"{self.model.name} on {self.num_gpus}x {self.gpu.name} tp={self.tp} pp={self.pp}{where}{extra}{kernels}"
+        if self.ep_link:
+            extra += f" (EP over {self.ep_link.name})"
+        ranks = f" dp={self.dp} ep" if self.ep else ""
+        gpus = self.num_gpus * self.dp
+        return f"{self.model.name} on {gpus}x {self.gpu.name} tp={self.tp} pp={self.pp}{ranks}{where}{extra}{kernels}"
 
     def with_changes(self, **changes: Any) -> Deployment:
         """A copy with `changes`; a new stack or host brings its own CPU costs where this one had
@@ -133,6 +171,8 @@ class Deployment:
         pp: int = 1,
         topology: str | Topology | None = None,
         gpus_per_node: int | None = None,
+        dp: int = 1,
+        ep: bool = False,
         **overrides: Any,
     ) -> Deployment:
         """Place tp x pp GPUs on nodes of `topology` (default: the GPU's usual node) and pick links.
@@ -141,6 +181,9 @@ class Deployment:
         contiguous. The TP link is the slowest hop of that ring (NVLink inside a pair/NVSwitch
         domain, PCIe across pairs, the inter-node link when the group spans nodes); the PP link is
         the slowest stage-to-stage path (the inter-node link when stages sit on different nodes).
+        DP ranks (`dp`, with `ep`) sit side by side, rank r on GPUs r tp .. (r+1) tp - 1 of one node
+        (vLLM's all-to-all and DP padding are priced inside a node only); the EP link is the slowest
+        hop of a ring over all dp x tp of them.
         """
         arch = get_model(model)
         spec = get_gpu(gpu)
@@ -156,7 +199,12 @@ class Deployment:
         if pp > 1:
             paths = [topo.link_between(s * tp, (s + 1) * tp) for s in range(pp - 1)]
             pp_link = min(paths, key=lambda link: (link.effective_bandwidth, -link.latency_s))
-        fields = dict(model=arch, gpu=spec, tp=tp, pp=pp, tp_link=tp_link, pp_link=pp_link,
+        dp = int(dp)
+        if ep and dp * tp * pp > topo.gpus_per_node:
+            raise HarnessError(f"deployment: dp x tp x pp = {dp * tp * pp} GPUs with ep: more than a "
+                               f"{topo.name} node's {topo.gpus_per_node} (EP across nodes is not modelled)")
+        ep_link = topo.ring_link(0, dp * tp) if ep else None
+        fields = dict(model=arch, gpu=spec, tp=tp, pp=pp, tp_link=tp_link, pp_link=pp_link, dp=dp, ep=bool(ep), ep_link=ep_link,
                       topology=f"{topo.name}/{topo.gpus_per_node}-per-node", host=topo.name)
         fields.update(overrides)
         return cls(**fields)

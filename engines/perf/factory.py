@@ -18,6 +18,9 @@ def build_perf_model(deployment: Deployment, perf_cfg: Mapping | None = None) ->
     except Exception as e:  # omegaconf errors on interpolation / missing values
         raise HarnessError(f"perf: {e}") from None
     if kind == "analytical":
+        if deployment.ep:  # DP ranks sharing expert-parallel MoE layers
+            from .expert_parallel import ExpertParallelModel
+            return ExpertParallelModel(deployment)
         return PerfModel(deployment)
     if kind == "profile":
         try:
@@ -26,7 +29,7 @@ def build_perf_model(deployment: Deployment, perf_cfg: Mapping | None = None) ->
             path = None
         if path in (None, "", "???"):
             raise HarnessError("perf=profile needs perf.path=<profile CSV or Vidur profile directory>")
-        if deployment.model.is_moe or deployment.weight_dtype or deployment.kv_dtype:
+        if deployment.model.is_moe or deployment.ep or deployment.weight_dtype or deployment.kv_dtype:
             raise HarnessError("perf=profile prices 16-bit dense models (the operators a profile measures); "
                                f"{deployment.model.name} with MoE or FP8 needs perf=analytical")
         return ProfilePerfModel(deployment, Path(str(path)))

@@ -56,63 +56,12 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 
+from .gpu_spec import GiB, GpuSpec
+from .gpu_spec import CUDA_TOTAL_80G as _CUDA_TOTAL_80G  # the shared fractions (gpu_spec.py)
+from .gpu_spec import HBM_EFF as _HBM_EFF
+from .gpu_spec import WEIGHT_STREAM_EFF as _WEIGHT_STREAM_EFF
 from .links import _LINKS, LinkSpec, _norm
-
-GiB = 1024**3
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One accelerator. Peaks are datasheet values; *_efficiency are achievable fractions."""
-
-    name: str
-    peak_flops: float  # dense BF16/FP16 tensor-core FLOP/s (no 2:4 sparsity)
-    hbm_bytes: int  # device memory visible to CUDA
-    hbm_bandwidth: float  # device-memory bandwidth, B/s
-    matmul_efficiency: float  # achievable fraction of peak_flops for large GEMMs
-    attention_efficiency: float  # achievable fraction of peak_flops for prefill attention kernels
-    hbm_efficiency: float  # achievable fraction of hbm_bandwidth for streaming kernels
-    sm_count: int  # streaming multiprocessors [SMS]: how many thread blocks run at once (split_kv.py)
-    # achievable fraction of hbm_bandwidth while a GEMM streams its weights for a few rows (decode)
-    weight_stream_efficiency: float = 0.73
-    # the device total CUDA reports (torch.cuda.get_device_properties().total_memory), where it is
-    # less than hbm_bytes: what an engine sizing its KV cache starts from (memory.py). None: hbm_bytes.
-    cuda_total_bytes: int | None = None
-    # dense FP8 (E4M3) tensor-core FLOP/s where the GPU has FP8 tensor cores (Hopper on); None: no FP8
-    fp8_peak_flops: float | None = None
-
-    @property
-    def visible_bytes(self) -> int:
-        return self.hbm_bytes if self.cuda_total_bytes is None else self.cuda_total_bytes
-
-    @property
-    def matmul_flops(self) -> float:
-        return self.peak_flops * self.matmul_efficiency
-
-    @property
-    def attention_flops(self) -> float:
-        return self.peak_flops * self.attention_efficiency
-
-    @property
-    def mem_bandwidth(self) -> float:
-        return self.hbm_bandwidth * self.hbm_efficiency
-
-    @property
-    def weight_bandwidth(self) -> float:
-        return self.hbm_bandwidth * self.weight_stream_efficiency
-
-
-# HBM fraction used for streaming kernels (KV reads in attention, elementwise ops): 0.85, a
-# little under the 88-90 % best case of [HBM-RD], because serving kernels are not hand-tuned
-# copy kernels. GEMMs streaming their weights at decode batch sizes reach less: 0.73, measured
-# on A40 and A100 [VIDUR-MLP]; H100/H200 have no such profile here and assume the same fraction.
-_HBM_EFF = 0.85
-# [CUDA-TOTAL] An 80 GB card shows CUDA 79.1-79.25 GiB (the rest is the driver's and the ECC's):
-# PyTorch's out-of-memory messages report "79.25 GiB total capacity" and "79.14 GiB" on A100 80GB
-# (levihsu/OOTDiffusion#235, lianqi1008/Control-GIC#6), vLLM's logs 79.22 GiB on H100 80GB
-# (vllm-project/vllm PRs #10511, #12126). 79.2 GiB for each 80 GB part.
-_CUDA_TOTAL_80G = int(79.2 * GiB)
-_WEIGHT_STREAM_EFF = 0.73
+from .recent_gpus import RECENT_ALIASES, RECENT_AMBIGUOUS, RECENT_GPUS
 
 _GPUS: dict[str, GpuSpec] = {
     "a100-80g-sxm": GpuSpec(
@@ -209,6 +158,8 @@ _GPU_ALIASES = {
     "h200": "h200-141g",
     "h200-sxm": "h200-141g",
 }
+_GPUS.update(RECENT_GPUS)  # recent_gpus.py: Ada, Hopper PCIe and H20, Blackwell
+_GPU_ALIASES.update(RECENT_ALIASES)
 
 
 # Names that fit more than one catalog card: refused with the choices, never guessed (the two
@@ -218,6 +169,7 @@ _AMBIGUOUS = {
            "a100-80g-sxm (DGX/HGX A100; preset hardware=a100_80g_sxm)")
     for name in ("a100", "a100-80g", "a100-80gb")
 }
+_AMBIGUOUS.update(RECENT_AMBIGUOUS)
 
 
 def known_gpus() -> list[str]:
@@ -299,20 +251,40 @@ _TOPOLOGIES: dict[str, Topology] = {
     "nvswitch-h100-eth": Topology("nvswitch-h100-eth", 8, 8, _LINKS["nvlink4"], _LINKS["pcie4"], _LINKS["eth100g"]),
     # PCIe-only servers (no NVLink at all).
     "pcie-only": Topology("pcie-only", 8, 1, _LINKS["pcie4"], _LINKS["pcie4"], _LINKS["eth100g"]),
+    # PCIe boxes of 8 cards (no NVLink), peer-to-peer on or off as a named choice (links.py: with it
+    # off every byte is staged through host memory). "pcie-only" above is the Gen4 box with P2P on.
+    "pcie4-no-p2p": Topology("pcie4-no-p2p", 8, 1, _LINKS["pcie4-host"], _LINKS["pcie4-host"], _LINKS["eth100g"]),
+    "pcie5-p2p": Topology("pcie5-p2p", 8, 1, _LINKS["pcie5"], _LINKS["pcie5"], _LINKS["eth100g"]),
+    "pcie5-no-p2p": Topology("pcie5-no-p2p", 8, 1, _LINKS["pcie5-host"], _LINKS["pcie5-host"], _LINKS["eth100g"]),
+    # H100 PCIe cards in pairs joined by NVLink bridges (the optional bridge), PCIe Gen5 otherwise.
+    "h100-pcie-nvlink": Topology("h100-pcie-nvlink", 8, 2, _LINKS["nvlink-bridge-h100"], _LINKS["pcie5"],
+                                 _LINKS["eth100g"]),
+    # HGX/DGX B200: 8 GPUs on NVLink5 switches, 400 Gb/s NDR between nodes ([B200-DS] in recent_gpus.py).
+    "hgx-b200": Topology("hgx-b200", 8, 8, _LINKS["nvlink5"], _LINKS["pcie5"], _LINKS["ib-ndr"]),
 }
 
 # The node each GPU comes in unless the caller names one.
 _DEFAULT_TOPOLOGY = {
-    "a100-80g-sxm": "paper-a100",
+    "a100-80g-sxm": "dgx-a100",  # the SXM module comes on an HGX/DGX board: 8 on NVSwitch (the paper's PCIe cards: paper-a100)
     "a100-80g-pcie": "paper-a100",
     "a40-48g": "paper-a40",
     "rtx-a6000-48g": "pcie-only",  # a workstation board: the paper runs one, so its links never matter
     "h100-80g-sxm": "dgx-h100",
     "h200-141g": "dgx-h100",
+    # GeForce drivers refuse peer-to-peer between RTX 40-series cards (a patched kernel module,
+    # tinygrad/open-gpu-kernel-modules, exists to turn it on): NCCL stages through host memory.
+    "rtx-4090-24g": "pcie4-no-p2p",
+    "l40s-48g": "pcie-only",  # PCIe Gen4 x16, P2P supported
+    "rtx-pro-6000-server-96g": "pcie5-p2p",
+    "rtx-pro-6000-ws-96g": "pcie5-p2p",
+    "h100-80g-pcie": "pcie5-p2p",  # the NVLink bridge is a choice: topology h100-pcie-nvlink
+    "h20-96g": "dgx-h100",  # an HGX H20 board: 8 GPUs on NVLink4 switches at 900 GB/s, as HGX H100
+    "b200-180g": "hgx-b200",
 }
 
 _TOPOLOGY_ALIASES = {"dgx-h200": "dgx-h100", "hgx-h100": "dgx-h100", "hgx-h200": "dgx-h100",
-                     "hgx-a100": "dgx-a100", "pcie": "pcie-only"}
+                     "hgx-a100": "dgx-a100", "pcie": "pcie-only", "pcie4-p2p": "pcie-only",
+                     "hgx-h20": "dgx-h100", "dgx-b200": "hgx-b200"}
 
 
 def known_topologies() -> list[str]:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from common.errors import HarnessError
 
 from .split_kv import SplitKvDecode
+from .vllm_releases import attention_backend
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,11 @@ _ATTENTION = {
     # H100/H200); no launch or per-call cost measured (0: the datasheet-style entry). Decode as FA2.
     "fa3-2024": AttentionKernel("fa3-2024", prefill_fixed_s=0.0, prefill_fa2_fraction=0.75 / 0.34, causal_flops=True,
                                 decode_fixed_s=0.0, decode_efficiency=None),
+    # FlashInfer, vLLM's first choice on sm100 (vllm_releases.py [ATTN]): no operator-level measurement
+    # of it is cited here, so it is priced at the FA2 paper's fractions of the GPU's own figures (the
+    # `fa2-ideal` entry under its own name): an assumption, named, until a profile of it exists.
+    "flashinfer-2025": AttentionKernel("flashinfer-2025", prefill_fixed_s=0.0, prefill_fa2_fraction=1.0,
+                                       causal_flops=True, decode_fixed_s=0.0, decode_efficiency=None),
     "sarathi-2024": AttentionKernel("sarathi-2024", prefill_fixed_s=21.5e-6, prefill_fa2_fraction=0.374 / 0.60,
                                     causal_flops=False, decode_fixed_s=6.45e-6, decode_efficiency=0.830,
                                     decode_split=SplitKvDecode(combine_s=6.70e-6, cta_bandwidth=10.2e9)),
@@ -195,6 +201,9 @@ class EngineStack:
     graph_max_tokens: int = 0  # largest captured batch (tokens; = sequences for a decode batch)
     attention_hopper: str | None = None  # the attention kernel on Hopper GPUs, where it differs
     allreduce: str | None = None  # the engine's own all-reduce kernels (links.py ALLREDUCE_KERNELS); None: NCCL's
+    # A shipped vLLM release (vllm_releases.py RELEASES): its attention backend per architecture, CUDA-graph
+    # capture sizes (batches padded to them), async scheduling (CPU overlapped with the GPU step) and KV sizing.
+    release: str | None = None
 
 
 STACKS = {
@@ -239,6 +248,18 @@ STACKS = {
                     "fused add+norm, CUDA graphs (full for decodes, piecewise otherwise, up to 512 tokens), "
                     "V1's measured step CPU costs (0.43 ms + 1.1 us a sequence), its custom all-reduce on H100 NVSwitch"),
 }
+# vLLM as it ships (vllm_releases.py: every default cited by release, file and function): V1's kernels as
+# `vllm-v1-2025` prices them (cuBLAS GEMMs, torch.compile-fused add+norm, vLLM's all-reduce, V1's
+# measured CPU costs), with the release's attention backend per compute capability (FA2 on sm8x and
+# sm120, FA3 on sm90, FlashInfer on sm100), its capture sizes, async scheduling and profile-run KV sizing.
+for _version in ("0.19", "0.32"):
+    STACKS[f"vllm-{_version}"] = EngineStack(
+        f"vllm-{_version}", gemm="cublas-2024", attention="fa2-ideal", elementwise="ideal", kv_memory="vllm-v1",
+        cpu="vllm-v1", graphs="full-and-piecewise", launch_s=4e-6, graph_max_tokens=512, allreduce="vllm-2025",
+        release=_version,
+        description=f"vLLM {_version} as it ships: V1 scheduler defaults, attention backend by compute capability, "
+                    "CUDA graphs padded to its capture sizes, async scheduling hiding the engine core's CPU "
+                    "time behind the GPU step (pp = 1), KV sized after a profile run")
 # Vidur profiled Sarathi-Serve's vLLM-derived engine (vidur/profiling: "compatibility with sarathi
 # cudatimer"; the operator and CPU profiles above): the vLLM Vidur profiled is the paper's engine.
 STACK_ALIASES = {"vllm-vidur-2024": "sarathi-serve-2024"}
@@ -271,6 +292,7 @@ def get_attention_kernel(name: str) -> AttentionKernel:
 
 
 _HOPPER = ("h100", "h200")  # hardware.py catalog names of sm90 parts
+_RELEASE_ATTENTION = {"fa2": "fa2-ideal", "fa3": "fa3-2024", "flashinfer": "flashinfer-2025"}
 
 
 @dataclass(frozen=True)
@@ -286,6 +308,8 @@ def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
                 attention: str | None = None) -> Kernels:
     """The stack's kernels on one GPU; `attention` names another attention kernel than the stack's."""
     hopper = stack.attention_hopper if gpu_name.startswith(_HOPPER) else None
+    if stack.release is not None:  # the release's backend on this architecture (vllm_releases.py [ATTN])
+        hopper = _RELEASE_ATTENTION[attention_backend(gpu_name)]
     att = get_attention_kernel(attention or hopper or stack.attention)
     chip = _SAME_CHIP.get(gpu_name, gpu_name)
     if stack.gemm == "datasheet":

@@ -150,14 +150,16 @@ _HDR_ALLREDUCE_BY_NODE = (  # a100_dgx, two nodes of 1, 2, 4 and 8 GPUs: 2.2, 13
 )
 _NDR_ALLREDUCE_BY_NODE = tuple((g, c.faster(2.0)) for g, c in _HDR_ALLREDUCE_BY_NODE)
 
+_NVLINK3 = LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6,
+                    allreduce_curve=Curve.fitted(52.7, (0, 451.9), (6.85, 192.1)),
+                    p2p_curve=Curve.fitted(8.8, (0, 474.8), (5.68, 329.8)))
+
 _LINKS: dict[str, LinkSpec] = {
     # A100 NVLink3: 12 links x 25 GB/s per direction = 600 GB/s bidirectional ([A100-DS] "NVLink:
     # 600 GB/s"; the PCIe card reaches it with three NVLink bridges for 2 GPUs): the paper's pairwise
     # servers. [VIDUR-NET] a100_pairwise_nvlink, 2 GPUs: all-reduces take 50-65 us from 30 KB to
     # 8 MiB, then 192 GB/s of bus bytes (4.2 %); sends 8.8 us, then 330 GB/s past 5.7 MiB (3.8 %).
-    "nvlink3": LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6,
-                        allreduce_curve=Curve.fitted(52.7, (0, 451.9), (6.85, 192.1)),
-                        p2p_curve=Curve.fitted(8.8, (0, 474.8), (5.68, 329.8))),
+    "nvlink3": _NVLINK3,
     # The same NVLink3 through NVSwitch (DGX/HGX A100, 8 GPUs): [VIDUR-NET] a100_dgx, one node.
     "nvswitch-a100": LinkSpec("nvswitch-a100", bandwidth=300e9, latency_s=5e-6,
                               allreduce_curve=_NVSWITCH_A100_ALLREDUCE, p2p_curve=_NVSWITCH_A100_SEND),
@@ -178,6 +180,23 @@ _LINKS: dict[str, LinkSpec] = {
     # first model's NVLink figure; no H100 collective is measured here, and the A100's NVSwitch
     # curve (0.64 of peak at large sizes) is not carried over.
     "nvlink4": LinkSpec("nvlink4", bandwidth=450e9, latency_s=5e-6, efficiency=0.78),
+    # B200 NVLink5 via NVSwitch: 1.8 TB/s bidirectional a GPU ([B200-DS], recent_gpus.py). Nothing
+    # measured: NVLink4's 0.78 and start-up (a sibling assumption).
+    "nvlink5": LinkSpec("nvlink5", bandwidth=900e9, latency_s=5e-6, efficiency=0.78),
+    # H100 PCIe pairs with NVLink bridges: 600 GB/s bidirectional ([H100-DS] H100 PCIe column), the
+    # bandwidth of the A100 PCIe's three bridges, whose measured pair curves ("nvlink3") it takes.
+    "nvlink-bridge-h100": replace(_NVLINK3, name="nvlink-bridge-h100"),
+    # PCIe Gen5 x16: 128 GB/s bidirectional ([H100-DS] H100 PCIe, [PRO6000-DS]). No Gen5 ring is
+    # measured here: the Gen4 ring's 0.74 and 10 us a hop below (a sibling assumption).
+    "pcie5": LinkSpec("pcie5", bandwidth=64e9, latency_s=10e-6, efficiency=0.74),
+    # Peer-to-peer off ("no-p2p" topologies: GeForce drivers refuse P2P, or NCCL_P2P_DISABLE=1): NCCL
+    # moves each chunk through a pinned host buffer (its SHM transport), a device-to-host copy then a
+    # host-to-device copy, so every byte crosses PCIe twice and each hop pays two start-ups. Priced
+    # as that: half the P2P ring's fraction (0.37) and twice its hop latency. A send staged through
+    # host memory is the one such path measured here: the paper's A40 server, 4.1 GB/s = 0.128 of
+    # Gen4 ("pcie4-a40"), taken for both generations (Gen5's: a sibling assumption).
+    "pcie4-host": LinkSpec("pcie4-host", bandwidth=32e9, latency_s=20e-6, efficiency=0.37, p2p_efficiency=0.128),
+    "pcie5-host": LinkSpec("pcie5-host", bandwidth=64e9, latency_s=20e-6, efficiency=0.37, p2p_efficiency=0.128),
     # 100 Gbps Ethernet between the paper's A100 nodes (Sarathi-Serve OSDI'24, Sec. 5). Collectives:
     # 0.6 of 12.5 GB/s and 12 us a hop (no cross-node all-reduce is measured on these servers).
     # [VIDUR-NET] a100_pairwise_nvlink send_recv across nodes: 14 us, 8.6 GB/s, past 2.3 MiB

@@ -25,12 +25,21 @@ Sources:
       the largest batch is B = floor((M_G - M_S) / (L x m_kv)), GPU memory less the model's
       parameters, over the KV bytes of a sequence of the maximum length: no activations reserved.
       Here M_G is the device total CUDA reports x gpu_memory_utilization (1.0: the paper's rule).
+  [VLLM-V1] vLLM V1 as it ships (vllm_releases.py [MEM], v1/worker/gpu_worker.py
+      determine_available_memory): total x gpu_memory_utilization - weights - the profile run's
+      peak, a forward pass of the release's default max_num_batched_tokens and the sampler's fp32
+      logits over its default max_num_seqs rows (the full vocabulary after the gather; the two
+      peaks are not simultaneous: the larger is charged). Not charged, for want of a measurement
+      (KV is an upper bound by them): the non-torch memory (CUDA context, NCCL and custom
+      all-reduce buffers), and in 0.32 the CUDA-graph estimate vLLM measures at start-up (0.36 GiB
+      in one published log of a 16-graph piecewise capture, gpustack/runner PR #251; reported to
+      overestimate, vllm issue #45178).
   [CUDA-TOTAL] what CUDA reports as an 80 GB card's total (hardware.py GpuSpec.visible_bytes).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.errors import HarnessError
 
@@ -39,7 +48,7 @@ from .hardware import GpuSpec
 
 GiB = 1024**3
 VIDUR_MAX_TOKENS = 4096  # [VIDUR-MEM] the request generator's max_tokens default
-RECIPES = ("sarathi-serve", "vidur", "datasheet", "sarathi-2023")
+RECIPES = ("sarathi-serve", "vidur", "datasheet", "sarathi-2023", "vllm-v1")
 
 
 @dataclass(frozen=True)
@@ -55,10 +64,14 @@ class MemoryInputs:
     activation_bytes: int  # peak activations of the profile pass (no logits)
     logits_bytes: int  # fp32 logits of the sampled rows (the datasheet recipe's reserve)
     kv_bytes_per_element: int = 2  # 16-bit, or 1 for an FP8 cache (precision.py)
+    sampler_bytes: int = 0  # [VLLM-V1] the profile run's fp32 logits (max_num_seqs rows, full vocabulary)
 
 
-def inputs(d) -> MemoryInputs:
-    """MemoryInputs of a Deployment (deployment.py), its profile pass over `activation_tokens`."""
+def inputs(d, rules=None) -> MemoryInputs:
+    """MemoryInputs of a Deployment (deployment.py), its profile pass over `activation_tokens`, or,
+    with a release's `rules` (vllm_releases.StepRules), over its default max_num_batched_tokens."""
+    if rules is not None:
+        d = replace(d, activation_tokens=rules.profile_tokens)
     m, tp = d.model, d.tp
     kvh = m.kv_heads_per_gpu(tp) * m.head_dim
     # Peak activations of the pass on one GPU: the residual stream and hidden state, the QKV output,
@@ -72,9 +85,10 @@ def inputs(d) -> MemoryInputs:
     logits_rows = min(d.activation_tokens, 256)  # vLLM's default max_num_seqs rows of fp32 logits
     return MemoryInputs(
         model=m, gpu=d.gpu, tp=tp, pp=d.pp, stage_layers=tuple(m.layers_per_stage(d.pp)),
-        stage_weight_bytes=tuple(m.stage_weight_bytes_per_gpu(tp, d.pp, d.weight_bytes_per_param)),
+        stage_weight_bytes=tuple(m.stage_weight_bytes_per_gpu(tp, d.pp, d.weight_bytes_per_param, d.expert_shards)),
         activation_bytes=d.activation_tokens * widths * m.bytes_per_param,
-        logits_bytes=logits_rows * math.ceil(m.vocab_size / tp) * 4, kv_bytes_per_element=d.kv_bytes_per_element)
+        logits_bytes=logits_rows * math.ceil(m.vocab_size / tp) * 4, kv_bytes_per_element=d.kv_bytes_per_element,
+        sampler_bytes=(rules.profile_seqs * m.vocab_size * 4) if rules is not None else 0)
 
 
 def check_recipe(name: str) -> str:
@@ -96,6 +110,11 @@ def kv_capacity_tokens(recipe: str, m: MemoryInputs, gpu_memory_utilization: flo
         return _vidur(m, gpu_memory_utilization, block_size, kv_head_bytes)
     if recipe == "sarathi-serve":  # [SARATHI-MEM]
         budget = m.gpu.visible_bytes * gpu_memory_utilization - m.activation_bytes
+        blocks = [math.floor((budget - w) / (layers * kv_head_bytes * block_size))
+                  for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]
+        return max(0, min(blocks)) * block_size
+    if recipe == "vllm-v1":  # [VLLM-V1]
+        budget = m.gpu.visible_bytes * gpu_memory_utilization - max(m.activation_bytes, m.sampler_bytes)
         blocks = [math.floor((budget - w) / (layers * kv_head_bytes * block_size))
                   for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]
         return max(0, min(blocks)) * block_size

@@ -12,7 +12,8 @@ default. `fp8` is FP8 E4M3, one byte an element, as vLLM serves it:
       so the KV bytes halve and the attention FLOPs stay 16-bit.
 
 The model prices FP8 only on GPUs with FP8 tensor cores (hardware.py `GpuSpec.fp8_peak_flops`:
-H100 and H200, [H100-DS]/[H200-DS]); A100 and A40 have none, and either knob on them is refused.
+H100 and H200, [H100-DS]/[H200-DS]; the Ada, Hopper and Blackwell parts of recent_gpus.py); A100,
+A40 and RTX A6000 have none, and either knob on them is refused.
 What FP8 changes in the price: linear-layer weights stream at 1 B a parameter and their GEMMs
 compute at the FP8 peak (times the stack's measured fraction, an assumption: no FP8 profile is in
 the sources); KV reads and writes move 1 B an element. The GEMMs' activation traffic stays at

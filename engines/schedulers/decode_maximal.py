@@ -11,7 +11,10 @@ d = B - 1 < T); a cut that would leave nothing keeps C. The ongoing prefill cont
 request is admitted (FCFS), decodes are never held back.
 
 orca_best: the same with whole prompts (each new request's whole prefill shares its iteration with
-the running decodes, one prompt an iteration): Orca's iteration-level batching at its best.
+the running decodes, one prompt an iteration): Orca's iteration-level batching at its best. Under
+pipeline parallelism Orca keeps one batch per stage in flight (Yu et al., OSDI'22, Sec. 4.2), so
+its B is split across `micro_batches` (= pp) micro-batches of at most ceil(B / micro_batches)
+sequences: the running decodes first, in arrival order, and a prompt only where a slot is left.
 orca_worst: prefills and decodes never share an iteration: a prefill-only iteration of every
 waiting request that fits, else a decode-only one (also request-level batching, when every request
 has the same lengths).
@@ -56,16 +59,22 @@ class _ReservedBatch:
 
 
 @register_policy("orca_best", chunk_size=None, tile_tokens=0)
-@register_policy("decode_maximal")
+@register_policy("decode_maximal", micro_batches=1)
 class DecodeMaximalPolicy(_ReservedBatch):
     """The first Sarathi paper's decode-maximal batching: one prefill chunk an iteration, every running
-    decode riding on it (orca_best: whole prompts, one an iteration), KV reserved for max_model_len."""
+    decode riding on it (orca_best: whole prompts, one an iteration, B split across `micro_batches`),
+    KV reserved for max_model_len."""
 
-    def __init__(self, max_num_seqs: int = 128, chunk_size: int | None = 256, tile_tokens: int = 0) -> None:
+    def __init__(self, max_num_seqs: int = 128, chunk_size: int | None = 256, tile_tokens: int = 0,
+                 micro_batches: int = 1) -> None:
         """chunk_size: prefill tokens of the one chunk an iteration (None: whole prompts); tile_tokens:
-        cut the chunk so chunk + decodes fills whole GEMM tiles of this many tokens (0: no cut)."""
+        cut the chunk so chunk + decodes fills whole GEMM tiles of this many tokens (0: no cut);
+        micro_batches: the micro-batches B is split across (set it to pp: one per pipeline stage)."""
         super().__init__(max_num_seqs)
-        require_positive(chunk_size=chunk_size)
+        require_positive(chunk_size=chunk_size, micro_batches=micro_batches)
+        # The most sequences one micro-batch holds (None: no cap below B). The pipeline's replay reads
+        # it: a capped policy does not take every out-of-flight decode at once (harness/backends/sim/replay.py).
+        self.max_micro_batch_seqs = None if micro_batches == 1 else -(-max_num_seqs // micro_batches)
         if tile_tokens < 0:
             raise ValueError(f"tile_tokens must be >= 0 (0: no tile alignment), got {tile_tokens}")
         self.chunk_size = chunk_size  # None: whole prompts (orca_best)
@@ -85,9 +94,14 @@ class DecodeMaximalPolicy(_ReservedBatch):
 
     def schedule(self, engine: Engine) -> Batch | None:
         decodes = self._decodes(engine)
-        prefill = next((s for s in engine.running if s.is_prefill and not s.in_flight), None)
-        if prefill is None:
-            prefill = self._admit(engine)
+        cap = self.max_micro_batch_seqs
+        prefill = None
+        if cap is not None and len(decodes) >= cap:
+            decodes = decodes[:cap]  # a full micro-batch: the rest ride in the next one
+        else:
+            prefill = next((s for s in engine.running if s.is_prefill and not s.in_flight), None)
+            if prefill is None:
+                prefill = self._admit(engine)
         items: list[tuple[Sequence, int]] = [(s, 1) for s in decodes]
         if prefill is not None:
             items.append((prefill, self.chunk(prefill, len(decodes))))

@@ -89,10 +89,10 @@ FIGURES: tuple[FigureSpec, ...] = (
 SARATHI23_FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("sarathi23_decode_speedup", "Decode speedup of piggybacked decodes (Sarathi 2023, Sec. 5.1)",
                lazy("harness.analysis.sarathi23.figures:fig_decode_speedup"),
-               "Per-token time of B - 1 decodes in a decode-only batch over their marginal time riding on a tile-aligned "
-               "256-token chunk (averaged over a prompt's chunks), from the performance model, for the batch sizes that fit "
-               "the A6000 at each length; the two LLaMA-13B table rows measured from their runs' iteration logs beside the "
-               "published values."),
+               "The paper's definition (Sec. 5.1): per-token time of a decode-only batch of B over the marginal per-token "
+               "time of the B - 1 decodes riding on a tile-aligned 256-token chunk (averaged over a prompt's chunks), from "
+               "the performance model, for the batch sizes that fit the A6000 at each length; the two LLaMA-13B table rows "
+               "measured from their runs' iteration logs beside the published values (x, and the published 2.8x-10x range)."),
     FigureSpec("sarathi23_throughput_gain", "End-to-end throughput gain and decode speedup (Sarathi 2023, Sec. 5.2 table)",
                lazy("harness.analysis.sarathi23.figures:fig_throughput_gain"),
                "Offline runs, B requests kept in flight, every request the same length: decode-maximal "
@@ -109,7 +109,9 @@ SARATHI23_FIGURES: tuple[FigureSpec, ...] = (
                "Left: time to finish 10,000 requests waiting at t = 0 (Zipf 1K-4K tokens, P:D 10). Right: the median "
                "pipeline-bubble time a request, split by cause: schedule (stage 0 had nothing it could launch), send "
                "(waiting for activations), upstream (waiting for the micro-batch to clear the earlier stages: uneven "
-               "micro-batches and the pipeline's fill)."),
+               "micro-batches and the pipeline's fill). Orca-style: one micro-batch per stage in flight, B split across "
+               "them. Third: the four published ratios (grey) beside ours with the engine's CPU costs and with GPU kernels "
+               "only (perf.cpu_costs=engine | none)."),
     FigureSpec("sarathi23_chunk_size", "Chunk size (Sarathi 2023, Sec. 5.5)",
                lazy("harness.analysis.sarathi23.figures:fig_chunk_size"),
                "Left: the performance model's chunked prefill and attention time over an unchunked 1K prefill. Right: the "

@@ -12,6 +12,7 @@ from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
 from engines.perf import cpu_device
 from engines.perf.calibration import Calibration, load_calibration
+from engines.perf.cpu_costs import cpu_choice
 from engines.perf.factory import build_perf_model
 from engines.perf.hardware import get_gpu, get_topology
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
@@ -26,15 +27,22 @@ class DeploymentPlan:
     description: str
     perf: PerfModel
     timer: object  # batch_times(new_tokens, context_lens) -> seconds of one stage; pp_send_time(tokens)
-    kv_capacity_tokens: int
+    kv_capacity_tokens: int  # one engine's (one DP rank's)
     block_size: int
     calibration: Calibration | None = None  # perf.calibration: the user's fitted factors (engines/perf/calibration.py)
+    dp: int = 1  # DP ranks stepping together (ep: engines.perf.expert_parallel); timer.step_time prices a step
+    ep: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
 
 
 # The perf.* knobs a Deployment takes: the engine's kernels (engines.perf.kernels), how it sizes its
 # KV cache (engines.perf.memory), the weights' and the KV cache's number format (engines.perf.precision),
 # and whether a stack that captures CUDA graphs does (false: its kernels launched eagerly, launch.py).
-DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype", "cuda_graphs")
+# ep_comm: how an expert-parallel MoE layer moves tokens (engines.perf.expert_parallel.EP_COMMS).
+DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype", "cuda_graphs", "ep_comm")
 _BOOL_KNOBS = ("cuda_graphs",)
 
 
@@ -49,12 +57,15 @@ def build_deployment(
     max_model_len: int, perf_cfg: Mapping | None = None,
 ) -> DeploymentPlan:
     tp, pp = int(parallel["tp"]), int(parallel["pp"])
+    dp, ep = int(parallel.get("dp", 1) or 1), bool(parallel.get("ep", False))
     if tp < 1 or pp < 1:
         raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
     gpu, topology = _device(hardware)
     # A CPU's BLAS has no GPU thread-block tile: a 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
     cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.get("gpu")) else {}
     deployment = Deployment.create(
+        dp=dp,
+        ep=ep,
         model=str(model["name"]),
         gpu=gpu,
         tp=tp,
@@ -62,19 +73,23 @@ def build_deployment(
         topology=topology,
         gpus_per_node=hardware.get("gpus_per_node"),
         **_kernel_choice(perf_cfg), **cpu,
+        **cpu_choice(str((perf_cfg or {}).get("cpu_costs") or "engine")),
     )
     calibration = _calibration(perf_cfg)
     if calibration is not None:
         deployment = calibration.apply(deployment)
     perf = build_perf_model(deployment, perf_cfg)
     kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
+    ranks = f", dp={dp}, ep" if ep else ""
     if kv_tokens < max_model_len:
         raise HarnessError(
-            f"{model['name']} on {tp * pp}x {hardware['gpu']} (tp={tp}, pp={pp}) leaves KV room for "
+            f"{model['name']} on {tp * pp * dp}x {hardware['gpu']} (tp={tp}, pp={pp}{ranks}) leaves KV room for "
             f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
         )
     device = cpu_device.describe(deployment.gpu) if cpu_device.is_cpu(hardware["gpu"]) else hardware["gpu"]
-    desc = f"{model['name']} on {tp * pp}x {device} (tp={tp}, pp={pp})"
+    desc = f"{model['name']} on {tp * pp * dp}x {device} (tp={tp}, pp={pp}{ranks})"
+    if ep:
+        desc += f", EP MoE over {deployment.ep_link.name if deployment.ep_link else 'one GPU'} ({deployment.ep_comm})"
     desc += "".join(f", {what} {dtype}" for what, dtype in (("weights", deployment.weight_dtype),
                                                            ("KV", deployment.kv_dtype)) if dtype)
     profile = getattr(perf, "profile", None)
@@ -85,7 +100,7 @@ def build_deployment(
     if calibration is not None:
         desc += f", {calibration.describe()}"
     return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size),
-                          calibration)
+                          calibration, dp, ep)
 
 
 def _device(hardware: Mapping):

@@ -56,7 +56,7 @@ def plan_command(argv: list[str]) -> int:
     print(f"plan {name}: {plan0.deployment.model_name} on {plan0.deployment.gpu} ({space.gpus_per_node} a node, "
           f"replicas of up to {space.max_gpus} GPUs), {plan0.dataset['name']}, {plan0.slo.describe()}, {target}: "
           f"{len(space.plans)} deployments fit"
-          + (f" ({', '.join(f'tp{m.tp}pp{m.pp}' for m in space.misfits)} do not)" if space.misfits else "")
+          + (f" ({', '.join(f'tp{m.tp}pp{m.pp}' + (f'dp{m.dp}ep' if m.dp > 1 else '') for m in space.misfits)} do not)" if space.misfits else "")
           + (f", {len(space.unit_plans)} P/D units" if settings.disaggregated else "")
           + f", {len(space.candidates)} configurations", flush=True)
     out = Path(settings.out) if settings.out else Path(cfg.results_dir) / "plans" / name / datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -114,7 +114,7 @@ def _plan(space, settings, cfg, name: str, out: Path, partial: Path, t0: float) 
              f"backend.base_url=http://HOST:PORT/v1 backend.served_model=NAME")
     if win.candidate.unit is not None:  # backend=endpoint measures one server; the unit's cluster runs simulated or live
         check = f"python -m harness hydra.searchpath=[file://{out.resolve()}] experiment={preset_name} (the unit simulated; backend=live runs it as in-repo servers)"
-    print(f"winner: {win.candidate.key}, {answer.describe_deployment(win.candidate.tp, win.candidate.pp, win.candidate.unit)}, "
+    print(f"winner: {win.candidate.key}, {answer.describe_deployment(win.candidate.tp, win.candidate.pp, win.candidate.unit, win.candidate.dp)}, "
           f"{answer.describe_scheduler(win, wplan)}: {win.capacity_qps:.3g} QPS a replica")
     print(capacity_bands(wplan.deployment.calibration, {win.candidate.key: win.capacity_qps}))
     print(serve)

@@ -74,6 +74,8 @@ class HardwareSchema:
 class ParallelSchema:
     tp: int = 1
     pp: int = 1
+    dp: int = 1  # data-parallel ranks of tp x pp GPUs; > 1 with ep (an MoE model): vLLM's --data-parallel-size
+    ep: bool = False  # expert parallelism over dp x tp GPUs: vLLM's --enable-expert-parallel
 
 
 @dataclass
@@ -97,6 +99,7 @@ class PerfSchema:
     kv_dtype: str | None = None  # fp8: the KV cache in FP8 (engines/perf/precision.py)
     cuda_graphs: bool | None = None  # false: a graph-capturing stack's kernels launched eagerly (engines/perf/launch.py)
     calibration: str | None = None  # a calibration file (python -m harness calibrate; engines/perf/calibration.py)
+    cpu_costs: str = "engine"  # engine: the stack's CPU costs; none: GPU kernels only (engines/perf/cpu_costs.py CPU_CHOICES)
 
 
 ClusterSchema = schema_of(ClusterSettings)

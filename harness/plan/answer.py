@@ -41,13 +41,17 @@ def describe_scheduler(e: Evaluation, plan) -> str:
         return f"P: {scheduler_label(sc.policy)} {what}, D: batch {sc.max_num_seqs}"
     if sc.policy == "sarathi":
         return f"{scheduler_label('sarathi')} budget {sc.token_budget}" + (f", batch {sc.max_num_seqs}" if sc.max_num_seqs != 128 else "")
+    if sc.policy == "vllm_v1":  # its budget is the flag it exports
+        return f"vLLM V1 budget {sc.max_num_batched_tokens}, batch {sc.max_num_seqs}"
     return f"{scheduler_label(sc.policy)} batch {sc.max_num_seqs}"
 
 
-def describe_deployment(tp: int, pp: int, unit=None) -> str:
-    """TP-2 (2 GPUs); a P/D unit as its layout, 2P(tp2):1D(tp2) (6 GPUs)."""
-    gpus = unit.gpus if unit is not None else tp * pp
+def describe_deployment(tp: int, pp: int, unit=None, dp: int = 1) -> str:
+    """TP-2 (2 GPUs); DP2xTP-1 + EP (2 GPUs); a P/D unit as its layout, 2P(tp2):1D(tp2) (6 GPUs)."""
+    gpus = unit.gpus if unit is not None else tp * pp * dp
     shape = unit.layout if unit is not None else (f"TP{tp}-PP{pp}" if pp > 1 else f"TP-{tp}")
+    if dp > 1 and unit is None:
+        shape = f"DP{dp}x{shape} + EP"
     return f"{shape} ({gpus} GPU{'s' if gpus > 1 else ''})"
 
 
@@ -84,7 +88,7 @@ def rows(run: PlanRun, limit: int | None = None) -> list[Row]:
         gpus = gpus_needed(target, cap, c.gpus) if target else c.gpus
         at_cap = (e.full or e.screen).at_capacity
         at = e.at_target or (at_cap if not target else None)
-        out.append(Row(i, c.key, describe_deployment(c.tp, c.pp, c.unit), describe_scheduler(e, plan), c.policy, c.gpus, cap,
+        out.append(Row(i, c.key, describe_deployment(c.tp, c.pp, c.unit, c.dp), describe_scheduler(e, plan), c.policy, c.gpus, cap,
                        cap / c.gpus, reps, gpus, at.ttft_p50_s if at else None, at.tbt_s if at else None,
                        cost_per_million(run, gpus, target or cap), "full" if e.full is not None else "screen",
                        at.ttft_p99_s if at else None, at_cap.starvation if at_cap else ""))

@@ -47,10 +47,17 @@ def shortest_decode_context(plan: ExperimentPlan) -> int:
     return int(plan.workload.prompt_lens.min()) + 1
 
 
+def _fastest_perf(plan: ExperimentPlan):
+    """The deployment's performance model as the bounds need it: for DP ranks sharing expert-parallel
+    MoE layers, a rank's batch with the other ranks on their dummy batch (engines.perf.expert_parallel:
+    no lockstep step holding the batch is shorter); else the model itself."""
+    return getattr(plan.deployment.perf, "fastest", plan.deployment.perf)
+
+
 def single_decode_s(plan: ExperimentPlan) -> float:
     """The fastest decode the deployment runs: one sequence at the shortest context, through every
     stage. No TBT sample of any of its schedulers is shorter."""
-    perf = plan.deployment.perf
+    perf = _fastest_perf(plan)
     c = shortest_decode_context(plan)
     return float(perf.pipeline_latency(np.ones(1, dtype=np.int64), np.full(1, c, dtype=np.int64)))
 
@@ -118,7 +125,7 @@ def ttft_floors_s(plan: ExperimentPlan) -> np.ndarray:
     tokens through the slowest stage at the least a token costs there outside attention, at any
     batch a scheduler of the plan may form (the tokens bound's fact, for one request)."""
     most = max(_most_tokens(plan, _policy(plan, name)) for name in plan.schedulers)
-    return plan.workload.prompt_lens.astype(np.float64) * _token_cost(plan.deployment.perf, most)
+    return plan.workload.prompt_lens.astype(np.float64) * _token_cost(_fastest_perf(plan), most)
 
 
 def decode_limit_s(plan: ExperimentPlan) -> float:
@@ -160,6 +167,17 @@ def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
     rate = rates[binding]
     slack = 1 + 2 * (batch + rate * _waited_s(plan)) / len(w.prompt_lens)
     return Bound(rate * slack, binding, batch, min(rate, _typical_decode(plan, batch, o)))
+
+
+def data_parallel_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
+    """DP ranks sharing expert-parallel MoE layers: at most dp times one rank's bound, that rank's
+    steps priced at their fastest (`_fastest_perf`), its own KV pool and batch."""
+    from dataclasses import replace
+
+    fast = _fastest_perf(plan)
+    one = capacity_bound(replace(plan, deployment=replace(plan.deployment, perf=fast, timer=fast)), scheduler)
+    dp = plan.deployment.dp
+    return Bound(one.qps * dp, one.binding, one.decode_batch, one.estimate_qps * dp)
 
 
 def _typical_decode(plan: ExperimentPlan, batch: int, o: np.ndarray) -> float:

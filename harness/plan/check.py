@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from harness.plan.replicas import replicas_needed
 from harness.plan.search import Evaluation
-from harness.plan.space import Candidate, Space
+from harness.plan.space import Candidate, Space, parallel_node
 from harness.plan.tasks import ProbeSummary, run_rate_task
 from harness.plan.units import unit_config
 from harness.search.plan import ExperimentPlan, plan_experiment
@@ -49,7 +49,7 @@ def fleet_config(space: Space, c: Candidate, replicas: int) -> dict:
     if c.unit is not None:
         cfg = unit_config(base, c.unit, schedulers, copies=replicas)
     else:
-        cfg = {**base, "parallel": {"tp": c.tp, "pp": c.pp}, "scheduler": schedulers,
+        cfg = {**base, "parallel": parallel_node(c.tp, c.pp, c.dp), "scheduler": schedulers,
                "cluster": {**dict(base.get("cluster") or {}), "instances": replicas, "replicas": [],
                            "prefill_instances": 0, "decode_instances": 0}}
     cfg["cluster"] = {**cfg["cluster"], "router": ROUTER}
@@ -65,6 +65,9 @@ def check_winner(space: Space, win: Evaluation, target: float, log: Callable[[st
     c = win.candidate
     replicas = replicas_needed(target, win.capacity_qps)
     out = []
+    if c.dp > 1 and replicas > 1:  # the simulator runs one group of DP ranks, not a cluster of them
+        log(f"  not checked: {replicas} replicas of {c.key} (DP ranks are simulated as one group only)")
+        return out
     for r in (replicas, replicas + 1):
         plan = fleet_plan(space, c, r)
         log(f"  checking {r} replicas of {c.key} at {target:g} QPS ({plan.search.num_requests} requests)")

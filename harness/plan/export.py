@@ -20,7 +20,8 @@ def vllm_serve_words(plan: ExperimentPlan, scheduler: str) -> list[str] | str:
         policy = policy_flags(sc, plan.max_model_len)
     except UnsupportedPolicy as e:
         return str(e)
-    return ["vllm", "serve", "MODEL", "--tensor-parallel-size", str(d.tp), "--pipeline-parallel-size", str(d.pp),
+    ranks = ["--data-parallel-size", str(d.dp), "--enable-expert-parallel"] if d.ep else []
+    return ["vllm", "serve", "MODEL", "--tensor-parallel-size", str(d.tp), "--pipeline-parallel-size", str(d.pp), *ranks,
             "--max-model-len", str(plan.max_model_len), "--gpu-memory-utilization", f"{plan.backend.gpu_memory_utilization:g}",
             "--block-size", str(d.block_size), "--no-enable-prefix-caching", *policy]
 
@@ -53,7 +54,8 @@ def preset_yaml(cfg: Mapping, plan: ExperimentPlan, scheduler: str, name: str, c
         "hardware": resolved["hardware"],
         "dataset": resolved["dataset"],
         "perf": resolved.get("perf"),
-        "parallel": {"tp": plan.deployment.tp, "pp": plan.deployment.pp},
+        "parallel": ({"tp": plan.deployment.tp, "pp": plan.deployment.pp}
+                     | ({"dp": plan.deployment.dp, "ep": True} if plan.deployment.ep else {})),
         "cluster": ({k: v for k, v in asdict(plan.cluster).items() if k != "replicas"} if plan.disagg else None),
         "slo": {**{k: v for k, v in resolved["slo"].items() if k != "table"}, "tbt_s": plan.slo.tbt_s},
         "search": {"num_requests": plan.search.num_requests},

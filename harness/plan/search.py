@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from common.errors import HarnessError
-from harness.plan.bounds import Bound, capacity_bound, decode_limit_s, single_decode_s, ttft_floors_s, unit_bound
+from harness.plan.bounds import (Bound, capacity_bound, data_parallel_bound, decode_limit_s, single_decode_s, ttft_floors_s,
+                                 unit_bound)
 from harness.plan.replicas import competitive_rate, rank_key, replicas_needed
 from harness.plan.settings import PlanSettings
 from harness.plan.space import Candidate, Space
@@ -105,6 +106,8 @@ def _stopping_early(plan: ExperimentPlan) -> ExperimentPlan:
 
 def bound_of(space: Space, c: Candidate) -> Bound:
     plan = space.plan_of(c)
+    if c.dp > 1:
+        return data_parallel_bound(plan, c.scheduler)
     return unit_bound(plan, c.scheduler, c.unit.prefill, c.unit.decode) if c.unit else capacity_bound(plan, c.scheduler)
 
 
@@ -113,7 +116,7 @@ def check_slo_reachable(space: Space) -> None:
     decode limit below every deployment's fastest decode; a TTFT limit that too few of the
     workload's prompts can meet even prefilled alone on the fastest deployment."""
     fastest = {key: single_decode_s(p) for key, p in space.plans.items()}
-    (tp, pp), best = min(fastest.items(), key=lambda kv: kv[1])
+    (tp, pp, *_), best = min(fastest.items(), key=lambda kv: kv[1])
     plan = next(iter(space.plans.values()))
     limit = decode_limit_s(plan)
     if limit < best:
@@ -129,7 +132,7 @@ def _check_ttft_reachable(space: Space) -> None:
     metrics.check_slo takes it), judged on each request's least TTFT (bounds.ttft_floors_s) on
     the deployment that prefills fastest."""
     floors = {key: ttft_floors_s(p) for key, p in space.plans.items()}
-    (tp, pp), least = min(floors.items(), key=lambda kv: float(np.sum(kv[1])))  # one factor a deployment
+    (tp, pp, *_), least = min(floors.items(), key=lambda kv: float(np.sum(kv[1])))  # one factor a deployment
     slo = next(iter(space.plans.values())).slo
     if slo.criterion == "attainment":
         need, what = slo.attainment, "slo.attainment"

@@ -28,10 +28,15 @@ class PlanSettings:
     max_total_gpus: int | None = None  # the fleet; None: as many replicas as the target needs
     tp: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     pp: list[int] = field(default_factory=lambda: [1, 2, 4])
+    # data-parallel ranks with expert-parallel MoE (an MoE model; pp=1): [1] plans none, [1, 2, 4] adds DP2 and DP4 x EP
+    dp: list[int] = field(default_factory=lambda: [1])
     sarathi_budgets: list[int] = field(default_factory=lambda: [256, 512, 1024, 2048, 4096])
     sarathi_max_seqs: list[int] = field(default_factory=lambda: [128])
     vllm_max_seqs: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
     orca_max_seqs: list[int] = field(default_factory=lambda: [8, 16, 32])
+    # vLLM V1's scheduler as it ships (scheduler=vllm_v1; its flags exported as they are): none unless asked
+    vllm_v1_budgets: list[int] = field(default_factory=list)  # --max-num-batched-tokens values
+    vllm_v1_max_seqs: list[int] = field(default_factory=lambda: [256])  # --max-num-seqs values
     screen_requests: int = 512  # requests per probe of the first pass (search.num_requests refines)
     screen_rel_tol: float = 0.05  # bracket width of the first pass
     refine_top: int = 5  # candidates refined with the full search
@@ -53,11 +58,15 @@ class PlanSettings:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        for name in ("tp", "pp", "sarathi_budgets", "sarathi_max_seqs", "vllm_max_seqs", "orca_max_seqs"):
+        for name in ("tp", "pp", "dp", "sarathi_budgets", "sarathi_max_seqs", "vllm_max_seqs", "orca_max_seqs",
+                     "vllm_v1_budgets", "vllm_v1_max_seqs"):
             if any(int(v) < 1 for v in getattr(self, name)):
                 raise ValueError(f"{name}: every value must be >= 1, got {getattr(self, name)}")
-        if not self.tp or not self.pp:
-            raise ValueError("tp and pp need at least one value each")
+        if self.vllm_v1_budgets and min(self.vllm_v1_budgets) < max(self.vllm_v1_max_seqs):
+            raise ValueError(f"vllm_v1_budgets must each be >= every vllm_v1_max_seqs (vLLM refuses less), got "
+                             f"{self.vllm_v1_budgets} and {self.vllm_v1_max_seqs}")
+        if not self.tp or not self.pp or not self.dp:
+            raise ValueError("tp, pp and dp need at least one value each")
         if self.screen_requests < 1 or self.refine_top < 1 or self.rows < 1:
             raise ValueError("screen_requests, refine_top and rows must be >= 1")
         if not 0 < self.screen_rel_tol < 1 or not 0 <= self.margin < 1:

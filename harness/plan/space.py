@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from common.errors import HarnessError
+from engines.perf.architectures import get_model
 from engines.perf.hardware import get_gpu, get_topology
 from harness.backends import backend_settings
 from harness.backends.deployment import build_deployment
@@ -32,14 +33,20 @@ class Candidate:
     policy: str
     knob: int  # the value the grid varies (token budget, or max batch size): neighbours are close in it
     unit: Unit | None = None  # a disaggregated unit (tp, pp: its prefill role's); None: one colocated engine
+    dp: int = 1  # data-parallel ranks sharing expert-parallel MoE layers (engines.perf.expert_parallel)
 
     @property
     def gpus(self) -> int:
-        return self.unit.gpus if self.unit else self.tp * self.pp
+        return self.unit.gpus if self.unit else self.tp * self.pp * self.dp
 
     @property
     def deployment(self) -> str:
-        return self.unit.layout if self.unit else f"tp{self.tp}pp{self.pp}"
+        return self.unit.layout if self.unit else f"tp{self.tp}pp{self.pp}" + (f"dp{self.dp}ep" if self.dp > 1 else "")
+
+    @property
+    def layout(self) -> tuple[int, ...]:
+        """Its key in Space.plans: (tp, pp), or (tp, pp, dp) for DP x EP."""
+        return (self.tp, self.pp) if self.dp == 1 else (self.tp, self.pp, self.dp)
 
     @property
     def family(self) -> str:
@@ -56,11 +63,12 @@ class Misfit:
     tp: int
     pp: int
     reason: str
+    dp: int = 1
 
 
 @dataclass(frozen=True)
 class Space:
-    plans: dict[tuple[int, int], ExperimentPlan]  # (tp, pp) -> the experiment with every grid scheduler
+    plans: dict[tuple[int, ...], ExperimentPlan]  # (tp, pp) or (tp, pp, dp) -> the experiment with every grid scheduler
     candidates: tuple[Candidate, ...]
     misfits: tuple[Misfit, ...]
     gpus_per_node: int
@@ -71,7 +79,7 @@ class Space:
     unit_misfits: tuple[str, ...] = ()
 
     def plan_of(self, c: Candidate) -> ExperimentPlan:
-        return self.unit_plans[c.unit] if c.unit else self.plans[(c.tp, c.pp)]
+        return self.unit_plans[c.unit] if c.unit else self.plans[c.layout]
 
 
 def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
@@ -85,11 +93,35 @@ def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
         grid[f"vllm_s{seqs}"] = {"policy": "vllm", "max_num_seqs": int(seqs), "max_num_batched_tokens": None}
     for seqs in s.orca_max_seqs:
         grid[f"orca_s{seqs}"] = {"policy": "orca", "max_num_seqs": int(seqs)}
+    for seqs in s.vllm_v1_max_seqs if s.vllm_v1_budgets else ():
+        for budget in s.vllm_v1_budgets:
+            name = f"vllm_v1_b{budget}" + (f"_s{seqs}" if len(s.vllm_v1_max_seqs) > 1 else "")
+            grid[name] = {"policy": "vllm_v1", "max_num_batched_tokens": int(budget), "max_num_seqs": int(seqs)}
     return grid
 
 
 def _knob(node: Mapping) -> int:
+    if node["policy"] == "vllm_v1":
+        return int(node["max_num_batched_tokens"])
     return int(node["token_budget"]) if node["policy"] == "sarathi" else int(node["max_num_seqs"])
+
+
+def parallel_node(tp: int, pp: int, dp: int = 1) -> dict:
+    """The `parallel` config node of a layout (DP ranks only with expert parallelism)."""
+    return {"tp": tp, "pp": pp} if dp == 1 else {"tp": tp, "pp": pp, "dp": dp, "ep": True}
+
+
+def _layouts(base: Mapping, s: PlanSettings, limit: int):
+    """(tp, pp, dp) of the grid up to `limit` GPUs; DP ranks (with EP) for MoE models at pp=1 only."""
+    dps = sorted(set(int(d) for d in s.dp))
+    if max(dps) > 1 and not get_model(str(base["model"]["name"])).is_moe:
+        raise HarnessError(f"plan.dp={s.dp}: data-parallel ranks couple through expert-parallel MoE layers; "
+                           f"{base['model']['name']} is dense (plan.dp=[1])")
+    for dp in dps:
+        for tp in sorted(set(int(t) for t in s.tp)):
+            for pp in sorted(set(int(p) for p in s.pp)):
+                if tp * pp * dp <= limit and (dp == 1 or pp == 1):
+                    yield tp, pp, dp
 
 
 def gpus_per_node(hardware: Mapping) -> int:
@@ -112,19 +144,17 @@ def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
     limit = s.max_gpus or 2 * per_node
     grid = scheduler_grid(s)
     plans, misfits, candidates = {}, [], []
-    for tp in sorted(set(int(t) for t in s.tp)):
-        for pp in sorted(set(int(p) for p in s.pp)):
-            if tp * pp > limit:
-                continue
-            c = {**base, "parallel": {"tp": tp, "pp": pp}, "scheduler": grid}
-            try:
-                plans[(tp, pp)] = plan_experiment(c)
-            except HarnessError as e:
-                if _fits(base, tp, pp):  # refused for the request (its SLO, its workload), not the deployment: say so
-                    raise
-                misfits.append(Misfit(tp, pp, str(e)))
-                continue
-            candidates += [Candidate(tp, pp, name, node["policy"], _knob(node)) for name, node in grid.items()]
+    for tp, pp, dp in _layouts(base, s, limit):
+        c = {**base, "parallel": parallel_node(tp, pp, dp), "scheduler": grid}
+        layout = (tp, pp) if dp == 1 else (tp, pp, dp)
+        try:
+            plans[layout] = plan_experiment(c)
+        except HarnessError as e:
+            if _fits(base, tp, pp, dp):  # refused for the request (its SLO, its workload), not the deployment: say so
+                raise
+            misfits.append(Misfit(tp, pp, str(e), dp))
+            continue
+        candidates += [Candidate(tp, pp, name, node["policy"], _knob(node), dp=dp) for name, node in grid.items()]
     if not plans:
         raise HarnessError(_nothing_fits(base, s, limit, misfits))
     units, skipped = {}, []
@@ -152,11 +182,11 @@ def _smallest_fit(cfg: Mapping, limit: int) -> tuple[int, int] | None:
     return next(((tp, pp) for tp, pp in shapes if _fits(cfg, tp, pp)), None)
 
 
-def _fits(cfg: Mapping, tp: int, pp: int) -> bool:
-    """Whether tp x pp holds the model: placed, and KV room for one sequence of max_model_len."""
+def _fits(cfg: Mapping, tp: int, pp: int, dp: int = 1) -> bool:
+    """Whether tp x pp (x dp) holds the model: placed, and KV room for one sequence of max_model_len."""
     backend = backend_settings(cfg["backend"])
     try:
-        build_deployment(cfg["model"], cfg["hardware"], {"tp": tp, "pp": pp},
+        build_deployment(cfg["model"], cfg["hardware"], parallel_node(tp, pp, dp),
                          gpu_memory_utilization=backend.gpu_memory_utilization, block_size=backend.block_size,
                          max_model_len=int(cfg["max_model_len"]), perf_cfg=cfg.get("perf"))
         return True

@@ -51,7 +51,17 @@ def gpu_catalog_key(name: str) -> str | None:
     if "H200" in n:
         return "h200-141g"
     if "H100" in n:
-        return "h100-80g-sxm"
+        return "h100-80g-pcie" if "PCIE" in n else "h100-80g-sxm"
+    if "H20" in n:  # after H200, which it is a prefix of
+        return "h20-96g"
+    if "B200" in n:
+        return "b200-180g"
+    if "RTX PRO 6000" in n and "MAX-Q" not in n:  # "... Blackwell Server Edition" / "... Workstation Edition"
+        return "rtx-pro-6000-server-96g" if "SERVER" in n else "rtx-pro-6000-ws-96g"
+    if "RTX 4090" in n:
+        return "rtx-4090-24g"
+    if "L40S" in n:
+        return "l40s-48g"
     if "A100" in n:
         return "a100-80g-pcie" if "PCIE" in n else "a100-80g-sxm"
     if "A40" in n:

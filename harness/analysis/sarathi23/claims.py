@@ -1,9 +1,11 @@
 """The first Sarathi paper's published numbers (data/paper/sarathi_2023.yaml) against ours.
 
-`load_claims()` validates the YAML once (errors name the claim); `claim_table(claims, runs)` gives
-one row per claim: published, reproduced, tolerance, within, and a note (the YAML's, where a miss
-is explained, or why nothing was computed). Model claims are performance-model arithmetic
-(engines/perf/queries.py); the others read the offline runs (sarathi23/runs.py).
+`load_claims()` validates the YAML once (errors name the claim): every tolerance is relative and
+carries its one-line reason (`tolerance_reason`); `sense: at_least` marks a published lower bound
+("over 2x"), within when the reproduced value is at least value x (1 - rel). `claim_table(claims,
+runs)` gives one row per claim: published, reproduced, tolerance, within, and a note (the YAML's,
+where a miss is explained, or why nothing was computed). Model claims are performance-model
+arithmetic (engines/perf/queries.py); the others read the offline runs (sarathi23/runs.py).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from harness.analysis.paper import Tolerance
 
 CLAIMS_FILE = Path(__file__).resolve().parents[3] / "data" / "paper" / "sarathi_2023.yaml"
 KINDS = ("model", "run", "ratio", "peak", "max")
-_COMMON = {"id", "claim", "source", "kind", "value", "tolerance", "note"}
+_COMMON = {"id", "claim", "source", "kind", "value", "tolerance", "tolerance_reason", "sense", "note"}
+SENSES = ("about", "at_least")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,17 @@ class Claim:
     tolerance: Tolerance
     params: Mapping = field(default_factory=dict)
     note: str = ""
+    tolerance_reason: str = ""
+    sense: str = "about"  # at_least: the paper gives a lower bound
+
+    def within(self, reproduced: float) -> bool:
+        if self.sense == "at_least":
+            return reproduced >= self.value * (1 - self.tolerance.rel)
+        return self.tolerance.within(self.value, reproduced)
+
+    def describe_tolerance(self) -> str:
+        bound = f">= {self.value * (1 - self.tolerance.rel):.3g}" if self.sense == "at_least" else self.tolerance.describe()
+        return f"{bound} ({self.tolerance_reason})"
 
 
 def load_claims(path: str | Path = CLAIMS_FILE) -> tuple[Claim, ...]:
@@ -42,8 +56,16 @@ def load_claims(path: str | Path = CLAIMS_FILE) -> tuple[Claim, ...]:
         try:
             if c["kind"] not in KINDS:
                 raise ValueError(f"kind {c['kind']!r} is not one of {', '.join(KINDS)}")
-            out.append(Claim(c["id"], c["claim"], c["source"], c["kind"], float(c["value"]), Tolerance(**c["tolerance"]),
-                             MappingProxyType({k: v for k, v in c.items() if k not in _COMMON}), str(c.get("note", ""))))
+            tol = Tolerance(**c["tolerance"])
+            if tol.rel is None:
+                raise ValueError("the tolerance must be relative ({rel: r})")
+            if not str(c.get("tolerance_reason", "")).strip():
+                raise ValueError("the tolerance needs its one-line reason (tolerance_reason)")
+            if c.get("sense", "about") not in SENSES:
+                raise ValueError(f"sense {c['sense']!r} is not one of {', '.join(SENSES)}")
+            out.append(Claim(c["id"], c["claim"], c["source"], c["kind"], float(c["value"]), tol,
+                             MappingProxyType({k: v for k, v in c.items() if k not in _COMMON}), str(c.get("note", "")),
+                             str(c["tolerance_reason"]).strip(), c.get("sense", "about")))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: claim {c.get('id', '?')}: {e}") from None
     return tuple(out)
@@ -109,10 +131,10 @@ def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for c in claims:
         row = {"id": c.id, "claim": c.claim, "source": c.source, "kind": c.kind, "published": c.value,
-               "reproduced": float("nan"), "tolerance": c.tolerance.describe(), "within": None, "note": c.note}
+               "reproduced": float("nan"), "tolerance": c.describe_tolerance(), "within": None, "note": c.note}
         try:
             row["reproduced"] = reproduced(c, runs)
-            row["within"] = c.tolerance.within(c.value, row["reproduced"])
+            row["within"] = c.within(row["reproduced"])
         except LookupError as e:  # a run not made yet: said, never a silent pass
             row["note"] = f"not computed: {e}"
         rows.append(row)
@@ -122,3 +144,29 @@ def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame) -> pd.DataFrame:
 def within_count(table: pd.DataFrame) -> tuple[int, int]:
     judged = table["within"].dropna()
     return int(judged.astype(bool).sum()), len(judged)
+
+
+PIPELINE_CLAIMS = ("pipeline_bubble_ratio", "pipeline_replicas_vs_orca", "pipeline_sarathi_vs_orca", "pipeline_sarathi_vs_replicas")
+
+
+def _priced(c: Claim, suffix: str) -> Claim:
+    """The claim read from the pipeline cells of another CPU-cost choice (their names + `suffix`)."""
+    params = {k: ({**v, "experiment": v["experiment"] + suffix} if k in ("numerator", "denominator") else v)
+              for k, v in c.params.items()}
+    return Claim(c.id, c.claim, c.source, c.kind, c.value, c.tolerance, MappingProxyType(params), c.note,
+                 c.tolerance_reason, c.sense)
+
+
+def pipeline_table(claims: tuple[Claim, ...], runs: pd.DataFrame, choices: Mapping[str, str]) -> pd.DataFrame:
+    """The pipeline study's claims under each CPU-cost choice (choice -> the suffix of its cells,
+    matrix.CPU_COSTS): one row per claim, published and one column per choice (NaN: not run)."""
+    rows = []
+    for c in (c for c in claims if c.id in PIPELINE_CLAIMS):
+        row = {"claim": c.claim, "published": c.value}
+        for choice, suffix in choices.items():
+            try:
+                row[choice] = reproduced(_priced(c, suffix), runs)
+            except LookupError:
+                row[choice] = float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)

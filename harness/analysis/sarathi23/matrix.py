@@ -6,7 +6,9 @@ Cell): one group per experiment of the paper, each an offline throughput run of 
   pd         Sec. 5.2 P:D sweep: gain against P:D for (C, B) = (256, 18), (256, 6), (512, 18)
   chunk      Sec. 5.5 chunk size: the same sweep with C = 64 and 128 (B 18)
   orca       Sec. 5.3: decode-maximal, Orca best and worst case at 1K, 2K and 3K (B 10, P:D 28)
-  pipeline   Sec. 5.4: GPT-3 175B on 64 A100s, TP-8 x PP-8 (Sarathi, Orca-style) and 8 x TP-8
+  pipeline   Sec. 5.4: GPT-3 175B on 64 A100s, TP-8 x PP-8 (Sarathi, Orca-style) and 8 x TP-8, each
+             twice: with the engine's CPU costs (perf.cpu_costs=engine, the default) and with GPU
+             kernels only (perf.cpu_costs=none, as the paper's simulator priced them)
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ GAIN_ROWS = {  # name -> overrides of sarathi23_gain (the paper's table rows)
 SEQUENCE_LENGTHS = (1024, 2048, 3072)
 PIPELINE = "sarathi23_pipeline"
 REPLICAS = "sarathi23_pipeline_tp8_replicas"
+GPU_ONLY = "_gpu_only"  # the suffix of the pipeline cells priced without CPU costs (perf.cpu_costs=none)
+CPU_COSTS = {"engine": "", "none": GPU_ONLY}  # perf.cpu_costs -> the suffix of its pipeline cells
 
 
 def sweep_name(chunk: int, batch: int, pd: float) -> str:
@@ -49,9 +53,11 @@ def sarathi23_cells() -> tuple[Cell, ...]:
     for length in SEQUENCE_LENGTHS:
         cells.append(Cell(orca_name(length), ("experiment=sarathi23_orca", f"name={orca_name(length)}",
                                               f"dataset.synthetic.sequence_length={length}"), "sarathi23"))
-    cells.append(Cell(PIPELINE, ("experiment=sarathi23_pipeline",), "sarathi23"))
-    cells.append(Cell(REPLICAS, ("experiment=sarathi23_pipeline", f"name={REPLICAS}", "parallel.pp=1",
-                                 "cluster.instances=8", "scheduler=[orca_best,decode_maximal]",
-                                 "scheduler.orca_best.max_num_seqs=17", "scheduler.decode_maximal.max_num_seqs=17"),
-                      "sarathi23"))
+    replicas = ("parallel.pp=1", "cluster.instances=8", "scheduler=[orca_best,decode_maximal]",
+                "scheduler.orca_best.max_num_seqs=17", "scheduler.decode_maximal.max_num_seqs=17")
+    for choice, suffix in CPU_COSTS.items():
+        cpu = (f"perf.cpu_costs={choice}",) if suffix else ()
+        cells.append(Cell(PIPELINE + suffix, ("experiment=sarathi23_pipeline", f"name={PIPELINE + suffix}", *cpu), "sarathi23"))
+        cells.append(Cell(REPLICAS + suffix, ("experiment=sarathi23_pipeline", f"name={REPLICAS + suffix}", *replicas, *cpu),
+                          "sarathi23"))
     return tuple(cells)

@@ -3,9 +3,11 @@
 One row per iteration (with pipeline parallelism, per micro-batch: from its launch to its last
 stage's end): its start and end, its composition (prefill tokens and sequences, decodes, the
 chunk's context, the decodes' mean context), and for a hybrid iteration (a prefill chunk with
-decodes; pp = 1) the performance model's price of its prefill part alone and of its decodes alone,
-from which the marginal cost of a decode that rides on a chunk follows (harness/throughput.py). The loops call it only when one is given: a run
-without it is untouched.
+decodes; pp = 1) the performance model's price of its prefill part alone and of a decode-only batch
+of its B = decodes + 1 sequences (the riders and one more at their mean context: the first Sarathi
+paper's decode-only batch of B, against which its B - 1 riding decodes are compared, Sec. 5.1), from
+which the marginal cost of a decode that rides on a chunk and the decode speedup follow
+(harness/throughput.py). The loops call it only when one is given: a run without it is untouched.
 
 Pipeline bubbles (pp > 1): before a micro-batch, each stage may sit idle since its previous
 micro-batch. That gap is split by cause:
@@ -52,10 +54,10 @@ class IterationLog:
         pre = [i for i, p in enumerate(batch.is_prefill) if p]
         dec = [i for i, p in enumerate(batch.is_prefill) if not p]
         alone_p = alone_d = np.nan
-        if pre and dec and price:  # hybrid: the model's price of each part alone
-            alone_p = self._price([n[i] for i in pre], [batch.context_lens[i] for i in pre])
-            alone_d = self._price([1] * len(dec), [batch.context_lens[i] for i in dec])
         ctx = [batch.context_lens[i] for i in dec]
+        if pre and dec and price:  # hybrid: the model's price of the chunk alone and of a decode-only batch of B
+            alone_p = self._price([n[i] for i in pre], [batch.context_lens[i] for i in pre])
+            alone_d = self._price([1] * (len(dec) + 1), ctx + [round(float(np.mean(ctx)))])
         saved = 0
         if self.cache is not None:  # admissions happen while this iteration is scheduled: what they found
             saved, self._hits = self.cache.hits - self._hits, self.cache.hits

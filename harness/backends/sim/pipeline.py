@@ -33,8 +33,9 @@ class Pipeline:
     the waiting queue empty, and at any schedule point whose outcome it cannot know:
       * waiting queue empty: a schedule point returns every out-of-flight running decode, in
         arrival order (all policies: with nothing waiting there is nothing to admit, and decodes
-        are never held back), unless a KV block allocation would fail (preemption): groups that
-        finish sequences shrink, and groups out of flight together merge, inside the replay;
+        are never held back), unless a KV block allocation would fail (preemption) or the policy
+        caps a micro-batch (`max_micro_batch_seqs`, orca_best split across the stages) below them:
+        groups that finish sequences shrink, and groups out of flight together merge, inside the replay;
       * waiting queue not empty (the head cannot be admitted): a group relaunches alone only
         under a certificate from its own last plain launch (decode-only, exactly the
         out-of-flight sequences, no preemption, `Engine.decode_batch_repeats`) taken with the same

@@ -167,7 +167,7 @@ class Replay:
                             i = g.launched
                             self._extend(g, i)
                         else:
-                            if not waiting_empty:
+                            if not waiting_empty or self._over_cap(out):
                                 stop = "stop_merge"
                                 break
                             p.stats["merges"] += 1
@@ -220,6 +220,12 @@ class Replay:
                 p.run_.finished(finished, times[-1])
         self.pending -= g.alloc
         g.alloc = 0
+
+    def _over_cap(self, out: list) -> bool:
+        """Would the merged group exceed the policy's micro-batch cap (orca_best split across the
+        stages)? The policy then launches part of it: the plain loop decides which."""
+        cap = getattr(self.p.engine.policy, "max_micro_batch_seqs", None)
+        return cap is not None and sum(len(i.seqs) if isinstance(i, _Group) else len(i) for i in out) > cap
 
     def _merge(self, out: list) -> _Group:
         """Groups and loose sequences out of flight together: the schedule point takes them all,
