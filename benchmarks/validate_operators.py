@@ -57,7 +57,7 @@ def print_tables(pts: pd.DataFrame) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--a100", choices=("pcie", "sxm"), default="pcie",
-                    help="catalog card for Vidur's 'a100' compute profile (default pcie; engines/perf/validation_findings.md says why)")
+                    help="catalog card for Vidur's 'a100' compute profile (default pcie; docs/performance-model/validation.md says why)")
     ap.add_argument("--out", default="validation", help="where points.csv and mape.csv go")
     ap.add_argument("--profiles", default=None, help="Vidur's data/profiling layout (compute/, network/)")
     ap.add_argument("--compare-a100", action="store_true",

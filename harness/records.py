@@ -108,3 +108,25 @@ def error_kind(error: str | None) -> str | None:
         if error.startswith(prefix):
             return kind
     return "other"
+
+
+def session_keys(requests) -> list[str | None]:
+    """Each request's session as a router sees it (live: the body's `user`, OpenAI's end-user id):
+    'session-<request id of its first turn>' for every turn of a session of two or more turns,
+    None for a request on its own. The simulator and the load generator both name sessions so."""
+    by_id = {r.request_id: r for r in requests}
+    followed = {r.after for r in requests if r.after is not None}
+    roots: dict[int, int] = {}  # request id -> its session's first turn
+    out: list[str | None] = []
+    for r in requests:
+        if r.after is None and r.request_id not in followed:
+            out.append(None)
+            continue
+        path, q = [], r
+        while q.request_id not in roots and q.after is not None:
+            path.append(q.request_id)
+            q = by_id[q.after]
+        root = roots.get(q.request_id, q.request_id)
+        roots.update(dict.fromkeys(path, root))
+        out.append(f"session-{root}")
+    return out

@@ -165,8 +165,8 @@ def test_presets_plan_and_the_planner_takes_them(hardware):
     assert space.candidates
 
 
-# ----------------------------------------------------------------------------- the README's what-if table
-# README.md, "What-if on the GPUs people own": each row is `python -m engines.perf --model M --gpu G
+# ----------------------------------------------------------------------------- the docs' what-if table
+# docs/performance-model/index.md, "What-if on the GPUs people own" (README.md's before the site): each row is `python -m engines.perf --model M --gpu G
 # --tp N [--topology T] --batch 32x1:1024` (decode) and `--batch 512:0` (prefill), default stack.
 WHAT_IF = [("Llama-3.1-8B", "llama3-8b", g, 1, None) for g in (
     "rtx-4090-24g", "l40s-48g", "rtx-pro-6000-server-96g", "rtx-pro-6000-ws-96g", "h100-80g-pcie", "h100-80g-sxm",
@@ -176,6 +176,9 @@ WHAT_IF = [("Llama-3.1-8B", "llama3-8b", g, 1, None) for g in (
     ("Qwen3-32B", "qwen3-32b", "rtx-pro-6000-ws-96g", 1, None), ("Qwen3-32B", "qwen3-32b", "h100-80g-pcie", 1, None),
     ("Qwen3-32B", "qwen3-32b", "h100-80g-sxm", 1, None), ("Qwen3-32B", "qwen3-32b", "h100-80g-sxm", 2, None),
     ("Qwen3-32B", "qwen3-32b", "h20-96g", 1, None), ("Qwen3-32B", "qwen3-32b", "b200-180g", 1, None)]
+
+
+WHAT_IF_PAGE = "docs/performance-model/index.md"
 
 
 def what_if_row(label: str, model: str, gpu: str, tp: int, topology: str | None) -> str:
@@ -194,9 +197,9 @@ def what_if_row(label: str, model: str, gpu: str, tp: int, topology: str | None)
 def test_the_readme_what_if_table_is_what_the_model_gives():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / WHAT_IF_PAGE).read_text()
     stale = [row for row in (what_if_row(*r) for r in WHAT_IF) if row not in readme]
-    assert not stale, "README.md's what-if table should say:\n" + "\n".join(stale)
+    assert not stale, f"{WHAT_IF_PAGE}'s what-if table should say:\n" + "\n".join(stale)
 
 
 def test_the_readme_says_what_staging_through_host_memory_costs():
@@ -211,7 +214,7 @@ def test_the_readme_says_what_staging_through_host_memory_costs():
     (off_d, off_p), (on_d, on_p) = times(None), times("pcie-only")
     said = (f"Qwen3-32B on four 4090s pays {(off_d - on_d) * 1e3:.0f} ms a decode and {(off_p - on_p) * 1e3:.0f} ms "
             "a prefill for staging its all-reduces through host memory")
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).resolve().parent.parent / WHAT_IF_PAGE).read_text().split())
     assert said in readme, said
 
 

@@ -1,7 +1,7 @@
 """The planner against a published planner's answer: NVIDIA AIConfigurator's README example
 (Qwen3-32B FP8 on H200, ISL 4000 / OSL 500, TTFT 300 ms, TPOT 10 ms: disaggregated, 4 TP1
 prefill workers + 1 TP4 decode worker a replica, 1.70x its best aggregated; data/paper/
-aiconfigurator_2025.yaml), and what our full run of the same question recorded there (README,
+aiconfigurator_2025.yaml), and what our full run of the same question recorded there (docs/planner.md,
 "Against a published planner"). Real simulator, short probes: the structure and the ratios, not
 the capacities, are checked."""
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""The README's commands, as written: every `python -m` line in its code blocks either runs here
-(the fast ones) or, where it would take minutes or names a placeholder (PATH, HOST, NAME...), is
-composed and planned exactly as `python -m harness` would before running anything."""
+"""The commands of the README and of the documentation site (docs/), as written: every `python -m`
+line in their code blocks either runs here (the fast ones) or, where it would take minutes or names
+a placeholder (PATH, HOST, NAME...), is composed and planned exactly as `python -m harness` would
+before running anything. And every number they take from the committed reference runs, each on
+the page that says it."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -19,9 +22,22 @@ ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER = re.compile(r"\b(PATH|HOST|PORT|NAME|KEY|PROFILE|DIR|RATE)\b")
 
 
-def readme_commands() -> list[str]:
-    """Each `python -m ...` command of the README's bash blocks, continuations joined, comments cut."""
-    text = (ROOT / "README.md").read_text()
+# The README is the front door; the rest moved to the documentation site (mkdocs.yml, docs/).
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
+
+
+def page(name: str) -> str:
+    """The text of README.md or a page of the site (e.g. "docs/routers.md")."""
+    return (ROOT / name).read_text()
+
+
+def all_pages() -> str:
+    return "\n\n".join(page(p) for p in PAGES)
+
+
+def page_commands(name: str) -> list[str]:
+    """Each `python -m ...` command of one page's bash blocks, continuations joined, comments cut."""
+    text = page(name)
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -33,12 +49,18 @@ def readme_commands() -> list[str]:
     return out
 
 
+def readme_commands() -> list[str]:
+    """The README's commands first (the main job leads), then each page's of the site."""
+    return [c for p in PAGES for c in page_commands(p)]
+
+
 COMMANDS = readme_commands()
 
 
 def test_the_readme_has_its_commands():
     assert COMMANDS[0] == "python -m harness experiment=yi34b_tp2_strict"  # the main job comes first
-    assert len(COMMANDS) >= 12
+    assert page_commands("README.md")[0] == COMMANDS[0]
+    assert len(COMMANDS) >= 50  # the 50 the README held before the site took them: none lost
 
 
 def _multirun_overrides(words: list[str]) -> list[list[str]]:
@@ -87,9 +109,9 @@ def test_readme_command(command, tmp_path):
         space = enumerate_space(compose(rest), plan_settings(mine))
         check_slo_reachable(space)
         assert space.candidates
-        if command == next(c for c in COMMANDS if c.startswith("python -m harness plan ")):
+        if command == next(c for c in page_commands("docs/planner.md") if c.startswith("python -m harness plan ")):
             said = f"{len(space.candidates)} configurations for the first command"
-            assert said in _flat((ROOT / "README.md").read_text()), said
+            assert said in _flat(page("docs/planner.md")), said
         return
     if args[:1] == ["report"]:
         if "tables_only=true" in args:  # it writes the committed file: checked below, never rewritten here
@@ -112,10 +134,10 @@ def test_readme_command(command, tmp_path):
 
 def test_every_preset_the_readme_names_exists():
     """`mistral7b_{strict,relaxed}`, `fig12_yi34b_tp2`...: each name in backticks that looks like a
-    preset is a file under experiments/experiment/."""
+    preset, in the README or a page of the site, is a file under experiments/experiment/."""
     known = {p.stem for p in (ROOT / "experiments" / "experiment").glob("*.yaml")}
     named = set()
-    for token in re.findall(r"`([a-z0-9_{},]+)`", (ROOT / "README.md").read_text()):
+    for token in re.findall(r"`([a-z0-9_{},]+)`", all_pages()):
         m = re.fullmatch(r"([a-z0-9_]*)\{([a-z0-9_,]+)\}([a-z0-9_]*)", token)
         names = [m.group(1) + v + m.group(3) for v in m.group(2).split(",")] if m else [token]
         named |= {n for n in names if re.match(r"(mistral7b|yi34b|llama2_70b|falcon180b|fig\d+|table\d+)_", n)}
@@ -124,9 +146,9 @@ def test_every_preset_the_readme_names_exists():
 
 
 # ----------------------------------------------------------------------------- the README's numbers
-# Every number the README takes from the committed reference runs is recomputed here from them, in
-# the README's own words: a run that moves a number fails this test until the README says the new
-# one (regenerate the reference, then paste what the failure prints). Numbers from commands cheap
+# Every number the README and the site's pages take from the committed reference runs is recomputed
+# here from them, in the page's own words: a run that moves a number fails this test until the page
+# says the new one (regenerate the reference, then paste what the failure prints). Numbers from commands cheap
 # enough to run are checked by running them (here and in tests/test_starvation.py); the long ones
 # (planner and benchmark timings, live runs) say the commit and load they were measured at.
 REFERENCE = "results/reference"
@@ -169,8 +191,15 @@ def _probe(probes, experiment: str, scheduler: str, qps: float | None = None):
     return p.iloc[0]
 
 
+# Where each quote lives: the README keeps the headline table, the site the rest.
+QUOTED_ON = {"headline table": "README.md", "prefill/decode table": "docs/routers.md",
+             "the paper's matrix, live": "docs/clusters.md", "TP-8 median TBT": "docs/sarathi-serve.md",
+             "four Yi replicas": "docs/routers.md", "attainment example": "docs/metrics.md",
+             "split vs replicas": "docs/routers.md", "DistServe": "docs/routers.md"}
+
+
 def readme_quotes(reference) -> dict[str, str]:
-    """What the README must say, computed from results/reference."""
+    """What the README and the site must say, computed from results/reference."""
     from harness.analysis.compare import latency_ratio_table
     from harness.analysis.cost import matrix_cost_text
     from harness.analysis.headline import headline_markdown
@@ -212,10 +241,11 @@ def test_the_committed_reference_report_is_what_the_runs_give(reference):
 
 
 def test_every_number_the_readme_takes_from_the_reference(reference):
-    readme = _flat((ROOT / "README.md").read_text())
-    stale = {name: text for name, text in readme_quotes(reference).items() if _flat(text) not in readme}
-    assert not stale, "the README no longer says what results/reference gives; it should say:\n\n" + "\n\n".join(
-        f"[{name}]\n{text}" for name, text in stale.items())
+    quotes = readme_quotes(reference)
+    assert set(quotes) == set(QUOTED_ON), "each quote names its page"
+    stale = {name: text for name, text in quotes.items() if _flat(text) not in _flat(page(QUOTED_ON[name]))}
+    assert not stale, "the README or the site no longer says what results/reference gives; they should say:\n\n" + \
+        "\n\n".join(f"[{name}: {QUOTED_ON[name]}]\n{text}" for name, text in stale.items())
 
 
 def test_the_figure_labels_the_paper_as_the_readme_does(reference):
@@ -234,10 +264,10 @@ def test_the_figure_labels_the_paper_as_the_readme_does(reference):
 
 
 def test_the_replicas_example_as_written(tmp_path):
-    """Cheap enough to run (8 CPU-s): the README's replicas command and what it says of the result."""
+    """Cheap enough to run (8 CPU-s): the replicas command (docs/routers.md) and what it says of the result."""
     import json
 
-    words = shlex.split(next(c for c in COMMANDS if "cluster.replicas=" in c))
+    words = shlex.split(next(c for c in page_commands("docs/routers.md") if "cluster.replicas=" in c))
     p = subprocess.run([sys.executable, *words[1:], f"results_dir={tmp_path}", "progress=false"],
                        capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert p.returncode == 0, p.stderr
@@ -246,4 +276,23 @@ def test_the_replicas_example_as_written(tmp_path):
     said = (f"Sarathi reaches {s['capacity_qps']:.3g} QPS on these 5 GPUs by the paper's criterion, and the run flags it: "
             f"P99 TTFT {cap['ttft_p99_s']:.0f} s, {cap['request_throughput']:.2g} requests completed a second of "
             f"{s['capacity_qps']:.3g} arriving")
-    assert _flat(said) in _flat((ROOT / "README.md").read_text()), said
+    assert _flat(said) in _flat(page("docs/routers.md")), said
+
+
+# ----------------------------------------------------------------------------- the documentation site
+def test_the_pages_name_no_path_outside_the_repository():
+    """The README and the site name the data's public sources (docs/data.md), never a local copy
+    beside the checkout (`../shared/...`, `../vidur`)."""
+    outside = {p: re.findall(r"[`\s(]\.\./(?!\w+\.md\b)[\w./-]*", page(p)) for p in PAGES}
+    outside = {p: found for p, found in outside.items() if found}
+    assert not outside, outside
+
+
+def test_the_site_builds_strict(tmp_path):
+    """mkdocs.yml and docs/ build with no warning (a broken link or anchor, a page left out of the
+    nav); CI builds it too (.ci/run)."""
+    pytest.importorskip("mkdocs", reason="the dev extra installs mkdocs-material")
+    p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "up to 2.6x / 2.88x" in (tmp_path / "index.html").read_text()  # the front page includes README's tables

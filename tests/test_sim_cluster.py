@@ -72,7 +72,8 @@ def test_least_kv_picks_the_smallest_share_then_fewest_outstanding():
 
 
 def test_router_names_and_unknown():
-    assert set(ROUTERS) == {"round_robin", "least_outstanding", "least_kv", "vllm_dp"}
+    assert set(ROUTERS) == {"round_robin", "least_outstanding", "least_kv", "vllm_dp", "session_affinity", "prefix_aware",
+                            "prefix_exact"}
     with pytest.raises(ValueError, match="unknown router 'nope'"):
         make_router("nope")
 

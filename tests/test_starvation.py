@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_sentence(summary: dict) -> str:
-    """The README's sentence about its shortest-prompt-first command, from that command's summary."""
+    """The sentence of docs/metrics.md (the README's before the site) about its shortest-prompt-first
+    command, from that command's summary."""
     sarathi = summary["schedulers"]["sarathi"]["probes"][0]
     spf = summary["schedulers"]["shortest_prompt_first"]["probes"][0]
     return (f"Sarathi-Serve fails at 8 QPS (median scheduling delay {sarathi['scheduling_delay_quantile_s']:.1f} s); "
@@ -64,8 +65,8 @@ def test_shortest_prompt_first_passes_starved_and_is_flagged(tmp_path, capsys):
     assert probe["starvation"] == starvation(True, 8.0, probe["request_throughput"], probe["ttft_p99_s"])
     assert summary["schedulers"]["sarathi"]["probes"][0]["starvation"] == ""  # failed: no flag
 
-    # The README quotes this very command; its sentence about it is recomputed here.
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    # docs/metrics.md quotes this very command; its sentence about it is recomputed here.
+    readme = " ".join((ROOT / "docs" / "metrics.md").read_text().split())
     assert readme_sentence(summary) in readme, readme_sentence(summary)
 
     runs = load_runs(tmp_path).set_index("scheduler")

@@ -137,19 +137,19 @@ def test_endpoint_backend_against_a_vllm_it_did_not_start(model_dir, tmp_path):
 
 
 def _walkthrough() -> list[str]:
-    """The commands of the README's endpoint walk-through (the first bash block of "Your own
-    server"), continuations joined, comments cut."""
+    """The commands of the endpoint walk-through (the first bash block of docs/endpoint.md, "Your own
+    server", the README's before the site), continuations joined, comments cut."""
     import re
 
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"```bash\n(.*?)```", text[text.index("### Your own server"):], flags=re.S).group(1)
+    text = (ROOT / "docs" / "endpoint.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index("# Your own server"):], flags=re.S).group(1)
     lines = [" ".join(line.split(" #")[0].split()) for line in block.replace("\\\n", " ").splitlines()]
     return [line for line in lines if line and not line.startswith("#")]
 
 
 def test_the_readme_walkthrough_against_vllm_serve(model_dir, tmp_path):
     """The walk-through as a serving team follows it: `vllm serve` as written (the tiny model takes
-    at most 2,048 tokens, not the README's 8,192: the harness fits the plan to the server's
+    at most 2,048 tokens, not the walk-through's 8,192: the harness fits the plan to the server's
     max_model_len and says so), the first look as written, the capacity search as written with
     smaller probes. vLLM's answers pass every check (usage, model, lengths): no failed request."""
     import json

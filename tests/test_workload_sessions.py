@@ -103,3 +103,39 @@ def test_cli_refuses_a_negative_think_time(tmp_path):
 def test_cli_refuses_sessions_on_a_cluster(tmp_path):
     assert_refused(tmp_path, ["experiment=yi34b_tp2_strict", "dataset=sharegpt_conversations", "cluster.instances=2",
                               "search.num_requests=64", "scheduler=[sarathi]"], "run on one engine")
+
+
+CONVERSATIONS = "conversation_id,num_prefill_tokens,num_decode_tokens\n"
+
+
+@pytest.mark.parametrize("rows, message", [
+    # a round's id missing
+    ("a,10,5\na,20,5\n,30,5\n", "row 3 (line 4): conversation_id is empty"),
+    # a conversation's rows split by another's: it would be read as two conversations
+    ("a,10,5\nb,12,4\na,20,5\n", "row 3 (line 4): conversation_id = 'a' comes back after another conversation's rows "
+                                 "(its rounds began at row 1)"),
+    # rounds out of order: the second is shorter than the first's prompt + answer
+    ("a,40,5\na,10,5\nb,7,3\n", "row 2 (line 3): num_prefill_tokens = 10 is less than the previous round's "
+                                "num_prefill_tokens + num_decode_tokens (40 + 5) of conversation_id 'a'"),
+])
+def test_a_broken_conversation_trace_is_refused_naming_file_row_and_column(tmp_path, rows, message):
+    trace = tmp_path / "conversations.csv"
+    trace.write_text(CONVERSATIONS + rows)
+    results = tmp_path / "results"
+    results.mkdir()
+    assert_refused(results, ["experiment=yi34b_tp2_strict", "dataset=sharegpt_conversations",
+                             "dataset.sessions.lengths=trace", f"dataset.trace_file={trace}", "dataset.sampling=sequential",
+                             "search.num_requests=3", "scheduler=[sarathi]"], f"{trace}: {message}")
+
+
+def test_a_conversation_trace_with_ids_is_rebuilt_by_them():
+    """The same file, well formed: 'a' has two turns (10 + 5 + 5 = 20), 'b' one."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        trace = Path(d) / "ok.jsonl"
+        trace.write_text("".join(f'{{"conversation_id": "{c}", "num_prefill_tokens": {p}, "num_decode_tokens": {o}}}\n'
+                                 for c, p, o in (("a", 10, 5), ("a", 20, 5), ("b", 7, 3))))
+        w = _load({"kind": "conversation", "lengths": "trace"}, n=3, trace_file=str(trace), sampling="sequential")
+    assert w.prompt_lens.tolist() == [10, 20, 7] and w.sessions.turn.tolist() == [0, 1, 0]
+    assert "2 conversations rebuilt (conversation_id)" in w.source

@@ -2,7 +2,9 @@
 from engines.core.batch import Batch
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
 from engines.core.caching_engine import PrefixCachingEngine
+from engines.core.checks import PolicyBroken
 from engines.core.engine import Engine, StepOutput
+from engines.core.kv_tier import HostTier, TierStats
 from engines.core.policy import BasePolicy, Policy
 from engines.core.prefix_cache import PrefixCacheStats, PrefixCachingBlockManager
 from engines.core.sequence import Sequence, SequenceStatus
@@ -14,7 +16,9 @@ __all__ = [
     "BlockManager",
     "DEFAULT_BLOCK_SIZE",
     "Engine",
+    "HostTier",
     "Policy",
+    "PolicyBroken",
     "PrefixCacheStats",
     "PrefixCachingBlockManager",
     "PrefixCachingEngine",
@@ -22,6 +26,7 @@ __all__ = [
     "Sequence",
     "SequenceStatus",
     "StepOutput",
+    "TierStats",
     "TokenIds",
     "blocks_for",
 ]

@@ -90,3 +90,16 @@ class BlockManager:
         elif n > 0:
             seq.block_table.extend(self._free[-n:][::-1])
             del self._free[-n:]
+
+    # -- a check for tests and soaks ------------------------------------------------------------
+    def audit(self, tables: list[list[int]]) -> None:
+        """Raise AssertionError if the books do not balance, given every live sequence's block
+        table: each block free exactly once or held by exactly one table."""
+        held = [b for table in tables for b in table]
+        free = set(self._free)
+        if len(free) != len(self._free):
+            raise AssertionError("a block is on the free list twice")
+        if len(set(held)) != len(held):
+            raise AssertionError("a block is held by two tables (this manager shares none)")
+        if free & set(held) or len(free) + len(held) != self.num_blocks:
+            raise AssertionError(f"{len(free)} free + {len(held)} held blocks, of {self.num_blocks}, overlapping or not all")

@@ -23,10 +23,11 @@ class PrefixCachingEngine(Engine):
 
     blocks: PrefixCachingBlockManager
 
-    def __init__(self, policy: Policy, blocks: PrefixCachingBlockManager, max_model_len: int) -> None:
+    def __init__(self, policy: Policy, blocks: PrefixCachingBlockManager, max_model_len: int,
+                 policy_name: str | None = None) -> None:
         if not isinstance(blocks, PrefixCachingBlockManager):
             raise TypeError("PrefixCachingEngine needs a PrefixCachingBlockManager")
-        super().__init__(policy, blocks, max_model_len)
+        super().__init__(policy, blocks, max_model_len, policy_name)
 
     def complete(self, batch: Batch) -> StepOutput:
         out = super().complete(batch)  # finished ones registered as they were freed

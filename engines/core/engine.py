@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from engines.core.batch import Batch
 from engines.core.block_manager import BlockManager
+from engines.core.checks import launch, policy_broken
 from engines.core.policy import Policy
 from engines.core.sequence import Sequence, SequenceStatus
 
@@ -23,8 +24,9 @@ class StepOutput:
 
 
 class Engine:
-    def __init__(self, policy: Policy, blocks: BlockManager, max_model_len: int) -> None:
+    def __init__(self, policy: Policy, blocks: BlockManager, max_model_len: int, policy_name: str | None = None) -> None:
         self.policy = policy
+        self.policy_name = policy_name or type(policy).__qualname__  # what a broken batch's error names
         self.blocks = blocks
         self.max_model_len = max_model_len
         self.waiting: deque[Sequence] = deque()
@@ -85,11 +87,17 @@ class Engine:
 
     # -- the step loop ----------------------------------------------------------------------
     def schedule(self) -> Batch | None:
-        batch = self.policy.schedule(self)
+        """The policy's batch, checked against its invariants (engines/core/checks.py) and put in
+        flight; PolicyBroken names the policy when it raised or its batch breaks them."""
+        try:
+            batch = self.policy.schedule(self)
+        except Exception as e:  # a plugin's bug: say whose, keep the cause chained
+            raise policy_broken(self.policy_name, f"schedule raised {type(e).__name__}: {e}") from e
         if batch is None or len(batch) == 0:
             return None
-        for seq in batch.seqs:
-            seq.in_flight = True
+        problem = launch(self, batch)
+        if problem is not None:
+            raise policy_broken(self.policy_name, problem)
         return batch
 
     def complete(self, batch: Batch) -> StepOutput:

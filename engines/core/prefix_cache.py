@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from engines.core.block_manager import BlockManager, blocks_for
+from engines.core.kv_tier import HostTier
 from engines.core.sequence import Sequence
 
 
@@ -34,7 +35,8 @@ class PrefixCacheStats:
     hits: int = 0  # of those, tokens found cached
     query_blocks: int = 0  # full blocks the admissions could have found: (prefill_target - 1) // block_size
     hit_blocks: int = 0
-    evictions: int = 0  # cached blocks whose content was dropped to make room
+    evictions: int = 0  # cached blocks whose content was dropped to make room (to the host tier, if any)
+    host_hits: int = 0  # tokens found in the host tier after the GPU hits (loaded, not computed)
 
     @property
     def hit_rate(self) -> float:
@@ -42,8 +44,12 @@ class PrefixCacheStats:
 
 
 class PrefixCachingBlockManager(BlockManager):
-    def __init__(self, *args, **kwargs) -> None:  # BlockManager's (num_blocks, block_size, watermark, reserve_tokens)
+    def __init__(self, *args, tier: HostTier | None = None, **kwargs) -> None:
+        # BlockManager's (num_blocks, block_size, watermark, reserve_tokens); `tier`: where evicted
+        # cached blocks go (kv_tier.py), None: they are dropped
         super().__init__(*args, **kwargs)
+        self.tier = tier
+        self._host_hits = 0  # of the last lookup: blocks after its GPU hits found in the tier
         num_blocks = self.num_blocks
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
@@ -53,7 +59,8 @@ class PrefixCachingBlockManager(BlockManager):
         self._evictable: OrderedDict[int, None] = OrderedDict()
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
-        self._peeked: tuple[tuple[int, int, int], list[int]] = ((-1, -1, -1), [])  # the last lookup: (seq, target, version), hits
+        # the last lookup: (seq, target, version), GPU hits, blocks after them in the host tier
+        self._peeked: tuple[tuple[int, int, int], list[int], int] = ((-1, -1, -1), [], 0)
 
     # -- counts ----------------------------------------------------------------------------
     @property
@@ -78,20 +85,37 @@ class PrefixCachingBlockManager(BlockManager):
         """The cached blocks a sequence about to be admitted would start from (none for one that
         holds blocks, is past its prefill, or whose tokens are unknown); sets its num_computed to
         the tokens they hold, so a policy sizing its first chunk sees what is left to compute."""
+        self._host_hits = 0
         if seq.tokens is None or seq.block_table or seq.num_computed >= seq.prefill_target:
             return []
-        key, hits = self._peeked
+        key, hits, host = self._peeked
         if key != (seq.seq_id, seq.prefill_target, self._version):
-            hits = []
+            hits, host = [], 0
             cache, block_hash = self._cache, seq.tokens.block_hash
-            for i in range((seq.prefill_target - 1) // self.block_size):
+            limit = (seq.prefill_target - 1) // self.block_size
+            for i in range(limit):
                 b = cache.get(block_hash(i))
                 if b is None:
                     break
                 hits.append(b)
-            self._peeked = ((seq.seq_id, seq.prefill_target, self._version), hits)
-        seq.num_computed = len(hits) * self.block_size
+            tier = self.tier
+            if tier is not None:  # the run goes on in host memory: those blocks are loaded, not computed
+                while len(hits) + host < limit and block_hash(len(hits) + host) in tier:
+                    host += 1
+            self._peeked = ((seq.seq_id, seq.prefill_target, self._version), hits, host)
+        self._host_hits = host
+        seq.num_computed = (len(hits) + host) * self.block_size
         return hits
+
+    def cached_prefix(self, hashes) -> int:
+        """How many of `hashes` (a prompt's chained block hashes, in order) lead a run this cache
+        holds now: what a cache-aware router reads (engines.routers); no counter, no LRU order moves."""
+        cache, n = self._cache, 0
+        for h in hashes:
+            if h not in cache:
+                break
+            n += 1
+        return n
 
     def admission_blocks(self, seq: Sequence) -> int:
         """Free blocks admitting `seq` uses: new ones, plus its hits that sit evictable (taking
@@ -116,15 +140,21 @@ class PrefixCachingBlockManager(BlockManager):
             ref[b] += 1
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
+        host = self._host_hits  # set by the lookup just made
         if seq.tokens is not None and seq.num_computed < seq.prefill_target:
             s = self.stats
             s.queries += seq.prefill_target
             s.hits += len(hits) * self.block_size
             s.query_blocks += (seq.prefill_target - 1) // self.block_size
             s.hit_blocks += len(hits)
+            s.host_hits += host * self.block_size
             if seq.num_preemptions == 0:
-                seq.cached_tokens = len(hits) * self.block_size
-        self._take(seq, fresh)
+                seq.cached_tokens = (len(hits) + host) * self.block_size
+        if host:  # loaded before this admission's allocation can evict them from the tier
+            block_hash = seq.tokens.block_hash
+            for i in range(len(hits), len(hits) + host):
+                self.tier.load(block_hash(i))  # type: ignore[union-attr]
+        self._take(seq, fresh)  # the first `host` fresh blocks receive the loaded KV; registered as computed
 
     # -- allocation, freeing, registration ------------------------------------------------------
     def _take(self, seq: Sequence, n: int) -> None:
@@ -135,9 +165,11 @@ class PrefixCachingBlockManager(BlockManager):
         taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
         del free[len(free) - k:]
         if n > k:  # then the least recently freed cached blocks, their content dropped
-            cache, hashes, pop = self._cache, self._hash, evictable.popitem
+            cache, hashes, pop, tier = self._cache, self._hash, evictable.popitem, self.tier
             for _ in range(n - k):
                 b, _ = pop(last=False)
+                if tier is not None:  # its KV copied to host memory instead of lost
+                    tier.store(hashes[b])  # type: ignore[arg-type]
                 del cache[hashes[b]]  # type: ignore[index]
                 hashes[b] = None
                 taken.append(b)

@@ -7,6 +7,7 @@ from engines.core import (
     DEFAULT_BLOCK_SIZE,
     BlockManager,
     Engine,
+    HostTier,
     Policy,
     PrefixCachingBlockManager,
     PrefixCachingEngine,
@@ -41,13 +42,17 @@ def make_engine(
     max_model_len: int,
     block_size: int = DEFAULT_BLOCK_SIZE,
     role: str = "both",
+    host_kv_blocks: int = 0,
 ) -> Engine:
     """An engine with `cfg`'s policy over a KV cache of `kv_capacity_tokens` tokens. A prefill
     instance runs `cfg`'s policy on prompts alone (its requests end at their first token); a
-    decode instance runs `DecodeOnlyPolicy` with `cfg`'s max_num_seqs and token budget."""
+    decode instance runs `DecodeOnlyPolicy` with `cfg`'s max_num_seqs and token budget.
+    `host_kv_blocks` > 0 puts a host-memory tier of that many blocks under the prefix cache
+    (engines/core/kv_tier.py; it needs prefix caching)."""
     if role not in ROLES:
         raise ValueError(f"unknown engine role {role!r}; known: {', '.join(ROLES)}")
     policy = _decode_policy(cfg) if role == "decode" else make_policy(cfg, max_model_len)
+    name = f"{cfg.policy} (decode instance)" if role == "decode" else cfg.policy
     num_blocks = kv_capacity_tokens // block_size
     reserve = max_model_len if policy.reserves_kv else None
     if num_blocks < blocks_for(max_model_len, block_size):
@@ -55,10 +60,13 @@ def make_engine(
             f"KV cache of {kv_capacity_tokens} tokens cannot hold one sequence of max_model_len {max_model_len}"
         )
     policy.check_kv(num_blocks, blocks_for(max_model_len, block_size))  # a batch bounded by memory refuses a B that is not
+    if host_kv_blocks and not cfg.prefix_caching:
+        raise ValueError("a host KV tier holds evicted prefix-cache blocks: it needs prefix caching on")
     if cfg.prefix_caching:
-        return PrefixCachingEngine(policy, PrefixCachingBlockManager(num_blocks, block_size, reserve_tokens=reserve),
-                                   max_model_len)
-    return Engine(policy, BlockManager(num_blocks, block_size, reserve_tokens=reserve), max_model_len)
+        tier = HostTier(host_kv_blocks) if host_kv_blocks else None
+        return PrefixCachingEngine(policy, PrefixCachingBlockManager(num_blocks, block_size, reserve_tokens=reserve,
+                                                                     tier=tier), max_model_len, name)
+    return Engine(policy, BlockManager(num_blocks, block_size, reserve_tokens=reserve), max_model_len, name)
 
 
 def _decode_policy(cfg: SchedulerConfig) -> DecodeOnlyPolicy:

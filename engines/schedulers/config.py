@@ -20,9 +20,11 @@ class SchedulerConfig:
     @classmethod
     def shared(cls, policy: str, **knobs: object) -> SchedulerConfig:
         """The policy with those of `knobs` it has (a sweep over policies with common settings:
-        tests, benchmarks); a config read from a user keeps the strict constructor."""
-        names = policy_spec(policy).knob_names
-        return cls(policy, **{k: v for k, v in knobs.items() if k in names})
+        tests, benchmarks); a None for a knob the policy does not let be None keeps its default
+        (vllm's max_num_batched_tokens=None means max_model_len; vllm_v1's is a number); a config
+        read from a user keeps the strict constructor."""
+        takes = {k.name: k.optional for k in policy_spec(policy).knobs}
+        return cls(policy, **{k: v for k, v in knobs.items() if k in takes and (v is not None or takes[k])})
 
     def __getattr__(self, name: str):
         if name in SchedulerConfig.__slots__ or name.startswith("__"):

@@ -6,6 +6,7 @@
     GET  /v1/models        the one served model
     GET  /health           200 when serving, 503 while shutting down
     GET  /metrics          Prometheus text (engine:* metrics, see stats.py)
+    POST /v1/cache/lookup  {"prompt": [ids]}: the leading blocks the prefix cache holds (the router's prefix_exact)
 
 With an API key (--api-key or $ENGINES_SERVER_API_KEY), /v1/* answer 401 without
 `Authorization: Bearer KEY`; /health and /metrics stay open (as vLLM's --api-key does).
@@ -34,6 +35,7 @@ import uuid
 
 from aiohttp import web
 
+from engines.core import TokenIds
 from engines.executors.base import SamplingParams
 from engines.server.body import read_json
 from engines.server.build import ServingParts
@@ -79,6 +81,8 @@ class CompletionServer:
         })
 
     async def metrics(self, request: web.Request) -> web.Response:
+        """`?audit=1` adds engine:kv_books_balanced, the block manager's audit of every block
+        (O(blocks) on the event loop: asked for by a soak at rest, not scraped around probes)."""
         engine = self.parts.engine
         text = render_prometheus(
             self.loop.stats,
@@ -90,9 +94,29 @@ class CompletionServer:
             model=self.name,
             executor_metrics=getattr(self.parts.executor, "metrics", dict)(),
             prefix_cache=getattr(engine.blocks, "stats", None),
+            cached_blocks=getattr(engine.blocks, "num_evictable", None),
+            books_balanced=self.loop.books_balanced() if request.query.get("audit") == "1" else None,
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
+
+    async def cache_lookup(self, request: web.Request) -> web.Response:
+        """`{"prompt": [ids]}` -> the leading full blocks of it this server's prefix cache holds now
+        (what the router's prefix_exact policy reads; no counter moves). Read on the event loop's
+        thread, the only one that touches the core (loop.py)."""
+        body = await read_json(request, self.cfg.max_body_bytes, self.cfg.body_timeout_s)
+        ids = body.get("prompt")
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise ApiError(400, "'prompt' must be a list of token ids", "prompt")
+        blocks = self.parts.engine.blocks
+        size, lookup = blocks.block_size, getattr(blocks, "cached_prefix", None)
+        n = len(ids) // size
+        found = 0
+        if lookup is not None and n:
+            tokens = TokenIds(ids, size)
+            tokens.block_hash(n - 1)
+            found = lookup(tokens.hashes)
+        return web.json_response({"cached_blocks": found, "block_size": size})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, parse_completion)
@@ -274,6 +298,7 @@ def make_app(cfg: ServerConfig, parts: ServingParts) -> web.Application:
     app.router.add_get("/v1/models", server.models)
     app.router.add_get("/health", server.health)
     app.router.add_get("/metrics", server.metrics)
+    app.router.add_post("/v1/cache/lookup", server.cache_lookup)
 
     async def start_loop(app: web.Application) -> None:
         server.loop.start()

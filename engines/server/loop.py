@@ -18,8 +18,9 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from engines.core import Engine, PrefixCachingBlockManager, Sequence, TokenIds
+from engines.core import Engine, PolicyBroken, PrefixCachingBlockManager, Sequence, TokenIds
 from engines.executors.base import SamplingParams
+from engines.server.errors import ApiError
 from engines.server.stats import LoopStats
 
 log = logging.getLogger("engines.server")
@@ -71,12 +72,17 @@ class EngineLoop:
         self._wake = asyncio.Event()
         self._in_flight = False
         self._deferred_frees: list[int] = []
+        # Requests aborted while their batch executes: the engine frees their KV blocks (and empties
+        # their block tables) only once the batch is back, since the executor's thread reads the
+        # tables while it runs (the soak found an abort there crash the batch: benchmarks/bench_soak.py).
+        self._deferred_aborts: list[int] = []
         self._blocking = bool(getattr(executor, "blocking", True))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="executor") if self._blocking else None
         self._task: asyncio.Task | None = None
         self._on_idle = getattr(executor, "idle", None)  # the real-time twin restarts its clock chain
         self._should_stop = getattr(executor, "should_stop", None)  # the torch executor knows its EOS ids
         self._caching = isinstance(engine.blocks, PrefixCachingBlockManager)
+        self.broken: str | None = None  # why the policy can serve no more (engines/core/checks.py)
 
     # -- handlers' side ----------------------------------------------------------------------
     def start(self) -> None:
@@ -86,7 +92,9 @@ class EngineLoop:
                arrival: float | None = None, prefilled: bool = False) -> RequestState:
         """Queue a request; raises ValueError if the engine refuses it (too long). `prefilled`: its
         prompt's KV was computed elsewhere and its first token made (a decode server's request):
-        what it streams are tokens 2..max_tokens."""
+        what it streams are tokens 2..max_tokens. A server whose policy broke refuses it (500)."""
+        if self.broken is not None:
+            raise ApiError(500, self.broken)
         # With a prefix cache the core hashes the tokens (a prefilled request's first token was made
         # elsewhere and is not known here: it is never cached).
         tokens = TokenIds(prompt_token_ids, self.engine.blocks.block_size) if self._caching and not prefilled else None
@@ -107,7 +115,10 @@ class EngineLoop:
         if state.done:
             return
         sid = state.seq.seq_id
-        self.engine.abort(sid)
+        if self._in_flight and state.seq.in_flight:
+            self._deferred_aborts.append(sid)
+        else:
+            self.engine.abort(sid)
         self._states.pop(sid, None)
         self._free_executor(sid)
         self.stats.requests_aborted += 1
@@ -117,6 +128,16 @@ class EngineLoop:
     @property
     def num_requests(self) -> int:
         return len(self._states)
+
+    def books_balanced(self) -> bool:
+        """Do the KV books balance: every block free, cached or held, reference counts matching the
+        live sequences' block tables (the block manager's audit; O(blocks))?"""
+        try:
+            self.engine.blocks.audit([s.block_table for s in self.engine.seqs.values()])
+        except AssertionError as e:
+            log.error("KV books do not balance: %s", e)
+            return False
+        return True
 
     def abort_all(self) -> None:
         for state in list(self._states.values()):
@@ -146,7 +167,11 @@ class EngineLoop:
                 await self._idle()
                 continue
             t0 = self.clock()
-            batch = engine.schedule()
+            try:
+                batch = engine.schedule()
+            except PolicyBroken as e:  # the engine's books can no longer be trusted: serve nothing more
+                self._break(str(e))
+                return
             if batch is None:  # nothing fits until a request arrives or leaves
                 await self._idle()
                 continue
@@ -163,9 +188,11 @@ class EngineLoop:
             except Exception as e:  # a broken executor fails this batch's requests, not the server
                 log.exception("executor failed on a batch of %d sequences", len(batch))
                 self._in_flight = False
+                self._abort_deferred()
                 self._fail(batch, f"executor error: {e}")
                 continue
             self._in_flight = False
+            self._abort_deferred()
             t1 = self.clock()
             self._complete(batch, tokens, t1)
             self.stats.iteration(t1 - t0, batch.num_prefill_tokens, len(batch) - sum(t is None for t in tokens))
@@ -213,12 +240,27 @@ class EngineLoop:
         state.finished = t
         self._end(state, reason)
 
+    def _break(self, message: str) -> None:
+        """The policy broke its contract: say so in the log and to every request, now and later."""
+        log.error("%s", message)
+        self.broken = message
+        for state in list(self._states.values()):
+            state.error = message
+            self.abort(state)
+
     def _fail(self, batch, message: str) -> None:
         for seq in batch.seqs:
             state = self._states.get(seq.seq_id)
             if state is not None:
                 state.error = message
                 self.abort(state)
+
+    def _abort_deferred(self) -> None:
+        """The engine's part of the aborts that came while the batch executed (complete() then
+        skips their sequences, as it skips any aborted one)."""
+        for sid in self._deferred_aborts:
+            self.engine.abort(sid)
+        self._deferred_aborts.clear()
 
     def _free_executor(self, sid: int) -> None:
         if self._in_flight:  # the executor may be reading this request's state right now

@@ -33,7 +33,7 @@ class LoopStats:
 
 def render_prometheus(stats: LoopStats, *, running: int, waiting: int, blocks_used: int, blocks_total: int,
                       preemptions: int, model: str, executor_metrics: dict[str, float] | None = None,
-                      prefix_cache=None) -> str:
+                      prefix_cache=None, cached_blocks: int | None = None, books_balanced: bool | None = None) -> str:
     label = f'{{model_name="{model}"}}'
     lines: list[str] = []
 
@@ -57,6 +57,12 @@ def render_prometheus(stats: LoopStats, *, running: int, waiting: int, blocks_us
     if prefix_cache is not None:  # engines.core.PrefixCacheStats; vLLM's counters have these names and units
         metric("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", prefix_cache.queries)
         metric("prefix_cache_hits_total", "counter", "Of those, tokens found cached.", prefix_cache.hits)
+    if cached_blocks is not None:
+        metric("kv_blocks_cached", "gauge", "KV-cache blocks no request uses whose content a prefix cache keeps "
+               "(counted free).", cached_blocks)
+    if books_balanced is not None:
+        metric("kv_books_balanced", "gauge", "1 if every KV block is free, cached or held with reference counts "
+               "matching the requests' block tables (GET /metrics?audit=1).", int(books_balanced))
     for key, value in (executor_metrics or {}).items():
         metric(key, "counter", "Executor self-check (see the executor's module).", value)
 

@@ -78,18 +78,24 @@ class ClusterSettings:
     kv_transfer: str = "after_prefill"
     placement: str = "by_role"  # by_role | interleaved (engines.perf.transfer)
     decode_router: str | None = None
+    # The router's knobs (engines.routers: its constructor's parameters), e.g. {cache_threshold: 0.5}.
+    # None: its defaults. `Any`, not a dict type: Hydra then takes `cluster.router_options={k: v}` whole.
+    router_options: Any = None
     # Colocated instances of different deployments, group by group (their counts replace `instances`).
     replicas: list[ReplicaGroup] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from engines.perf.transfer import PLACEMENTS, TRANSFER_MODES
-        from engines.routers import ROUTERS
+        from engines.routers import ROUTERS, make_router
         if not (isinstance(self.instances, int) and self.instances >= 1):
             raise ValueError(f"instances must be >= 1, got {self.instances}")
         for name in ("router", "decode_router"):
             value = getattr(self, name)
             if value is not None and value not in ROUTERS:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(ROUTERS)}")
+        if self.router_options is not None and not isinstance(self.router_options, Mapping):
+            raise ValueError(f"router_options must be a mapping of the router's knobs, got {self.router_options!r}")
+        make_router(self.router, **self.knobs)  # ValueError naming an unknown or bad knob
         if self.prefill_instances < 0 or self.decode_instances < 0:
             raise ValueError(f"prefill_instances and decode_instances must be >= 0, got "
                              f"{self.prefill_instances}, {self.decode_instances}")
@@ -113,6 +119,11 @@ class ClusterSettings:
     @property
     def disaggregated(self) -> bool:
         return bool(self.prefill_instances or self.decode_instances)
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        """The router's knobs as keyword arguments of engines.routers.make_router."""
+        return dict(self.router_options or {})
 
     @property
     def num_instances(self) -> int:
@@ -204,6 +215,7 @@ class BackendJob:
     # Live, without time_limit_s: a probe ends this long after its last planned arrival (what has
     # not finished then is cut off, as at a time limit): derived from the plan's SLO and lengths.
     drain_s: float | None = None
+    kv_offload_gib: float = 0.0  # each engine instance's host KV tier (engine.kv_offload_gib); 0: none
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

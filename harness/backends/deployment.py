@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
+from engines.perf import cpu_device
+from engines.perf.calibration import Calibration, load_calibration
 from engines.perf.cpu_costs import cpu_choice
 from engines.perf.factory import build_perf_model
 from engines.perf.hardware import get_gpu, get_topology
@@ -27,6 +29,7 @@ class DeploymentPlan:
     timer: object  # batch_times(new_tokens, context_lens) -> seconds of one stage; pp_send_time(tokens)
     kv_capacity_tokens: int  # one engine's (one DP rank's)
     block_size: int
+    calibration: Calibration | None = None  # perf.calibration: the user's fitted factors (engines/perf/calibration.py)
     dp: int = 1  # DP ranks stepping together (ep: engines.perf.expert_parallel); timer.step_time prices a step
     ep: bool = False
 
@@ -57,18 +60,24 @@ def build_deployment(
     dp, ep = int(parallel.get("dp", 1) or 1), bool(parallel.get("ep", False))
     if tp < 1 or pp < 1:
         raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
+    gpu, topology = _device(hardware)
+    # A CPU's BLAS has no GPU thread-block tile: a 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
+    cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.get("gpu")) else {}
     deployment = Deployment.create(
         dp=dp,
         ep=ep,
         model=str(model["name"]),
-        gpu=str(hardware["gpu"]),
+        gpu=gpu,
         tp=tp,
         pp=pp,
-        topology=hardware.get("topology"),
+        topology=topology,
         gpus_per_node=hardware.get("gpus_per_node"),
-        **_kernel_choice(perf_cfg),
+        **_kernel_choice(perf_cfg), **cpu,
         **cpu_choice(str((perf_cfg or {}).get("cpu_costs") or "engine")),
     )
+    calibration = _calibration(perf_cfg)
+    if calibration is not None:
+        deployment = calibration.apply(deployment)
     perf = build_perf_model(deployment, perf_cfg)
     kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
     ranks = f", dp={dp}, ep" if ep else ""
@@ -77,7 +86,8 @@ def build_deployment(
             f"{model['name']} on {tp * pp * dp}x {hardware['gpu']} (tp={tp}, pp={pp}{ranks}) leaves KV room for "
             f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
         )
-    desc = f"{model['name']} on {tp * pp * dp}x {hardware['gpu']} (tp={tp}, pp={pp}{ranks})"
+    device = cpu_device.describe(deployment.gpu) if cpu_device.is_cpu(hardware["gpu"]) else hardware["gpu"]
+    desc = f"{model['name']} on {tp * pp * dp}x {device} (tp={tp}, pp={pp}{ranks})"
     if ep:
         desc += f", EP MoE over {deployment.ep_link.name if deployment.ep_link else 'one GPU'} ({deployment.ep_comm})"
     desc += "".join(f", {what} {dtype}" for what, dtype in (("weights", deployment.weight_dtype),
@@ -85,8 +95,26 @@ def build_deployment(
     profile = getattr(perf, "profile", None)
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
+    # A calibrated model never passes for the datasheet one: its description (every run's header,
+    # summary.json's `deployment`) names the file, its factors and its held-out error.
+    if calibration is not None:
+        desc += f", {calibration.describe()}"
     return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size),
-                          dp, ep)
+                          calibration, dp, ep)
+
+
+def _device(hardware: Mapping):
+    """The catalog GPU's name, or this machine's CPU (engines/perf/cpu_device.py: the config's numbers,
+    or a probe's), with the node it sits in (a CPU is one device: no links are ever priced)."""
+    if not cpu_device.is_cpu(hardware.get("gpu")):
+        return str(hardware["gpu"]), hardware.get("topology")
+    spec = cpu_device.cpu_spec(hardware.get("cpu_flops"), hardware.get("cpu_bandwidth"), hardware.get("cpu_memory_bytes"))
+    return spec, hardware.get("topology") or "pcie-only"
+
+
+def _calibration(perf_cfg: Mapping | None) -> Calibration | None:
+    path = (perf_cfg or {}).get("calibration")
+    return None if path in (None, "") else load_calibration(str(path))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ Examples:
   python -m harness plan model=llama3-70b hardware=h100_80g slo.tbt_s=0.1 target_qps=40   # plan a deployment
   python -m harness data stats dataset=openchat_sharegpt4      # dataset tools (python -m harness data --help)
   python -m harness profile model=tiny-llama quick=true        # operator profile on this device
+  python -m harness calibrate run.jsonl model=M hardware=H scheduler=S --out cal.json   # fit to a measured run
+  python -m harness validate run.jsonl model=M hardware=H scheduler=S perf.calibration=cal.json  # sim vs real
 Every harness command reads key=value words (the engine's own tools, python -m engines.server and
 python -m engines.perf, take --flags, as vllm serve does).
 """
@@ -81,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             from harness.commands.plan import plan_command
 
             return plan_command(argv[1:])
+        if argv and argv[0] in ("validate", "calibrate"):  # sim vs a measured run (harness/validate)
+            from harness.commands.calibrate import calibrate_command
+            from harness.commands.validate import validate_command
+
+            return (validate_command if argv[0] == "validate" else calibrate_command)(argv[1:])
         if argv and argv[0] == "nightly":
             from harness.commands.nightly import nightly_command
 

@@ -22,6 +22,7 @@ from harness.plan.replicas import POISSON_NOTE
 from harness.plan.search import PlanRun, run_plan
 from harness.plan.settings import plan_settings, split_words
 from harness.plan.space import enumerate_space
+from harness.validate.bands import band, calibration_entry, capacity_bands
 from harness.results.claim import discard, finish, make_room, record_failure, unwritable, why
 
 USAGE = """usage: python -m harness plan model=M hardware=H dataset=D slo.tbt_s=S target_qps=L [plan.KEY=VALUE ...]
@@ -115,6 +116,7 @@ def _plan(space, settings, cfg, name: str, out: Path, partial: Path, t0: float) 
         check = f"python -m harness hydra.searchpath=[file://{out.resolve()}] experiment={preset_name} (the unit simulated; backend=live runs it as in-repo servers)"
     print(f"winner: {win.candidate.key}, {answer.describe_deployment(win.candidate.tp, win.candidate.pp, win.candidate.unit, win.candidate.dp)}, "
           f"{answer.describe_scheduler(win, wplan)}: {win.capacity_qps:.3g} QPS a replica")
+    print(capacity_bands(wplan.deployment.calibration, {win.candidate.key: win.capacity_qps}))
     print(serve)
     print(f"check it{'' if win.candidate.unit else ' live'}: {check}" + (f" (one replica at its share: search.fixed_qps={share:.3g})" if share else ""))
     try:
@@ -143,6 +145,8 @@ def _write(partial: Path, run: PlanRun, cfg, win, table, preset_name: str, serve
     figure.draw(run, win, partial / "pareto.png", f"{name}: {wplan.slo.describe()}")
     record = {
         "name": name, "seconds": elapsed, "settings": asdict(run.settings), "winner": win.candidate.key,
+        "calibration": calibration_entry(wplan.deployment.calibration),
+        "winner_band_qps": band(wplan.deployment.calibration, win.capacity_qps),
         "probes_screen": run.probes_screen, "probes_full": run.probes_full, "waves": run.waves,
         "misfits": [asdict(m) for m in run.space.misfits], "table": [asdict(r) for r in table],
         "candidates": [_evaluation(e) for e in run.evaluations],

@@ -26,6 +26,7 @@ from harness.search.plan import ExperimentPlan, check_cluster_backend, plan_expe
 from harness.search.probe import SearchBroken, probe_requests, search_capacity
 from harness.search.rounds import Round
 from harness.starvation import BOUNDS as STARVATION_BOUNDS
+from harness.validate.bands import band, calibration_entry, capacity_bands
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,10 @@ def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     if cfg.get("cache", True) and backend.deterministic:  # measurements (live probes) are never cached
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
         profile = getattr(plan.deployment.perf, "profile", None)
-        key = cache_key(OmegaConf.to_container(cfg), code_version(prov, profile.digest if profile else ""))
+        # A re-fitted calibration at the same path must not either: its factors are in the key.
+        cal = plan.deployment.calibration
+        key = cache_key(OmegaConf.to_container(cfg), code_version(prov, (profile.digest if profile else "")
+                                                                   + (str(sorted(cal.factors.items())) if cal else "")))
         cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
 
     for where, reason in broken_runs(cfg.results_dir, plan.name)[:1]:
@@ -113,6 +117,8 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
     print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
     print_cache_lines(runs, plan, lambda res: shown_probe(res, fixed=bool(s.fixed_qps)))
+    if not s.fixed_qps:
+        print(capacity_bands(plan.deployment.calibration, {r.scheduler: r.result.capacity_qps for r in runs}))
     if parallel:
         print(f"rounds of up to {s.workers} probes at once: "
               + ", ".join(f"{r.scheduler} {r.result.rounds} ({len(r.result.probes)} probes)" for r in runs))
@@ -301,6 +307,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
             }
         if broken:
             entry["broken"] = broken[0]
+        entry["capacity_band_qps"] = band(plan.deployment.calibration, entry.get("capacity_qps"))
         schedulers[name] = entry
     return {
         "experiment": plan.name,
@@ -309,6 +316,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "backend": plan.backend.name,
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
+        "calibration": calibration_entry(plan.deployment.calibration),
         "cluster": {**asdict(plan.cluster), "layout": plan.cluster.describe(plan.deployment.tp, plan.deployment.pp, plan.deployment.gpu)},
         "num_gpus": gpus,
         "model": plan.deployment.model_name,

@@ -64,6 +64,10 @@ class HardwareSchema:
     gpu: str = REQUIRED  # engines.perf catalog name (engines/perf/hardware.py)
     gpus_per_node: int | None = None
     topology: str | None = None
+    # gpu: cpu (engines/perf/cpu_device.py): this machine's numbers; None: measured by a short probe
+    cpu_flops: float | None = None
+    cpu_bandwidth: float | None = None  # B/s
+    cpu_memory_bytes: int | None = None  # host memory for weights and the KV cache
 
 
 @dataclass
@@ -94,6 +98,7 @@ class PerfSchema:
     weight_dtype: str | None = None  # fp8: linear layers' weights in FP8 on H100/H200 (engines/perf/precision.py)
     kv_dtype: str | None = None  # fp8: the KV cache in FP8 (engines/perf/precision.py)
     cuda_graphs: bool | None = None  # false: a graph-capturing stack's kernels launched eagerly (engines/perf/launch.py)
+    calibration: str | None = None  # a calibration file (python -m harness calibrate; engines/perf/calibration.py)
     cpu_costs: str = "engine"  # engine: the stack's CPU costs; none: GPU kernels only (engines/perf/cpu_costs.py CPU_CHOICES)
 
 

@@ -67,9 +67,10 @@ class _Attempt:
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
-def _body(spec: RequestSpec, opts: LoadOptions, continuous_usage: bool) -> bytes:
+def _body(spec: RequestSpec, opts: LoadOptions, continuous_usage: bool, user: str | None = None) -> bytes:
     """The JSON body of one request: the prompt as text when it has one, else as token ids
-    (completions only: a chat message is text)."""
+    (completions only: a chat message is text); a session's turn names its session as `user`
+    (OpenAI's end-user id: what a session-affine router hashes)."""
     if spec.prompt_text is None and (opts.api == "chat" or spec.prompt_token_ids is None):
         raise ValueError(f"request {spec.request_id} has no prompt_text"
                          + ("" if opts.api == "chat" else " nor prompt_token_ids (with_prompt_token_ids fills them)"))
@@ -86,6 +87,8 @@ def _body(spec: RequestSpec, opts: LoadOptions, continuous_usage: bool) -> bytes
         "stream_options": {"include_usage": True, "continuous_usage_stats": continuous_usage},
         **dict(opts.extra_body),
     })
+    if user is not None:
+        body["user"] = user
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -170,8 +173,9 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
     path = API_PATHS[opts.api]
     sessions = Sessions(requests) if has_sessions(requests) else None
     # A session's later turn is built when it is released (sessions.py): a placeholder until then.
-    attempts = [_Attempt(target.request("POST", path, _body(r, opts, continuous), headers) if r.after is None else b"")
-                for r in requests]
+    users = sessions.users if sessions is not None else [None] * n
+    attempts = [_Attempt(target.request("POST", path, _body(r, opts, continuous, u), headers) if r.after is None else b"")
+                for r, u in zip(requests, users)]
     timers: list[asyncio.TimerHandle] = []
     if opts.concurrency is None:
         await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
@@ -249,7 +253,7 @@ async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> 
             return
         spec = requests[j]
         ids = opts.session_prompt(spec, generated_ids(a.x.body))
-        body = _body(dataclasses.replace(spec, prompt_token_ids=ids), opts, continuous)
+        body = _body(dataclasses.replace(spec, prompt_token_ids=ids), opts, continuous, sessions.users[j])
         attempts[j] = _Attempt(target.request("POST", path, body, headers))
         attempts[j].planned = clock() + spec.think_s
         timers.append(loop.call_later(spec.think_s, launch, j))

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 
 from common.sse import SseSplitter
-from harness.records import RequestSpec
+from harness.records import RequestSpec, session_keys
 
 
 class Sessions:
@@ -22,6 +22,7 @@ class Sessions:
             if r.after is not None:
                 self.successor[index[r.after]] = i
         self.paced = [i for i, r in enumerate(requests) if r.after is None]
+        self.users = session_keys(requests)  # each turn's session, sent as the body's `user`
 
     def chain_after(self, i: int) -> list[int]:
         """The turns that follow request i in its session, in order."""

@@ -22,7 +22,7 @@ from harness.metrics import Slo
 from harness.search.offline import OfflineSettings, check_offline, is_offline
 from harness.search.slo import SloSettings, resolve_slo
 from harness.typed import did_you_mean, typed
-from harness.workload import Workload, concurrency_limit, load_workload
+from harness.workload import Workload, arrival_offsets, concurrency_limit, load_workload
 
 
 EXECUTORS = ("local", "ray")
@@ -36,6 +36,11 @@ class EngineSettings:
     # Automatic prefix caching (engines/core/prefix_cache.py) for every scheduler; off as in the
     # paper's engines (a scheduler's own `prefix_caching: true` turns it on for that one alone).
     prefix_caching: bool = False
+    # A host-memory KV tier under the prefix cache of each engine instance, in GiB (engines/core/
+    # kv_tier.py, priced over PCIe by engines/perf/offload.py); 0: none, evicted blocks are lost.
+    kv_offload_gib: float = 0.0
+    # The node's host memory the tier must fit in, GiB (a DGX A100 has 1 TiB; the catalog has no host memory).
+    host_memory_gib: float = 1024.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,7 @@ class ExperimentPlan:
     # An offline throughput run (a rate-free arrival: harness/search/offline.py); None: capacity searches.
     # Such a plan has no SLO (slo is None): nothing is judged.
     offline: OfflineSettings | None = None
+    kv_offload_gib: float = 0.0  # engine.kv_offload_gib: each instance's host KV tier
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
         """What a backend needs to serve `scheduler` of this plan."""
@@ -123,7 +129,7 @@ class ExperimentPlan:
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
             cluster=self.cluster, disagg=self.disagg, replicas=self.replicas, give_up=self._give_up(),
-            max_error_fraction=self.search.max_error_fraction, drain_s=self.drain_s,
+            max_error_fraction=self.search.max_error_fraction, drain_s=self.drain_s, kv_offload_gib=self.kv_offload_gib,
         )
 
     @property
@@ -222,13 +228,14 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     slo_settings = typed(SloSettings, cfg["slo"], "slo")
     slo = None if offline is not None else replace(resolve_slo(slo_settings, deployment.model_name, deployment.perf),
                                                    max_error_fraction=search.max_error_fraction)
+    engine = typed(EngineSettings, cfg.get("engine") or {}, "engine")
+    check_offload(engine, backend.name, cluster, deployment)
     own_server = getattr(backend_class(backend.name), "server_label", None)
     if own_server is not None:  # a server of its own (backend=endpoint): one label, its name; none of our policies runs
         label, knobs = own_server(backend)
         schedulers, scheduler_knobs = {label: None}, {label: knobs}
     else:
         schedulers = _scheduler_configs(cfg["scheduler"])
-        engine = typed(EngineSettings, cfg.get("engine") or {}, "engine")
         if engine.prefix_caching:
             schedulers = {name: SchedulerConfig(sc.policy, **{**dict(sc.knobs), "prefix_caching": True})
                           for name, sc in schedulers.items()}
@@ -237,13 +244,15 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     if offline is not None:
         check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
+    if _plain(cfg["arrival"]).get("name") != "trace":  # a bad knob fails here, before anything is written
+        arrival_offsets(_plain(cfg["arrival"]), 1.0, 1, seed)
     _check_lengths(workload, max_model_len, cfg["dataset"].get("name", "dataset"))
     if workload.sessions is not None and offline is not None:
         raise HarnessError(f"dataset.sessions: arrival={cfg['arrival'].get('name')} starts no sessions (an offline run); "
                            "sessions start by an open-loop arrival (poisson, gamma, constant)")
-    if workload.sessions is not None and (cluster.num_instances > 1 or cluster.disaggregated or cluster.replicas):
-        raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine; "
-                           "use cluster.instances=1 without prefill/decode instances or replicas")
+    if workload.sessions is not None and (cluster.disaggregated or cluster.replicas):
+        raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine or on colocated "
+                           "replicas of it (cluster.instances); not on prefill/decode instances or cluster.replicas")
     replicas = ()
     if cluster.replicas:
         if backend.name != "sim":
@@ -259,7 +268,8 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
         for role, d in pools if sc is not None else ():
             try:
-                make_engine(sc, d.kv_capacity_tokens, max_model_len, d.block_size, role=role)
+                make_engine(sc, d.kv_capacity_tokens, max_model_len, d.block_size, role=role,
+                            host_kv_blocks=1 if engine.kv_offload_gib else 0)  # a tier needs prefix caching
             except ValueError as e:
                 where = "" if role == "both" else f" on a {role} instance"
                 raise HarnessError(f"scheduler {name}{where}: {e}") from None
@@ -283,10 +293,27 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         replicas=replicas,
         offline=offline,
         notes=_session_notes(workload),
+        kv_offload_gib=engine.kv_offload_gib,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))
     return plan
+
+
+def check_offload(engine: EngineSettings, backend: str, cluster: ClusterSettings, deployment: DeploymentPlan) -> None:
+    """engine.kv_offload_gib: a tier that fits the node's host memory, where it is simulated."""
+    gib, host = engine.kv_offload_gib, engine.host_memory_gib
+    if not (gib >= 0 and host > 0):
+        raise HarnessError(f"engine: kv_offload_gib must be >= 0 and host_memory_gib > 0, got {gib!r}, {host!r}")
+    if not gib:
+        return
+    if gib > host:
+        raise HarnessError(f"engine.kv_offload_gib={gib:g} GiB is larger than the node's host memory "
+                           f"(engine.host_memory_gib={host:g} GiB)")
+    if backend != "sim" or cluster.disaggregated or cluster.replicas or deployment.pp > 1:
+        raise HarnessError("engine.kv_offload_gib: the host KV tier is simulated so far for backend=sim, pp=1, one "
+                           "engine or colocated replicas (cluster.instances); not "
+                           + (f"backend={backend}" if backend != "sim" else "this cluster or pipeline"))
 
 
 def _duration(seconds: float) -> str:

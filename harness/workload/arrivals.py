@@ -20,6 +20,11 @@ Processes (`process` mapping, from experiments/arrival/<name>.yaml):
                   same max_total_tokens filter, so it pairs with dataset.sampling=sequential),
                   multiplied by `time_scale` (0.5 = twice as fast). `rate` is ignored unless
                   `scale_to_rate: true`, which rescales the times to a mean rate of `rate`.
+  diurnal         a Poisson process whose rate follows a day: rate x (1 + amplitude x cos(2 pi
+                  (t - peak_s) / period_s)), mean `rate` over a period (a day: period_s 86400, the
+                  peak at `peak_s`, 14:00 by default, the trough half a period later), drawn by
+                  time rescaling (unit-rate exponential gaps mapped through the integrated rate),
+                  so the same seed gives the same arrivals in rate-time. amplitude in [0, 1).
   at_once         every request waiting at t = 0 (an offline batch: the engine's own batch size is
                   the only limit); the rate is ignored.
   closed_loop     a marker, not a schedule: every offset is 0 and the backend must keep at most
@@ -71,6 +76,27 @@ def gamma(rate: float, n: int, seed: int, cv: float = 1.0) -> np.ndarray:
     shape = 1.0 / (cv * cv)  # gamma(k, 1/k) has mean 1 and CV 1/sqrt(k)
     gaps = rng_for(ARRIVALS, seed).standard_gamma(shape, _check_n(n)) / shape
     return np.cumsum(gaps / _check_rate(rate))
+
+
+def diurnal(rate: float, n: int, seed: int, amplitude: float = 0.5, period_s: float = 86400.0,
+            peak_s: float = 50400.0) -> np.ndarray:
+    for key, v, ok in (("amplitude", amplitude, lambda x: 0 <= x < 1), ("period_s", period_s, lambda x: x > 0),
+                       ("peak_s", peak_s, lambda x: True)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or not ok(v):
+            raise HarnessError(f"arrival.{key}: got {v!r}; amplitude must be in [0, 1), period_s > 0, peak_s a number")
+    rate = _check_rate(rate)
+    target = np.cumsum(rng_for(ARRIVALS, seed).standard_exponential(_check_n(n)))  # integrated rate at each arrival
+    w, phase = 2 * math.pi / period_s, 2 * math.pi * peak_s / period_s
+
+    def integrated(t: np.ndarray) -> np.ndarray:  # the integral of rate x (1 + a cos(w t - phase)) over [0, t]
+        return rate * (t + amplitude / w * (np.sin(w * t - phase) + math.sin(phase)))
+
+    lo, hi = target / (rate * (1 + amplitude)), target / (rate * (1 - amplitude))  # the rate stays in those bounds
+    for _ in range(64):  # bisection: the integrated rate is increasing; 64 halvings reach float precision
+        mid = (lo + hi) / 2
+        below = integrated(mid) < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return hi
 
 
 def constant(rate: float, n: int, seed: int) -> np.ndarray:
@@ -127,6 +153,7 @@ PROCESSES: dict[str, tuple[Callable[..., np.ndarray], tuple[str, ...]]] = {
     "poisson_capped": (poisson_capped, ()),
     "gamma": (gamma, ("cv",)),
     "constant": (constant, ()),
+    "diurnal": (diurnal, ("amplitude", "period_s", "peak_s")),
     "trace": (trace, ("trace_file", "time_scale", "scale_to_rate", "max_total_tokens")),
     "closed_loop": (closed_loop, ("concurrency",)),
     "at_once": (at_once, ()),

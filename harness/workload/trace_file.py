@@ -47,7 +47,7 @@ def read_trace(path: str | Path, max_total_tokens: int | None, need_arrivals: bo
     p = resolve_path(path)
     if not p.is_file():
         raise HarnessError(f"trace file not found: {path}")
-    frame = _read_jsonl(p) if p.suffix in (".jsonl", ".ndjson") else _read_csv(p)
+    frame = read_frame(p)
     missing = [c for c in (PROMPT, OUTPUT) + ((ARRIVED,) if need_arrivals else ()) if c not in frame.columns]
     if missing:
         raise HarnessError(f"{p}: missing column(s) {', '.join(missing)} (has: {', '.join(map(str, frame.columns))})")
@@ -74,6 +74,12 @@ def read_trace(path: str | Path, max_total_tokens: int | None, need_arrivals: bo
         dropped_over_max=int((nonempty & ~within).sum()),
         dropped_empty=int((~nonempty).sum()),
     )
+
+
+def read_frame(p: Path) -> pd.DataFrame:
+    """The trace file as a frame of strings (numbers are parsed by the caller, so that a bad cell
+    is reported with its row: `where`)."""
+    return _read_jsonl(p) if p.suffix in (".jsonl", ".ndjson") else _read_csv(p)
 
 
 def _read_csv(p: Path) -> pd.DataFrame:
@@ -106,7 +112,8 @@ def _read_jsonl(p: Path) -> pd.DataFrame:
     return frame
 
 
-def _where(p: Path, frame: pd.DataFrame, i: int) -> str:
+def where(p: Path, frame: pd.DataFrame, i: int) -> str:
+    """Data row i (0-based) of a frame read_frame gave, as an error names it."""
     # CSV: data row i+1 sits on line i+2, after the header.
     if frame.attrs.get("jsonl"):
         return f"{p}: record {i + 1}"
@@ -119,7 +126,7 @@ def _int_column(p: Path, frame: pd.DataFrame, col: str) -> np.ndarray:
     bad = ~np.isfinite(num) | (num < 0) | (num != np.floor(num))
     if bad.any():
         i = int(np.argmax(bad))
-        raise HarnessError(f"{_where(p, frame, i)}: {col} = {raw.iloc[i]!r} is not a non-negative integer")
+        raise HarnessError(f"{where(p, frame, i)}: {col} = {raw.iloc[i]!r} is not a non-negative integer")
     return num.astype(np.int64)
 
 
@@ -129,9 +136,9 @@ def _time_column(p: Path, frame: pd.DataFrame) -> np.ndarray:
     bad = ~np.isfinite(t) | (t < 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise HarnessError(f"{_where(p, frame, i)}: {ARRIVED} = {raw.iloc[i]!r} is not a non-negative number of seconds")
+        raise HarnessError(f"{where(p, frame, i)}: {ARRIVED} = {raw.iloc[i]!r} is not a non-negative number of seconds")
     back = np.diff(t) < 0
     if back.any():
         i = int(np.argmax(back)) + 1
-        raise HarnessError(f"{_where(p, frame, i)}: {ARRIVED} = {raw.iloc[i]!r} goes back in time (previous {raw.iloc[i - 1]!r})")
+        raise HarnessError(f"{where(p, frame, i)}: {ARRIVED} = {raw.iloc[i]!r} goes back in time (previous {raw.iloc[i - 1]!r})")
     return t

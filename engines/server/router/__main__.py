@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 
@@ -27,6 +28,10 @@ def parse_args(argv: list[str] | None = None) -> RouterConfig:
     p.add_argument("--router", default=RouterConfig.router, choices=sorted(ROUTERS),
                    help="engines.routers policy for prefill servers (or replicas)")
     p.add_argument("--decode-router", default=None, choices=sorted(ROUTERS), help="for decode servers (default: --router)")
+    p.add_argument("--router-option", action="append", default=[], metavar="KNOB=VALUE",
+                   help="a knob of --router (engines.routers; VALUE read as JSON, else a string); repeat")
+    p.add_argument("--block-size", type=int, default=RouterConfig.block_size,
+                   help="tokens a KV block: prompts are hashed as the servers' prefix caches hash them")
     p.add_argument("--host", default=RouterConfig.host)
     p.add_argument("--port", type=int, default=RouterConfig.port, help="0 picks a free port")
     p.add_argument("--connect-timeout-s", type=float, default=RouterConfig.connect_timeout_s)
@@ -39,11 +44,22 @@ def parse_args(argv: list[str] | None = None) -> RouterConfig:
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return RouterConfig(prefill=tuple(a.prefill), decode=tuple(a.decode), replicas=tuple(a.replica),
+                            router_options=tuple(_knob(o) for o in a.router_option), block_size=a.block_size,
                             router=a.router, decode_router=a.decode_router, host=a.host, port=a.port,
                             connect_timeout_s=a.connect_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
                             max_body_bytes=a.max_body_bytes, body_timeout_s=a.body_timeout_s)
     except ValueError as e:
         p.error(str(e))
+
+
+def _knob(option: str) -> tuple[str, object]:
+    name, eq, value = option.partition("=")
+    if not eq or not name:
+        raise ValueError(f"--router-option wants KNOB=VALUE, got {option!r}")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
 
 
 async def serve(cfg: RouterConfig) -> None:

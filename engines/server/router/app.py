@@ -34,7 +34,8 @@ import aiohttp
 from aiohttp import web
 
 from common.sse import SseSplitter
-from engines.routers import InstanceState, make_router
+from engines.core import DEFAULT_BLOCK_SIZE
+from engines.routers import make_router
 from engines.server.body import read_json
 from engines.server.chat import parse_chat
 from engines.server.config import ServerConfig
@@ -42,6 +43,7 @@ from engines.server.errors import ApiError, json_errors, quiet_client_faults
 from engines.server.handoff import PARAM as KV_PARAM
 from engines.server.protocol import CompletionRequest, parse_completion
 from engines.server.router import stitch
+from engines.server.router.fleet import Pool, render_metrics
 
 PATHS = ("/v1/completions", "/v1/chat/completions")
 PARSERS = {PATHS[0]: parse_completion, PATHS[1]: parse_chat}
@@ -69,6 +71,8 @@ class RouterConfig:
     shutdown_grace_s: float = 5.0
     max_body_bytes: int = ServerConfig.max_body_bytes  # a client's body, read as the servers read it
     body_timeout_s: float = ServerConfig.body_timeout_s
+    router_options: tuple[tuple[str, object], ...] = ()  # the policy's knobs (engines.routers), for `router`
+    block_size: int = DEFAULT_BLOCK_SIZE  # tokens a block, as the servers' prefix caches hash prompts
 
     def __post_init__(self) -> None:
         if bool(self.prefill) != bool(self.decode):
@@ -79,28 +83,14 @@ class RouterConfig:
         for name in ("router", "decode_router"):
             if getattr(self, name) is not None:
                 check_policy(getattr(self, name), name)
+        make_router(self.router, **dict(self.router_options))  # ValueError naming an unknown or bad knob
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
+            raise ValueError(f"block_size must be an integer >= 1, got {self.block_size!r}")
         if not self.body_timeout_s > 0:
             raise ValueError(f"body_timeout_s must be > 0, got {self.body_timeout_s}")
         for url in (*self.prefill, *self.decode, *self.replicas):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"not an http(s) URL: {url!r}")
-
-
-class Pool:
-    """Servers of one role and the policy that picks one for each request."""
-
-    def __init__(self, urls: tuple[str, ...], policy: str) -> None:
-        self.urls = tuple(u.rstrip("/") for u in urls)
-        self.router = make_router(policy)
-        self.outstanding = [0] * len(self.urls)
-
-    def pick(self) -> int:
-        i = self.router.choose([InstanceState(n, 0, 0) for n in self.outstanding])
-        self.outstanding[i] += 1
-        return i
-
-    def done(self, i: int) -> None:
-        self.outstanding[i] -= 1
 
 
 class _Failed(Exception):
@@ -144,9 +134,10 @@ async def _payloads(resp: aiohttp.ClientResponse):
 class RouterServer:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
-        self.prefill = Pool(cfg.prefill, cfg.router) if cfg.prefill else None
+        knobs = dict(cfg.router_options)
+        self.prefill = Pool(cfg.prefill, cfg.router, knobs, cfg.block_size) if cfg.prefill else None
         self.decode = Pool(cfg.decode, cfg.decode_router or cfg.router) if cfg.decode else None
-        self.replicas = Pool(cfg.replicas, cfg.router) if cfg.replicas else None
+        self.replicas = Pool(cfg.replicas, cfg.router, knobs, cfg.block_size) if cfg.replicas else None
         self.session: aiohttp.ClientSession | None = None
         self.draining = False
 
@@ -163,6 +154,27 @@ class RouterServer:
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:
             raise ApiError(502, f"server {url}: {type(e).__name__}: {e}") from None
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """The servers' prefix-cache counters, each under its label, and the routing counters (fleet.py)."""
+        pool = self.replicas or self.prefill
+
+        async def scrape(url: str) -> str | None:
+            try:
+                async with self.session.get(url + "/metrics", headers=self._auth(request)) as up:
+                    return await up.text() if up.status == 200 else None
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                return None
+        text = render_metrics(pool, list(await asyncio.gather(*(scrape(u) for u in pool.urls))))
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def lookup(self, url: str, ids: list[int]) -> int:
+        """Leading blocks of `ids` server `url`'s prefix cache holds (0 if it cannot say)."""
+        try:
+            async with self.session.post(url + "/v1/cache/lookup", json={"prompt": ids}) as up:
+                return int((await up.json())["cached_blocks"]) if up.status == 200 else 0
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+            return 0
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, PATHS[0])
@@ -194,7 +206,7 @@ class RouterServer:
 
     async def _relay(self, request: web.Request, pool: Pool, path: str, body: dict) -> web.StreamResponse:
         """The request whole to one server of `pool`, its answer byte for byte."""
-        i = pool.pick()
+        i = await pool.pick(body)
         url = pool.urls[i]
         client = None
         try:
@@ -234,7 +246,7 @@ class RouterServer:
     async def _stream_prefill(self, request, path, body, n, continuous):
         """The prefill: its token sent on at once; (client stream, (source, report, made, timing),
         the final event if the prompt ended the sequence)."""
-        p = self.prefill.pick()
+        p = await self.prefill.pick(body)
         url = self.prefill.urls[p]
         client, report, timing, usage, made, stop, done = None, None, None, None, 0, False, False
         try:
@@ -275,7 +287,7 @@ class RouterServer:
 
     async def _stream_decode(self, request, client, path, body, first, arrival) -> None:
         source, report, made, timing = first
-        d = self.decode.pick()
+        d = await self.decode.pick()
         url = self.decode.urls[d]
         done = False
         try:
@@ -302,7 +314,7 @@ class RouterServer:
 
     async def _whole(self, request: web.Request, path: str, body: dict, n: int, arrival: float) -> web.Response:
         headers = self._auth(request)
-        p = self.prefill.pick()
+        p = await self.prefill.pick(body)
         try:
             async with self.session.post(self.prefill.urls[p] + path, json=stitch.prefill_body(body, n, False),
                                          headers=headers) as up:
@@ -315,7 +327,7 @@ class RouterServer:
             self.prefill.done(p)
         if first["choices"][0].get("finish_reason") == "stop" or "kv_transfer_params" not in first:
             return web.json_response(first)
-        d = self.decode.pick()
+        d = await self.decode.pick()
         try:
             async with self.session.post(self.decode.urls[d] + path, headers=headers,
                                          json=stitch.decode_body(body, p, first["kv_transfer_params"], False)) as up:
@@ -360,11 +372,15 @@ def make_router_app(cfg: RouterConfig) -> web.Application:
     app.router.add_post(PATHS[1], server.chat_completions)
     app.router.add_get("/v1/models", server.models)
     app.router.add_get("/health", server.health)
+    app.router.add_get("/metrics", server.metrics)
 
     async def open_session(app: web.Application) -> None:
         server.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=cfg.connect_timeout_s))
+        for pool in (server.prefill, server.replicas):
+            if pool is not None:
+                pool.lookup = server.lookup
 
     async def close_session(app: web.Application) -> None:
         server.draining = True

@@ -102,14 +102,14 @@ def cluster_spec(job: BackendJob) -> ClusterSpec | None:
         plan = job.disagg
         servers = role_specs(server_spec(job, plan.prefill), plan.prefill, plan.decode, plan.transfers, c,
                              s.kv_capacity_tokens)
-        return ClusterSpec(servers, c.router, c.decode_router, s.port)
+        return ClusterSpec(servers, c.router, c.decode_router, s.port, tuple(c.knobs.items()))
     if c.instances == 1:
         return None
     base = server_spec(job)
     if base.kind != "inrepo":
         raise HarnessError(f"cluster.instances={c.instances} live runs the in-repo server only, got server={base.kind}")
     replicas = tuple((f"replica {i}", dataclasses.replace(base, port=None)) for i in range(c.instances))
-    return ClusterSpec(replicas, c.router, None, s.port)
+    return ClusterSpec(replicas, c.router, None, s.port, tuple(c.knobs.items()))
 
 
 class LiveBackend:

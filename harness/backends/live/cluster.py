@@ -17,6 +17,7 @@ that exits while the cluster is up is named by `gone()` (the run then breaks, as
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ class ClusterSpec:
     router: str = "round_robin"
     decode_router: str | None = None
     port: int | None = None  # the router's; None: a free one (every server always gets a free one)
+    router_options: tuple[tuple[str, object], ...] = ()  # `router`'s knobs (cluster.router_options)
 
     @property
     def disaggregated(self) -> bool:
@@ -97,7 +99,9 @@ class ClusterProcesses:
         port = self.spec.port or free_port(first.host)
         urls = [(name.split()[0], ep.base_url) for (name, _), ep in zip(self.spec.servers, endpoints)]
         flags = [f"--{role}={url}" for role, url in urls]
-        flags += ["--router", self.spec.router, "--host", first.host, "--port", str(port)]
+        flags += ["--router", self.spec.router, "--host", first.host, "--port", str(port),
+                  "--block-size", str(first.block_size)]  # prompts hashed as the servers' caches hash them
+        flags += [f"--router-option={k}={json.dumps(v)}" for k, v in self.spec.router_options]
         if self.spec.decode_router:
             flags += ["--decode-router", self.spec.decode_router]
         log = None

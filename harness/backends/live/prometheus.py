@@ -7,12 +7,12 @@ Counters, in prompt tokens: the in-repo server's `engine:prefix_cache_queries_to
 """
 from __future__ import annotations
 
-import re
 import urllib.request
+
+from common.prometheus import samples
 
 PREFIXES = ("engine:", "vllm:")
 QUERIES, HITS = "prefix_cache_queries_total", "prefix_cache_hits_total"
-_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
 
 def metrics_url(base_url: str) -> str:
@@ -25,15 +25,11 @@ def parse_counters(text: str) -> dict[str, float] | None:
     """{queries, hits} summed over every known prefix and label set; None if the server has neither."""
     out = {QUERIES: 0.0, HITS: 0.0}
     seen = False
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        name = m.group("name")
+    for name, _, value in samples(text):
         for prefix in PREFIXES:
             key = name[len(prefix):] if name.startswith(prefix) else None
             if key in out:
-                out[key] += float(m.group("value"))
+                out[key] += value
                 seen = True
     return out if seen else None
 

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from common.errors import HarnessError
 from engines.routers import make_router
+from engines.perf.offload import plan_kv_offload
 from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.cluster import simulate_cluster
@@ -18,6 +19,7 @@ from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
 from harness.backends.sim.sessions import has_sessions
+from harness.backends.sim.timer import OffloadPriced
 from harness.records import RequestSpec
 
 __all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster", "simulate_disaggregated"]
@@ -51,13 +53,26 @@ class SimBackend:
     def __exit__(self, *exc: object) -> None:
         return None
 
+    def _engine(self, d):
+        """An engine and its timer for deployment plan `d` (with the job's host KV tier, if any)."""
+        job = self.job
+        if not job.kv_offload_gib:
+            return make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size), d.timer
+        offload = plan_kv_offload(d.perf.deployment, d.block_size)
+        engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size,
+                             host_kv_blocks=offload.blocks_in(job.kv_offload_gib))
+        return engine, OffloadPriced(d.timer, offload)
+
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         job, d = self.job, self.job.deployment
-        engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
+        engine, timer = self._engine(d)
         stats: dict = {}
-        if has_sessions(requests) and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas or d.dp > 1):
-            raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine; "
-                               "use cluster.instances=1 without prefill/decode instances")
+        if has_sessions(requests) and (job.disagg is not None or job.replicas or d.dp > 1):
+            raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine or "
+                               "its colocated replicas (cluster.instances); not on prefill/decode instances, replicas "
+                               "or DP ranks")
+        if d.dp > 1 and job.kv_offload_gib:
+            raise HarnessError("engine.kv_offload_gib (a host KV tier) is not modelled with DP ranks (parallel.dp > 1)")
         if job.disagg is not None:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
         if d.dp > 1:  # DP ranks in lockstep through their expert-parallel MoE layers
@@ -68,21 +83,24 @@ class SimBackend:
                                                      stats=stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
             plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
-            engines = [make_engine(job.scheduler, p.kv_capacity_tokens, job.max_model_len, p.block_size) for p in plans]
-            records = simulate_cluster(requests, engines, [p.timer for p in plans], make_router(job.cluster.router),
+            engines, timers = zip(*(self._engine(p) for p in plans))
+            records = simulate_cluster(requests, engines, timers, make_router(job.cluster.router, **job.cluster.knobs),
                                        pp=[p.pp for p in plans], fast_forward=self.conf.fast_forward,
                                        time_limit_s=job.time_limit_s, stats=stats)
+            if job.scheduler.prefix_caching:  # the fleet's: every instance's counters summed
+                each = [cache_stats(e) for e in engines]
+                stats["prefix_cache"] = {k: sum(c[k] for c in each) for k in each[0]}
             return BackendRun(records, stats)
         log = IterationLog(d.timer, len(requests)) if job.iteration_log else None
         if log is not None and job.scheduler.prefix_caching:
             log.cache = engine.blocks.stats  # the log's cached_tokens: what the cache saved, iteration by iteration
-        records = simulate(requests, engine, d.timer, pp=d.pp, fast_forward=self.conf.fast_forward,
+        records = simulate(requests, engine, timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up,
                            concurrency=job.concurrency, log=log)
         if log is not None:
             stats.update(iterations=log.columns(), request_bubbles=log.request_bubbles())
         if job.scheduler.prefix_caching:  # what the cache saved: prompt tokens found (readmissions too), evictions
-            stats["prefix_cache"] = dataclasses.asdict(engine.blocks.stats)
+            stats["prefix_cache"] = cache_stats(engine)
         return BackendRun(records, stats)
 
 
@@ -101,3 +119,14 @@ class SimBackend:
 
 
 Backend = SimBackend
+
+
+def cache_stats(engine) -> dict:
+    """The prefix cache's counters; with a host tier, what it found (host_hits) and moved too."""
+    out = dataclasses.asdict(engine.blocks.stats)
+    tier = engine.blocks.tier
+    if tier is None:
+        del out["host_hits"]  # a run without a tier reports what it reported before tiers existed
+    else:
+        out.update({f"tier_{k}": v for k, v in dataclasses.asdict(tier.stats).items()}, tier_blocks=tier.capacity_blocks)
+    return out

@@ -10,9 +10,22 @@ instance's records are exactly those of a single-engine run of the requests rout
 (tests/test_sim_cluster.py). A router that ignores state (round robin) is applied up front and
 each instance then runs once to the end. A pipeline-parallel instance runs `pipeline.Pipeline`
 resumably, the instance standing in for the run it reads arrivals from.
+
+Sessions (requests with `after`): a later turn is released `think_s` after the turn before it
+finished (on whichever instance ran it) and is routed at its release, so routing cannot be planned
+ahead. The instances then advance conservatively, the one furthest behind first, never past the
+earliest release pending nor (by more than its iteration in progress) past the earliest release
+any other instance could still make (`_release_bound`: its clock, plus its requests' remaining
+output tokens at the cheapest iteration, plus their next turns' think times), so every release is
+routed seeing each instance at its first iteration boundary at or after the release, as an
+arrival is (a run without that lookahead gives the same records, tests/test_cache_routing.py). `sessions.SessionRelease` keeps the releases and the records (a turn never released
+is recorded as not started).
 """
 from __future__ import annotations
 
+import dataclasses
+import heapq
+import math
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -21,11 +34,12 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from engines.core import Engine
-from engines.routers import InstanceState, Router
-from harness.backends.sim.loop import IterationTimer, SimRun, stalled_error, step_until
+from engines.routers import InstanceState, RouteRequest, Router
+from harness.backends.sim.loop import IterationTimer, SessionRun, SimRun, stalled_error, step_until
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.pipeline import Pipeline
-from harness.records import RequestRecord, RequestSpec
+from harness.backends.sim.sessions import has_sessions, sim_sequence
+from harness.records import RequestRecord, RequestSpec, session_keys
 
 
 class _Instance:
@@ -40,6 +54,7 @@ class _Instance:
         self.t = 0.0
         self.stuck = False  # schedule() returned nothing at self.t and nothing changed since
         self.pipe = Pipeline(self, timer, pp, fast_forward, np.inf) if pp > 1 else None  # type: ignore[arg-type]
+        self.halt: Callable[[], bool] | None = None  # read by loop.step_until (sessions: see simulate_cluster_sessions)
 
     # -- what Pipeline reads of its run -----------------------------------------------------
     @property
@@ -106,10 +121,12 @@ def make_instances(run: SimRun, engines: Seq[Engine], timers: Seq[IterationTimer
 
 def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tuple[float, int]], limit: float,
                   on_route: Callable[[list[InstanceState], int], None] | None = None,
-                  place: Callable[[int, int], None] | None = None) -> None:
+                  place: Callable[[int, int], None] | None = None,
+                  request_of: Callable[[int], RouteRequest] | None = None) -> None:
     """Route each (time, rank) of `decisions` (in time order) to an instance, then run every
     instance to the end. A stateful router sees the instances advanced to each decision's time;
-    `place(rank, instance)`, if given, runs before the rank is queued (it may set its arrival)."""
+    `place(rank, instance)`, if given, runs before the rank is queued (it may set its arrival);
+    `request_of(rank)` is what a cache-aware router sees of the request."""
     stateful = getattr(router, "needs_state", True)
     for t, rank in decisions:
         if stateful:
@@ -118,7 +135,7 @@ def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tu
             states = [inst.state(t) for inst in insts]
         else:
             states = []
-        k = router.choose(states if stateful else [None] * len(insts))  # type: ignore[list-item]
+        k = choose(router, insts, states if stateful else [None] * len(insts), rank, request_of)  # type: ignore[list-item]
         if on_route is not None:
             on_route(states, k)
         if place is not None:
@@ -126,6 +143,42 @@ def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tu
         insts[k].route(rank)
     for inst in insts:
         inst.advance(np.inf, limit, final=True)
+
+
+def choose(router: Router, insts: Seq[_Instance], states: list[InstanceState], rank: int,
+           request_of: Callable[[int], RouteRequest] | None) -> int:
+    """The router's choice for `rank`. A cache-aware router also sees the request (and, if it
+    reads the caches, each instance's cached lead of its prompt); the others are called as always."""
+    if not getattr(router, "needs_request", False) or request_of is None:
+        return router.choose(states)
+    request = request_of(rank)
+    if router.needs_cache:
+        states = [dataclasses.replace(s, cached_blocks=cached_prefix(inst.engine, request.block_hashes))
+                  for s, inst in zip(states, insts)]
+    return router.choose(states, request)
+
+
+def cached_prefix(engine: Engine, hashes: tuple[int, ...]) -> int:
+    lookup = getattr(engine.blocks, "cached_prefix", None)  # a plain BlockManager caches nothing
+    return lookup(hashes) if lookup is not None else 0
+
+
+def route_requests(run: SimRun, block_size: int) -> Callable[[int], RouteRequest]:
+    """`request_of(rank)` for `run`: the request's session and its prompt's full-block hashes, as
+    the engine's prefix cache hashes them (the sequence's own tokens when the engine caches, so
+    they are hashed once; else the same identity at `block_size`)."""
+    keys = session_keys(run.requests)
+
+    def request_of(rank: int) -> RouteRequest:
+        i, seq = run.order[rank], run.seqs[rank]
+        spec = run.requests[i]
+        tokens = seq.tokens if seq.tokens is not None else sim_sequence(rank, spec, block_size).tokens
+        size = tokens.block_size
+        n = spec.prompt_len // size
+        if n:
+            tokens.block_hash(n - 1)  # every hash up to it at once
+        return RouteRequest(keys[i], tuple(tokens.hashes[:n]))
+    return request_of
 
 
 def simulate_cluster(
@@ -147,18 +200,113 @@ def simulate_cluster(
     `stats`, if given, receives `instance_requests` (how many requests each instance got) and,
     with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
     sees every decision."""
+    if has_sessions(requests):  # later turns released by finishes: routed as they are released
+        return simulate_cluster_sessions(requests, engines, timers, router, pp=pp, fast_forward=fast_forward,
+                                         time_limit_s=time_limit_s, on_progress=on_progress, stats=stats)
     run = SimRun(requests, engines[0] if engines else None, on_progress)  # type: ignore[arg-type]
     insts = make_instances(run, engines, timers, fast_forward, pp)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
-    route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route)
+    request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
+    route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
+                  request_of=request_of)
     if stats is not None:
-        add_instance_stats(stats, insts)
+        add_instance_stats(stats, insts, router=router)
     return run.records()
 
 
-def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "") -> None:
-    """Requests each instance got (`<prefix>instance_requests`) and the pipelined loops' counters, summed."""
+def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", router: Router | None = None) -> None:
+    """Requests each instance got (`<prefix>instance_requests`), the pipelined loops' counters,
+    summed, and a cache-aware router's decisions by branch (`<prefix>router_decisions`)."""
     stats[f"{prefix}instance_requests"] = [inst.routed for inst in insts]
+    if getattr(router, "decisions", None) is not None:
+        stats[f"{prefix}router_decisions"] = dict(router.decisions)  # type: ignore[union-attr]
     for inst in insts:
         for k, v in (inst.pipe.stats if inst.pipe is not None else {}).items():
             stats[k] = stats.get(k, 0) + v
+
+
+# -- sessions: later turns released by finishes, routed as released ---------------------------
+
+class ClusterSessionRun(SessionRun):
+    """A SessionRun whose releases are handed to a router (`pop_release`), not to one engine."""
+
+    def pop_release(self) -> int:
+        """The earliest pending release, given its rank (release order); returns the rank."""
+        at, i = heapq.heappop(self.pending)
+        rank = len(self.order)
+        self.order.append(i)
+        self.arrivals.append(at)
+        self.release[i] = at
+        self.seqs.append(sim_sequence(rank, self.requests[i], self.block_size))
+        return rank
+
+
+def _busy(inst: _Instance) -> bool:
+    """It has something to do without a new arrival."""
+    return bool(inst.queue) or (inst.engine.has_unfinished and not inst.stuck)
+
+
+def _release_bound(inst: _Instance, run: ClusterSessionRun, floor: float) -> float:
+    """No turn that `inst`'s requests release comes before this: a request finishes no sooner than
+    its remaining output tokens' iterations from now, each at least `floor` (one token's decode at
+    context 1: no iteration costs less), and its next turn comes its think time after that."""
+    best = math.inf
+    successor, order, requests, seqs = run.successor, run.order, run.requests, run.seqs
+    engine = inst.engine
+    for group in (engine.running, engine.waiting, [seqs[r] for r in inst.queue]):
+        for seq in group:
+            j = successor[order[seq.seq_id]]
+            if j is not None:
+                best = min(best, max(1, seq.remaining_output) * floor + requests[j].think_s)
+    return inst.t + best
+
+
+def simulate_cluster_sessions(
+    requests: Seq[RequestSpec],
+    engines: Seq[Engine],
+    timers: Seq[IterationTimer],
+    router: Router,
+    *,
+    pp: int | Seq[int] = 1,
+    fast_forward: bool = True,
+    time_limit_s: float | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    stats: dict | None = None,
+) -> list[RequestRecord]:
+    """`cluster.simulate_cluster` for requests with sessions (RequestSpec.after)."""
+    if any(k > 1 for k in ([pp] if isinstance(pp, int) else pp)):
+        raise ValueError("sessions on a cluster are simulated with pp=1 instances only")
+    run = ClusterSessionRun(requests, engines[0] if engines else None, on_progress, None)  # type: ignore[arg-type]
+    insts = make_instances(run, engines, timers, fast_forward, pp)
+    limit = math.inf if time_limit_s is None else float(time_limit_s)
+    request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
+    stateful = getattr(router, "needs_state", True)
+    stop = [math.inf]  # where the instance stepping now was told to stop
+    for inst in insts:  # a finish that released a turn before that: stop there, the turn is routed first
+        inst.halt = lambda: run.next_arrival < stop[0]
+    floors = [inst.timer.iteration_time([1], [1]) for inst in insts]
+    bounds = [math.inf] * len(insts)  # _release_bound of each instance as of its last change
+    while True:
+        release = run.next_arrival
+        active = [k for k, inst in enumerate(insts) if _busy(inst)]
+        k = min(active, key=lambda k: insts[k].t, default=None)
+        if k is not None and insts[k].t < min(release, limit):
+            lead = insts[k]  # the one furthest behind, up to the earliest release another could make
+            others = min((bounds[j] for j in active if j != k), default=math.inf)
+            stop[0] = min(release, limit, others if others > lead.t else math.nextafter(lead.t, math.inf))
+            lead.advance(stop[0], limit, final=False)
+            bounds[k] = _release_bound(lead, run, floors[k])
+            continue
+        if release == math.inf or release > limit:
+            break
+        rank = run.pop_release()
+        states = [inst.state(release) for inst in insts] if stateful else [None] * len(insts)
+        k = choose(router, insts, states, rank, request_of)  # type: ignore[arg-type]
+        insts[k].route(rank)
+        bounds[k] = _release_bound(insts[k], run, floors[k])
+    stop[0] = math.inf  # nothing left to release: every instance runs to the end
+    for inst in insts:
+        inst.advance(math.inf, limit, final=True)
+    if stats is not None:
+        add_instance_stats(stats, insts, router=router)
+    return run.records()

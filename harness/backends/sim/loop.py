@@ -236,8 +236,16 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
     engine = run.engine
     watch = getattr(run, "watch", None)  # only a single engine's run stops early (search.stop_early)
     log = getattr(run, "log", None)  # the iteration log of a single engine's run, if asked for
+    halt = getattr(run, "halt", None)  # a cluster instance under sessions: a turn it released must be routed first
+    # A host KV tier (engines/core/kv_tier.py): each iteration waits for the blocks its schedule()
+    # moved between GPU and host; its iterations are stepped (a decode run may evict, and store, midway).
+    tier = getattr(engine.blocks, "tier", None)
+    if tier is not None and not hasattr(timer, "kv_tier_time"):
+        raise ValueError("an engine with a host KV tier needs a timer that prices its transfers (timer.OffloadPriced)")
     while t < stop:
         if watch is not None and watch.certain:
+            break
+        if halt is not None and halt():
             break
         run.admit_arrivals(t)
         if not engine.has_unfinished or stuck:
@@ -261,11 +269,14 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
         run.started(batch, t)
         # A schedule() that preempted freed blocks a prefill-first policy had not seen when it
         # decided not to admit: the next decision may differ, so that iteration is stepped.
-        if fast_forward and batch.is_decode_only and engine.num_preemptions == preemptions_before:
+        if fast_forward and tier is None and batch.is_decode_only and engine.num_preemptions == preemptions_before:
             t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, stop, log)
         else:
             start = t
-            t, finished = _one_iteration(engine, batch, run.line, t, timer.iteration_time(batch.new_tokens, batch.context_lens))
+            dt = timer.iteration_time(batch.new_tokens, batch.context_lens)
+            if tier is not None:
+                dt += timer.kv_tier_time(*tier.drain())
+            t, finished = _one_iteration(engine, batch, run.line, t, dt)
             if log is not None:
                 log.iteration(batch, start, t)
         run.finished(finished, t)

@@ -86,3 +86,18 @@ class _ArrayTimer:
 
 def _run_contexts(base, lo: int, hi: int) -> np.ndarray:
     return np.asarray(base, dtype=np.int64)[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+
+
+class OffloadPriced:
+    """`timer`, plus the price of the host KV tier's transfers (`kv_tier_time(loads, stores)`,
+    engines/perf/offload.py): what `loop.step_until` adds to an iteration of an engine with a tier."""
+
+    def __init__(self, timer: IterationTimer, offload) -> None:
+        self._timer = fast_timer(timer)
+        self.offload = offload
+
+    def __getattr__(self, name: str):
+        return getattr(self._timer, name)
+
+    def kv_tier_time(self, loads: int, stores: int) -> float:
+        return self.offload.seconds(loads, stores)

@@ -1,0 +1,1 @@
+"""A measured run against the simulator: `python -m harness validate` and `calibrate` (docs/validate.md)."""

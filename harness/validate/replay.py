@@ -1,0 +1,98 @@
+"""The measured stream replayed in the simulator: the same lengths at the same arrival offsets, on
+the deployment and scheduler the command line names (or a harness run's saved config), priced by
+the performance model with or without a calibration's factors."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from common.errors import HarnessError
+from engines.perf import Deployment
+from engines.perf.calibration import Calibration
+from engines.perf.factory import build_perf_model
+from engines.schedulers import SchedulerConfig, make_engine
+from harness.backends import backend_settings
+from harness.backends.deployment import DeploymentPlan, build_deployment
+from harness.backends.sim import simulate
+from harness.records import RequestRecord, RequestSpec
+from harness.search.plan import _scheduler_configs
+
+from .runfile import MeasuredRun
+
+GROUPS = ("model", "hardware", "parallel", "perf", "scheduler", "backend", "dataset", "arrival", "slo", "search")
+
+
+@dataclass(frozen=True, eq=False)
+class Target:
+    """What the simulator replays the run on."""
+
+    plan: DeploymentPlan
+    scheduler: SchedulerConfig
+    scheduler_name: str
+    max_model_len: int
+    kv_tokens: int
+    perf_cfg: Mapping | None
+    config: object  # the composed config (OmegaConf), saved beside the results
+
+    @property
+    def base(self) -> Deployment:
+        return self.plan.perf.deployment
+
+    def describe(self) -> str:
+        knobs = ", ".join(f"{k}={v}" for k, v in self.scheduler.knobs)
+        return f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); KV {self.kv_tokens} tokens"
+
+
+def config_for(run: MeasuredRun, overrides: Sequence[str]):
+    """A harness run's saved config changed key by key, or the experiment config composed from the overrides."""
+    from omegaconf import OmegaConf
+
+    if run.config is None:
+        from harness.config import compose
+
+        return compose(list(overrides))
+    groups = [o for o in overrides if o.partition("=")[0].lstrip("+~") in GROUPS]
+    if groups:
+        raise HarnessError(f"{run.path}: a saved run's deployment changes key by key (e.g. hardware.gpu=h100), "
+                           f"not by group: {groups[0]}")
+    try:
+        return OmegaConf.merge(run.config, OmegaConf.from_dotlist(list(overrides)))
+    except Exception as e:  # omegaconf's own errors
+        raise HarnessError(f"{run.path}: overrides: {e}") from None
+
+
+def target_for(run: MeasuredRun, cfg, kv_tokens: int | None = None) -> Target:
+    schedulers = _scheduler_configs(cfg["scheduler"])
+    if run.scheduler is not None and run.scheduler in schedulers:
+        schedulers = {run.scheduler: schedulers[run.scheduler]}
+    if len(schedulers) != 1:
+        raise HarnessError(f"name the engine's one scheduler, e.g. scheduler=sarathi scheduler.sarathi.token_budget=512 "
+                           f"(this config has {', '.join(schedulers)})")
+    (name, sched), = schedulers.items()
+    max_model_len = int(cfg["max_model_len"])
+    longest = max(run.records, key=lambda r: r.prompt_len + r.output_len)
+    if longest.prompt_len + longest.output_len > max_model_len:
+        raise HarnessError(f"{run.path}: request {longest.request_id} has {longest.prompt_len} + {longest.output_len} "
+                           f"tokens, over max_model_len={max_model_len}: set max_model_len= the engine's")
+    backend = backend_settings(cfg["backend"])
+    plan = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
+                            block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"))
+    kv = int(kv_tokens) if kv_tokens else plan.kv_capacity_tokens
+    try:
+        make_engine(sched, kv, max_model_len, plan.block_size)
+    except ValueError as e:
+        raise HarnessError(f"scheduler {name}: {e}") from None
+    return Target(plan, sched, name, max_model_len, kv, cfg.get("perf"), cfg)
+
+
+def specs_of(records: Sequence[RequestRecord]) -> list[RequestSpec]:
+    return [RequestSpec(i, r.arrival_s, r.prompt_len, r.output_len) for i, r in enumerate(records)]
+
+
+def replay(target: Target, records: Sequence[RequestRecord], calibration: Calibration | None = None) -> list[RequestRecord]:
+    """The simulator's records of `records`, in their order; `calibration` replaces the target's own."""
+    timer = target.plan.timer
+    if calibration is not None:
+        timer = build_perf_model(calibration.apply(target.base), target.perf_cfg)
+    engine = make_engine(target.scheduler, target.kv_tokens, target.max_model_len, target.plan.block_size)
+    return simulate(specs_of(records), engine, timer, pp=target.plan.pp)
