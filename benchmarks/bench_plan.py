@@ -41,9 +41,9 @@ def main() -> int:
     args = ap.parse_args()
     words = ["model=llama3-70b", "hardware=h100_80g", "dataset=openchat_sharegpt4", "slo.tbt_s=0.1",
              f"search.num_requests={args.requests}"]
-    grid = {} if args.quick else dict(sarathi_budgets=BUDGETS, sarathi_max_seqs=[64, 128, 256], vllm_max_seqs=VLLM,
-                                      orca_max_seqs=ORCA)
-    settings = PlanSettings(target_qps=args.target, workers=args.workers, **grid)
+    grid = {} if args.quick else {"sarathi": {"token_budget": BUDGETS, "max_num_seqs": [64, 128, 256]},
+                                  "vllm": {"max_num_seqs": VLLM}, "orca": {"max_num_seqs": ORCA}}
+    settings = PlanSettings(target_qps=args.target, workers=args.workers, grid=grid)
     cfg = compose(words)
     t0 = time.perf_counter()
     space = enumerate_space(cfg, settings)

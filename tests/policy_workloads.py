@@ -1,15 +1,15 @@
 """Shared helpers for engine/policy tests: random workloads and an engine driver with invariants."""
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 import examples.policies.shortest_prompt_first  # noqa: F401  (the example plugin, tested as the built-ins are)
 from engines.schedulers import SchedulerConfig, make_engine, policy_names, policy_spec
 
 # Every registered policy: the built-ins and the example plugin (examples/policies), but those whose
-# batch size must fit max_model_len sequences in memory (a check_kv hook: the first Sarathi paper's,
+# batch size must fit max_model_len sequences in memory (their own check_kv: the first Sarathi paper's,
 # tests/test_decode_maximal.py drives them at sizes that fit); BUILT_IN: the ones a server started in
 # another process knows without the example's entry point installed.
-ALL_POLICIES = tuple(p for p in policy_names() if not hasattr(policy_spec(p).cls, "check_kv"))
+ALL_POLICIES = tuple(p for p in policy_names() if policy_spec(p).cls.check_kv is BasePolicy.check_kv)
 BUILT_IN = tuple(p for p in ALL_POLICIES if policy_spec(p).cls.__module__.startswith("engines.schedulers."))
 
 

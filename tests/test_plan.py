@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["model=mistral-7b", "hardware=a100_80g", "dataset=openchat_sharegpt4", "slo.tbt_s=0.1", "search.num_requests=128"]
 
 
+def grid_of(sarathi: list[int], vllm: list[int], orca: list[int]) -> dict:
+    """plan.grid of the paper's three policies: Sarathi-Serve's token budgets, vLLM's and Orca's batches."""
+    return {"sarathi": {"token_budget": sarathi}, "vllm": {"max_num_seqs": vllm}, "orca": {"max_num_seqs": orca}}
+
+
 def _plan_cli(words, tmp_path):
     return subprocess.run([sys.executable, "-m", "harness", "plan", *words], capture_output=True, text=True, cwd=ROOT,
                           timeout=600)
@@ -42,15 +47,14 @@ def test_words_split_and_type_checked():
 
 
 def test_grid_names_each_knob():
-    grid = scheduler_grid(PlanSettings(sarathi_budgets=[512, 2048], vllm_max_seqs=[64], orca_max_seqs=[8, 16]))
+    grid = scheduler_grid(PlanSettings(grid=grid_of([512, 2048], [64], [8, 16])))
     assert grid["sarathi_b512"] == {"policy": "sarathi", "token_budget": 512, "max_num_seqs": 128}
     assert set(grid) == {"sarathi_b512", "sarathi_b2048", "vllm_s64", "orca_s8", "orca_s16"}
 
 
 def test_deployments_that_fit_weights_and_kv():
     cfg = compose(["model=llama3-70b", "hardware=h100_80g", "slo.tbt_s=0.1"])
-    space = enumerate_space(cfg, PlanSettings(tp=[1, 2, 4, 8], pp=[1, 2], sarathi_budgets=[512], vllm_max_seqs=[128],
-                                              orca_max_seqs=[16]))
+    space = enumerate_space(cfg, PlanSettings(tp=[1, 2, 4, 8], pp=[1, 2], grid=grid_of([512], [128], [16])))
     assert space.gpus_per_node == 8 and space.max_gpus == 16
     # 141 GB of weights: one 80 GB GPU holds no KV at all; two hold a few 8k sequences
     misfit = {(m.tp, m.pp): m.reason for m in space.misfits}
@@ -92,8 +96,7 @@ def test_bounds_hold_over_measured_capacities(criterion):
     """Each bound is at least the capacity the real search finds (and decode-bound configs differ
     the way their batch limits say)."""
     cfg = compose(SMALL + criterion)
-    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
-                                              orca_max_seqs=[8]))
+    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8])))
     plan = space.plans[(1, 1)]
     for name in plan.schedulers:
         b = capacity_bound(plan, name)
@@ -104,8 +107,7 @@ def test_bounds_hold_over_measured_capacities(criterion):
 
 def test_slo_below_the_fastest_decode_is_refused():
     cfg = compose(SMALL[:-2] + ["slo.tbt_s=0.001"])
-    space = enumerate_space(cfg, PlanSettings(tp=[1, 2], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
-                                              orca_max_seqs=[8]))
+    space = enumerate_space(cfg, PlanSettings(tp=[1, 2], pp=[1], grid=grid_of([512], [32], [8])))
     fastest = min(single_decode_s(p) for p in space.plans.values())
     with pytest.raises(HarnessError, match="below the fastest single decode") as e:
         check_slo_reachable(space)
@@ -113,7 +115,7 @@ def test_slo_below_the_fastest_decode_is_refused():
     assert fastest <= suggested <= fastest * 1.01  # looser, by its last digit at most
     # under attainment a request's TPOT is what one decode must meet
     cfg = compose(SMALL[:-2] + ["slo.criterion=attainment", "slo.ttft_s=2", "slo.tpot_s=0.001"])
-    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32], orca_max_seqs=[8]))
+    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8])))
     with pytest.raises(HarnessError, match=r"slo.tpot_s=0.001 is below the fastest single decode"):
         check_slo_reachable(space)
 
@@ -124,7 +126,7 @@ def test_a_ttft_too_few_prompts_can_meet_is_refused_from_the_model():
     least TTFT that is not refused, which then passes the check; and the floor is one: no request
     of a real probe, at any scheduler, gets its first token sooner."""
     small = [w for w in SMALL if not w.startswith("slo.")]
-    grid = PlanSettings(tp=[1, 2], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32], orca_max_seqs=[8])
+    grid = PlanSettings(tp=[1, 2], pp=[1], grid=grid_of([512], [32], [8]))
     for criterion in (["slo.criterion=attainment", "slo.tpot_s=0.1"], ["slo.tbt_s=0.1"]):
         space = enumerate_space(compose(small + criterion + ["slo.ttft_s=0.01"]), grid)
         with pytest.raises(HarnessError, match=r"slo.ttft_s=0.01 is out of reach: even prefilled alone on the fastest "
@@ -150,15 +152,14 @@ def test_an_slo_the_model_refuses_is_named_not_blamed_on_the_gpus(tmp_path):
 
 
 def test_fidelity_changes_only_the_requests():
-    plan = enumerate_space(compose(SMALL), PlanSettings(tp=[1], pp=[1], sarathi_budgets=[512], vllm_max_seqs=[32],
-                                                        orca_max_seqs=[8])).plans[(1, 1)]
+    plan = enumerate_space(compose(SMALL), PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8]))).plans[(1, 1)]
     small = fidelity(plan, 32)
     assert small.search.num_requests == 32 and len(small.workload.prompt_lens) == 32
     assert small.deployment is plan.deployment and small.slo == plan.slo and fidelity(plan, 128) is plan
 
 
-GRID = ["plan.tp=[1,2]", "plan.pp=[1]", "plan.sarathi_budgets=[512,2048]", "plan.vllm_max_seqs=[64]",
-        "plan.orca_max_seqs=[16]", "plan.screen_requests=64", "plan.workers=1", "plan.refine_top=2"]
+GRID = ["plan.tp=[1,2]", "plan.pp=[1]", "plan.grid.sarathi.token_budget=[512,2048]", "plan.grid.vllm.max_num_seqs=[64]",
+        "plan.grid.orca.max_num_seqs=[16]", "plan.screen_requests=64", "plan.workers=1", "plan.refine_top=2"]
 
 
 def test_plan_end_to_end(tmp_path):

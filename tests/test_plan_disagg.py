@@ -20,11 +20,12 @@ from harness.plan.tasks import SearchTask, run_search_task, summarize_probe
 from harness.plan.units import Unit
 from harness.search.plan import plan_experiment
 from harness.search.probe import ProbeTask, run_probe_task
+from tests.test_plan import grid_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["model=mistral-7b", "hardware=a100_80g", "dataset=openchat_sharegpt4", "slo.tbt_s=0.1", "search.num_requests=128"]
 VLLM = ["scheduler=[vllm]", "scheduler.vllm.max_num_seqs=64"]  # the plan's vllm_s64, run directly
-SETTINGS = PlanSettings(tp=[1], pp=[1], sarathi_budgets=[], vllm_max_seqs=[64], orca_max_seqs=[], disaggregated=True,
+SETTINGS = PlanSettings(tp=[1], pp=[1], grid=grid_of([], [64], []), disaggregated=True,
                         pd_max=2, screen_requests=64, workers=1, refine_top=5, prune=False)
 
 
@@ -114,7 +115,7 @@ def test_a_fleet_that_fails_is_said_so_and_one_more_replica_tried(planned):
 
 def test_plan_cli_with_units(tmp_path):
     out = tmp_path / "plan"
-    words = ["plan.tp=[1]", "plan.pp=[1]", "plan.sarathi_budgets=[]", "plan.vllm_max_seqs=[64]", "plan.orca_max_seqs=[]",
+    words = ["plan.tp=[1]", "plan.pp=[1]", "plan.grid.sarathi.token_budget=[]", "plan.grid.vllm.max_num_seqs=[64]", "plan.grid.orca.max_num_seqs=[]",
              "plan.disaggregated=true", "plan.pd_max=2", "plan.screen_requests=64", "plan.workers=1", "target_qps=10",
              f"plan.out={out}"]
     p = subprocess.run([sys.executable, "-m", "harness", "plan", *SMALL, *words], capture_output=True, text=True, cwd=ROOT,

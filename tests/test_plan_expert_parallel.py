@@ -8,13 +8,13 @@ from harness.plan.export import vllm_serve_words
 from harness.plan.settings import PlanSettings
 from harness.plan.space import enumerate_space
 from tests.cli import assert_refused
+from tests.test_plan import grid_of
 
 QWEN = ["model=qwen3-30b-a3b", "hardware=h100_80g", "slo.tbt_s=0.1", "search.num_requests=64"]
 
 
 def test_dp_layouts_enumerated_bounded_and_exported() -> None:
-    space = enumerate_space(compose(QWEN), PlanSettings(tp=[1], pp=[1, 2], dp=[1, 2], sarathi_budgets=[512],
-                                                        vllm_max_seqs=[], orca_max_seqs=[]))
+    space = enumerate_space(compose(QWEN), PlanSettings(tp=[1], pp=[1, 2], dp=[1, 2], grid=grid_of([512], [], [])))
     assert set(space.plans) == {(1, 1), (1, 2), (1, 1, 2)}  # no DP with PP
     dp2 = next(c for c in space.candidates if c.dp == 2)
     assert (dp2.key, dp2.gpus) == ("tp1pp1dp2ep/sarathi_b512", 2)

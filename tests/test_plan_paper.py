@@ -9,6 +9,7 @@ from harness.plan import answer
 from harness.plan.search import run_plan
 from harness.plan.settings import PlanSettings
 from harness.plan.space import enumerate_space
+from tests.test_plan import grid_of
 
 QUIET = dict(workers=1, screen_requests=128, refine_top=2)
 
@@ -30,13 +31,13 @@ def _beats_the_rest(run, win) -> None:
 
 def test_sarathi_over_vllm_and_orca_at_a_strict_slo():
     run, win = _plan(["model=mistral-7b", "hardware=a100_80g", "slo.kind=strict"], tp=[1], pp=[1],
-                     sarathi_budgets=[512], vllm_max_seqs=[128], orca_max_seqs=[16])
+                     grid=grid_of([512], [128], [16]))
     assert win.candidate.policy == "sarathi"
     _beats_the_rest(run, win)
 
 
 def test_budget_512_under_the_strict_slo_2048_under_the_relaxed():
-    grid = dict(tp=[2], pp=[1], sarathi_budgets=[512, 2048], vllm_max_seqs=[128], orca_max_seqs=[16])
+    grid = dict(tp=[2], pp=[1], grid=grid_of([512, 2048], [128], [16]))
     run, strict = _plan(["model=yi-34b", "hardware=a100_80g", "slo.kind=strict"], **grid)
     assert strict.candidate.scheduler == "sarathi_b512"
     _beats_the_rest(run, strict)
@@ -47,7 +48,7 @@ def test_budget_512_under_the_strict_slo_2048_under_the_relaxed():
 
 def test_falcon_tp4_pp2_over_cross_node_tp8():
     run, win = _plan(["model=falcon-180b", "hardware=a100_80g", "slo.kind=strict"], tp=[4, 8], pp=[1, 2], max_gpus=8,
-                     sarathi_budgets=[512], vllm_max_seqs=[128], orca_max_seqs=[])
+                     grid=grid_of([512], [128], []))
     assert {k for k in run.space.plans} == {(4, 2), (8, 1)}  # 360 GB of weights: not on 4 GPUs; 16 is past max_gpus
     assert (win.candidate.tp, win.candidate.pp, win.candidate.policy) == (4, 2, "sarathi")
     _beats_the_rest(run, win)

@@ -28,7 +28,7 @@ PUBLISHED_UNIT = Unit(DISAGG["prefill"]["workers"], DISAGG["prefill"]["tp"], DIS
                       DISAGG["decode"]["workers"], DISAGG["decode"]["tp"], DISAGG["decode"]["pp"])
 # The full run's space, reduced: TP 1, 2 and 4 (no TP8), one vLLM batch (64, the grid's nearest to the
 # published 60) and their aggregated batch (20), no Sarathi-Serve or Orca, short probes, three refined.
-REDUCED = ["plan.tp=[1,2,4]", "plan.vllm_max_seqs=[20,64]", "plan.sarathi_budgets=[]", "plan.orca_max_seqs=[]",
+REDUCED = ["plan.tp=[1,2,4]", "plan.grid.vllm.max_num_seqs=[20,64]", "plan.grid.sarathi.token_budget=[]", "plan.grid.orca.max_num_seqs=[]",
            "plan.screen_requests=128", "plan.refine_top=3", "plan.workers=1", "plan.check=false", "search.num_requests=256"]
 
 
@@ -51,11 +51,11 @@ def test_the_literal_question_is_answerable_with_v1s_costs_only():
 def test_both_published_configurations_are_in_the_space():
     """pd_max=4 (not the default 3) is what holds 4 prefill workers; decode batch 60 is off the grid,
     64 the nearest."""
-    space, _ = _space(["plan.sarathi_budgets=[]", "plan.orca_max_seqs=[]"])
+    space, _ = _space(["plan.grid.sarathi.token_budget=[]", "plan.grid.orca.max_num_seqs=[]"])
     units = {c.unit for c in space.candidates if c.unit}
     assert PUBLISHED_UNIT in units and PUBLISHED_UNIT.gpus == DISAGG["gpus_per_replica"]
     assert (AGG["tp"], AGG["pp"]) in space.plans
-    fewer, _ = _space(["plan.pd_max=3", "plan.sarathi_budgets=[]", "plan.orca_max_seqs=[]"])
+    fewer, _ = _space(["plan.pd_max=3", "plan.grid.sarathi.token_budget=[]", "plan.grid.orca.max_num_seqs=[]"])
     assert PUBLISHED_UNIT not in {c.unit for c in fewer.candidates if c.unit}
 
 

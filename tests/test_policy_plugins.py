@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from engines.external.vllm import UnsupportedPolicy, policy_flags
-from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec, register_policy, registry
+from engines.core import BasePolicy
+from engines.schedulers import Axis, SchedulerConfig, Sweep, make_policy, policy_names, policy_spec, register_policy, registry
 from engines.schedulers.sarathi import SarathiPolicy
 from harness.backends.sim import simulate
 from harness.records import RequestSpec
@@ -132,6 +133,28 @@ def test_registration_refuses_what_cannot_be_a_knob(scratch_registry):
     with pytest.raises(ValueError, match="policy 'sarathi' is registered twice"):
         @register_policy("sarathi")
         class C(SarathiPolicy): ...
+    with pytest.raises(TypeError, match="plan sweeps 'chunked_prefill', not an int knob"):  # the planner steps along numbers
+        register_policy("bad_sweep", plan=Sweep(Axis("chunked_prefill", (1,), "c", "chunked {}")))(SarathiPolicy)
+
+
+def test_a_policy_is_the_whole_protocol(scratch_registry):
+    """What the engine and the harness ask is asked directly (no getattr): a class that is not all
+    of engines.core.Policy is refused by name when built; BasePolicy gives the defaults."""
+    @register_policy("bare")
+    class Bare:
+        reserves_kv = False
+
+        def __init__(self, max_num_seqs: int = 8) -> None:
+            self.max_num_seqs = max_num_seqs
+
+        def schedule(self, engine): ...
+    with pytest.raises(TypeError, match="Bare lacks max_batch_tokens, max_micro_batch_seqs, vllm_flags, check_kv, "
+                                        "decode_batch_repeats of engines.core.Policy"):
+        make_policy(SchedulerConfig("bare"), MAX_LEN)
+    register_policy("based")(type("Based", (BasePolicy, Bare), {}))
+    policy = make_policy(SchedulerConfig("based"), MAX_LEN)
+    assert (policy.max_batch_tokens, policy.max_micro_batch_seqs, policy.vllm_flags) == (None, None, ())
+    assert policy.decode_batch_repeats(None) and policy.check_kv(1, 2) is None
 
 
 def test_the_vllm_exporter_and_the_planner_ask_the_policy(scratch_registry):

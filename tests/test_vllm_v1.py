@@ -3,11 +3,12 @@ batch vLLM V1's Scheduler.schedule makes of that state (v1/core/sched/scheduler.
 its flags as `vllm serve` takes them, and the planner's grid of it."""
 import pytest
 
+from common.errors import HarnessError
 from engines.core import Sequence
 from engines.external.vllm import policy_flags
 from engines.schedulers import SchedulerConfig, make_engine
 from harness.plan.settings import PlanSettings
-from harness.plan.space import scheduler_grid
+from harness.plan.space import check_grid_policies, scheduler_grid
 
 
 def engine(kv=65536, max_model_len=4096, **knobs):
@@ -87,7 +88,9 @@ def test_its_flags_are_vllm_serve_flags():
 
 def test_the_planner_grids_it_only_when_asked():
     assert not [n for n in scheduler_grid(PlanSettings()) if n.startswith("vllm_v1")]
-    grid = scheduler_grid(PlanSettings(vllm_v1_budgets=[2048, 8192], vllm_v1_max_seqs=[256]))
+    grid = scheduler_grid(PlanSettings(grid={"vllm_v1": {"max_num_batched_tokens": [2048, 8192], "max_num_seqs": [256]}}))
     assert grid["vllm_v1_b8192"] == {"policy": "vllm_v1", "max_num_batched_tokens": 8192, "max_num_seqs": 256}
-    with pytest.raises(ValueError, match="vllm_v1_budgets"):
-        PlanSettings(vllm_v1_budgets=[128], vllm_v1_max_seqs=[256])
+    # a budget below the batch: the policy's constructor refuses it, named by its plan.grid key, before planning
+    bad = scheduler_grid(PlanSettings(grid={"vllm_v1": {"max_num_batched_tokens": [128], "max_num_seqs": [256]}}))
+    with pytest.raises(HarnessError, match=r"plan.grid.vllm_v1 .*max_num_batched_tokens \(128\) must be >= max_num_seqs"):
+        check_grid_policies(bad, 4096)

@@ -9,23 +9,12 @@ from __future__ import annotations
 from bisect import insort
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
 
 from engines.core.batch import Batch
 from engines.core.block_manager import BlockManager
 from engines.core.checks import launch, policy_broken
+from engines.core.policy import Policy
 from engines.core.sequence import Sequence, SequenceStatus
-
-
-class Policy(Protocol):
-    """A scheduling policy. Optionally it defines `decode_batch_repeats(engine) -> bool`, saying
-    whether the decode-only batch it just returned would be returned again (with the same
-    sequences) while nothing arrives or finishes; policies without it are assumed to say yes,
-    which holds for FCFS admission that stops at the first request that does not fit."""
-
-    reserves_kv: bool  # reservation-mode KV (Orca, FasterTransformer)
-
-    def schedule(self, engine: Engine) -> Batch | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +123,8 @@ class Engine:
     # -- runs of identical decode-only iterations -------------------------------------------
     def decode_batch_repeats(self) -> bool:
         """Would the policy return the decode-only batch it just returned again, with the same
-        sequences, while nothing arrives or finishes? (The policy's optional hook; yes without it.)"""
-        repeats = getattr(self.policy, "decode_batch_repeats", None)
-        return repeats is None or repeats(self)
+        sequences, while nothing arrives or finishes? (The policy's hook; BasePolicy says yes.)"""
+        return self.policy.decode_batch_repeats(self)
 
     @property
     def free_blocks(self) -> int:

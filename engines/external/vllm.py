@@ -78,7 +78,7 @@ def policy_flags(cfg: SchedulerConfig, max_model_len: int) -> list[str]:
         )
     policy = make_policy(cfg, max_model_len)
     # a policy's flags beyond its mode's and limits (vllm_v1: --long-prefill-token-threshold)
-    seqs = ["--max-num-seqs", str(policy.max_num_seqs), *getattr(policy, "vllm_flags", ())]
+    seqs = ["--max-num-seqs", str(policy.max_num_seqs), *policy.vllm_flags]
     if mode == "chunked_prefill":
         return ["--enable-chunked-prefill", "--max-num-batched-tokens", str(policy.max_batch_tokens), *seqs]
     # Whole prompts: vLLM refuses a budget below max_model_len without chunking.

@@ -25,6 +25,7 @@ from engines.schedulers import vllm_v1  # noqa: F401  (vLLM V1's scheduler as it
 from engines.schedulers.config import SchedulerConfig
 from engines.schedulers.decode_only import DecodeOnlyPolicy
 from engines.schedulers.registry import PolicySpec, policy_names, policy_spec, register_policy
+from engines.schedulers.sweep import Axis, Sweep
 
 
 def make_policy(cfg: SchedulerConfig, max_model_len: int) -> Policy:
@@ -58,9 +59,7 @@ def make_engine(
         raise ValueError(
             f"KV cache of {kv_capacity_tokens} tokens cannot hold one sequence of max_model_len {max_model_len}"
         )
-    check_kv = getattr(policy, "check_kv", None)  # a policy whose batch size is bounded by memory refuses a B that is not
-    if check_kv is not None:
-        check_kv(num_blocks, blocks_for(max_model_len, block_size))
+    policy.check_kv(num_blocks, blocks_for(max_model_len, block_size))  # a batch bounded by memory refuses a B that is not
     if host_kv_blocks and not cfg.prefix_caching:
         raise ValueError("a host KV tier holds evicted prefix-cache blocks: it needs prefix caching on")
     if cfg.prefix_caching:
@@ -75,5 +74,5 @@ def _decode_policy(cfg: SchedulerConfig) -> DecodeOnlyPolicy:
     return DecodeOnlyPolicy(**{k: v for k, v in cfg.knobs if k in DecodeOnlyPolicy.KNOBS})
 
 
-__all__ = ["ROLES", "DecodeOnlyPolicy", "PolicySpec", "SchedulerConfig", "make_engine", "make_policy", "policy_names",
+__all__ = ["ROLES", "Axis", "Sweep", "DecodeOnlyPolicy", "PolicySpec", "SchedulerConfig", "make_engine", "make_policy", "policy_names",
            "policy_spec", "register_policy"]

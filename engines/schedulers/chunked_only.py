@@ -6,16 +6,15 @@ is a decode-only batch of every running decode. A turn with nothing to do passes
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 from engines.schedulers.decodes import schedule_decodes
 from engines.schedulers.registry import register_policy, require_positive
 
 
 @register_policy("chunked_only")
-class ChunkedOnlyPolicy:
+class ChunkedOnlyPolicy(BasePolicy):
     """Ablation: chunked prefills without hybrid batching (prefill-chunk and decode turns alternate)."""
 
-    reserves_kv = False
 
     def __init__(self, token_budget: int = 512, max_num_seqs: int = 128) -> None:
         require_positive(token_budget=token_budget, max_num_seqs=max_num_seqs)

@@ -25,11 +25,11 @@ nothing is ever preempted.
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 from engines.schedulers.registry import register_policy, require_positive
 
 
-class _ReservedBatch:
+class _ReservedBatch(BasePolicy):
     """What the three policies share: reserved KV sized for B sequences of max_model_len."""
 
     reserves_kv = True

@@ -10,12 +10,11 @@ vLLM decode instance recomputes a preempted request locally rather than sending 
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence, blocks_for
+from engines.core import BasePolicy, Batch, Engine, Sequence, blocks_for
 from engines.schedulers.decodes import schedule_decodes
 
 
-class DecodeOnlyPolicy:
-    reserves_kv = False
+class DecodeOnlyPolicy(BasePolicy):
     KNOBS = ("max_num_seqs", "token_budget")  # taken from the cluster's scheduler when its policy has them
 
     def __init__(self, max_num_seqs: int = 128, token_budget: int = 512) -> None:

@@ -6,12 +6,12 @@ until the last of them finishes.
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 from engines.schedulers.registry import register_policy, require_positive
 
 
 @register_policy("fastertransformer")
-class FasterTransformerPolicy:
+class FasterTransformerPolicy(BasePolicy):
     """FasterTransformer: request-level batching, KV reserved for max_model_len."""
 
     reserves_kv = True

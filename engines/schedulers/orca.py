@@ -5,12 +5,13 @@ Orca baseline), so running requests never need preemption, and the batch size is
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 from engines.schedulers.registry import register_policy, require_positive
+from engines.schedulers.sweep import Axis, Sweep
 
 
-@register_policy("orca")
-class OrcaPolicy:
+@register_policy("orca", plan=Sweep(Axis("max_num_seqs", (8, 16, 32), "s", "batch {}")))
+class OrcaPolicy(BasePolicy):
     """Orca: iteration-level hybrid batches with whole prompts, KV reserved for max_model_len."""
 
     reserves_kv = True

@@ -11,7 +11,8 @@ is derived from them: `SchedulerConfig`'s checks, the Hydra structured config of
 `scheduler=NAME` (harness/config/schema.py; a YAML under experiments/scheduler/ is optional, a
 preset over that schema), the in-repo server's flags (engines/server/config.py). A parameter
 named `max_model_len` is not a knob: the engine passes the deployment's. `fixed` arguments of a
-registration are pinned (one class, two names: hybrid_only is SarathiPolicy without chunking).
+registration are pinned (one class, two names: hybrid_only is SarathiPolicy without chunking);
+`plan=Sweep(...)` says what the deployment planner tries of it (engines/schedulers/sweep.py).
 
 A policy in another package registers the same way and is found through the entry-point group
 `sarathi_harness.policies` (ENTRY_POINTS): its module is imported when a policy is first looked
@@ -24,6 +25,9 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
+
+from engines.core.policy import Policy, missing_members
+from engines.schedulers.sweep import Sweep
 
 ENTRY_POINTS = "sarathi_harness.policies"
 CONTEXT = ("max_model_len",)  # constructor parameters the engine fills, never knobs
@@ -65,6 +69,9 @@ class PolicySpec:
     # inherited: a subclass that reorders admission is not what vLLM runs. None: not expressible.
     vllm: str | None = None
     doc: str = ""
+    # What the deployment planner tries of it (engines/schedulers/sweep.py), declared by the
+    # registration, never inherited. None: the planner never tries it.
+    plan: Sweep | None = None
 
     @property
     def knob_names(self) -> tuple[str, ...]:
@@ -83,11 +90,17 @@ class PolicySpec:
             out.append((k.name, value))
         return tuple(out)
 
-    def build(self, knobs: Mapping[str, object], max_model_len: int):
-        """The policy object (its constructor checks the values)."""
+    def build(self, knobs: Mapping[str, object], max_model_len: int) -> Policy:
+        """The policy object (its constructor checks the values; TypeError names what of the
+        Policy protocol it lacks: subclass engines.core.BasePolicy for the defaults)."""
         context = {"max_model_len": max_model_len} if "max_model_len" in _parameters(self.cls) else {}
         own = {k: v for k, v in dict(knobs).items() if k not in ENGINE_KNOB_NAMES}
-        return self.cls(**own, **self.fixed, **context)
+        policy = self.cls(**own, **self.fixed, **context)
+        missing = missing_members(policy)
+        if missing:
+            raise TypeError(f"policy {self.name}: {self.cls.__qualname__} lacks {', '.join(missing)} of engines.core.Policy "
+                            "(subclass engines.core.BasePolicy for its defaults)")
+        return policy
 
 
 _REGISTRY: dict[str, PolicySpec] = {}
@@ -95,7 +108,7 @@ _plugins_loaded = False
 _plugin_errors: list[str] = []  # entry points that failed to load: named when a lookup fails
 
 
-def register_policy(name: str, *, vllm: str | None = None, **fixed) -> Callable[[type], type]:
+def register_policy(name: str, *, vllm: str | None = None, plan: Sweep | None = None, **fixed) -> Callable[[type], type]:
     """Class decorator: register the class as policy `name` (see the module docstring)."""
     if vllm is not None and vllm not in VLLM_MODES:
         raise ValueError(f"register_policy({name!r}): vllm must be one of {', '.join(VLLM_MODES)} or None, got {vllm!r}")
@@ -108,7 +121,8 @@ def register_policy(name: str, *, vllm: str | None = None, **fixed) -> Callable[
         knobs = tuple(_knob(cls, p) for n, p in params.items() if n not in fixed and n not in CONTEXT)
         knobs += tuple(k for k in ENGINE_KNOBS if k.name not in params)
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
-        spec = PolicySpec(name, cls, knobs, dict(fixed), vllm, doc)
+        spec = PolicySpec(name, cls, knobs, dict(fixed), vllm, doc, plan)
+        _check_sweep(spec)
         old = _REGISTRY.get(name)
         if old is not None and _origin(old.cls) != _origin(cls):
             raise ValueError(f"policy {name!r} is registered twice: {_origin(old.cls)} and {_origin(cls)}")
@@ -175,6 +189,17 @@ def _knob(cls: type, p: inspect.Parameter) -> Knob:
                         f"int, float, bool or str (or one of them | None), got {hint!r}")
     default = REQUIRED if p.default is inspect.Parameter.empty else p.default
     return Knob(p.name, kinds[0], optional, default)
+
+
+def _check_sweep(spec: PolicySpec) -> None:
+    """A planned knob is one of the policy's int knobs (TypeError names it at registration)."""
+    if spec.plan is None:
+        return
+    kinds = {k.name: k.kind for k in spec.knobs}
+    for knob in [a.knob for a in spec.plan.axes] + list(spec.plan.fixed):
+        if knob not in kinds or (knob not in spec.plan.fixed and kinds[knob] is not int):
+            raise TypeError(f"register_policy({spec.name!r}): plan sweeps {knob!r}, not an int knob of "
+                            f"{spec.cls.__qualname__} ({', '.join(spec.knob_names)})")
 
 
 def _origin(cls: type) -> str:

@@ -8,18 +8,22 @@ batch whole if it fits the remaining budget, or alone as the batch's only prefil
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 from engines.schedulers.decodes import schedule_decodes
 from engines.schedulers.registry import register_policy, require_positive
+from engines.schedulers.sweep import Axis, Sweep
+
+# The planner's grid: the paper's budgets, at its batch of 128 (named in the answer only when not 128).
+PLAN = Sweep(Axis("token_budget", (256, 512, 1024, 2048, 4096), "b", "budget {}"),
+             Axis("max_num_seqs", (128,), "s", "batch {}", always=False), prefill="budget {} chunks")
 
 
 @register_policy("hybrid_only", chunked_prefill=False, vllm="whole_prompts")
-@register_policy("sarathi", chunked_prefill=True, vllm="chunked_prefill")
-class SarathiPolicy:
+@register_policy("sarathi", chunked_prefill=True, vllm="chunked_prefill", plan=PLAN)
+class SarathiPolicy(BasePolicy):
     """Sarathi-Serve: stall-free batching with chunked prefills under a token budget (hybrid_only:
     whole prompts mixed with decodes, never chunked)."""
 
-    reserves_kv = False
 
     def __init__(self, token_budget: int = 512, max_num_seqs: int = 128, chunked_prefill: bool = True) -> None:
         require_positive(token_budget=token_budget, max_num_seqs=max_num_seqs)

@@ -6,16 +6,18 @@ every running sequence, preempting by recompute when blocks run out. Prefill and
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 from engines.schedulers.decodes import schedule_decodes
 from engines.schedulers.registry import register_policy, require_positive
+from engines.schedulers.sweep import Axis, Sweep
 
 
-@register_policy("vllm", vllm="whole_prompts")
-class VllmPolicy:
+# The planner's grid: max batch sizes; the prompt budget written out as None (max_model_len).
+@register_policy("vllm", vllm="whole_prompts", plan=Sweep(Axis("max_num_seqs", (32, 64, 128, 256), "s", "batch {}"),
+                                                        fixed={"max_num_batched_tokens": None}, prefill="whole prefills"))
+class VllmPolicy(BasePolicy):
     """vLLM baseline: prefill-prioritizing, whole prompts, no mixing; preempts by recompute."""
 
-    reserves_kv = False
 
     def __init__(self, max_num_seqs: int = 128, max_num_batched_tokens: int | None = None, *, max_model_len: int) -> None:
         """max_num_batched_tokens: tokens of whole prompts in one prefill batch (None: max_model_len)."""

@@ -28,18 +28,20 @@ pick one). Async scheduling's overlap of CPU and GPU is priced by the stack (vll
 """
 from __future__ import annotations
 
-from engines.core import Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, Sequence
 from engines.schedulers.registry import register_policy, require_positive
+from engines.schedulers.sweep import Axis, Sweep
 
 RELEASES = ("0.19", "0.32")  # engines/perf/vllm_releases.py RELEASES (the core may not import perf)
 
 
-@register_policy("vllm_v1", vllm="chunked_prefill")
-class VllmV1Policy:
+# Planned only when asked (plan.grid.vllm_v1.max_num_batched_tokens=[...]); its budget is the flag it exports.
+@register_policy("vllm_v1", vllm="chunked_prefill", plan=Sweep(Axis("max_num_batched_tokens", (), "b", "budget {}"),
+                                                              Axis("max_num_seqs", (256,), "s", "batch {}"), title="vLLM V1"))
+class VllmV1Policy(BasePolicy):
     """vLLM V1's scheduler as it ships (0.19, 0.32): running requests first in priority order, then
     waiting ones FCFS, one token budget, chunked prefills, a long-prefill cap, preemption by recompute."""
 
-    reserves_kv = False
 
     def __init__(self, max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, long_prefill_token_threshold: int = 0,
                  release: str = "0.32", *, max_model_len: int) -> None:

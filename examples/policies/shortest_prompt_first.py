@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections import deque
 
 from engines.core import Batch, Engine
-from engines.schedulers import register_policy
+from engines.schedulers import Axis, Sweep, register_policy
 from engines.schedulers.sarathi import SarathiPolicy
 
 
-@register_policy("shortest_prompt_first")  # no vllm=: vLLM admits FCFS, so nothing exports it
+# No vllm=: vLLM admits FCFS, so nothing exports it. plan=: the planner tries its token budgets when
+# asked (plan.grid.shortest_prompt_first.token_budget=[512,2048]), beside the built-ins.
+@register_policy("shortest_prompt_first", plan=Sweep(Axis("token_budget", (), "b", "budget {}"),
+                                                     Axis("max_num_seqs", (128,), "s", "batch {}", always=False)))
 class ShortestPromptFirstPolicy(SarathiPolicy):
     """Stall-free batching admitting the shortest waiting prompt first (an example plugin)."""
 

@@ -27,11 +27,11 @@ from harness.results.claim import discard, finish, make_room, record_failure, un
 
 USAGE = """usage: python -m harness plan model=M hardware=H dataset=D slo.tbt_s=S target_qps=L [plan.KEY=VALUE ...]
 
-Every deployment that fits (TP x PP over the hardware's nodes), crossed with Sarathi-Serve token budgets,
-vLLM and Orca batch sizes; each one's capacity in the simulator; the replicas the target needs; ranked.
-plan.* keys (harness/plan/settings.py PlanSettings): max_gpus, max_total_gpus, tp, pp, sarathi_budgets,
-sarathi_max_seqs, vllm_max_seqs, orca_max_seqs, screen_requests, refine_top, rows, prune, margin,
-workers, prices.GPU, out, disaggregated (P/D units too), pd_max, pd_policies, check (the winner's replicas
+Every deployment that fits (TP x PP over the hardware's nodes), crossed with each policy's declared sweep
+(register_policy(plan=...): Sarathi-Serve token budgets, vLLM and Orca batch sizes; plan.grid.POLICY.KNOB=[...]
+sets its values, [] plans none of it); each one's capacity in the simulator; the replicas the target needs; ranked.
+plan.* keys (harness/plan/settings.py PlanSettings): max_gpus, max_total_gpus, tp, pp, grid.POLICY.KNOB,
+screen_requests, refine_top, rows, prune, margin, workers, prices.GPU, out, disaggregated (P/D units too), pd_max, pd_policies, check (the winner's replicas
 simulated behind least_outstanding at the target). Any experiment key works too (search.num_requests, slo.kind, perf.stack ...).
 Example:
   python -m harness plan model=llama3-70b hardware=h100_80g dataset=openchat_sharegpt4 slo.tbt_s=0.1 target_qps=40

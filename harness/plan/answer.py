@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import HarnessError
+from engines.schedulers import policy_spec
 from harness.analysis.style import scheduler_label
 from harness.plan.replicas import gpus_needed, rank_key, replicas_needed
 from harness.plan.search import Evaluation, PlanRun
@@ -35,15 +36,14 @@ class Row:
 
 
 def describe_scheduler(e: Evaluation, plan) -> str:
+    """`Sarathi-Serve budget 512`: as the policy's sweep labels it (register_policy(plan=...))."""
     sc = plan.schedulers[e.candidate.scheduler]
+    spec = policy_spec(sc.policy)
+    knobs = dict(sc.knobs)
     if e.candidate.unit is not None:  # the prefill role's policy; the decode role keeps max_num_seqs
-        what = f"budget {sc.token_budget} chunks" if sc.policy == "sarathi" else "whole prefills"
+        what = spec.plan.prefill.format(knobs[spec.plan.knob])
         return f"P: {scheduler_label(sc.policy)} {what}, D: batch {sc.max_num_seqs}"
-    if sc.policy == "sarathi":
-        return f"{scheduler_label('sarathi')} budget {sc.token_budget}" + (f", batch {sc.max_num_seqs}" if sc.max_num_seqs != 128 else "")
-    if sc.policy == "vllm_v1":  # its budget is the flag it exports
-        return f"vLLM V1 budget {sc.max_num_batched_tokens}, batch {sc.max_num_seqs}"
-    return f"{scheduler_label(sc.policy)} batch {sc.max_num_seqs}"
+    return spec.plan.describe(scheduler_label(sc.policy), knobs, {k.name: k.default for k in spec.knobs})
 
 
 def describe_deployment(tp: int, pp: int, unit=None, dp: int = 1) -> str:

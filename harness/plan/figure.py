@@ -30,7 +30,8 @@ def draw(run: PlanRun, win: Evaluation, path: Path, title: str) -> Path:
     ax = axes[0][0]
     slo = next(iter(run.space.plans.values())).slo.tbt_s
     points = []
-    for policy in style.SCHEDULER_ORDER:
+    planned = {e.candidate.policy for e in run.evaluations}  # a policy the figures do not know (a plugin) comes last
+    for policy in style.SCHEDULER_ORDER + tuple(sorted(planned - set(style.SCHEDULER_ORDER))):
         mine = [e for e in run.evaluations if e.candidate.policy == policy]
         if not mine:
             continue

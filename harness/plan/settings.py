@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from common.errors import HarnessError
+from engines.schedulers import policy_names, policy_spec
 from harness.typed import typed
 
 # $ per GPU-hour, on demand: the table Vidur-Search prices its configurations with (microsoft/vidur,
@@ -30,13 +31,10 @@ class PlanSettings:
     pp: list[int] = field(default_factory=lambda: [1, 2, 4])
     # data-parallel ranks with expert-parallel MoE (an MoE model; pp=1): [1] plans none, [1, 2, 4] adds DP2 and DP4 x EP
     dp: list[int] = field(default_factory=lambda: [1])
-    sarathi_budgets: list[int] = field(default_factory=lambda: [256, 512, 1024, 2048, 4096])
-    sarathi_max_seqs: list[int] = field(default_factory=lambda: [128])
-    vllm_max_seqs: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
-    orca_max_seqs: list[int] = field(default_factory=lambda: [8, 16, 32])
-    # vLLM V1's scheduler as it ships (scheduler=vllm_v1; its flags exported as they are): none unless asked
-    vllm_v1_budgets: list[int] = field(default_factory=list)  # --max-num-batched-tokens values
-    vllm_v1_max_seqs: list[int] = field(default_factory=lambda: [256])  # --max-num-seqs values
+    # The scheduler grid: each policy's knob values over what its registration declares
+    # (register_policy(plan=Sweep(...)), engines/schedulers/sweep.py), plan.grid.POLICY.KNOB=[...];
+    # an empty list plans none of the policy (plan.grid.orca.max_num_seqs=[]).
+    grid: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     screen_requests: int = 512  # requests per probe of the first pass (search.num_requests refines)
     screen_rel_tol: float = 0.05  # bracket width of the first pass
     refine_top: int = 5  # candidates refined with the full search
@@ -58,23 +56,39 @@ class PlanSettings:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        for name in ("tp", "pp", "dp", "sarathi_budgets", "sarathi_max_seqs", "vllm_max_seqs", "orca_max_seqs",
-                     "vllm_v1_budgets", "vllm_v1_max_seqs"):
+        for name in ("tp", "pp", "dp"):
             if any(int(v) < 1 for v in getattr(self, name)):
                 raise ValueError(f"{name}: every value must be >= 1, got {getattr(self, name)}")
-        if self.vllm_v1_budgets and min(self.vllm_v1_budgets) < max(self.vllm_v1_max_seqs):
-            raise ValueError(f"vllm_v1_budgets must each be >= every vllm_v1_max_seqs (vLLM refuses less), got "
-                             f"{self.vllm_v1_budgets} and {self.vllm_v1_max_seqs}")
+        check_grid(self.grid)
         if not self.tp or not self.pp or not self.dp:
             raise ValueError("tp, pp and dp need at least one value each")
         if self.screen_requests < 1 or self.refine_top < 1 or self.rows < 1:
             raise ValueError("screen_requests, refine_top and rows must be >= 1")
         if not 0 < self.screen_rel_tol < 1 or not 0 <= self.margin < 1:
             raise ValueError(f"need 0 < screen_rel_tol < 1 and 0 <= margin < 1, got {self.screen_rel_tol}, {self.margin}")
-        if self.pd_max < 1 or any(p not in ("vllm", "sarathi") for p in self.pd_policies):
-            raise ValueError(f"need pd_max >= 1 and pd_policies of vllm, sarathi; got {self.pd_max}, {self.pd_policies}")
+        prefill = [p for p in policy_names() if (sweep := policy_spec(p).plan) is not None and sweep.prefill is not None]
+        if self.pd_max < 1 or any(p not in prefill for p in self.pd_policies):
+            raise ValueError(f"need pd_max >= 1 and pd_policies of {', '.join(prefill)}; got {self.pd_max}, {self.pd_policies}")
         if any(not p >= 0 for p in self.prices.values()):
             raise ValueError(f"prices must be >= 0 dollars per GPU-hour, got {self.prices}")
+
+
+def check_grid(grid: dict[str, dict[str, list[int]]]) -> None:
+    """Each policy of plan.grid is registered with a sweep, each knob one of its axes, each value
+    >= 1 (ValueError names the key); the policy's constructor checks the rest when planned."""
+    for policy, knobs in grid.items():
+        try:
+            sweep = policy_spec(policy).plan
+        except ValueError as e:
+            raise ValueError(f"grid.{policy}: {e}") from None
+        if sweep is None:
+            raise ValueError(f"grid.{policy}: policy {policy} declares no planner sweep (register_policy(plan=...))")
+        axes = [a.knob for a in sweep.axes]
+        for knob, values in knobs.items():
+            if knob not in axes:
+                raise ValueError(f"grid.{policy}.{knob}: the planner sweeps {', '.join(axes)} of {policy}")
+            if any(int(v) < 1 for v in values):
+                raise ValueError(f"grid.{policy}.{knob}: every value must be >= 1, got {values}")
 
 
 PLAN_WORDS = ("plan.", "target_qps=")
@@ -98,6 +112,10 @@ def plan_settings(words: list[str]) -> PlanSettings:
     except OmegaConfBaseException as e:
         raise HarnessError(f"plan: {str(e).splitlines()[0]}") from None
     prices = node.pop("prices", None)
+    retired = [k for k in node if k.endswith(("_budgets", "_max_seqs"))]
+    if retired:  # the per-policy keys before the grid came from the registry
+        raise HarnessError(f"plan.{retired[0]}: the scheduler grid is plan.grid.POLICY.KNOB=[...] "
+                           "(e.g. plan.grid.sarathi.token_budget=[512,2048], plan.grid.orca.max_num_seqs=[])")
     settings = typed(PlanSettings, node, "plan")
     if prices:
         if not isinstance(prices, dict):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from common.errors import HarnessError
 from engines.perf.architectures import get_model
 from engines.perf.hardware import get_gpu, get_topology
+from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 from harness.backends import backend_settings
 from harness.backends.deployment import build_deployment
 from harness.plan.settings import PlanSettings
@@ -83,27 +84,31 @@ class Space:
 
 
 def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
-    """Each scheduler the plan tries, by name, as a `scheduler.NAME` config node."""
+    """Each scheduler the plan tries, by name, as a `scheduler.NAME` config node: every registered
+    policy's declared sweep (register_policy(plan=...)), in registration order, its values as
+    plan.grid sets them."""
     grid: dict[str, dict] = {}
-    for seqs in s.sarathi_max_seqs:
-        for budget in s.sarathi_budgets:
-            name = f"sarathi_b{budget}" + (f"_s{seqs}" if len(s.sarathi_max_seqs) > 1 else "")
-            grid[name] = {"policy": "sarathi", "token_budget": int(budget), "max_num_seqs": int(seqs)}
-    for seqs in s.vllm_max_seqs:
-        grid[f"vllm_s{seqs}"] = {"policy": "vllm", "max_num_seqs": int(seqs), "max_num_batched_tokens": None}
-    for seqs in s.orca_max_seqs:
-        grid[f"orca_s{seqs}"] = {"policy": "orca", "max_num_seqs": int(seqs)}
-    for seqs in s.vllm_v1_max_seqs if s.vllm_v1_budgets else ():
-        for budget in s.vllm_v1_budgets:
-            name = f"vllm_v1_b{budget}" + (f"_s{seqs}" if len(s.vllm_v1_max_seqs) > 1 else "")
-            grid[name] = {"policy": "vllm_v1", "max_num_batched_tokens": int(budget), "max_num_seqs": int(seqs)}
+    for policy in policy_names():
+        sweep = policy_spec(policy).plan
+        if sweep is not None:
+            grid.update(sweep.nodes(policy, s.grid.get(policy, {})))
     return grid
 
 
+def check_grid_policies(grid: Mapping[str, dict], max_model_len: int) -> None:
+    """Build each grid scheduler's policy: its constructor refuses a bad combination (vLLM V1's
+    budget below its batch) as one line naming the plan.grid key, before any deployment is planned."""
+    for name, node in grid.items():
+        knobs = {k: v for k, v in node.items() if k != "policy"}
+        try:
+            make_policy(SchedulerConfig(node["policy"], **knobs), max_model_len)
+        except ValueError as e:
+            raise HarnessError(f"plan.grid.{node['policy']} ({name}): {e}") from None
+
+
 def _knob(node: Mapping) -> int:
-    if node["policy"] == "vllm_v1":
-        return int(node["max_num_batched_tokens"])
-    return int(node["token_budget"]) if node["policy"] == "sarathi" else int(node["max_num_seqs"])
+    """The value of the knob its policy's sweep steps along (neighbours are close in it)."""
+    return int(node[policy_spec(node["policy"]).plan.knob])
 
 
 def parallel_node(tp: int, pp: int, dp: int = 1) -> dict:
@@ -143,6 +148,7 @@ def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
     per_node = gpus_per_node(base["hardware"])
     limit = s.max_gpus or 2 * per_node
     grid = scheduler_grid(s)
+    check_grid_policies(grid, int(base["max_model_len"]))
     plans, misfits, candidates = {}, [], []
     for tp, pp, dp in _layouts(base, s, limit):
         c = {**base, "parallel": parallel_node(tp, pp, dp), "scheduler": grid}

@@ -224,7 +224,7 @@ class Replay:
     def _over_cap(self, out: list) -> bool:
         """Would the merged group exceed the policy's micro-batch cap (orca_best split across the
         stages)? The policy then launches part of it: the plain loop decides which."""
-        cap = getattr(self.p.engine.policy, "max_micro_batch_seqs", None)
+        cap = self.p.engine.policy.max_micro_batch_seqs
         return cap is not None and sum(len(i.seqs) if isinstance(i, _Group) else len(i) for i in out) > cap
 
     def _merge(self, out: list) -> _Group:
