@@ -100,9 +100,12 @@ def test_cli_refuses_a_negative_think_time(tmp_path):
                    "think_time_s must be a number >= 0")
 
 
-def test_cli_refuses_sessions_on_a_cluster(tmp_path):
-    assert_refused(tmp_path, ["experiment=yi34b_tp2_strict", "dataset=sharegpt_conversations", "cluster.instances=2",
-                              "search.num_requests=64", "scheduler=[sarathi]"], "run on one engine")
+def test_cli_refuses_sessions_on_prefill_and_decode_instances(tmp_path):
+    # Sessions run on one engine or its colocated replicas (each turn routed at its release:
+    # tests/test_cache_routing.py); prefill/decode instances are refused before anything runs.
+    assert_refused(tmp_path, ["experiment=yi34b_tp2_strict", "dataset=sharegpt_conversations",
+                              "cluster.prefill_instances=1", "cluster.decode_instances=1",
+                              "search.num_requests=64", "scheduler=[sarathi]"], "run on one engine or on colocated")
 
 
 CONVERSATIONS = "conversation_id,num_prefill_tokens,num_decode_tokens\n"
