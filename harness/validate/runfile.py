@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from common.errors import HarnessError
+from harness.workload.trace_file import jsonl_objects
 from harness.records import RequestRecord
 
 REQUIRED = ("prompt_tokens", "output_tokens", "arrival_s")
@@ -78,19 +79,7 @@ def _finish(p: Path, kind: str, records: list[RequestRecord], dropped: int, **ex
 
 # ---------------------------------------------------------------- one request a line
 def _jsonl_rows(p: Path) -> list[dict]:
-    rows = []
-    with open(p, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise HarnessError(f"{p}: line {line_no}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise HarnessError(f"{p}: line {line_no}: expected a JSON object, got {type(obj).__name__}")
-            rows.append(obj | {"_where": f"line {line_no}"})
-    return rows
+    return [obj | {"_where": f"line {line_no}"} for line_no, obj in jsonl_objects(p)]
 
 
 def _csv_rows(p: Path) -> list[dict]:

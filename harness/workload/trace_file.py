@@ -92,8 +92,9 @@ def _read_csv(p: Path) -> pd.DataFrame:
         raise HarnessError(f"{p}: not a readable CSV: {' '.join(str(e).split())}") from None
 
 
-def _read_jsonl(p: Path) -> pd.DataFrame:
-    records = []
+def jsonl_objects(p: Path):
+    """(line number, object) of each non-blank line of a JSONL file; a line that is not a JSON
+    object is one HarnessError naming the file and the line (traces and run files alike)."""
     with open(p, encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
@@ -104,7 +105,11 @@ def _read_jsonl(p: Path) -> pd.DataFrame:
                 raise HarnessError(f"{p}: line {line_no}: invalid JSON ({e.msg})") from None
             if not isinstance(obj, dict):
                 raise HarnessError(f"{p}: line {line_no}: expected a JSON object, got {type(obj).__name__}")
-            records.append({k: ("" if v is None else str(v)) for k, v in obj.items()})
+            yield line_no, obj
+
+
+def _read_jsonl(p: Path) -> pd.DataFrame:
+    records = [{k: ("" if v is None else str(v)) for k, v in obj.items()} for _, obj in jsonl_objects(p)]
     if not records:
         raise HarnessError(f"{p}: empty file (expected JSON objects with {PROMPT}, {OUTPUT})")
     frame = pd.DataFrame.from_records(records).fillna("")

@@ -271,24 +271,9 @@ def summary_row(policy: str, source: str, records, iterations: int | None, wall:
             "iterations": iterations, "wall_s": wall}
 
 
-def write_run_file(path: Path, records: list[RequestRecord]) -> None:
-    """One measured request a line (JSONL), the run-file columns `python -m harness validate` reads:
-    lengths, and the arrival, first-scheduled, first-token and last-token times and every token's
-    time, all in seconds on this process's one monotonic clock (0 = the run's start)."""
-    def num(x: float) -> float | None:
-        return None if math.isnan(x) else round(float(x), 6)
-
-    with path.open("w") as f:
-        for r in records:
-            f.write(json.dumps({
-                "request_id": r.request_id, "prompt_tokens": r.prompt_len, "output_tokens": r.output_len,
-                "arrival_s": num(r.arrival_s), "first_scheduled_s": num(r.first_scheduled_s),
-                "first_token_s": num(r.first_token_s), "last_token_s": num(r.finished_s),
-                "token_times_s": [round(float(t), 6) for t in r.token_times_s], "error": r.error}) + "\n")
-
-
 def phase_serving(a, executor, perf, specs, deadline: float, qps: float) -> list[dict]:
     from harness.backends.sim import simulate
+    from harness.validate.runfile import write_jsonl
 
     max_model_len = max(a.prompt_max + a.output_max, 512)
     max_model_len = 1 << (max_model_len - 1).bit_length()  # a power of two, like the paper's 4k/8k/16k
@@ -306,7 +291,7 @@ def phase_serving(a, executor, perf, specs, deadline: float, qps: float) -> list
         stats = run_realtime(engine, executor, reqs, time_limit_s=left - 20)
         wall = time.monotonic() - t
         measured = records_from_stats(specs, stats)
-        write_run_file(a.out / f"requests_{policy}_qps{qps:g}.jsonl", measured)
+        write_jsonl(a.out / f"requests_{policy}_qps{qps:g}.jsonl", measured)  # the run file validate reads
         rows.append(summary_row(policy, "torch", measured, stats.iterations, wall) | {"qps": qps})
         if perf is not None:
             sim_engine = make_engine(cfg, executor.kv_capacity_tokens, max_model_len)
