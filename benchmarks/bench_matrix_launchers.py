@@ -33,7 +33,7 @@ def capacities(results: Path) -> dict[tuple[str, str], float]:
 
 
 def ray_startup_s() -> float:
-    from harness.cluster import ray_session
+    from harness.launch import ray_session
 
     t0 = time.perf_counter()
     connected = ray_session.connect({})

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.backends import open_backend  # noqa: E402
 from harness.config import compose  # noqa: E402
-from harness.plan import answer  # noqa: E402
-from harness.plan.search import run_plan  # noqa: E402
-from harness.plan.settings import PlanSettings  # noqa: E402
-from harness.plan.space import enumerate_space  # noqa: E402
+from harness.planner import answer  # noqa: E402
+from harness.planner.search import run_plan  # noqa: E402
+from harness.planner.settings import PlanSettings  # noqa: E402
+from harness.planner.space import enumerate_space  # noqa: E402
 from harness.search.probe import search_capacity  # noqa: E402
 
 BUDGETS = [128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 3072, 4096]

@@ -175,8 +175,8 @@ def test_parallel_search_with_the_ray_executor_gives_the_serial_answer(ray_clust
 def test_a_job_whose_worker_dies_is_reported_and_the_others_kept(ray_cluster):
     from ray import cloudpickle
 
-    from harness.cluster import ray_session
-    from harness.cluster.resources import JobResources
+    from harness.launch import ray_session
+    from harness.launch.resources import JobResources
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     connected = ray_session.connect({"address": ray_cluster})

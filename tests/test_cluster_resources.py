@@ -15,8 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.errors import HarnessError
-from harness.cluster import ray_session, slurm
-from harness.cluster.resources import (
+from harness.launch import ray_session, slurm
+from harness.launch.resources import (
     JobResources, job_resources, probes_per_search, ray_request, slurm_params, time_limit_min, with_fixed,
 )
 from harness.config import compose
@@ -112,7 +112,7 @@ def fake_slurm(tmp_path, monkeypatch):
 
 
 def test_slurm_jobs_carry_their_deployment(fake_slurm, tmp_path):
-    from harness.cluster.submitit_jobs import submit
+    from harness.launch.submitit_jobs import submit
 
     part = slurm.check_partition("gpu", [("falcon", resources("experiment=falcon180b_tp4pp2_strict", *LIVE))])
     assert (part.nodes, part.gpus_per_node, part.cpus_per_node, part.time_limit_min) == (4, 4, 64, 2880)

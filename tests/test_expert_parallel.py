@@ -156,7 +156,7 @@ def test_backend_runs_dp_ranks_through_the_config() -> None:
     from harness.backends import open_backend
     from harness.config import compose
     from harness.metrics import summarize
-    from harness.search.plan import plan_experiment
+    from harness.search.experiment import plan_experiment
     from harness.search.probe import probe_requests
 
     words = ["experiment=mistral7b_strict", f"model={MODEL}", "hardware=h100_80g", "scheduler=[vllm_v1]",

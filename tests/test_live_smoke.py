@@ -12,7 +12,7 @@ from harness.backends.live import LiveBackend
 from harness.backends.sim import SimSettings
 from harness.config import compose
 from harness.records import CUT_OFF_KINDS, error_kind
-from harness.search.plan import plan_experiment
+from harness.search.experiment import plan_experiment
 from harness.search.probe import search_capacity
 
 

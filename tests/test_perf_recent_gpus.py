@@ -153,9 +153,9 @@ PRESETS = ["rtx_4090", "l40s", "rtx_pro_6000_server", "rtx_pro_6000_ws", "h100_p
 def test_presets_plan_and_the_planner_takes_them(hardware):
     """`python -m harness experiment=yi34b_tp2_strict hardware=H model=llama3-8b` plans as the command
     does before it runs; `python -m harness plan` enumerates deployments on the same hardware."""
-    from harness.plan.settings import plan_settings, split_words
-    from harness.plan.space import enumerate_space
-    from harness.search.plan import plan_experiment
+    from harness.planner.settings import plan_settings, split_words
+    from harness.planner.space import enumerate_space
+    from harness.search.experiment import plan_experiment
 
     overrides = ["experiment=yi34b_tp2_strict", f"hardware={hardware}", "model=llama3-8b", "slo=derived"]
     plan_experiment(compose(overrides))

@@ -1,4 +1,4 @@
-"""The deployment planner (harness.plan): what fits, the bounds, the replica arithmetic, the ranked
+"""The deployment planner (harness.planner): what fits, the bounds, the replica arithmetic, the ranked
 answer and its bad-input lines, on the real simulator with small request counts."""
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pytest
 
 from common.errors import HarnessError
 from harness.config import compose
-from harness.plan.bounds import capacity_bound, single_decode_s, ttft_floors_s
-from harness.plan.replicas import competitive_rate, gpus_needed, rank_key, replicas_needed
-from harness.plan.search import check_slo_reachable, fidelity
-from harness.plan.settings import PlanSettings, plan_settings, split_words
-from harness.plan.space import enumerate_space, scheduler_grid
-from harness.plan.tasks import SearchTask, run_search_task
+from harness.planner.bounds import capacity_bound, single_decode_s, ttft_floors_s
+from harness.planner.replicas import competitive_rate, gpus_needed, rank_key, replicas_needed
+from harness.planner.search import check_slo_reachable, fidelity
+from harness.planner.settings import PlanSettings, plan_settings, split_words
+from harness.planner.space import enumerate_space, scheduler_grid
+from harness.planner.tasks import SearchTask, run_search_task
 from harness.search.probe import ProbeTask, run_probe_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,7 +177,7 @@ def test_plan_end_to_end(tmp_path):
     assert len(order) >= 2 and order == sorted(order)  # fewest GPUs for the target, then most capacity a GPU
     presets = list((out / "experiment").glob("*.yaml"))
     assert len(presets) == 1
-    from harness.search.plan import plan_experiment
+    from harness.search.experiment import plan_experiment
 
     cfg = compose([f"hydra.searchpath=[file://{out}]", f"experiment={presets[0].stem}"])
     checked = plan_experiment(cfg)  # the preset runs as any experiment does

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from harness.config import compose
-from harness.plan.check import ROUTER, check_winner
-from harness.plan.search import run_plan
-from harness.plan.settings import PlanSettings
-from harness.plan.space import enumerate_space
-from harness.plan.tasks import SearchTask, run_search_task, summarize_probe
-from harness.plan.units import Unit
-from harness.search.plan import plan_experiment
+from harness.planner.check import ROUTER, check_winner
+from harness.planner.search import run_plan
+from harness.planner.settings import PlanSettings
+from harness.planner.space import enumerate_space
+from harness.planner.tasks import SearchTask, run_search_task, summarize_probe
+from harness.planner.units import Unit
+from harness.search.experiment import plan_experiment
 from harness.search.probe import ProbeTask, run_probe_task
 from tests.test_plan import grid_of
 

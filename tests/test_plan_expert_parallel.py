@@ -3,10 +3,10 @@ from a rank's fastest step, exported as vLLM's flags; refused for a dense model.
 from __future__ import annotations
 
 from harness.config import compose
-from harness.plan.bounds import capacity_bound, data_parallel_bound
-from harness.plan.export import vllm_serve_words
-from harness.plan.settings import PlanSettings
-from harness.plan.space import enumerate_space
+from harness.planner.bounds import capacity_bound, data_parallel_bound
+from harness.planner.export import vllm_serve_words
+from harness.planner.settings import PlanSettings
+from harness.planner.space import enumerate_space
 from tests.cli import assert_refused
 from tests.test_plan import grid_of
 

@@ -5,10 +5,10 @@ Real simulator, short probes (the verdicts, not the capacities, are the paper's)
 from __future__ import annotations
 
 from harness.config import compose
-from harness.plan import answer
-from harness.plan.search import run_plan
-from harness.plan.settings import PlanSettings
-from harness.plan.space import enumerate_space
+from harness.planner import answer
+from harness.planner.search import run_plan
+from harness.planner.settings import PlanSettings
+from harness.planner.space import enumerate_space
 from tests.test_plan import grid_of
 
 QUIET = dict(workers=1, screen_requests=128, refine_top=2)

@@ -13,12 +13,12 @@ import yaml
 
 from common.errors import HarnessError
 from harness.config import compose
-from harness.plan import answer
-from harness.plan.search import check_slo_reachable, run_plan
-from harness.plan.settings import plan_settings, split_words
-from harness.plan.space import enumerate_space
-from harness.plan.tasks import SearchTask, run_search_task
-from harness.plan.units import Unit
+from harness.planner import answer
+from harness.planner.search import check_slo_reachable, run_plan
+from harness.planner.settings import plan_settings, split_words
+from harness.planner.space import enumerate_space
+from harness.planner.tasks import SearchTask, run_search_task
+from harness.planner.units import Unit
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = yaml.safe_load((ROOT / "data" / "paper" / "aiconfigurator_2025.yaml").read_text())

@@ -74,7 +74,7 @@ def _multirun_overrides(words: list[str]) -> list[list[str]]:
 
 
 def _planned(overrides: list[str]) -> None:
-    from harness.search.plan import plan_experiment
+    from harness.search.experiment import plan_experiment
 
     cfg = compose(overrides)
     if not PLACEHOLDER.search(" ".join(overrides)):
@@ -101,9 +101,9 @@ def test_readme_command(command, tmp_path):
         return
     if args[:1] == ["plan"]:
         # Minutes of simulation: planned as the command plans before its search (tests/test_plan*.py run plans)
-        from harness.plan.search import check_slo_reachable
-        from harness.plan.settings import plan_settings, split_words
-        from harness.plan.space import enumerate_space
+        from harness.planner.search import check_slo_reachable
+        from harness.planner.settings import plan_settings, split_words
+        from harness.planner.space import enumerate_space
 
         mine, rest = split_words(args[1:])
         space = enumerate_space(compose(rest), plan_settings(mine))

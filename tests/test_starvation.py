@@ -79,8 +79,8 @@ def test_shortest_prompt_first_passes_starved_and_is_flagged(tmp_path, capsys):
 def test_the_planner_table_marks_a_starved_capacity():
     """The planner's ranked table is a capacity table too: P99 TTFT beside P99 TBT, and "!" plus a
     WARNING for a configuration whose capacity probe looks starved."""
-    from harness.plan.answer import HEADER, Row, starved_lines, table_lines
-    from harness.plan.tasks import ProbeSummary
+    from harness.planner.answer import HEADER, Row, starved_lines, table_lines
+    from harness.planner.tasks import ProbeSummary
 
     starved = ProbeSummary(8.0, True, "ok", 0.07, 0.4, 0.6, 145.0, 900.0, 1.0, 2.8)
     assert starved.starvation == starvation(True, 8.0, 2.8, 145.0) != ""

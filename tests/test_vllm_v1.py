@@ -7,8 +7,8 @@ from common.errors import HarnessError
 from engines.core import Sequence
 from engines.external.vllm import policy_flags
 from engines.schedulers import SchedulerConfig, make_engine
-from harness.plan.settings import PlanSettings
-from harness.plan.space import check_grid_policies, scheduler_grid
+from harness.planner.settings import PlanSettings
+from harness.planner.space import check_grid_policies, scheduler_grid
 
 
 def engine(kv=65536, max_model_len=4096, **knobs):

@@ -46,7 +46,7 @@ def _run_one(cfg_yaml: str, cwd: str | None = None) -> tuple[str, str | None, st
     import os
     import traceback
 
-    from harness.cluster.outcome import here
+    from harness.launch.outcome import here
     from harness.commands.run import run_experiment
 
     if cwd and os.path.isdir(cwd):
@@ -106,7 +106,7 @@ def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Seq
     """(name, run dir | None, output, host) of each config as it ends, wherever it ran."""
     import os
 
-    from harness.cluster.hydra_jobs import launch_configs
+    from harness.launch.hydra_jobs import launch_configs
 
     args = [(OmegaConf.to_yaml(c), os.getcwd()) for c in todo]
     params = launcher_params(launcher, overrides)

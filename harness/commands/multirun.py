@@ -6,7 +6,7 @@ Sweeps (comma lists, `glob(...)`, `range(...)`) are expanded by Hydra and each j
 `submitit_local`, `submitit_slurm`; experiments/hydra/launcher/). Every job returns a
 `JobOutcome` (done with its run directory, or failed with its one-line reason, and the host it
 ran on) instead of raising, so a failing job never takes the others down; the sweeper
-(harness.cluster.hydra_jobs) prints one line per job and exits with the worst status (2 bad
+(harness.launch.hydra_jobs) prints one line per job and exits with the worst status (2 bad
 input, 3 a broken run, 1 a crash).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError, RunBroken
-from harness.cluster.outcome import EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_CRASHED, JobOutcome, here, secondary_task
+from harness.launch.outcome import EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_CRASHED, JobOutcome, here, secondary_task
 from harness.config import register
 from harness.paths import CONFIG_DIR
 

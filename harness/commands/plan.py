@@ -1,5 +1,5 @@
 """`python -m harness plan model=M hardware=H dataset=D slo.tbt_s=S target_qps=L [plan.KEY=VALUE ...]`:
-the deployment planner (harness.plan). Prints the ranked table and the winner's `vllm serve` line
+the deployment planner (harness.planner). Prints the ranked table and the winner's `vllm serve` line
 and preset; saves results_dir/plans/<name>/<timestamp>/ (plan.json, table.md, pareto.png,
 serve.sh, experiment/<name>.yaml). Bad input, and a request nothing meets, is one line and exit
 status 2 with nothing written."""
@@ -16,12 +16,12 @@ from pathlib import Path
 from common.errors import HarnessError, RunBroken
 from harness.commands.run import broken_reason
 from harness.config import compose
-from harness.plan import answer, export, figure
-from harness.plan.check import check_winner
-from harness.plan.replicas import POISSON_NOTE
-from harness.plan.search import PlanRun, run_plan
-from harness.plan.settings import plan_settings, split_words
-from harness.plan.space import enumerate_space
+from harness.planner import answer, export, figure
+from harness.planner.check import check_winner
+from harness.planner.replicas import POISSON_NOTE
+from harness.planner.search import PlanRun, run_plan
+from harness.planner.settings import plan_settings, split_words
+from harness.planner.space import enumerate_space
 from harness.validate.bands import band, calibration_entry, capacity_bands
 from harness.results.claim import discard, finish, make_room, record_failure, unwritable, why
 
@@ -30,7 +30,7 @@ USAGE = """usage: python -m harness plan model=M hardware=H dataset=D slo.tbt_s=
 Every deployment that fits (TP x PP over the hardware's nodes), crossed with each policy's declared sweep
 (register_policy(plan=...): Sarathi-Serve token budgets, vLLM and Orca batch sizes; plan.grid.POLICY.KNOB=[...]
 sets its values, [] plans none of it); each one's capacity in the simulator; the replicas the target needs; ranked.
-plan.* keys (harness/plan/settings.py PlanSettings): max_gpus, max_total_gpus, tp, pp, grid.POLICY.KNOB,
+plan.* keys (harness/planner/settings.py PlanSettings): max_gpus, max_total_gpus, tp, pp, grid.POLICY.KNOB,
 screen_requests, refine_top, rows, prune, margin, workers, prices.GPU, out, disaggregated (P/D units too), pd_max, pd_policies, check (the winner's replicas
 simulated behind least_outstanding at the target). Any experiment key works too (search.num_requests, slo.kind, perf.stack ...).
 Example:

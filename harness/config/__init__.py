@@ -1,7 +1,7 @@
 """The experiment config: Hydra composes experiments/ (presets plus command-line overrides) onto
 the structured schema (`schema`) into one resolved config (`compose`); the launchers' and the
-sweeper's schemas (`hydra/launcher=...`) are harness.cluster.config's."""
-from harness.cluster import config as _cluster_config
+sweeper's schemas (`hydra/launcher=...`) are harness.launch.config's."""
+from harness.launch import config as _cluster_config
 from harness.config import schema as _schema
 from harness.config.compose import compose
 

@@ -98,7 +98,7 @@ def group_options(group: str) -> list[str]:
 
 
 def compose_launcher(name: str, overrides: list[str] = ()) -> dict:
-    """The launcher `hydra/launcher=NAME` names (experiments/hydra/launcher, harness.cluster.config),
+    """The launcher `hydra/launcher=NAME` names (experiments/hydra/launcher, harness.launch.config),
     with `hydra.launcher.KEY=VALUE` overrides, resolved: how `figure=all` and `nightly` run their
     configs with `launcher=NAME`."""
     from hydra import compose as hydra_compose

@@ -25,7 +25,7 @@ from harness.backends.live import LiveSettings
 from harness.backends.sim import SimSettings
 from harness.config.schedulers import register_schedulers
 from harness.search.offline import OfflineSettings
-from harness.search.plan import EngineSettings, SearchSettings
+from harness.search.experiment import EngineSettings, SearchSettings
 from harness.search.slo import SloSettings
 
 _SCHEMAS: dict[type, type] = {}

@@ -2,7 +2,7 @@
 
 Bracket, then bisect: starting at `start_qps`, double while probes pass (or halve while they
 fail; `growth` other than 2 steps by that factor instead, for a search warm-started near its
-answer, harness.plan) until one passing and one failing rate enclose the capacity, then bisect until the bracket
+answer, harness.planner) until one passing and one failing rate enclose the capacity, then bisect until the bracket
 is within `rel_tol` (the paper: ~2.5 %). Probes are cached by rate, so no rate runs twice. The
 search assumes pass/fail is monotone in the rate and reports both ends of the final bracket.
 `harness.search.rounds` runs this same search W probes at a time (search.workers).

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from harness.cluster import ray_session
+from harness.launch import ray_session
 
 if TYPE_CHECKING:
-    from harness.search.plan import SearchSettings
+    from harness.search.experiment import SearchSettings
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -15,7 +15,7 @@ from harness.backends import backend_settings
 from harness.backends.deployment import DeploymentPlan, build_deployment
 from harness.backends.sim import simulate
 from harness.records import RequestRecord, RequestSpec
-from harness.search.plan import _scheduler_configs
+from harness.search.experiment import _scheduler_configs
 
 from .runfile import MeasuredRun
 

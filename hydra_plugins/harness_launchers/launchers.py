@@ -1,6 +1,6 @@
 """The harness's Hydra plugins (Hydra instantiates plugins from the hydra_plugins namespace only).
 
-Thin: the work is in harness.cluster.hydra_jobs. `RayLauncher` and `Submitit*Launcher` run each
+Thin: the work is in harness.launch.hydra_jobs. `RayLauncher` and `Submitit*Launcher` run each
 job with the official plugins' job bodies (hydra-ray-launcher's `_run_job`, the
 hydra-submitit-launcher's launcher as the submitted callable) and add a resource request per job
 derived from its deployment, checked before anything is submitted. `HarnessSweeper` is Hydra's
@@ -32,7 +32,7 @@ class _Launcher(Launcher):
 
 class RayLauncher(_Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from harness.cluster.hydra_jobs import launch_on_ray
+        from harness.launch.hydra_jobs import launch_on_ray
 
         return launch_on_ray(self, job_overrides, initial_job_idx)
 
@@ -41,7 +41,7 @@ class SubmititLocalLauncher(_Launcher):
     executor = "local"
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from harness.cluster.hydra_jobs import launch_on_submitit
+        from harness.launch.hydra_jobs import launch_on_submitit
 
         return launch_on_submitit(self, job_overrides, initial_job_idx)
 
@@ -52,6 +52,6 @@ class SubmititSlurmLauncher(SubmititLocalLauncher):
 
 class HarnessSweeper(BasicSweeper):
     def sweep(self, arguments: list[str]) -> Any:
-        from harness.cluster.hydra_jobs import sweep_and_report
+        from harness.launch.hydra_jobs import sweep_and_report
 
         return sweep_and_report(self, arguments)

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from common.errors import HarnessError
-from harness.cluster.resources import JobResources, RayRequest, ray_request
+from harness.launch.resources import JobResources, RayRequest, ray_request
 
 # A local Ray started for one run: no dashboard, a small object store (results are small), as the
 # official hydra-ray-launcher does for CI (ray-project/ray#11966).

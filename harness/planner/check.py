@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.plan.replicas import replicas_needed
-from harness.plan.search import Evaluation
-from harness.plan.space import Candidate, Space, parallel_node
-from harness.plan.tasks import ProbeSummary, run_rate_task
-from harness.plan.units import unit_config
-from harness.search.plan import ExperimentPlan, plan_experiment
+from harness.planner.replicas import replicas_needed
+from harness.planner.search import Evaluation
+from harness.planner.space import Candidate, Space, parallel_node
+from harness.planner.tasks import ProbeSummary, run_rate_task
+from harness.planner.units import unit_config
+from harness.search.experiment import ExperimentPlan, plan_experiment
 from harness.search.probe import ProbeTask
 
 ROUTER = "least_outstanding"

@@ -8,7 +8,7 @@ example cluster files in experiments/hydra/launcher/ (ray_cluster.yaml, slurm_cl
 `ray` and `submitit_*` keep the official plugins' keys (hydra-ray-launcher: `ray.init` = ray.init's
 arguments, `ray.remote` = extra ray.remote options; hydra-submitit-launcher: partition, account,
 mem_gb, setup, ...) and run the plugins' own job bodies; what they add is each job's resource
-request, derived from its deployment (harness.cluster.resources): submitit's `nodes`,
+request, derived from its deployment (harness.launch.resources): submitit's `nodes`,
 `gpus_per_node`, `tasks_per_node`, `cpus_per_task` and `timeout_min` are null (= derived per job)
 unless set, which fixes them for every job. `live_gpus: false` runs live jobs' servers without
 GPUs (CPU builds); `check_resources: false` skips the check that every job fits a node

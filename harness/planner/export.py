@@ -10,7 +10,7 @@ from dataclasses import asdict
 from omegaconf import OmegaConf
 
 from engines.external.vllm import UnsupportedPolicy, policy_flags
-from harness.search.plan import ExperimentPlan
+from harness.search.experiment import ExperimentPlan
 
 
 def vllm_serve_words(plan: ExperimentPlan, scheduler: str) -> list[str] | str:

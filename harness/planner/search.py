@@ -29,14 +29,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from common.errors import HarnessError
-from harness.plan.bounds import (Bound, capacity_bound, data_parallel_bound, decode_limit_s, single_decode_s, ttft_floors_s,
+from harness.planner.bounds import (Bound, capacity_bound, data_parallel_bound, decode_limit_s, single_decode_s, ttft_floors_s,
                                  unit_bound)
-from harness.plan.replicas import competitive_rate, rank_key, replicas_needed
-from harness.plan.settings import PlanSettings
-from harness.plan.space import Candidate, Space
-from harness.plan.tasks import ProbeSummary, SearchAnswer, SearchTask, run_rate_task, run_search_task
+from harness.planner.replicas import competitive_rate, rank_key, replicas_needed
+from harness.planner.settings import PlanSettings
+from harness.planner.space import Candidate, Space
+from harness.planner.tasks import ProbeSummary, SearchAnswer, SearchTask, run_rate_task, run_search_task
 from harness.search.executor import open_executor
-from harness.search.plan import ExperimentPlan
+from harness.search.experiment import ExperimentPlan
 from harness.search.probe import ProbeTask
 from harness.workload import load_workload
 

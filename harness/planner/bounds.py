@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.schedulers import make_policy
-from harness.search.plan import ExperimentPlan
+from harness.search.experiment import ExperimentPlan
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 from harness.backends.base import ClusterSettings
-from harness.search.plan import ExperimentPlan, plan_experiment
+from harness.search.experiment import ExperimentPlan, plan_experiment
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The launchers' work behind the Hydra plugins (hydra_plugins/harness_launchers): compose every
-job's config, derive its resource request (harness.cluster.resources), check that all of them
+job's config, derive its resource request (harness.launch.resources), check that all of them
 fit before submitting any (one line, exit status 2, nothing submitted), submit each job with its
 own request through the official plugins' job bodies, and collect every job's result as it
 ends: a job that raised or whose worker died becomes a failed JobReturn, never the loss of the
@@ -19,9 +19,9 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides, setup_globa
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common.errors import HarnessError
-from harness.cluster import ray_session, slurm, submitit_jobs
-from harness.cluster.outcome import JobOutcome, crashed, exit_code
-from harness.cluster.resources import JobResources, job_resources, with_fixed
+from harness.launch import ray_session, slurm, submitit_jobs
+from harness.launch.outcome import JobOutcome, crashed, exit_code
+from harness.launch.resources import JobResources, job_resources, with_fixed
 
 FIXED_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "timeout_min")
 OUR_KEYS = ("live_gpus", "check_resources")

@@ -44,10 +44,10 @@ class PlanSettings:
     workers: int | None = None  # capacities at once; None: this machine's CPUs (search.executor says where)
     prices: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRICES))  # $ per GPU-hour by GPU
     out: str | None = None  # the plan's directory; None: results_dir/plans/<name>/<timestamp>
-    disaggregated: bool = False  # also units of P prefill + D decode instances (harness.plan.units)
+    disaggregated: bool = False  # also units of P prefill + D decode instances (harness.planner.units)
     pd_max: int = 3  # P and D of a unit each in 1..pd_max
     pd_policies: list[str] = field(default_factory=lambda: ["vllm"])  # the prefill role's: vllm (whole prompts), sarathi
-    check: bool = True  # simulate the winner's replicas behind least_outstanding at the target (harness.plan.check)
+    check: bool = True  # simulate the winner's replicas behind least_outstanding at the target (harness.planner.check)
 
     def __post_init__(self) -> None:
         if self.target_qps is not None and not 0 < self.target_qps < math.inf:

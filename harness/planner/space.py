@@ -1,5 +1,5 @@
 """The configurations a plan compares: every TP x PP of the hardware's nodes whose weights and KV
-cache fit (one planned experiment each, `harness.search.plan`), crossed with the scheduler grid.
+cache fit (one planned experiment each, `harness.search.experiment`), crossed with the scheduler grid.
 
 A deployment fits when the performance model's placement accepts it (TP divides the attention
 heads, PP at most the layers) and the KV room left beside the weights holds one sequence of
@@ -18,10 +18,10 @@ from engines.perf.hardware import get_gpu, get_topology
 from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 from harness.backends import backend_settings
 from harness.backends.deployment import build_deployment
-from harness.plan.settings import PlanSettings
-from harness.plan.units import Unit, enumerate_units
+from harness.planner.settings import PlanSettings
+from harness.planner.units import Unit, enumerate_units
 from harness.search.offline import is_offline
-from harness.search.plan import ExperimentPlan, plan_experiment
+from harness.search.experiment import ExperimentPlan, plan_experiment
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def gpus_per_node(hardware: Mapping) -> int:
 def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
     """Every (tp, pp) of the grid up to the replica's GPU limit, planned with every scheduler;
     those that do not fit are kept with their reason; with plan.disaggregated, the P/D units over
-    the deployments that fit (harness.plan.units). No deployment fitting is bad input: the line
+    the deployments that fit (harness.planner.units). No deployment fitting is bad input: the line
     names the smallest replica that would (more GPUs)."""
     from omegaconf import OmegaConf
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.errors import HarnessError
-from harness.cluster.resources import JobResources
+from harness.launch.resources import JobResources
 
 _GPU = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
 

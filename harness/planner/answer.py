@@ -11,8 +11,8 @@ import numpy as np
 from common.errors import HarnessError
 from engines.schedulers import policy_spec
 from harness.analysis.style import scheduler_label
-from harness.plan.replicas import gpus_needed, rank_key, replicas_needed
-from harness.plan.search import Evaluation, PlanRun
+from harness.planner.replicas import gpus_needed, rank_key, replicas_needed
+from harness.planner.search import Evaluation, PlanRun
 
 
 @dataclass(frozen=True)

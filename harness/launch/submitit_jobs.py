@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from harness.cluster.resources import JobResources, slurm_params
+from harness.launch.resources import JobResources, slurm_params
 
 # hydra-submitit-launcher's keys that submitit takes as they are (BaseQueueConf); the others are
 # the executor's own, prefixed (partition -> slurm_partition).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis import style
-from harness.plan.search import Evaluation, PlanRun
+from harness.planner.search import Evaluation, PlanRun
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
