@@ -45,30 +45,24 @@ def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
 
 
+# A CUDA device name (upper case) -> the performance model's GPU: the first row whose words are all
+# in the name and whose excluded words are not (so H100 PCIe before H100, H200 before H20).
+_GPU_NAMES = (
+    (("H200",), (), "h200-141g"), (("H100", "PCIE"), (), "h100-80g-pcie"), (("H100",), (), "h100-80g-sxm"),
+    (("H20",), (), "h20-96g"), (("B200",), (), "b200-180g"),
+    (("RTX PRO 6000", "SERVER"), ("MAX-Q",), "rtx-pro-6000-server-96g"),
+    (("RTX PRO 6000",), ("MAX-Q",), "rtx-pro-6000-ws-96g"),  # "... Workstation Edition"
+    (("RTX 4090",), (), "rtx-4090-24g"), (("L40S",), (), "l40s-48g"),
+    (("A100", "PCIE"), (), "a100-80g-pcie"), (("A100",), (), "a100-80g-sxm"), (("A40",), (), "a40-48g"),
+    (("A6000",), (), "rtx-a6000-48g"),
+)
+
+
 def gpu_catalog_key(name: str) -> str | None:
-    """The performance model's GPU for a CUDA device name."""
+    """The performance model's GPU for a CUDA device name (None: not in the catalog)."""
     n = name.upper()
-    if "H200" in n:
-        return "h200-141g"
-    if "H100" in n:
-        return "h100-80g-pcie" if "PCIE" in n else "h100-80g-sxm"
-    if "H20" in n:  # after H200, which it is a prefix of
-        return "h20-96g"
-    if "B200" in n:
-        return "b200-180g"
-    if "RTX PRO 6000" in n and "MAX-Q" not in n:  # "... Blackwell Server Edition" / "... Workstation Edition"
-        return "rtx-pro-6000-server-96g" if "SERVER" in n else "rtx-pro-6000-ws-96g"
-    if "RTX 4090" in n:
-        return "rtx-4090-24g"
-    if "L40S" in n:
-        return "l40s-48g"
-    if "A100" in n:
-        return "a100-80g-pcie" if "PCIE" in n else "a100-80g-sxm"
-    if "A40" in n:
-        return "a40-48g"
-    if "A6000" in n:
-        return "rtx-a6000-48g"
-    return None
+    return next((gpu for need, avoid, gpu in _GPU_NAMES if all(w in n for w in need) and not any(w in n for w in avoid)),
+                None)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -317,14 +311,12 @@ def print_table(rows: list[dict]) -> None:
 
 def write_csv(path: Path, rows: list[dict]) -> None:
     import csv
-
-    if not rows:
-        return
-    keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
+    if rows:
+        keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99)
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
 
 
 def main(argv=None) -> int:
