@@ -121,6 +121,8 @@ def test_gpu_hours_are_the_integral_of_replicas_over_time(queue_day):
     assert sum(w["gpu_hours"] for w in a["windows"]) == pytest.approx(a["gpu_hours"], rel=1e-9)
     assert a["cost_usd"] == pytest.approx(a["gpu_hours"] * 3.0)
     assert a["windows"][-1]["start_s"] < a["end_s"] <= a["windows"][-1]["start_s"] + 10.0
+    assert all(d["time_s"] <= a["end_s"] for d in a["decisions"])  # none after the last finish
+    assert all(r["drain_s"] is None or r["drain_s"] <= r["end_s"] for r in a["replicas"])
 
 
 def test_a_fleet_that_cannot_scale_is_the_fixed_cluster_exactly():

@@ -162,7 +162,7 @@ class ClusterSettings:
             return f"{' + '.join(parts)} behind {self.router}"
         if self.autoscale.policy is not None:
             a = self.autoscale
-            return (f"{self.instances} instances behind {self.router}, autoscaled by {a.policy} "
+            return (f"{self.instances} instance{'s' if self.instances > 1 else ''} behind {self.router} at the start, autoscaled by {a.policy} "
                     f"within [{a.min_replicas}, {a.max_replicas}]")
         if not self.disaggregated:
             return f"{self.instances} instances behind {self.router}" if self.instances > 1 else ""

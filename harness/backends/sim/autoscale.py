@@ -144,7 +144,10 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
             chosen.first_request_s = t
         if plan.rule.name == "slo":
             fleet.recent.append(rank)
-    while tick <= limit and any(r.busy() for r in fleet.replicas):  # the drain after the last arrival
+    while tick <= limit:  # decisions go on after the last arrival while any replica has work
+        fleet.advance(tick)
+        if not any(r.busy() for r in fleet.replicas):
+            break
         fleet.decide(tick)
         tick += plan.interval_s
     for r in fleet.replicas:
