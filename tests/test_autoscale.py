@@ -163,6 +163,8 @@ def test_the_decision_rule():
     (["cluster.autoscale.policy=queue", "cluster.autoscale.min_replicas=0"], "min_replicas must be >= 1"),
     (["cluster.autoscale.policy=queue", "cluster.autoscale.cold_start_s=-1"], "cold_start_s must be a finite number >= 0"),
     (["cluster.autoscale.policy=queue", "dataset=agent_transcripts"], "with sessions"),
+    (["cluster.autoscale.policy=queue", "backend=live"], "only backend=sim scales a fleet"),
+    (["cluster.autoscale.policy=queue", "cluster.router=prefix_aware"], "does not follow a changing fleet"),
 ])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, message):
     assert_refused(tmp_path, ["experiment=mistral7b_strict", "scheduler=[sarathi]", "arrival=diurnal",

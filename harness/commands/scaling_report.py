@@ -35,5 +35,5 @@ def scaling_lines(scheduler: str, qps: float, a: dict) -> list[str]:
                    f"{max(w['warming'] for w in group):>8} {max(w['draining'] for w in group):>9} {att:>11} "
                    f"{hours:>10.3f} {hours * a['gpu_hour_usd']:>9.2f}")
     out.append(f"  total {a['gpu_hours']:.3f} GPU-hours, ${a['cost_usd']:.2f} at ${a['gpu_hour_usd']:.2f}/GPU-hour, "
-               f"{len(a['replicas'])} replicas started in all")
+               f"{len(a['replicas'])} replica{'s' if len(a['replicas']) != 1 else ''} started in all")
     return out

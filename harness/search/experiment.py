@@ -199,6 +199,7 @@ def check_cluster_backend(cfg) -> ClusterSettings:
     endpoint is asked anything, so a bad config is one line whether the server answers or not)."""
     cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
     backend = str(cfg["backend"].get("name", "sim"))
+    check_scaled_run(cluster.autoscale, backend, sessions=False, offline=False)  # sim only: refused before an endpoint is asked
     if (cluster.instances > 1 or cluster.disaggregated) and backend not in ("sim", "live"):
         what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
         raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
