@@ -4,7 +4,11 @@ bytes over a load bandwidth; drains; GPU-hours; bad input refused."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ from engines.routers.autoscale import ScalePolicy, ScaleSignals, desired_replica
 from harness.backends.scaling import AutoscaleSettings, ScalePlan
 from harness.backends.sim import simulate_cluster
 from harness.backends.sim.autoscale import simulate_autoscaled
+from harness.commands.scaling_report import MAX_ROWS
 from harness.config import compose
 from harness.records import RequestSpec
 from harness.search.experiment import plan_experiment
@@ -22,6 +27,7 @@ from tests.cli import assert_refused
 from tests.policy_workloads import build
 from tests.test_sim_cluster import same
 
+ROOT = Path(__file__).resolve().parent.parent
 PERIOD, PEAK = 400.0, 200.0  # a day compressed to 400 s: the trough at 0 and 400, the peak at 200
 
 
@@ -169,3 +175,19 @@ def test_the_decision_rule():
 def test_bad_input_is_refused_in_one_line(tmp_path, args, message):
     assert_refused(tmp_path, ["experiment=mistral7b_strict", "scheduler=[sarathi]", "arrival=diurnal",
                               "search.fixed_qps=1", *args], message)
+
+
+def test_the_table_is_short_and_the_run_saves_every_window(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "harness", "experiment=mistral7b_strict", "scheduler=[sarathi]",
+                        "arrival=diurnal", "arrival.period_s=300", "arrival.peak_s=150", "search.fixed_qps=2",
+                        "search.num_requests=300", "cluster.autoscale.policy=queue", "cluster.autoscale.interval_s=10",
+                        "cluster.autoscale.up_threshold=2", "cluster.autoscale.down_threshold=1",
+                        f"results_dir={tmp_path}", "progress=false"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr
+    saved = json.loads(next(tmp_path.glob("*/*/summary.json")).read_text())
+    a = saved["schedulers"]["sarathi"]["probes"][0]["autoscale"]
+    assert len(a["windows"]) > MAX_ROWS and a["policy"] == "queue"
+    assert saved["cluster"]["autoscale"]["policy"] == "queue"
+    table = p.stdout[p.stdout.index("autoscaled by queue in [1, 8]"):].splitlines()
+    assert table[-2].startswith("  total ") and len(table) <= MAX_ROWS + 4  # title, header, rows, total, results
+    assert f"total {a['gpu_hours']:.3f} GPU-hours" in table[-2]
