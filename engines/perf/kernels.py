@@ -154,6 +154,13 @@ _ATTENTION = {
                                     causal_flops=False, decode_fixed_s=6.45e-6, decode_efficiency=0.830,
                                     decode_split=SplitKvDecode(combine_s=6.70e-6, cta_bandwidth=10.2e9)),
 }
+# A what-if, never a stack's default: `sarathi-2024` with the masked tiles skipped, the one thing that
+# differs, to switch off the cause the first Sarathi paper's chunk-size claims name (the stand-in pays an
+# unchunked prefill's whole query x key rectangle). Causal kernels of the paper's time skip masked work:
+# the FA2 paper (Sec. 3.1.1) skips every block above the diagonal, and xFormers' A100 table in its PR
+# #362 (2022-08) times the FlashAttention path at B 32, M 512, K 128 in 133.1 us with LowerTriangularMask
+# against 172.4 us without. No measurement of the 2023 kernel's fraction exists (docs/sarathi-2023.md).
+_ATTENTION["sarathi-2024-causal"] = replace(_ATTENTION["sarathi-2024"], name="sarathi-2024-causal", causal_flops=True)
 
 # ----------------------------------------------------------------------------- elementwise kernels
 # The model before issue 14: fused add + norm, every kernel at the streaming fraction, no launch cost.
