@@ -229,7 +229,8 @@ STACKS = {
     # measured for the engine that grew out of it (cuBLAS GEMMs are the same torch.nn.functional.linear
     # calls; xFormers' attention and nanoGPT's norms stand in as the measured FlashAttention-2 wrapper
     # and vLLM's kernels), Vidur's CPU profile, and the paper's own memory rule for the batch size
-    # (memory.py `sarathi-2023`: B = (M_G - M_S) / (L x m_kv)).
+    # (memory.py `sarathi-2023`: B = (M_G - M_S) / (L x m_kv)). No kernel-level measurement of 2023 xFormers
+    # on the A6000 was found (what was searched: docs/sarathi-2023.md); `sarathi-2024-causal` is the what-if.
     "sarathi-2023": EngineStack(
         "sarathi-2023", gemm="cublas-2024", attention="sarathi-2024", elementwise="vllm-2024",
         kv_memory="sarathi-2023",
