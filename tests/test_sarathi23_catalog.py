@@ -84,3 +84,14 @@ def test_the_causal_what_if_differs_from_the_stand_in_only_by_its_masked_tiles()
     assert (causal - calls) / (unchunked - calls) == pytest.approx(1025 / 2048, rel=1e-6)
     assert attention("sarathi-2024-causal", 64) == pytest.approx(attention(None, 64), rel=0.01)
     assert attention("sarathi-2024-causal", 64) / causal > 3.0 > 1.7 > attention(None, 64) / unchunked
+
+
+def test_the_claims_price_a_model_claim_with_the_what_if_only_when_asked():
+    """benchmarks/sarathi23_masked_tiles.py reads the claims under the what-if: the chunk-64 attention
+    claim moves from the stand-in's rectangle to the causal pairs, and nothing moves by default."""
+    from harness.analysis.sarathi23.claims import load_claims, model_value
+
+    claim = next(c for c in load_claims() if c.id == "chunk64_attention")
+    stand_in, what_if = model_value(claim.params), model_value(claim.params, "sarathi-2024-causal")
+    assert model_value(claim.params, None) == stand_in and not claim.within(stand_in)
+    assert what_if / stand_in == pytest.approx(2.0, rel=0.1) and claim.within(what_if)
