@@ -27,6 +27,7 @@ import pytest
 pytest.importorskip("torch", reason="the torch executor needs torch (pip install '.[engine]')")
 pytestmark = pytest.mark.alone  # a real engine's timing: the other xdist worker idles meanwhile (tests/conftest.py)
 
+from engines.perf.calibration import FACTORS  # noqa: E402
 from engines.schedulers import SchedulerConfig  # noqa: E402
 from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result, serve  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
@@ -117,12 +118,20 @@ def test_calibration_predicts_a_second_rate_and_batch_limit(runs, calibration):
 
 def test_a_wrong_factor_fails(runs, calibration, tmp_path):
     cal = json.loads(calibration.read_text())
-    # The deliberate mistake: the fitted factors off by 5x, each in the slow direction (a device five times
-    # slower, five times the CPU costs): every iteration five times the calibrated one. One factor alone
-    # would not do: which of them carries the cost depends on the fit (vLLM's puts it in seq_cpu_s).
+    # The deliberate mistake: the fitted factors off by 5x, all in one direction (a device five times
+    # slower and five times the CPU costs, or five times faster and a fifth): every iteration five times,
+    # or a fifth of, the calibrated one. One factor alone would not do: which of them carries the cost
+    # depends on the fit (vLLM's puts it in seq_cpu_s). The slow direction, unless it leaves a factor's
+    # physical bounds (a fit on a loaded host can sit near the 0.01 floor), then the fast one.
     f = cal["factors"]
-    f.update(flops_scale=f["flops_scale"] / 5, bandwidth_scale=f["bandwidth_scale"] / 5, step_cpu_s=f["step_cpu_s"] * 5,
-             seq_cpu_s=f["seq_cpu_s"] * 5)
+    for k in (5, 1 / 5):
+        wrong_f = dict(f, flops_scale=f["flops_scale"] / k, bandwidth_scale=f["bandwidth_scale"] / k,
+                       step_cpu_s=f["step_cpu_s"] * k, seq_cpu_s=f["seq_cpu_s"] * k)
+        if all(lo <= wrong_f[name] <= hi for name, (_, lo, hi) in FACTORS.items() if name in wrong_f):
+            break
+    else:
+        pytest.fail(f"no 5x mistake stays within the factors' bounds: {f}")
+    f.update(wrong_f)
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps(cal))
     _, err, _ = _validate(runs, "wrong", f"perf.calibration={wrong}")
