@@ -61,3 +61,17 @@ def test_a_part_at_no_place_of_the_outline_is_refused(tmp_path):
     assert "nowhere" not in OUTLINE
     with pytest.raises(ValueError, match="toy.*nowhere"):
         render(source, {}, (_toy(at="nowhere"),))
+
+
+def test_the_model_figures_have_their_own_section(tmp_path):
+    """The performance model's figures are not runs': its section holds them, the figures list does not."""
+    from harness.analysis.figures import FigureOutcome
+
+    source = source_of(load_inputs(tmp_path / "none"), tmp_path)
+    studies = tuple(s for s in STUDIES if s.name != "sarathi23")
+    tile = FigureOutcome("perf_tile_quantization", "tile quantization", tmp_path / "perf" / "perf_tile_quantization.png")
+    text = render(source, {"perf_model": (tile,)}, studies)
+    figures = text.split("## Figures")[1].split("\n## ")[0]
+    model = text.split("## Performance-model figures")[1].split("\n## ")[0]
+    assert "tile quantization" not in figures and "![tile quantization](perf/perf_tile_quantization.png)" in model
+    assert text.index("## Figures") < text.index("## Performance-model figures") < text.index("## Paper vs reproduced")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from harness.analysis.study import Study, lazy
 
-# Drawn from engines.perf, not from saved results: it loads only the published facts, runs no cells.
+# Drawn from engines.perf, not from saved results: it loads only the published facts, runs no cells;
+# its figures have their own section (listed=False), not the runs' figures list.
 STUDY = Study("perf_model", load=lazy("harness.analysis.perf_model.report:load"),
-              parts=lazy("harness.analysis.perf_model.report:parts"),
+              parts=lazy("harness.analysis.perf_model.report:parts"), listed=False,
               draw=lazy("harness.analysis.perf_model.report:draw"))
