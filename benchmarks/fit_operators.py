@@ -38,7 +38,7 @@ from engines.perf.hardware import get_gpu  # noqa: E402
 from engines.perf.split_kv import DecodeCall, SplitKvDecode  # noqa: E402
 
 VIDUR = REPO.parent / "shared" / "profiles" / "vidur"
-from harness.analysis.operator_fidelity import MODELS  # noqa: E402  (Vidur directory -> catalog name)
+from harness.analysis.perf_model.operator_fidelity import MODELS  # noqa: E402  (Vidur directory -> catalog name)
 PEAK = {"a100": 312e12, "a40": 149.7e12}  # hardware.py datasheet peaks (A100 80GB PCIe, A40)
 HBM = {"a100": 1935e9, "a40": 696e9}
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")

@@ -5,9 +5,9 @@ For every measured point in ../shared/profiles/vidur (medians, ms; --profiles DI
 operator and shape with the project's analytical model and reports MAPE per
 operator family x GPU x TP (or x interconnect configuration for collectives).
 
-Reading the profiles into points: harness/analysis/vidur_points.py; how each point is priced
+Reading the profiles into points: harness/analysis/perf_model/vidur_points.py; how each point is priced
 (GEMMs, elementwise pieces, embedding, prefill/decode attention, all-reduce, send/recv):
-harness/analysis/operator_fidelity.py, the same code that prices the committed sample for the
+harness/analysis/perf_model/operator_fidelity.py, the same code that prices the committed sample for the
 report's operator-fidelity figure (figures/perf/perf_operator_fidelity.png).
 
 Usage:  python benchmarks/validate_operators.py [--a100 pcie|sxm] [--profiles DIR] [--out DIR]
@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engines.perf.kernels import DEFAULT_STACK, known_stacks  # noqa: E402
-from harness.analysis.operator_fidelity import ordered, price, summarize  # noqa: E402
-from harness.analysis.vidur_points import (  # noqa: E402
+from harness.analysis.perf_model.operator_fidelity import ordered, price, summarize  # noqa: E402
+from harness.analysis.perf_model.vidur_points import (  # noqa: E402
     VIDUR_DIR, load_sample, measured_points, stratified_sample, write_sample)
 
 

@@ -12,8 +12,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from harness.analysis import style
-from harness.analysis.capacity_figs import MissingResults, fig_capacity, fig_capacity_vs_slo, fig_pipeline
-from harness.analysis.compare import (
+from harness.analysis.serve.capacity_figs import MissingResults, fig_capacity, fig_capacity_vs_slo, fig_pipeline
+from harness.analysis.serve.compare import (
     capacity_ratio_table,
     common_qps,
     latency_ratio_table,
@@ -21,8 +21,9 @@ from harness.analysis.compare import (
     table4_frame,
     table4_orderings,
 )
-from harness.analysis.figures import FIGURES, build_figures, load_inputs
-from harness.analysis.latency_figs import fig_stall, pick_stall
+from harness.analysis.figures import build_figures, load_inputs
+from harness.analysis.studies import capacity_figures
+from harness.analysis.serve.latency_figs import fig_stall, pick_stall
 from harness.analysis.loader import load_probes, load_requests, load_runs, load_token_times
 from harness.analysis.paper import Tolerance, load_paper
 from harness.analysis.report import write_report
@@ -31,6 +32,8 @@ from harness.records import RequestRecord
 from harness.results.store import RunWriter, records_frame, token_frame
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
+
+FIGURES = capacity_figures()  # the figures the capacity runs draw (Sarathi-Serve, P/D, prefix caching)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +163,7 @@ def test_paper_numbers_are_the_published_ones(paper):
 
 def test_every_operator_fact_the_model_misses_says_why(paper):
     # the report's operator-level facts: a miss is a known, written-down one (the YAML's note), never silent
-    from harness.analysis.perf_facts import perf_fact_table
+    from harness.analysis.perf_model.perf_facts import perf_fact_table
     table = perf_fact_table(paper.perf_facts)
     missed = table[~table["within"].astype(bool)]
     assert set(missed["id"]) == {"falcon_decode_b32", "decode_b32_mistral7b", "decode_b32_llama2_70b"}

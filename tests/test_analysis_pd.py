@@ -12,9 +12,10 @@ import pytest
 
 from harness.analysis.figures import build_figures, load_inputs
 from engines.perf.queries import single_prefill_times
-from harness.analysis.matrix import (PD_CRITERIA, PD_DEPLOYMENTS, PD_TTFT_MULTIPLIERS, PD_TTFT_PROMPT, paper_matrix,
-                                     distserve_cells, pd_cells, pd_layouts, pd_ttft_slo)
-from harness.analysis.pd_figs import distserve_check, distserve_markdown, pd_markdown, pd_rows, pd_table
+from harness.analysis.matrix import paper_matrix
+from harness.analysis.pd.matrix import (PD_CRITERIA, PD_DEPLOYMENTS, PD_TTFT_MULTIPLIERS, PD_TTFT_PROMPT, distserve_cells,
+                                        pd_cells, pd_layouts, pd_ttft_slo)
+from harness.analysis.pd.figs import distserve_check, distserve_markdown, pd_markdown, pd_rows, pd_table
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.figures import build_figures, load_inputs
-from harness.analysis.matrix import paper_matrix, prefix_cells
-from harness.analysis.prefix_figs import prefix_answer, prefix_markdown, prefix_table
+from harness.analysis.matrix import paper_matrix
+from harness.analysis.prefix.matrix import prefix_cells
+from harness.analysis.prefix.figs import prefix_answer, prefix_markdown, prefix_table
 
 ROOT = Path(__file__).resolve().parent.parent
 

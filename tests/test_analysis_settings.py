@@ -9,10 +9,13 @@ import pytest
 import yaml
 
 from harness.analysis import settings, tables
-from harness.analysis.capacity_figs import fig_capacity
+from harness.analysis.serve.capacity_figs import fig_capacity
 from harness.analysis.figures import build_figures, load_inputs
-from harness.analysis.report import render_report
+from harness.analysis.report import render, source_of
+from harness.analysis.studies import STUDIES
 from harness.analysis.style import close
+
+CAPACITY_STUDIES = tuple(s for s in STUDIES if s.name != "sarathi23")  # the report less the offline runs' section
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "results" / "reference"
@@ -65,8 +68,8 @@ def test_a_small_run_is_left_out_and_the_reference_fills_its_cell(tmp_path):
     inputs = load_inputs(tmp_path / "results", reference_dir=REFERENCE)
     assert _sarathi_capacity(inputs) != 9.5 and set(inputs.runs["results_from"]) == {str(REFERENCE)}
     assert list(inputs.left_out["run_dir"].unique()) == [str(own)]
-    text = render_report(inputs, build_figures(inputs, tmp_path / "figs", only=("fig10_11_capacity",)),
-                         tmp_path / "figs", head_commit="0123456789abcdef")
+    drawn = {"serve": build_figures(inputs, tmp_path / "figs", only=("fig10_11_capacity",))}
+    text = render(source_of(inputs, tmp_path / "figs", head_commit="0123456789abcdef"), drawn, CAPACITY_STUDIES)
     assert "1 run(s) left out" in text and "search.num_requests=256 (paper: 2048)" in text
     assert "No run of yours" in text and "older than this checkout (0123456789)" in text
 
@@ -81,7 +84,7 @@ def test_asked_for_other_runs_are_drawn_and_marked(tmp_path):
         assert sum(t.startswith("✱") for t in ticks) == 1  # the one (dataset, SLO) group holding the small run
     finally:
         close(fig)
-    text = render_report(inputs, (), tmp_path, head_commit=None)
+    text = render(source_of(inputs, tmp_path), {}, CAPACITY_STUDIES)
     assert "**not at the paper's settings**" in text and "| ✱ yi34b_tp2_strict |" in text
 
 

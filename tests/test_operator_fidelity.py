@@ -16,10 +16,10 @@ from matplotlib.collections import PathCollection
 from engines.perf import operators as ops
 from engines.perf.hardware import get_topology
 from engines.perf.kernels import DEFAULT_STACK
-from harness.analysis import operator_fidelity as of
+from harness.analysis.perf_model import operator_fidelity as of
 from harness.analysis import style
-from harness.analysis import vidur_points as vp
-from harness.analysis.fidelity_figure import PANELS, fig_operator_fidelity
+from harness.analysis.perf_model import vidur_points as vp
+from harness.analysis.perf_model.fidelity_figure import PANELS, fig_operator_fidelity
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks" / "validate_operators.py"
@@ -167,10 +167,10 @@ def test_the_committed_sample_is_what_write_sample_regenerates(tmp_path):
 
 
 def test_the_report_says_where_the_figure_comes_from(tmp_path):
-    from harness.analysis.perf_figures import FIGURES
-    from harness.analysis.report import _perf_figures_section
+    from harness.analysis.perf_model.perf_figures import FIGURES
+    from harness.analysis.perf_model.report import perf_figures_section
 
     assert "perf_operator_fidelity" in dict(FIGURES)
-    text = "\n".join(_perf_figures_section([tmp_path / "perf" / "perf_operator_fidelity.png"], tmp_path))
+    text = "\n".join(perf_figures_section([tmp_path / "perf" / "perf_operator_fidelity.png"], tmp_path))
     assert "### operator fidelity" in text and "data/perf/vidur_operator_sample.csv" in text
     assert "![operator fidelity](perf/perf_operator_fidelity.png)" in text

@@ -1,4 +1,4 @@
-"""harness.analysis.perf_figures: every figure is labelled and has data; save_all writes the PNGs."""
+"""harness.analysis.perf_model.perf_figures: every figure is labelled and has data; save_all writes the PNGs."""
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +7,7 @@ from matplotlib.figure import Figure
 
 from engines.perf import Deployment
 from engines.perf.measured import ProfilePerfModel
-from harness.analysis import perf_figures as pf
+from harness.analysis.perf_model import perf_figures as pf
 from harness.analysis import style
 
 VIDUR = Path(__file__).resolve().parent / "fixtures" / "profiles" / "vidur_llama2_7b_a100"

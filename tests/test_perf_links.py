@@ -16,7 +16,7 @@ from engines.perf import operators as ops
 from engines.perf.hardware import get_topology
 from engines.perf import Deployment, PerfModel
 from engines.perf.links import ALLREDUCE_KERNELS, Cheapest, Curve, get_link
-from harness.analysis import vidur_points as vp
+from harness.analysis.perf_model import vidur_points as vp
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO = Curve.fitted(10.0, (0, 100.0), (1.0, 50.0))  # 10 us, 100 GB/s for 1 MiB, then 50 GB/s

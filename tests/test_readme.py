@@ -200,10 +200,10 @@ QUOTED_ON = {"headline table": "README.md", "prefill/decode table": "docs/router
 
 def readme_quotes(reference) -> dict[str, str]:
     """What the README and the site must say, computed from results/reference."""
-    from harness.analysis.compare import latency_ratio_table
-    from harness.analysis.cost import matrix_cost_text
-    from harness.analysis.headline import headline_markdown
-    from harness.analysis.pd_figs import distserve_check, pd_markdown, pd_table
+    from harness.analysis.serve.compare import latency_ratio_table
+    from harness.analysis.serve.cost import matrix_cost_text
+    from harness.analysis.serve.headline import headline_markdown
+    from harness.analysis.pd.figs import distserve_check, pd_markdown, pd_table
 
     inputs, runs, probes, _ = reference
     out = {"headline table": headline_markdown(inputs.runs, inputs.paper),
@@ -249,9 +249,9 @@ def test_every_number_the_readme_takes_from_the_reference(reference):
 
 
 def test_the_figure_labels_the_paper_as_the_readme_does(reference):
-    """One rule puts the paper's number beside ours (harness/analysis/headline.py): the capacity
+    """One rule puts the paper's number beside ours (harness/analysis/serve/headline.py): the capacity
     figure's annotation of Mistral-7B's strict sharegpt cell says what the README's table says."""
-    from harness.analysis.capacity_figs import fig_capacity
+    from harness.analysis.serve.capacity_figs import fig_capacity
 
     inputs = reference[0]
     fig = fig_capacity(inputs.runs, inputs.paper)

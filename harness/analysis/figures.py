@@ -1,4 +1,4 @@
-"""Every figure, built from one results directory: the registry and the loop that saves them.
+"""The capacity runs every capacity study reads (`Inputs`, `load_inputs`), and the loop that saves figures.
 
 `build_figures` never raises for missing results: a figure whose inputs are absent is skipped
 with the reason (MissingResults), so a partial results tree still yields a report.
@@ -12,11 +12,9 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis import settings, style
-from harness.analysis.capacity_figs import MissingResults
 from harness.analysis.loader import CELL_KEY, latest_per_cell, load_results, probes_of
 from harness.analysis.paper import PAPER_FILE, Paper, load_paper
-from harness.analysis.registry import FIGURES, FigureSpec  # noqa: F401  (the registry, re-exported)
-from harness.analysis.prefix_figs import is_prefix_run
+from harness.analysis.study import FigureSpec, MissingResults
 
 
 @dataclass(frozen=True)
@@ -39,6 +37,15 @@ class Inputs:
     # The prefix-caching study's runs and their probes (its own figure and table only).
     prefix: pd.DataFrame = field(default_factory=pd.DataFrame)
     prefix_probes: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+# The prefix-caching study's run names (harness/analysis/prefix/matrix.py): the shared loader keeps
+# its runs apart from the paper's, as it keeps clusters apart.
+PREFIX_RUN = r"^prefix_(?P<preset>.+)_(?P<slo>strict|relaxed)_(?P<workload>conversations|agents)_(?P<cache>cache|nocache)$"
+
+
+def is_prefix_run(experiments: pd.Series) -> np.ndarray:
+    return experiments.astype(str).str.match(PREFIX_RUN).to_numpy(dtype=bool)
 
 
 def _cell_keys(runs: pd.DataFrame) -> list[tuple]:
@@ -96,6 +103,8 @@ def build_figure(spec: FigureSpec, inputs: Inputs, figures_dir: str | Path) -> F
 
 
 def build_figures(inputs: Inputs, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:
-    """Save every figure (or those named in `only`) as figures_dir/<name>.png."""
-    specs = [s for s in FIGURES if only is None or s.name in only]
+    """Save every figure of the capacity studies (or those named in `only`) as figures_dir/<name>.png."""
+    from harness.analysis.study import lazy  # the registry, read at run time (see matrix.paper_matrix)
+
+    specs = [s for s in lazy("harness.analysis.studies:capacity_figures")() if only is None or s.name in only]
     return tuple(build_figure(s, inputs, figures_dir) for s in specs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from collections.abc import Sequence
 
@@ -93,3 +94,15 @@ def capacity_markdown(runs: pd.DataFrame) -> str:
                            "P99 TBT SLO (s)", "scheduler", "token budget", "max batch", "capacity (QPS)",
                            "P99 TTFT at capacity (s)", "completed at capacity (req/s)", "looks starved (harness/starvation.py)",
                            "lowest failing (QPS)", "saturated", "seeds", "commit", "from"))
+
+
+def score(df: pd.DataFrame) -> str:
+    """"N of M reproduced numbers within tolerance" of a comparison frame (its `within` column)."""
+    judged = df["within"].dropna()
+    return f"{int(judged.astype(bool).sum())} of {len(judged)} reproduced numbers within tolerance" + (
+        f", {len(df) - len(judged)} without results" if len(df) > len(judged) else "")
+
+
+def rel(path: Path, start: Path) -> str:
+    """`path` relative to `start`, with forward slashes: a link in a markdown file under `start`."""
+    return Path(os.path.relpath(path, start)).as_posix()

@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from common.errors import HarnessError
-from harness.analysis.latency_figs import MIN_TOKENS
 from harness.analysis.loader import find_runs, load_runs
 from harness.analysis.offline_runs import load_offline
 from harness.overrides import parse as parse_overrides
+
+MIN_TOKENS = 16  # fig01's timeline: a handful of tokens shows no stall worth drawing (serve/latency_figs.py)
 
 
 def stall_request_ids(tokens: pd.DataFrame, k: int) -> set:

@@ -42,7 +42,7 @@ TOOLS = {
 
 
 def _usage() -> str:
-    from harness.analysis.registry import FIGURES, SARATHI23_FIGURES
+    from harness.analysis.studies import FIGURES
 
     def options(group: str) -> str:
         # the group's YAML presets, and for schedulers every registered policy (harness.config.compose's
@@ -57,7 +57,7 @@ def _usage() -> str:
     groups = "; ".join(f"{g}: {options(g)}" for g in ("model", "hardware", "parallel", "dataset", "arrival", "slo",
                                                       "backend", "perf", "search"))
     return USAGE.format(experiments=options("experiment"), schedulers=options("scheduler"), groups=groups,
-                        figures=", ".join(f.name for f in (*FIGURES, *SARATHI23_FIGURES)))
+                        figures=", ".join(f.name for f in FIGURES))
 
 
 def main(argv: list[str] | None = None) -> int:

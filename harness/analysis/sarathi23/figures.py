@@ -1,6 +1,6 @@
 """The first Sarathi paper's figures, from its offline runs (sarathi23/runs.py) and, where the
-paper's figure is of one iteration's cost, from the performance model. `FIGURES` is their
-registry (`python -m harness figure=NAME`); a figure whose runs are missing is skipped with the
+paper's figure is of one iteration's cost, from the performance model. Their specs are
+the study's `FIGURES` (sarathi23/__init__.py; `python -m harness figure=NAME`); a figure whose runs are missing is skipped with the
 reason (MissingResults), as the Sarathi-Serve figures are."""
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.analysis import style
-from harness.analysis.capacity_figs import MissingResults
-from harness.analysis.registry import SARATHI23_FIGURES
+from harness.analysis.study import MissingResults
 from harness.analysis.sarathi23 import matrix
 from harness.analysis.sarathi23.claims import Claim, _perf, model_value, pipeline_table
 
@@ -236,9 +235,6 @@ def fig_composition(s: Study) -> Figure:
 
 
 def fig_tile(s: Study) -> Figure:
-    from harness.analysis.perf_figures import fig_tile_quantization
+    from harness.analysis.perf_model.perf_figures import fig_tile_quantization
 
     return fig_tile_quantization(_perf(*A6000), label="LLaMA-13B, RTX A6000", max_tokens=768)
-
-
-FIGURES = SARATHI23_FIGURES  # the registry's, re-exported (harness/analysis/registry.py)

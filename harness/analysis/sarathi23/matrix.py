@@ -1,4 +1,4 @@
-"""The first Sarathi paper's runs as `python -m harness` override lists (harness.analysis.matrix's
+"""The first Sarathi paper's runs as `python -m harness` override lists (harness.analysis.study's
 Cell): one group per experiment of the paper, each an offline throughput run of a preset.
 
   gain       Sec. 5.2 table: LLaMA-13B / A6000 at 1K and 2K (B 6, P:D 50), LLaMA-33B / A100 at
@@ -12,7 +12,7 @@ Cell): one group per experiment of the paper, each an offline throughput run of 
 """
 from __future__ import annotations
 
-from harness.analysis.matrix import Cell
+from harness.analysis.study import Cell
 
 PD_RATIOS = (1, 2, 4, 7, 10, 14, 20, 28, 40, 50, 100, 200)
 # (chunk C, batch B) of each P:D sweep, and the preset that holds it

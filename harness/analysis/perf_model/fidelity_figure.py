@@ -2,10 +2,10 @@
 
 Built from the committed sample of Vidur's profiles (data/perf/vidur_operator_sample.csv; the
 full profiles are not needed) and priced by the model at build time through
-harness.analysis.operator_fidelity.price, the code benchmarks/validate_operators.py prices every
+harness.analysis.perf_model.operator_fidelity.price, the code benchmarks/validate_operators.py prices every
 point with: the figure moves when the model moves.
 
-    from harness.analysis.fidelity_figure import fig_operator_fidelity
+    from harness.analysis.perf_model.fidelity_figure import fig_operator_fidelity
     fig = fig_operator_fidelity()                       # default stack vs `ideal`
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from engines.perf.kernels import DEFAULT_STACK
 from harness.analysis import style
-from harness.analysis.operator_fidelity import GEMM_OPS, mape_pct, price
-from harness.analysis.vidur_points import load_sample
+from harness.analysis.perf_model.operator_fidelity import GEMM_OPS, mape_pct, price
+from harness.analysis.perf_model.vidur_points import load_sample
 
 _MS = 1e3
 PANELS = (  # (title, families pooled in the panel)

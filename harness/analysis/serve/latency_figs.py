@@ -9,12 +9,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.analysis import style
-from harness.analysis.capacity_figs import MissingResults
+from harness.analysis.study import MissingResults
+from harness.analysis.trim import MIN_TOKENS
 from harness.analysis.loader import load_token_times
 
 PREFERRED_EXPERIMENTS = ("yi34b_tp2_strict", "mistral7b_strict")
 PREFERRED_DATASET = "openchat_sharegpt4"
-MIN_TOKENS = 16  # a timeline of a handful of tokens shows no stall worth drawing
 
 
 @dataclass(frozen=True)

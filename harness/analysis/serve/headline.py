@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis.compare import capacity_mode, paper_config
+from harness.analysis.serve.compare import capacity_mode, paper_config
 from harness.analysis.paper import Paper
 
 # The README's headline rows: the strict sharegpt cell of each of the paper's deployments, Sarathi

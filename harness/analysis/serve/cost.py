@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis import style
-from harness.analysis.compare import MAIN_SCHEDULERS, capacity_mode
+from harness.analysis.serve.compare import MAIN_SCHEDULERS, capacity_mode
 
 NODE_GPUS, NODES = 8, 8  # the cluster the wall time is priced on: 8 nodes of 8 GPUs
 

@@ -10,13 +10,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.analysis import style
-from harness.analysis.compare import MAIN_SCHEDULERS, capacity_mode, paper_config
-from harness.analysis.headline import figure_label, ratios
+from harness.analysis.serve.compare import MAIN_SCHEDULERS, capacity_mode, paper_config
+from harness.analysis.serve.headline import figure_label, ratios
 from harness.analysis.paper import Paper
-
-
-class MissingResults(Exception):
-    """The results needed by a figure are not in the results directory (the message says which)."""
+from harness.analysis.study import MissingResults  # noqa: F401  (raised here; study.py defines it for every study)
 
 
 def _ordered(present, order) -> list:
@@ -85,7 +82,7 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                        edgecolor="white", label=style.scheduler_label(s))
                 top = max(top, cap)
             # Reproduced Sarathi/baseline ratio over the group; the paper's value beside it when published
-            # (harness.analysis.headline: the rule the README's table follows too).
+            # (harness.analysis.serve.headline: the rule the README's table follows too).
             lines = []
             if "sarathi" in cell.index:
                 for base in ("vllm", "orca"):
@@ -187,7 +184,7 @@ def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
 # ----------------------------------------------------------------------------- Fig. 13
 def _pipeline_claim_lines(runs: pd.DataFrame, paper: Paper, model: str, kind: str) -> list[str]:
     """'4.3× over vLLM TP-8 (paper 4.3×)' for each published cross-deployment claim at this SLO."""
-    from harness.analysis.compare import capacity_ratio_row
+    from harness.analysis.serve.compare import capacity_ratio_row
 
     out = []
     for c in paper.capacity_ratios:

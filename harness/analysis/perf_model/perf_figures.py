@@ -2,9 +2,9 @@
 Sarathi-Serve's design rests on, drawn from the numbers `engines.perf.queries` computes with a
 PerfModel (analytical by default; pass a ProfilePerfModel to plot a measured profile the same way).
 
-    from harness.analysis.perf_figures import save_all
+    from harness.analysis.perf_model.perf_figures import save_all
     save_all("figures/perf")          # -> list of PNG paths
-    python -m harness.analysis.perf_figures out_dir=figures/perf
+    python -m harness.analysis.perf_model.perf_figures out_dir=figures/perf
 
 | function | shows | paper analog |
 | --- | --- | --- |
@@ -38,7 +38,7 @@ from engines.perf.queries import (
 )
 from common.errors import HarnessError
 from harness.analysis import style
-from harness.analysis.fidelity_figure import fig_operator_fidelity
+from harness.analysis.perf_model.fidelity_figure import fig_operator_fidelity
 from harness.overrides import options
 
 _MS, _US = 1e3, 1e6
@@ -315,7 +315,7 @@ def save_all(out_dir: str | Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
-        print("usage: python -m harness.analysis.perf_figures [out_dir=figures/perf]")
+        print("usage: python -m harness.analysis.perf_model.perf_figures [out_dir=figures/perf]")
         return 0
     try:
         opts = options(argv, {"out_dir": "figures/perf"})

@@ -1,5 +1,5 @@
 """Chunked prefills in one pool or prefill and decode apart (issue 17 item 5): the study's runs
-(harness.analysis.matrix.pd_cells) as one figure and one table, at equal GPUs per deployment.
+(harness.analysis.pd.matrix.pd_cells) as one figure and one table, at equal GPUs per deployment.
 
 Each deployment's four instances are laid out as colocated replicas (Sarathi-Serve, vLLM) or as
 every prefill:decode split (vLLM's whole-prompt prefills on the prefill instances), and judged
@@ -15,8 +15,8 @@ import yaml
 from matplotlib.figure import Figure
 
 from harness.analysis import style
-from harness.analysis.capacity_figs import MissingResults
-from harness.analysis.matrix import PD_CRITERIA, PD_TTFT_MULTIPLIERS, PD_TTFT_PROMPT, pd_layouts
+from harness.analysis.study import MissingResults
+from harness.analysis.pd.matrix import PD_CRITERIA, PD_TTFT_MULTIPLIERS, PD_TTFT_PROMPT, pd_layouts
 
 CRITERION_LABELS = {"paper": "paper: P99 TBT + median delay ≤ 2 s",
                     **{k: f"90 % within TTFT {m:g}× a {PD_TTFT_PROMPT:,}-token prefill, TPOT = TBT SLO"
@@ -55,7 +55,7 @@ def _color(label: str):
 def fig_pd(runs: pd.DataFrame) -> Figure:
     rows = pd_rows(runs)
     if rows.empty:
-        raise MissingResults("no prefill/decode study runs (harness.analysis.matrix.pd_cells; "
+        raise MissingResults("no prefill/decode study runs (harness.analysis.pd.matrix.pd_cells; "
                              "`python -m harness figure=all` runs them)")
     deps = rows[["model", "parallel", "gpu", "num_gpus"]].drop_duplicates().sort_values("num_gpus").itertuples(index=False)
     deps = list(deps)
@@ -113,7 +113,7 @@ def pd_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-DISTSERVE_FILE = Path(__file__).resolve().parents[2] / "data" / "paper" / "distserve_osdi24.yaml"
+DISTSERVE_FILE = Path(__file__).resolve().parents[3] / "data" / "paper" / "distserve_osdi24.yaml"
 
 
 def distserve_check(runs: pd.DataFrame, clusters: pd.DataFrame, path: Path = DISTSERVE_FILE) -> dict | None:
@@ -137,7 +137,7 @@ def distserve_check(runs: pd.DataFrame, clusters: pd.DataFrame, path: Path = DIS
 
 def distserve_markdown(check: dict | None) -> str:
     if check is None:
-        return "_No DistServe cell runs (harness.analysis.matrix.distserve_cells)._"
+        return "_No DistServe cell runs (harness.analysis.pd.matrix.distserve_cells)._"
     (cc, cg), (dc, dg) = check["side"]["colocated"], check["side"]["disaggregated"]
     verdict = "direction reproduced" if check["direction_holds"] else "**direction not reproduced**"
     return "\n".join([

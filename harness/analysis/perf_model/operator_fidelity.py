@@ -1,6 +1,6 @@
 """How engines.perf prices one measured operator point of Vidur's profiles, and the error table.
 
-A *point* is one row of the table `harness.analysis.vidur_points` reads (or its committed
+A *point* is one row of the table `harness.analysis.perf_model.vidur_points` reads (or its committed
 sample): an operator family, where it was measured (`gpu`: Vidur's compute GPU or network
 directory), its shape and its measured median `measured_s`. `price(points, stack)` adds what
 the model predicts for it; `summarize` gives MAPE per group. benchmarks/validate_operators.py

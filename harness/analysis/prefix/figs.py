@@ -1,5 +1,5 @@
 """Conversations and agents with and without prefix caching (issue 30): the study's runs
-(harness.analysis.matrix.prefix_cells) as one figure and one table.
+(harness.analysis.prefix.matrix.prefix_cells) as one figure and one table.
 
 The question: when most of every prompt is already cached, does chunked prefill still buy capacity
 under a TBT SLO, and which token budget now? Per workload and SLO: Sarathi-Serve's capacity over
@@ -15,17 +15,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from harness.analysis import style
-from harness.analysis.capacity_figs import MissingResults
+from harness.analysis.figures import PREFIX_RUN
+from harness.analysis.study import MissingResults
 from harness.analysis.tables import markdown
 
-NAME = r"^prefix_(?P<preset>.+)_(?P<slo>strict|relaxed)_(?P<workload>conversations|agents)_(?P<cache>cache|nocache)$"
 WORKLOADS = ("conversations", "agents")
 SLOS = ("strict", "relaxed")
 WORKLOAD_LABELS = {"conversations": "ShareGPT conversations", "agents": "agent transcripts"}
-
-
-def is_prefix_run(experiments: pd.Series) -> np.ndarray:
-    return experiments.astype(str).str.match(NAME).to_numpy(dtype=bool)
 
 
 def prefix_rows(runs: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -33,7 +29,7 @@ def prefix_rows(runs: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Da
     probe at its capacity, the cache's token hit rate."""
     if runs.empty:
         return runs.assign(workload=[], slo=[], cached=[], hit_rate=[])
-    parts = runs["experiment"].astype(str).str.extract(NAME)
+    parts = runs["experiment"].astype(str).str.extract(PREFIX_RUN)
     rows = pd.concat([runs.reset_index(drop=True), parts.reset_index(drop=True)], axis=1).dropna(subset=["workload"])
     rows = rows[rows["mode"] == "capacity"].copy()
     rows["cached"] = rows["cache"] == "cache"
@@ -52,7 +48,7 @@ def _hit_rate(probes: pd.DataFrame, row) -> float:
 def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
     rows = prefix_rows(runs, probes)
     if rows.empty:
-        raise MissingResults("no prefix-caching study runs (harness.analysis.matrix.prefix_cells; "
+        raise MissingResults("no prefix-caching study runs (harness.analysis.prefix.matrix.prefix_cells; "
                              "`python -m harness figure=all` runs them)")
     workloads = [w for w in WORKLOADS if w in set(rows["workload"])]
     slos = [s for s in SLOS if s in set(rows["slo"])]

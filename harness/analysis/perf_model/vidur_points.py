@@ -6,7 +6,7 @@ where it was measured, its shape, its median in seconds). `stratified_sample` ke
 of every stratum, evenly spaced by shape; `write_sample` / `load_sample` are the
 committed copy (data/perf/vidur_operator_sample.csv, provenance in its header and
 data/perf/README.md) that the report's operator-fidelity figure and the tests price without
-the full profiles. `harness.analysis.operator_fidelity.price` prices either.
+the full profiles. `harness.analysis.perf_model.operator_fidelity.price` prices either.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.analysis.operator_fidelity import ATTENTION, COLLECTIVES, ELEMENTWISE, GEMM_OPS, MODELS, NETWORKS
+from harness.analysis.perf_model.operator_fidelity import ATTENTION, COLLECTIVES, ELEMENTWISE, GEMM_OPS, MODELS, NETWORKS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VIDUR_DIR = REPO.parent / "shared" / "profiles" / "vidur"
 SAMPLE_FILE = REPO / "data" / "perf" / "vidur_operator_sample.csv"
 MS = 1e-3

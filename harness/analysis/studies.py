@@ -1,0 +1,37 @@
+"""The registry of studies: each a folder under harness/analysis/ with a `Study` (study.py) in its
+`__init__`. A new study is its folder plus one line here. The order is the report's within each
+place of its outline (study.OUTLINE) and the order of the "## Figures" list."""
+from __future__ import annotations
+
+from harness.analysis.pd import STUDY as PD
+from harness.analysis.perf_model import STUDY as PERF_MODEL
+from harness.analysis.prefix import STUDY as PREFIX
+from harness.analysis.sarathi23 import STUDY as SARATHI23
+from harness.analysis.serve import STUDY as SERVE
+from harness.analysis.study import Cell, FigureSpec, Study, capacity_runs
+
+STUDIES: tuple[Study, ...] = (
+    SERVE,  # Sarathi-Serve (OSDI'24): capacity, latency, headline, Table 4
+    PD,  # beyond the paper: colocated or prefill/decode apart; DistServe's cell
+    PREFIX,  # beyond the paper: conversations, agents, prefix caching
+    PERF_MODEL,  # the performance model: its figures and the paper's operator-level facts
+    SARATHI23,  # the first Sarathi paper: offline throughput, pipeline bubbles
+)
+
+FIGURES: tuple[FigureSpec, ...] = tuple(f for s in STUDIES for f in s.figures)  # figure=NAME's names
+
+
+def study_of(figure: str) -> Study | None:
+    """The study that draws `figure`, if any."""
+    return next((s for s in STUDIES if any(f.name == figure for f in s.figures)), None)
+
+
+def capacity_cells() -> tuple[Cell, ...]:
+    """Every cell of the studies that read the shared capacity runs (their `load` is
+    study.capacity_runs), in registry order: what settings.judge places a capacity run by."""
+    return tuple(c for s in STUDIES if s.load is capacity_runs for c in s.cells())
+
+
+def capacity_figures() -> tuple[FigureSpec, ...]:
+    """The figures of the studies that read the shared capacity runs (figures.build_figures)."""
+    return tuple(f for s in STUDIES if s.load is capacity_runs for f in s.figures)
