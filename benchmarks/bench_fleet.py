@@ -6,6 +6,9 @@ The same load per replica at every fleet size, so a fleet of k should cost about
 replica; the issue's target is 24 simulated hours of 64 replicas in under 10 minutes on 2 cores.
 
     python benchmarks/bench_fleet.py [--replicas 1,8,64] [--horizon-s 300] [--qps 1.0] [--router session_affinity]
+
+`--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
+before and after and must not change it.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from harness.config import compose
 from harness.search.experiment import plan_experiment
 from harness.search.probe import probe_requests
 
+from fingerprint_sim import digest  # benchmarks/ is on sys.path when run as a script
+
 
 def _shifted(reqs, id_offset: int, segment_offset: int):
     """Requests of a second workload renumbered past the first's ids and segments (no false sharing)."""
@@ -29,7 +34,7 @@ def _shifted(reqs, id_offset: int, segment_offset: int):
         for r in reqs]
 
 
-def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float):
+def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float, workers: int = 1):
     """Conversations and agents at qps/2 per replica each; their plans (the first one runs them)."""
     plans, reqs = [], []
     for dataset in ("sharegpt_conversations", "agent_transcripts"):
@@ -37,7 +42,7 @@ def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float):
         plan = plan_experiment(compose([
             "experiment=mistral7b_strict", f"dataset={dataset}", "scheduler=[sarathi]", "engine.prefix_caching=true",
             f"search.num_requests={n}", "arrival=diurnal", f"arrival.period_s={day_s}", "max_model_len=16384",
-            f"cluster.instances={replicas}", f"cluster.router={ROUTER}"]))
+            f"cluster.instances={replicas}", f"cluster.router={ROUTER}", f"cluster.workers={workers}"] + EXTRA))
         plans.append(plan)
         reqs.append(probe_requests(plan, qps / 2 * replicas))
     conv, agents = reqs
@@ -46,6 +51,7 @@ def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float):
 
 
 ROUTER = "session_affinity"
+EXTRA: list[str] = []  # more overrides (--lone)
 
 
 def main() -> None:
@@ -56,20 +62,34 @@ def main() -> None:
     ap.add_argument("--qps", type=float, default=1.0, help="mean rate per replica")
     ap.add_argument("--day-s", type=float, default=600.0, help="the diurnal period, compressed")
     ap.add_argument("--router", default=ROUTER)
+    ap.add_argument("--workers", default="1", help="cluster.workers values to time, e.g. 1,2")
+    ap.add_argument("--lone", default=None, help="session_affinity's without_session (round_robin: no choice reads "
+                    "instance state, so cluster.workers > 1 runs the replicas apart)")
+    ap.add_argument("--digest", action="store_true", help="print a hash of each fleet's records")
     args = ap.parse_args()
     ROUTER = args.router
+    if args.lone:
+        EXTRA.append(f"cluster.router_options={{without_session: {args.lone}}}")
     for k in (int(x) for x in args.replicas.split(",")):
-        plan, reqs = fleet_requests(k, args.qps, args.horizon_s, args.day_s)
-        t0 = time.process_time()
-        with open_backend(plan.job("sarathi", progress=False)) as backend:
-            run = backend.run(reqs)
-        cpu = time.process_time() - t0
-        done = [r.finished_s for r in run.records if r.finished_s == r.finished_s]
-        span = max(done)
-        cache = run.diagnostics.get("prefix_cache", {})
-        hit = cache.get("hits", 0) / cache["queries"] if cache.get("queries") else float("nan")
-        print(f"{k:3d} replicas  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
-              f"{span / cpu:8.1f} sim s per CPU s  hit rate {hit:.3f}  ({ROUTER})", flush=True)
+        for w in (int(x) for x in args.workers.split(",")):
+            plan, reqs = fleet_requests(k, args.qps, args.horizon_s, args.day_s, w)
+            t0, w0 = time.process_time(), time.perf_counter()
+            with open_backend(plan.job("sarathi", progress=False)) as backend:
+                run = backend.run(reqs)
+            cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+            done = [r.finished_s for r in run.records if r.finished_s == r.finished_s]
+            span = max(done)
+            cache = run.diagnostics.get("prefix_cache", {})
+            hit = cache.get("hits", 0) / cache["queries"] if cache.get("queries") else float("nan")
+            # Only this process's CPU: with workers > 1 the pool's is not in it, so its rate is by wall time.
+            rate = f"{span / cpu:8.1f} sim s per CPU s" if w == 1 else f"{span / wall:8.1f} sim s per wall s"
+            print(f"{k:3d} replicas  {w} workers  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
+                  f"{wall:8.1f} wall s  {rate}  day projected {DAY_S * wall / span / 60:6.1f} wall min  "
+                  f"hit rate {hit:.3f}  ({ROUTER})" + (f"  records {digest(run.records)[:16]}" if args.digest else ""),
+                  flush=True)
+
+
+DAY_S = 24 * 3600.0  # the issue's target: a day of the fleet's traffic (projected from the horizon's wall time)
 
 
 if __name__ == "__main__":
