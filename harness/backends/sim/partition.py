@@ -4,7 +4,7 @@ When no routing decision reads an instance's state, every request's instance is 
 run: round robin over arrivals without sessions, or a router whose choice for a request is its
 own (`static_choice`: session affinity's ring) with every turn of a session on one instance, so no
 instance's finishes release another's arrivals. Each instance then runs alone as a single-engine
-run of the requests routed to it (`loop.simulate`), which is exactly what the sequential cluster
+run of the requests routed to it (`loop.simulate`'s, pp=1), which is exactly what the sequential cluster
 loop records for it (cluster.py; tests/test_sim_partition.py proves the merge equal, sessions
 included), in `workers` processes: a local process pool, or Ray tasks when this process already
 runs inside Ray (a job of `hydra/launcher=ray`). Records come back in input order, with the
@@ -16,6 +16,7 @@ which this path does not run) makes it say why not, and the caller runs the sequ
 """
 from __future__ import annotations
 
+import math
 import multiprocessing
 import sys
 from collections.abc import Sequence as Seq
@@ -24,7 +25,9 @@ from concurrent.futures import ProcessPoolExecutor
 from engines.core import Engine
 from engines.routers import RouteRequest, Router
 from harness.backends.sim.cache_stats import cache_stats
-from harness.backends.sim.loop import IterationTimer, simulate
+from harness.backends.sim.cluster import ClusterSessionRun
+from harness.backends.sim.loop import IterationTimer, SimRun, step_until
+from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.sessions import has_sessions
 from harness.records import RequestRecord, RequestSpec, session_keys
 
@@ -64,11 +67,19 @@ def partition_plan(requests: Seq[RequestSpec], router: Router, instances: int, p
 
 
 def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, bool, float | None, bool]]):
-    """A worker's share: each instance alone; its records and its prefix cache's counters."""
+    """A worker's share: each instance alone, as `loop.simulate` runs one engine (pp=1); its
+    records, the requests it was given (a turn a time limit kept unreleased never was) and its
+    prefix cache's counters."""
     out = []
     for reqs, engine, timer, fast_forward, limit, caching in parts:
-        records = simulate(reqs, engine, timer, fast_forward=fast_forward, time_limit_s=limit)
-        out.append((records, cache_stats(engine) if caching else None))
+        stop = math.inf if limit is None else limit
+        run = ClusterSessionRun(reqs, engine, None, None) if has_sessions(reqs) else SimRun(reqs, engine, None)
+        step_until(run, fast_timer(timer), fast_forward, 0.0, stop, final=True)
+        if isinstance(run, ClusterSessionRun):  # the loop routes (never starts) a turn released by the limit
+            while run.next_arrival <= stop < math.inf:  # after its instance's last iteration began: so here
+                run.pop_release()
+        routed = len(run.order) if isinstance(run, ClusterSessionRun) else len(reqs)
+        out.append((run.records(), routed, cache_stats(engine) if caching else None))
     return out
 
 
@@ -118,14 +129,15 @@ def simulate_partitioned(
     shares = _shares([len(m) for m in mine], workers)
     parts = [[([requests[i] for i in mine[k]], engines[k], timers[k], fast_forward, time_limit_s, caching) for k in share]
              for share in shares]
-    results = _map(parts, workers)
+    results = _map(parts, workers) if len(parts) > 1 else [_run_instances(p) for p in parts]
     records: list[RequestRecord | None] = [None] * len(requests)
     caches: list[dict | None] = [None] * len(engines)
+    routed = [0] * len(engines)
     for share, result in zip(shares, results):
-        for k, (recs, cache) in zip(share, result):
+        for k, (recs, given, cache) in zip(share, result):
             for i, r in zip(mine[k], recs):
                 records[i] = r
-            caches[k] = cache
+            routed[k], caches[k] = given, cache
     if stats is not None:
-        stats["instance_requests"] = [len(m) for m in mine]
+        stats["instance_requests"] = routed
     return records, (caches if caching else None)  # type: ignore[return-value]
