@@ -9,7 +9,8 @@ replica; the issue's target is 24 simulated hours of 64 replicas in under 10 min
 
 `--workers 1,2` times `cluster.workers` (2: the replicas simulated apart, where the router reads no
 replica state: `--lone round_robin` makes session_affinity so). The day's projection is the
-horizon's time scaled to 24 simulated hours. `--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
+run's time scaled by requests to 24 hours of arrivals at `--qps` a replica (its wall time on that
+many idle cores: the routing plus the largest worker's share, each timed by CPU). `--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
 before and after and must not change it.
 """
 from __future__ import annotations
@@ -89,7 +90,7 @@ def main() -> None:
             partition._map = POOL_MAP
             if shares:  # on w idle cores the run takes its routing plus its largest share
                 wall = cpu - sum(shares) + max(shares)
-            elif w == 1:
+            elif w == 1 or not args.pool:
                 wall = cpu  # one idle core: its CPU time (the wall clock of a shared machine says little)
             done = [r.finished_s for r in run.records if r.finished_s == r.finished_s]
             span = max(done)
@@ -97,9 +98,11 @@ def main() -> None:
             hit = cache.get("hits", 0) / cache["queries"] if cache.get("queries") else float("nan")
             # With --pool only this process's CPU is counted (the pool's is not): the rate is by wall time.
             rate = f"{span / cpu:8.1f} sim s per CPU s" if w == 1 or not args.pool else f"{span / wall:8.1f} sim s per wall s"
-            how = "pool, wall" if args.pool and w > 1 else ("idle cores" if w > 1 else "CPU")
+            how = "pool, wall" if args.pool and w > 1 else ("idle cores" if shares else "CPU")
+            # A day's cost scales with its requests (the horizon's span also holds the sessions' drain).
+            day = wall * DAY_S * k * args.qps / len(reqs)
             print(f"{k:3d} replicas  {w} workers  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
-                  f"{wall:8.1f} s on {w} ({how})  {rate}  day projected {DAY_S * wall / span / 60:6.1f} min  "
+                  f"{wall:8.1f} s on {w} ({how})  {rate}  a day projected {day / 60:6.1f} min  "
                   f"hit rate {hit:.3f}  ({ROUTER})" + (f"  records {digest(run.records)[:16]}" if args.digest else ""),
                   flush=True)
 
