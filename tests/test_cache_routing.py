@@ -119,14 +119,15 @@ def test_the_engines_cache_answers_without_moving_anything():
 
 # -- knobs ----------------------------------------------------------------------------------------
 def test_knobs_are_constructor_parameters_and_bad_ones_are_refused():
-    assert router_knobs("session_affinity") == {"virtual_nodes": 64}
+    assert router_knobs("session_affinity") == {"virtual_nodes": 64, "without_session": "least_outstanding"}
     assert router_knobs("round_robin") == {}
     for name, knobs, message in (("prefix_aware", {"nope": 1}, "has no knob 'nope'"),
                                  ("prefix_exact", {"index_blocks": 9}, "has no knob 'index_blocks'"),
                                  ("prefix_aware", {"cache_threshold": 1.0}, "cache_threshold must be < 1"),
                                  ("prefix_aware", {"balance_rel_threshold": 0.5}, "balance_rel_threshold must be"),
                                  ("prefix_aware", {"balance_abs_threshold": True}, "balance_abs_threshold must be"),
-                                 ("session_affinity", {"virtual_nodes": 0}, "virtual_nodes must be")):
+                                 ("session_affinity", {"virtual_nodes": 0}, "virtual_nodes must be"),
+                                 ("session_affinity", {"without_session": "x"}, "without_session must be one of")):
         with pytest.raises(ValueError, match=message):
             make_router(name, **knobs)
 

@@ -86,6 +86,10 @@ class ClusterSettings:
     replicas: list[ReplicaGroup] = field(default_factory=list)
     # Replicas added and removed during the run by a named policy (off by default; harness/backends/scaling.py).
     autoscale: AutoscaleSettings = field(default_factory=AutoscaleSettings)
+    # Processes that simulate the instances (sim only): > 1 routes every request up front and runs
+    # the instances apart when no routing decision reads instance state (sim/partition.py), the
+    # same records; otherwise the one sequential loop, with the reason printed. 1: that loop always.
+    workers: int = 1
 
     def __post_init__(self) -> None:
         from engines.perf.transfer import PLACEMENTS, TRANSFER_MODES
@@ -99,6 +103,8 @@ class ClusterSettings:
         if self.router_options is not None and not isinstance(self.router_options, Mapping):
             raise ValueError(f"router_options must be a mapping of the router's knobs, got {self.router_options!r}")
         make_router(self.router, **self.knobs)  # ValueError naming an unknown or bad knob
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers must be an integer >= 1 (1: one process), got {self.workers!r}")
         if self.prefill_instances < 0 or self.decode_instances < 0:
             raise ValueError(f"prefill_instances and decode_instances must be >= 0, got "
                              f"{self.prefill_instances}, {self.decode_instances}")

@@ -3,7 +3,7 @@ performance model (`loop`: the event loop; `pipeline` and `replay`: pipeline par
 exact fast-forward). Deterministic: identical requests give bit-identical records."""
 from __future__ import annotations
 
-import dataclasses
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -14,11 +14,13 @@ from engines.perf.offload import plan_kv_offload
 from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.autoscale import simulate_autoscaled
+from harness.backends.sim.cache_stats import cache_stats, summed
 from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.data_parallel import simulate_data_parallel
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
+from harness.backends.sim.partition import partition_plan, simulate_partitioned
 from harness.backends.sim.sessions import has_sessions
 from harness.backends.sim.timer import OffloadPriced
 from harness.records import RequestSpec
@@ -81,6 +83,9 @@ class SimBackend:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
         if job.autoscale is not None:  # replicas started and drained during the run (cluster.autoscale)
             router = make_router(job.cluster.router, **job.cluster.knobs)
+            if job.cluster.workers > 1:  # scaling decisions read the whole fleet: no replica runs apart
+                print(f"cluster.workers={job.cluster.workers}: simulating the cluster in one process: an autoscaled "
+                      "fleet's decisions read every replica's state", file=sys.stderr)
             return BackendRun(simulate_autoscaled(requests, lambda: self._engine(d), router, job.autoscale, pp=d.pp,
                                                   fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s,
                                                   stats=stats), stats)
@@ -93,13 +98,7 @@ class SimBackend:
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
             plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
             engines, timers = zip(*(self._engine(p) for p in plans))
-            records = simulate_cluster(requests, engines, timers, make_router(job.cluster.router, **job.cluster.knobs),
-                                       pp=[p.pp for p in plans], fast_forward=self.conf.fast_forward,
-                                       time_limit_s=job.time_limit_s, stats=stats)
-            if job.scheduler.prefix_caching:  # the fleet's: every instance's counters summed
-                each = [cache_stats(e) for e in engines]
-                stats["prefix_cache"] = {k: sum(c[k] for c in each) for k in each[0]}
-            return BackendRun(records, stats)
+            return BackendRun(self._run_cluster(requests, engines, timers, [p.pp for p in plans], stats), stats)
         log = IterationLog(d.timer, len(requests)) if job.iteration_log else None
         if log is not None and job.scheduler.prefix_caching:
             log.cache = engine.blocks.stats  # the log's cached_tokens: what the cache saved, iteration by iteration
@@ -112,6 +111,30 @@ class SimBackend:
             stats["prefix_cache"] = cache_stats(engine)
         return BackendRun(records, stats)
 
+
+    def _run_cluster(self, requests: Sequence[RequestSpec], engines, timers, pp: list[int], stats: dict):
+        """Colocated instances behind the router: apart in cluster.workers processes when routing
+        reads no instance state (partition.py), else (with the reason printed) the one loop."""
+        job = self.job
+        def router():
+            return make_router(job.cluster.router, **job.cluster.knobs)
+        caching = job.scheduler.prefix_caching
+        # Planning calls the router (its turns advance): the loop, if it runs, gets a fresh one.
+        plan = partition_plan(requests, router(), len(engines), pp) if job.cluster.workers > 1 else "cluster.workers=1"
+        if isinstance(plan, str):
+            if job.cluster.workers > 1:
+                print(f"cluster.workers={job.cluster.workers}: simulating the cluster in one process: {plan}",
+                      file=sys.stderr)
+            records = simulate_cluster(requests, engines, timers, router(), pp=pp, fast_forward=self.conf.fast_forward,
+                                       time_limit_s=job.time_limit_s, stats=stats)
+            each = [cache_stats(e) for e in engines] if caching else None
+        else:
+            records, each = simulate_partitioned(requests, engines, timers, plan, job.cluster.workers,
+                                                 fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s,
+                                                 caching=caching, stats=stats)
+        if each is not None:  # the fleet's: every instance's counters summed
+            stats["prefix_cache"] = summed(each)
+        return records
 
     def _run_disaggregated(self, requests: Sequence[RequestSpec], stats: dict):
         job, c, plan = self.job, self.job.cluster, self.job.disagg
@@ -129,13 +152,3 @@ class SimBackend:
 
 Backend = SimBackend
 
-
-def cache_stats(engine) -> dict:
-    """The prefix cache's counters; with a host tier, what it found (host_hits) and moved too."""
-    out = dataclasses.asdict(engine.blocks.stats)
-    tier = engine.blocks.tier
-    if tier is None:
-        del out["host_hits"]  # a run without a tier reports what it reported before tiers existed
-    else:
-        out.update({f"tier_{k}": v for k, v in dataclasses.asdict(tier.stats).items()}, tier_blocks=tier.capacity_blocks)
-    return out
