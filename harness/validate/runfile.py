@@ -141,13 +141,21 @@ def _from_rows(p: Path, kind: str, rows: list[dict]) -> MeasuredRun:
 def _request_id(where: str, raw, default: int) -> int:
     if raw is None or raw == "":
         return default
+    if isinstance(raw, int) and not isinstance(raw, bool):  # JSON true is not request 1
+        return raw
+    if isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():  # exact, however long
+        return int(raw)
+    v = float(raw) if isinstance(raw, float) else _float_or_nan(raw) if isinstance(raw, str) else math.nan
+    if math.isfinite(v) and v == int(v):  # 7.0 is request 7; 2.5 is no request's id
+        return int(v)
+    raise HarnessError(f"{where}, column request_id: not a whole number: {raw!r}")
+
+
+def _float_or_nan(raw: str) -> float:
     try:
-        v = float(raw) if isinstance(raw, str) else raw
-        if isinstance(raw, bool) or not isinstance(v, (int, float)) or v != int(v):
-            raise ValueError
-        return int(raw) if isinstance(raw, int) else int(v)
-    except (TypeError, ValueError, OverflowError):
-        raise HarnessError(f"{where}, column request_id: not a whole number: {raw!r}") from None
+        return float(raw)
+    except ValueError:
+        return math.nan
 
 
 def _num(where: str, row: dict, col: str, *, integer: bool = False, required: bool = True) -> float:
