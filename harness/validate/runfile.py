@@ -120,17 +120,16 @@ def _from_rows(p: Path, kind: str, rows: list[dict]) -> MeasuredRun:
     records, dropped, seen = [], 0, {}
     for i, row in enumerate(rows):
         where = f"{p}: {row['_where']}"
-        unknown = sorted(c for c in row if c not in KNOWN and c != "_where")
-        if unknown:
-            raise HarnessError(f"{where}: unknown column(s) {', '.join(unknown)} (known: {', '.join(KNOWN)})")
         rid = _request_id(where, row.get("request_id"), i)
         if rid in seen:
             raise HarnessError(f"{where}, column request_id: {rid} again (first at {seen[rid]})")
         seen[rid] = row["_where"]
-        if str(row.get("error") or "").strip():
-            dropped += 1
-            continue
-        rec = _row_record(where, row, rid, times)
+        failed = bool(str(row.get("error") or "").strip())  # its times may be missing: not read
+        rec = None if failed else _row_record(where, row, rid, times)
+        # After the row's own values: a misspelt required column is named by what is missing
+        unknown = sorted(c for c in row if c not in KNOWN and c != "_where")
+        if unknown:
+            raise HarnessError(f"{where}: unknown column(s) {', '.join(unknown)} (known: {', '.join(KNOWN)})")
         if rec is None:
             dropped += 1
         else:
