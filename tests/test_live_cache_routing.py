@@ -20,7 +20,7 @@ import dataclasses
 import pytest
 
 from engines.routers import make_router
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.backends.live import LiveServerSpec
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec
 from harness.backends.live.prometheus import measured, scrape
@@ -42,7 +42,7 @@ def _stream():
 
 
 def _simulated(reqs, name):
-    engines = [make_engine(SCHED, KV_TOKENS, MAX_LEN) for _ in range(REPLICAS)]
+    engines = [make_engine(EngineConfig(SCHED, KV_TOKENS, MAX_LEN)) for _ in range(REPLICAS)]
     stats: dict = {}
     records = simulate_cluster(reqs, engines, [_Scaled()] * REPLICAS, make_router(name), stats=stats)
     hits, queries = (sum(getattr(e.blocks.stats, k) for e in engines) for k in ("hits", "queries"))

@@ -2,7 +2,7 @@
 
     executor = TorchExecutor.from_config(model="mistral-7b", dtype="float16", device="cuda",
                                          kv_capacity_tokens=None, block_size=16, tp=1, pp=1)
-    engine = make_engine(SchedulerConfig("sarathi"), executor.kv_capacity_tokens, max_model_len)
+    engine = make_engine(EngineConfig(SchedulerConfig("sarathi"), executor.kv_capacity_tokens, max_model_len))
     executor.add_request(seq_id, prompt_ids, SamplingParams())
     tokens = executor.execute(engine.schedule())   # or submit(batch).result() to pipeline
 
