@@ -10,7 +10,7 @@
 engines.perf.architectures (random weights of that shape), or a ModelConfig. The executor keeps every
 request's token ids (prompt + sampled); the core only knows lengths, so a preempted request is
 recomputed from these ids. Block ids come from the core's block tables; the executor allocates
-exactly kv_capacity_tokens // block_size blocks, as make_engine does.
+exactly kv_capacity_tokens // block_size blocks, as make_engine does (EngineConfig.num_blocks).
 
 With tp * pp == 1 the model runs in this process; otherwise in tp * pp spawned worker processes
 over torch.distributed (gloo on CPU, NCCL on GPU), and `submit` lets up to pp micro-batches be
