@@ -155,9 +155,9 @@ def test_session_keys_name_the_first_turn():
 
 def test_one_instance_with_sessions_is_the_single_engine_bit_for_bit():
     reqs = _sessions()
-    alone = simulate(reqs, make_engine(EngineConfig(SCHED, 1 << 20, 4096)), _Scaled())
+    alone = simulate(reqs, make_engine(EngineConfig(SCHED, 1 << 20, 4096, prefix_caching=True)), _Scaled())
     for name in ("least_outstanding", "prefix_exact"):
-        cluster = simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 1 << 20, 4096))], [_Scaled()], make_router(name))
+        cluster = simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 1 << 20, 4096, prefix_caching=True))], [_Scaled()], make_router(name))
         for a, b in zip(alone, cluster):
             same(a, b)
 
@@ -170,11 +170,11 @@ def test_under_affinity_each_instance_runs_its_sessions_as_a_single_engine_would
     keys = session_keys(reqs)
     assert None not in keys
     r = make_router("session_affinity")
-    records = simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 8192, 4096)) for _ in range(2)], [_Scaled()] * 2, r)
+    records = simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 8192, 4096, prefix_caching=True)) for _ in range(2)], [_Scaled()] * 2, r)
     for k in range(2):
         mine = [i for i, key in enumerate(keys) if r.owner(key, 2) == k]
         assert mine
-        alone = simulate([reqs[i] for i in mine], make_engine(EngineConfig(SCHED, 8192, 4096)), _Scaled())
+        alone = simulate([reqs[i] for i in mine], make_engine(EngineConfig(SCHED, 8192, 4096, prefix_caching=True)), _Scaled())
         for i, b in zip(mine, alone):
             same(records[i], b)
 
@@ -183,7 +183,7 @@ def test_cache_aware_routing_finds_more_than_load_balancing():
     reqs = _sessions(200, 8.0, 3)
 
     def rate(name):
-        engines = [make_engine(EngineConfig(SCHED, 4096, 4096)) for _ in range(2)]
+        engines = [make_engine(EngineConfig(SCHED, 4096, 4096, prefix_caching=True)) for _ in range(2)]
         simulate_cluster(reqs, engines, [_Scaled()] * 2, make_router(name))
         return sum(e.blocks.stats.hits for e in engines) / sum(e.blocks.stats.queries for e in engines)
     rr = rate("round_robin")
@@ -221,7 +221,7 @@ def test_knobs_reach_the_live_router_and_decisions_the_simulators_stats():
     assert (spec.router, spec.router_options) == ("prefix_exact", (("balance_abs_threshold", 8),))
     stats: dict = {}
     reqs = _sessions(60)
-    simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 1 << 20, 4096)) for _ in range(2)], [_Scaled()] * 2,
+    simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 1 << 20, 4096, prefix_caching=True)) for _ in range(2)], [_Scaled()] * 2,
                      make_router("prefix_aware"), stats=stats)
     assert sum(stats["router_decisions"].values()) == len(reqs) == sum(stats["instance_requests"])
 
@@ -235,7 +235,7 @@ def test_the_lookahead_changes_nothing(monkeypatch, router):
     reqs = _sessions(150, 9.0, 6)
 
     def run():
-        return simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 6000, 4096)) for _ in range(3)], [_Scaled()] * 3,
+        return simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 6000, 4096, prefix_caching=True)) for _ in range(3)], [_Scaled()] * 3,
                                 make_router(router))
     ahead = run()
     monkeypatch.setattr(cluster, "_release_bound", lambda inst, run, floor: inst.t)
