@@ -63,7 +63,7 @@ def test_expert_gemms_see_every_ranks_tokens() -> None:
     (c2, w2, a2), (c3, w3, a3) = layer.up, layer.down
     want = layer.gemm(rows, tiled, c2, w2 * hit, a2) + layer.gemm(rows, tiled, c3, w3 * hit, a3)  # the stack's GEMM law
     assert layer.experts_s(64) == pytest.approx(want, rel=1e-12)
-    assert layer.up == build_perf_model(Deployment.create(MODEL, GPU))._gemm_scalars[2]  # whole experts
+    assert layer.up == build_perf_model(Deployment.create(MODEL, GPU)).coeffs.gemm_scalars[2]  # whole experts
 
 
 def test_dp_padding_to_the_largest_ranks_graph() -> None:

@@ -204,7 +204,7 @@ def test_tp_and_pp_communication():
     assert FALCON.pp_send_time(32) == pytest.approx(14.3e-6 + 32 * 14848 * 2 / 8.6e9, rel=1e-9)
     assert FALCON.pp_send_time(0) == 0.0
     # Falcon sums attention and MLP before one all-reduce; Llama all-reduces twice per layer
-    assert FALCON._allreduces_per_layer == 1 and LLAMA70._allreduces_per_layer == 2
+    assert FALCON.coeffs.allreduces_per_layer == 1 and LLAMA70.coeffs.allreduces_per_layer == 2
 
 
 def test_cpu_overhead_is_documented_and_counted():

@@ -5,11 +5,15 @@ decode runs with `decode_run_stage_times` (engines/perf/batch_pricer.py: tables 
 cache by (tokens, sequences)); the vectorized path `_stage_times(_components(...))` is the
 reference. Every stack, sliding windows, MoE, FP8, launches and CUDA graphs, pipeline stages.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
 from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel
+from engines.perf.batch_pricer import BatchPricer
+from engines.perf.factory import build_perf_model
 from engines.perf.scratch import prepare
 
 
@@ -76,6 +80,22 @@ def test_decode_runs_bit_for_bit(name):
         assert np.array_equal(got, reference_stages(p, np.ones_like(ctx), ctx)), b
         # and each row as the stepped loop prices it
         assert got[5].tolist() == p.iteration_stage_times((1,) * b, tuple(ctx[5].tolist()))
+
+
+def test_the_pricer_needs_only_the_coefficients_and_the_expert_layers():
+    """BatchPricer reads a model's frozen Coefficients and, from an MoE model, only its expert GEMMs:
+    the expert-parallel model's own (the shared EP layer in the gate/up slot) reach the one-batch
+    path, bit for bit its vectorized path."""
+    ep = build_perf_model(Deployment.create("qwen3-30b-a3b", "h100-80g-sxm", dp=2, ep=True))
+    assert type(ep).__name__ == "ExpertParallelModel"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ep.coeffs.tile = 1
+    alone = BatchPricer(ep.coeffs, ep._expert_gemms_one)
+    news, ctxs = random_batches(np.random.default_rng(7), 300)
+    for new, ctx in zip(news, ctxs):
+        want = reference_stages(ep, [new], [ctx])[0].tolist() if new else [0.0] * ep.pp
+        assert ep.iteration_stage_times(tuple(new), tuple(ctx)) == want, (new, ctx)
+        assert alone.stage_times(new, ctx) == want, (new, ctx)
 
 
 def test_contexts_past_the_tables_grow_them():

@@ -53,7 +53,7 @@ def test_large_batches_are_the_kv_stream():
 
 def test_mixed_batches_split_by_the_longest_sequence():
     # the heuristic sees the batch's longest sequence (max_seqlen_k); short ones ride along
-    call = LLAMA70_TP2._decode_call
+    call = LLAMA70_TP2.coeffs.attention.decode_call
     n = np.ones((1, 4))
     _, keys, splits, _ = call.layout(n, np.array([[100.0, 100.0, 100.0, 3000.0]]))
     _, _, splits_long, _ = call.layout(n, np.full((1, 4), 3000.0))
@@ -64,7 +64,7 @@ def test_mixed_batches_split_by_the_longest_sequence():
 
 def test_stacks_without_the_split_model_keep_their_decode_law():
     ideal = PerfModel(Deployment.create(model="llama2-70b", gpu="a100-80g-pcie", tp=2, stack="ideal"))
-    assert ideal._decode_call is None and ideal.kernels.attention.decode_split is None
+    assert ideal.coeffs.attention.decode_call is None and ideal.kernels.attention.decode_split is None
 
 
 def test_a_long_sequence_among_short_ones_costs_its_own_blocks_not_a_wave_each():
@@ -72,8 +72,8 @@ def test_a_long_sequence_among_short_ones_costs_its_own_blocks_not_a_wave_each()
     # tokens (63 blocks of 128) among 54 of 200 (2 blocks): the long CTAs stream their 63 blocks
     # once, while the second wave's few CTAs run beside them (not 2 x 63)
     c = np.array([[8000.0] + [200.0] * 54])
-    _, _, splits, critical = LLAMA70_TP2._decode_call.layout(np.ones_like(c), c)
+    _, _, splits, critical = LLAMA70_TP2.coeffs.attention.decode_call.layout(np.ones_like(c), c)
     assert splits[0] == 1 and critical[0] == 63
     # equal lengths keep the profile's wave quantization: 2 waves x 63 blocks
-    _, _, _, critical = LLAMA70_TP2._decode_call.layout(np.ones_like(c), np.full_like(c, 8000.0))
+    _, _, _, critical = LLAMA70_TP2.coeffs.attention.decode_call.layout(np.ones_like(c), np.full_like(c, 8000.0))
     assert critical[0] == 126

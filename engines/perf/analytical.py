@@ -32,20 +32,18 @@ pp > 1 the last stage carries the LM head and the CPU overhead, so it is the slo
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from common.errors import HarnessError
 
+from . import memory
 from . import operators as ops
-from .deployment import Deployment
-from . import launch, memory
-from .kernels import get_stack, kernels_for
-from .moe import ExpertRouting
-from .split_kv import DecodeCall
 from .batch_pricer import BatchPricer
+from .coefficients import build_coefficients
+from .deployment import Deployment
+from .kernels import get_stack, kernels_for
 from .scratch import SCRATCH as _SCRATCH, prepare
 from .vllm_releases import padded_array, step_rules
 
@@ -66,112 +64,24 @@ class PerfModel:
 
     def __init__(self, deployment: Deployment) -> None:
         d = deployment
-        m = d.model
-        gpu = d.gpu
         self.deployment = d
-        self.model = m
-        self.gpu = gpu
+        self.model = d.model
+        self.gpu = d.gpu
         self.tp, self.pp = d.tp, d.pp
-        self.stage_layers = m.layers_per_stage(d.pp)
-        bpe = m.bytes_per_param
-        h = m.hidden_size
-        qh = m.q_heads_per_gpu(d.tp)
-        kvh = m.kv_heads_per_gpu(d.tp)
-        hd = m.head_dim
-        inter = m.intermediate_size // d.tp
+        self.stage_layers = d.model.layers_per_stage(d.pp)
         # The engine's kernels on this GPU (kernels.py): GEMM law, attention and elementwise costs.
         self.stack = get_stack(d.stack)
-        k = self.kernels = kernels_for(self.stack, gpu.name, gpu.matmul_efficiency, d.attention_kernel)
-        # measured: shape-dependent compute efficiency, soft roofline, fixed cost; datasheet: the
-        # large-GEMM efficiency at every shape (hardware.py). FP8 weights: the linear layers' GEMMs at
-        # the FP8 peak, the same fraction of it (precision.py); the LM head and a router stay 16-bit.
-        eff = k.gemm.compute_efficiency if k.gemm.smooth else gpu.matmul_efficiency
-        weight_bw = gpu.hbm_bandwidth * k.gemm.stream_efficiency if k.gemm.smooth else gpu.weight_bandwidth
-        flops16 = gpu.peak_flops * eff
-        flops = gpu.fp8_peak_flops * eff if d.weight_dtype else flops16
-        wbpe, kvbpe = d.weight_bytes_per_param, d.kv_bytes_per_element
-        self._gemm_smooth, self._gemm_fixed = k.gemm.smooth, k.gemm.fixed_s
-        self._tile = d.gemm_tile_tokens
-        # The four GEMMs of a layer on one GPU (column-parallel QKV and MLP-up, row-parallel
-        # attention-out and MLP-down), as (G, 1) coefficient columns evaluated together.
-        self._gemm_shapes = (
-            ("linear.qkv", h, (qh + 2 * kvh) * hd),
-            ("linear.attn_out", qh * hd, h),
-            ("linear.mlp_up", h, m.mlp_in_width // d.tp),
-            ("linear.mlp_down", inter, h),
-        )
-        coeffs = np.array([self._gemm_coefficients(kk, n, flops, weight_bw, bpe, wbpe) for _, kk, n in self._gemm_shapes])
-        self._gemm_c, self._gemm_w, self._gemm_a = (coeffs[:, i:i + 1] for i in range(3))
-        # An MoE layer (moe.py): the MLP rows above are one expert's; the batch runs T x k rows over
-        # the D(T) experts it hits, after a 16-bit router GEMM (hidden x experts).
-        self._routing = ExpertRouting.build(m.num_experts, m.experts_per_token) if m.is_moe else None
-        self._router = self._gemm_coefficients(h, m.num_experts, flops16, weight_bw, bpe) if m.is_moe else None
-        # Bandwidth-bound kernels of a layer on one GPU: (name, kernel, bytes per token). Unfused, the
-        # residual add (read 2, write 1) and RMSNorm (read 1, write 1) are two kernels per norm.
-        ew = k.elementwise
-        norm_kernels = ([("norm", ew.norm, 4 * h)] if ew.fused_add_norm
-                        else [("norm", ew.norm, 2 * h), ("add", ew.add, 3 * h)]) * m.norms_per_layer
-        widths = norm_kernels + [
-            ("rope", ew.rope, 2 * (qh + kvh) * hd),  # read + write Q and K
-            ("act", ew.act, (3 if m.gated_mlp else 2) * inter * max(1, m.experts_per_token)),  # SiLU(gate) * up, or GELU
-        ]
-        if m.qk_norm:  # Qwen3: RMSNorm over the query and the key heads, read + write each
-            widths += [("q_norm", ew.norm, 2 * qh * hd), ("k_norm", ew.norm, 2 * kvh * hd)]
-        if m.is_moe:  # moe.py [VLLM-MOE] moe_sum: read each token's k expert outputs, write their sum
-            widths.append(("moe_sum", ew.add, (m.experts_per_token + 1) * h))
-        self.elementwise_kernels = tuple((name, kern, width * bpe) for name, kern, width in widths) + (
-            ("kv_write", ew.kv_write, 2 * kvh * hd * (bpe + kvbpe)),)  # read K, V; write them into the cache
-        hbm = gpu.hbm_bandwidth
-        self._elementwise_per_token = sum(nbytes * kern.per_byte(hbm) for _, kern, nbytes in self.elementwise_kernels)
-        self._elementwise_fixed = sum(kern.fixed_s for _, kern, _ in self.elementwise_kernels)
-        # TP all-reduce of the hidden states: twice per layer, once for Falcon's parallel block.
-        self._act_bytes_per_token = h * bpe
-        self._allreduces_per_layer = 1 if m.parallel_attn_mlp else 2
-        self._allreduce = ops.allreduce_curve(d.tp, d.tp_link, self.stack.allreduce).scaled(self._act_bytes_per_token)
-        # Attention: 2 matmuls (QK^T, PV) x 2 FLOPs per multiply-add x head_dim x local heads.
-        att = k.attention
-        self._attn_flops_per_pair = 4.0 * hd * qh
-        self._attn_kv_bytes_per_token = 2.0 * kvh * hd * kvbpe
-        self._attn_qo_bytes_per_token = 2.0 * qh * hd * bpe
-        self._attn_flops = gpu.attention_flops * att.prefill_fa2_fraction
-        self._attn_bandwidth = hbm * (att.decode_efficiency or gpu.hbm_efficiency)
-        self._attn_causal = att.causal_flops
-        self._attn_prefill_fixed_units = math.floor(att.prefill_fixed_s / ops.TIME_QUANTUM_S)
-        self._attn_decode_fixed_units = math.floor(att.decode_fixed_s / ops.TIME_QUANTUM_S)
-        self._decode_call = None if att.decode_split is None else DecodeCall(
-            att.decode_split, sm_count=gpu.sm_count, q_heads=qh, kv_heads=kvh, head_dim=hd,
-            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
-            bandwidth=self._attn_bandwidth, window=m.sliding_window)
-        # Embedding gather (read + write a row per token) on the first stage.
-        self._embedding_per_token = 2 * self._act_bytes_per_token * ew.embedding.per_byte(hbm)
-        self._embedding_fixed = ew.embedding.fixed_s
-        # Final norm + LM head (vocab-parallel) + logits all-gather, one row per sequence.
-        self._vocab_per_gpu = math.ceil(m.vocab_size / d.tp)
-        self._lm_norm_per_row = (4 if ew.fused_add_norm else 2) * h * bpe * ew.norm.per_byte(hbm)
-        self._lm_norm_fixed = ew.norm.fixed_s
-        self._lm_c, self._lm_w, self._lm_a = self._gemm_coefficients(h, self._vocab_per_gpu, flops16, weight_bw, bpe)
-        self._allgather = ops.allgather_curve(d.tp, d.tp_link).scaled(self._vocab_per_gpu * d.tp * bpe)  # by rows
-        multi_gpu = d.num_gpus > 1
-        self._cpu_fixed = d.cpu_overhead_s + (d.multi_gpu_overhead_s if multi_gpu else 0.0)
-        self._cpu_per_seq = d.cpu_overhead_per_seq_s + (d.multi_gpu_overhead_per_seq_s if multi_gpu else 0.0)
+        self.kernels = kernels_for(self.stack, d.gpu.name, d.gpu.matmul_efficiency, d.attention_kernel)
         # A shipped vLLM release (vllm_releases.py): batches padded to its capture sizes; async scheduling.
-        self.rules = step_rules(self.stack.release, gpu.name, gpu.visible_bytes, d.pp, d.cuda_graphs is not False)
-        self._graph_sizes = self.rules.graph_sizes if self.rules else ()
-        self._overlap_cpu = bool(self.rules and self.rules.overlap_cpu)
-        # Kernel launches, eager or as CUDA graphs (launch.py); None where the stack prices none.
-        self.launch = launch.build("eager" if d.cuda_graphs is False else self.stack.graphs, self.stack.launch_s,
-                                   self._graph_sizes[-1] if self._graph_sizes else self.stack.graph_max_tokens,
-                                   elementwise_kernels=len(self.elementwise_kernels),
-                                   gemms=4 + m.is_moe, allreduces_per_layer=self._allreduces_per_layer, tp=d.tp)
-        # Stage-to-stage send: hidden states, plus the residual stream Llama-style blocks carry
-        # separately (vLLM's PP sends both); Falcon's parallel block has none.
-        self._send_bytes_per_token = (1 if m.parallel_attn_mlp else 2) * self._act_bytes_per_token
+        self.rules = step_rules(self.stack.release, d.gpu.name, d.gpu.visible_bytes, d.pp, d.cuda_graphs is not False)
+        # Every constant the formulas multiply by, built once (coefficients.py).
+        self.coeffs = k = build_coefficients(d, self.stack, self.kernels, self.rules)
+        self.elementwise_kernels = k.elementwise_kernels
+        self.launch = k.launch  # kernel launches (launch.py); None where the stack prices none
         # One batch at a time (the simulator's stepped iterations) takes the scalar path below,
         # unless a subclass prices the components its own way.
         self._scalar_rows = type(self)._components is PerfModel._components
-        self._gemm_scalars = [tuple(float(x[g, 0]) for x in (self._gemm_c, self._gemm_w, self._gemm_a))
-                              for g in range(len(self._gemm_shapes))]
-        self._pricer = BatchPricer(self) if self._scalar_rows else None
+        self._pricer = BatchPricer(k, self._expert_gemms_one if k.routing is not None else None) if self._scalar_rows else None
 
     # ------------------------------------------------------------ public API
     def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
@@ -267,9 +177,9 @@ class PerfModel:
         out["embedding"] = float(comp["embedding"][0]) if (active and first) else 0.0
         out["lm_head"] = float(comp["lm_head"][0]) if (active and last) else 0.0
         out["cpu_overhead"] = float(comp["cpu_overhead"][0]) if (active and last) else 0.0
-        out["launch"] = self._launch(comp["seqs"][0], comp["tokens"][0], s) if self.launch else 0.0
+        out["launch"] = self.coeffs.launch_s(comp["seqs"][0], comp["tokens"][0], s) if self.launch else 0.0
         out["total"] = float(stages[s, 0])
-        if self._overlap_cpu and last:  # async scheduling: only the CPU time the GPU step does not cover shows
+        if self.coeffs.overlap_cpu and last:  # async scheduling: only the CPU time the GPU step does not cover shows
             out["cpu_overhead"] = max(0.0, out["total"] - sum(out[k] for k in BREAKDOWN_PARTS if k != "cpu_overhead"))
         out["stage"] = float(s)
         out["layers"] = float(layers)
@@ -277,81 +187,56 @@ class PerfModel:
         return out
 
     # ------------------------------------------------------------ internals
-    def _gemm_coefficients(self, k: int, n: int, flops: float, bandwidth: float, bpe: int,
-                           wbpe: int | None = None) -> tuple[float, float, float]:
-        return ops.gemm_coefficients(k, n, flops=flops, bandwidth=bandwidth, bytes_per_elem=bpe,
-                                     k_half=self.kernels.gemm.k_half, weight_bytes_per_elem=wbpe)
-
-    def _gemms(self, m: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:
-        """GEMM times from coefficients, m rows rounded up to the tile."""
-        return self._gemm_law(m, ops.tiled(m, self._tile), per_tiled_row, weights, per_row)
-
-    def _gemm_law(self, m: np.ndarray, m_tiled: np.ndarray, per_tiled_row, weights, per_row) -> np.ndarray:
-        """The datasheet roofline, or the measured kernel's soft one."""
-        if not self._gemm_smooth:
-            return ops.gemm_time_from(m, m_tiled, per_tiled_row, weights, per_row)
-        return ops.gemm_time_smooth_from(m, m_tiled, per_tiled_row, weights, per_row, self._gemm_fixed)
-
     def _expert_gemms(self, tokens: np.ndarray) -> list[np.ndarray]:
         """An MoE layer's router + gate/up and down GEMMs over the experts the batch hits (moe.py)."""
-        rows, rows_tiled, hit = self._routing.rows(tokens)
-        c, w, a = self._gemm_c, self._gemm_w, self._gemm_a
-        router = self._gemms(tokens, *self._router)
-        return [self._gemm_law(rows, rows_tiled, c[2], w[2] * hit, a[2]) + router,
-                self._gemm_law(rows, rows_tiled, c[3], w[3] * hit, a[3])]
+        k = self.coeffs
+        rows, rows_tiled, hit = k.routing.rows(tokens)
+        c, w, a = k.gemm_c, k.gemm_w, k.gemm_a
+        router = k.gemms(tokens, *k.router)
+        return [k.gemm_law(rows, rows_tiled, c[2], w[2] * hit, a[2]) + router,
+                k.gemm_law(rows, rows_tiled, c[3], w[3] * hit, a[3])]
 
     def _expert_gemms_one(self, tokens: float, tiled: float) -> list[float]:
         """_expert_gemms for one batch of `tokens` (`tiled`: rounded up to the tile), in Python floats."""
-        rows, rows_tiled, hit = self._routing.rows_one(tokens)
-        (c2, w2, a2), (c3, w3, a3) = self._gemm_scalars[2:]
-        router = self._gemm_scalar(tokens, tiled, *self._router)
-        return [self._gemm_scalar(rows, rows_tiled, c2, w2 * hit, a2) + router,
-                self._gemm_scalar(rows, rows_tiled, c3, w3 * hit, a3)]
-
-    def _gemm_scalar(self, m: float, m_tiled: float, per_tiled_row: float, weights: float, per_row: float) -> float:
-        return ops.gemm_time_one(m, m_tiled, per_tiled_row, weights, per_row, self._gemm_fixed, self._gemm_smooth)
-
-    def _attention_units(self, n: np.ndarray, c: np.ndarray, scratch) -> np.ndarray:
-        units = ops.attention_units(
-            n, c, window=self.model.sliding_window, flops_per_pair=self._attn_flops_per_pair,
-            kv_bytes_per_token=self._attn_kv_bytes_per_token, qo_bytes_per_token=self._attn_qo_bytes_per_token,
-            flops=self._attn_flops, bandwidth=self._attn_bandwidth, scratch=scratch, causal=self._attn_causal,
-            prefill_fixed_units=self._attn_prefill_fixed_units, decode_fixed_units=self._attn_decode_fixed_units)
-        if self._decode_call is None:
-            return units
-        return units + self._decode_call.units(n, c, scratch[0])
+        k = self.coeffs
+        rows, rows_tiled, hit = k.routing.rows_one(tokens)
+        (c2, w2, a2), (c3, w3, a3) = k.gemm_scalars[2:]
+        router = k.gemm_one(tokens, tiled, *k.router)
+        return [k.gemm_one(rows, rows_tiled, c2, w2 * hit, a2) + router,
+                k.gemm_one(rows, rows_tiled, c3, w3 * hit, a3)]
 
     def _components(self, n: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
         """Per-row costs: per-layer operator times, per-stage extras, and the token counts.
         Every entry is 0 for a row without tokens."""
+        k = self.coeffs
         real = n.sum(axis=-1)  # whole numbers: exact in any summation order
         seqs = np.count_nonzero(n, axis=-1).astype(np.float64)
         active = seqs > 0
         # The rows the model runs: a CUDA graph's batch is padded to its capture size (LM head: real rows).
-        tokens = padded_array(self._graph_sizes, real) if self._graph_sizes else real
-        gemms = list(self._gemms(tokens, self._gemm_c, self._gemm_w, self._gemm_a))
-        if self._routing is not None:
+        tokens = padded_array(k.graph_sizes, real) if k.graph_sizes else real
+        gemms = list(k.gemms(tokens, k.gemm_c, k.gemm_w, k.gemm_a))
+        if k.routing is not None:
             gemms[2:] = self._expert_gemms(tokens)
         comp: dict[str, np.ndarray] = {"tokens": real, "seqs": seqs, "active": active}
-        for (name, _, _), t in zip(self._gemm_shapes, gemms):
+        for (name, _, _), t in zip(k.gemm_shapes, gemms):
             comp[name] = t
         linear = gemms[0] + gemms[1] + gemms[2] + gemms[3]
-        attention = self._attention_units(n, c, _SCRATCH.views(n.shape, 2, 3)) * ops.TIME_QUANTUM_S
-        elementwise = (tokens * self._elementwise_per_token + self._elementwise_fixed) * active
-        allreduce = self._allreduce.time(tokens)
-        tp_comm = self._allreduces_per_layer * allreduce
+        attention = k.attention.units(n, c, _SCRATCH.views(n.shape, 2, 3)) * ops.TIME_QUANTUM_S
+        elementwise = (tokens * k.elementwise_per_token + k.elementwise_fixed) * active
+        allreduce = k.allreduce.time(tokens)
+        tp_comm = k.allreduces_per_layer * allreduce
         comp["linear"] = linear
         comp["attention"] = attention
         comp["elementwise"] = elementwise
         comp["tp_comm"] = tp_comm
         comp["layer"] = linear + attention + elementwise + tp_comm
         # First stage: embedding gather, then the vocab-parallel embedding's all-reduce under TP.
-        comp["embedding"] = (tokens * self._embedding_per_token + self._embedding_fixed) * active + allreduce
+        comp["embedding"] = (tokens * k.embedding_per_token + k.embedding_fixed) * active + allreduce
         # Last stage: final norm + LM head on one row per sequence + logits all-gather.
-        comp["lm_head"] = ((seqs * self._lm_norm_per_row + self._lm_norm_fixed) * active
-                           + self._gemms(seqs, self._lm_c, self._lm_w, self._lm_a)
-                           + self._allgather.time(seqs))
-        cpu = seqs * self._cpu_per_seq + self._cpu_fixed
+        comp["lm_head"] = ((seqs * k.lm_norm_per_row + k.lm_norm_fixed) * active
+                           + k.gemms(seqs, *k.lm_head)
+                           + k.allgather.time(seqs))
+        cpu = seqs * k.cpu_per_seq + k.cpu_fixed
         cpu *= active
         comp["cpu_overhead"] = cpu
         return comp
@@ -374,7 +259,7 @@ class PerfModel:
     def _stage_times(self, comp: dict[str, np.ndarray]) -> np.ndarray:
         """(pp, rows) seconds of each stage (0 for rows without tokens: every part is 0 there)."""
         last = self.pp - 1
-        if last == 0 and not self.launch and not self._overlap_cpu:
+        if last == 0 and not self.launch and not self.coeffs.overlap_cpu:
             return (self.stage_layers[0] * comp["layer"] + comp["embedding"] + comp["lm_head"]
                     + comp["cpu_overhead"])[None]
         rows = []
@@ -384,17 +269,14 @@ class PerfModel:
                 t = t + comp["embedding"]
             if s == last:
                 t = t + comp["lm_head"]
-                t = np.maximum(t, comp["cpu_overhead"]) if self._overlap_cpu else t + comp["cpu_overhead"]
+                t = np.maximum(t, comp["cpu_overhead"]) if self.coeffs.overlap_cpu else t + comp["cpu_overhead"]
             if self.launch:
-                t = t + self._launch(comp["seqs"], comp["tokens"], s)
+                t = t + self.coeffs.launch_s(comp["seqs"], comp["tokens"], s)
             rows.append(t)
         return np.stack(rows)
 
-    def _launch(self, seqs, tokens, stage: int):
-        return self.launch.stage_s(seqs, tokens, self.stage_layers[stage], stage == 0, stage == self.pp - 1)
-
     def _send(self, tokens: np.ndarray) -> np.ndarray:
-        """Activation bytes of the batch over the PP link (see _send_bytes_per_token)."""
+        """Activation bytes of the batch over the PP link (see Coefficients.send_bytes_per_token)."""
         if self.pp == 1:
             return np.zeros(np.shape(tokens))
-        return ops.p2p_time(np.asarray(tokens, dtype=np.float64) * self._send_bytes_per_token, self.deployment.pp_link)
+        return ops.p2p_time(np.asarray(tokens, dtype=np.float64) * self.coeffs.send_bytes_per_token, self.deployment.pp_link)

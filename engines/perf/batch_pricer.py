@@ -21,42 +21,43 @@ bit; `python benchmarks/bench_perf_model.py` measures the speed.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 
 from common.errors import HarnessError
 
 from . import operators as ops
+from .coefficients import Coefficients
 from .split_kv import num_splits
 from .vllm_releases import padded
-
-if TYPE_CHECKING:
-    from .analytical import PerfModel
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
 _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
 
 
 class BatchPricer:
-    """The one-batch and decode-run prices of a PerfModel whose components are the analytical ones."""
+    """The one-batch and decode-run prices of a model whose components are the analytical ones:
+    its coefficients `k`, and (an MoE model) its `expert_gemms(tokens, tiled)`, the MoE layer's
+    two GEMM slots for one batch, which the expert-parallel model prices its own way."""
 
-    def __init__(self, model: PerfModel) -> None:
-        self.m = model
-        att = model
-        self.window = model.model.sliding_window
-        self.causal = att._attn_causal
+    def __init__(self, k: Coefficients, expert_gemms: Callable[[float, float], list[float]] | None = None) -> None:
+        self.k = k
+        self.expert_gemms = expert_gemms
+        att = self.att = k.attention
+        self.window = att.window
+        self.causal = att.causal
         q = ops.TIME_QUANTUM_S
         # The constants operators.attention_units multiplies by, evaluated as it evaluates them.
-        self.k_pairs = 0.5 * att._attn_flops_per_pair / att._attn_flops / q
-        self.k_kv = att._attn_kv_bytes_per_token / att._attn_bandwidth / q
-        self.k_qo = att._attn_qo_bytes_per_token / att._attn_bandwidth / q
-        self.prefill_fixed = float(att._attn_prefill_fixed_units)
-        self.decode_fixed = float(att._attn_decode_fixed_units)
-        self.call = att._decode_call  # the split-KV decode kernel, or None
-        self.layers = tuple(model.stage_layers)
-        self.last = model.pp - 1
-        self.overlap = model._overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
+        self.k_pairs = 0.5 * att.flops_per_pair / att.flops / q
+        self.k_kv = att.kv_bytes_per_token / att.bandwidth / q
+        self.k_qo = att.qo_bytes_per_token / att.bandwidth / q
+        self.prefill_fixed = float(att.prefill_fixed_units)
+        self.decode_fixed = float(att.decode_fixed_units)
+        self.call = att.decode_call  # the split-KV decode kernel, or None
+        self.layers = k.stage_layers
+        self.last = k.pp - 1
+        self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
         self._shapes: dict[tuple[int, int], tuple] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
         self._decode_units: list[float] = []
@@ -74,11 +75,11 @@ class BatchPricer:
         while size <= top:
             size *= 2
         c = np.arange(size, dtype=np.float64)[:, None]
-        m = self.m
+        att = self.att
         units = ops.attention_units(
-            np.ones_like(c), c, window=self.window, flops_per_pair=m._attn_flops_per_pair,
-            kv_bytes_per_token=m._attn_kv_bytes_per_token, qo_bytes_per_token=m._attn_qo_bytes_per_token,
-            flops=m._attn_flops, bandwidth=m._attn_bandwidth, causal=self.causal)
+            np.ones_like(c), c, window=self.window, flops_per_pair=att.flops_per_pair,
+            kv_bytes_per_token=att.kv_bytes_per_token, qo_bytes_per_token=att.qo_bytes_per_token,
+            flops=att.flops, bandwidth=att.bandwidth, causal=self.causal)
         self._decode_units_arr = units
         self._decode_units = units.tolist()
         cached = c[:, 0] if self.window is None else np.minimum(c[:, 0], float(self.window - 1))
@@ -106,23 +107,23 @@ class BatchPricer:
         got = self._shapes.get(key)
         if got is not None:
             return got
-        m = self.m
-        t, s = float(padded(m._graph_sizes, tokens)), float(seqs)  # the rows a CUDA graph runs (analytical.py)
-        tiled = float(math.ceil(t / m._tile) * m._tile)
-        g = [m._gemm_scalar(t, tiled, *coeffs) for coeffs in m._gemm_scalars]
-        if m._routing is not None:
-            g[2:] = m._expert_gemms_one(t, tiled)
+        k = self.k
+        t, s = float(padded(k.graph_sizes, tokens)), float(seqs)  # the rows a CUDA graph runs (analytical.py)
+        tiled = float(math.ceil(t / k.tile) * k.tile)
+        g = [k.gemm_one(t, tiled, *coeffs) for coeffs in k.gemm_scalars]
+        if self.expert_gemms is not None:
+            g[2:] = self.expert_gemms(t, tiled)
         linear = g[0] + g[1] + g[2] + g[3]
-        allreduce = m._allreduce.seconds(t)
-        elementwise = t * m._elementwise_per_token + m._elementwise_fixed
-        seqs_tiled = float(math.ceil(s / m._tile) * m._tile)
-        lm_head = ((s * m._lm_norm_per_row + m._lm_norm_fixed)
-                   + m._gemm_scalar(s, seqs_tiled, m._lm_c, m._lm_w, m._lm_a)
-                   + m._allgather.seconds(s))
-        cpu = s * m._cpu_per_seq + m._cpu_fixed
-        embedding = (t * m._embedding_per_token + m._embedding_fixed) + allreduce
-        launches = tuple(m._launch(s, float(tokens), i) for i in range(m.pp)) if m.launch else None
-        got = (linear, elementwise, m._allreduces_per_layer * allreduce, embedding, lm_head, cpu, launches)
+        allreduce = k.allreduce.seconds(t)
+        elementwise = t * k.elementwise_per_token + k.elementwise_fixed
+        seqs_tiled = float(math.ceil(s / k.tile) * k.tile)
+        lm_head = ((s * k.lm_norm_per_row + k.lm_norm_fixed)
+                   + k.gemm_one(s, seqs_tiled, *k.lm_head)
+                   + k.allgather.seconds(s))
+        cpu = s * k.cpu_per_seq + k.cpu_fixed
+        embedding = (t * k.embedding_per_token + k.embedding_fixed) + allreduce
+        launches = tuple(k.launch_s(s, float(tokens), i) for i in range(k.pp)) if k.launch else None
+        got = (linear, elementwise, k.allreduces_per_layer * allreduce, embedding, lm_head, cpu, launches)
         if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
             self._shapes.clear()
         self._shapes[key] = got

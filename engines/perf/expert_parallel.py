@@ -137,9 +137,9 @@ def build_layer(rank: PerfModel) -> ExpertParallelLayer:
     m = d.model
     return ExpertParallelLayer(
         dp=d.dp, shards=d.expert_shards, hidden_bytes=m.hidden_size * m.bytes_per_param, top_k=m.experts_per_token,
-        comm=d.ep_comm, routing=rank._routing, up=whole._gemm_scalars[2], down=whole._gemm_scalars[3],
+        comm=d.ep_comm, routing=rank.coeffs.routing, up=whole.coeffs.gemm_scalars[2], down=whole.coeffs.gemm_scalars[3],
         gather=ops.allgather_curve(d.dp, d.ep_link), send=ops.p2p_curve(d.ep_link),
-        graph_sizes=rank._graph_sizes, gemm=rank._gemm_scalar)
+        graph_sizes=rank.coeffs.graph_sizes, gemm=rank.coeffs.gemm_one)
 
 
 PARTNERS = ("same", "dummy", "none")  # what the other ranks bring to a rank's MoE layers
@@ -186,12 +186,13 @@ class ExpertParallelModel(PerfModel):
 
     def _expert_gemms(self, tokens: np.ndarray) -> list[np.ndarray]:
         """The router on this rank's tokens; the whole EP layer in the gate/up slot, 0 in the down one."""
-        router = self._gemms(tokens, *self._router)
+        router = self.coeffs.gemms(tokens, *self.coeffs.router)
         shared = np.vectorize(self._shared, otypes=[np.float64])(tokens) if np.size(tokens) else np.zeros(np.shape(tokens))
         return [router + shared, np.zeros(np.shape(tokens))]
 
     def _expert_gemms_one(self, tokens: float, tiled: float) -> list[float]:
-        return [self._gemm_scalar(tokens, tiled, *self._router) + self._shared(tokens), 0.0]
+        k = self.coeffs
+        return [k.gemm_one(tokens, tiled, *k.router) + self._shared(tokens), 0.0]
 
     def step_time(self, batches: Sequence[tuple[Sequence[int], Sequence[int]] | None]) -> float:
         """Seconds of one lockstep step: the slowest rank's own GPU work plus every layer's shared MoE
@@ -201,8 +202,9 @@ class ExpertParallelModel(PerfModel):
         parts = [b if b is not None and len(b[0]) else DUMMY_BATCH for b in batches]
         shared = self.stage_layers[0] * self.moe.layer_s([int(sum(n)) for n, _ in parts])
         gpu = [self.alone.iteration_time(n, c) for n, c in parts]
-        cpu = [self._cpu_fixed if b is None else sum(1 for x in b[0] if x) * self._cpu_per_seq + self._cpu_fixed
+        k = self.coeffs
+        cpu = [k.cpu_fixed if b is None else sum(1 for x in b[0] if x) * k.cpu_per_seq + k.cpu_fixed
                for b in batches]
-        if self._overlap_cpu:
+        if k.overlap_cpu:
             return max(max(gpu) + shared, max(cpu))
         return max(g + c for g, c in zip(gpu, cpu)) + shared

@@ -92,7 +92,7 @@ def compute_times(pm: PerfModel, family: str, tokens: np.ndarray) -> np.ndarray:
     if family in GEMM_OPS:
         return pm._components(T[:, None].copy(), np.zeros((len(T), 1)))[GEMM_OPS[family]]
     if family == "embedding":
-        return T * pm._embedding_per_token + pm._embedding_fixed
+        return T * pm.coeffs.embedding_per_token + pm.coeffs.embedding_fixed
     pieces = elementwise_pieces(pm, T)
     return sum(pieces.values()) if family == "elementwise" else pieces[family]
 
@@ -137,7 +137,7 @@ def price(points: pd.DataFrame, stack: str = DEFAULT_STACK, a100: str = "pcie") 
     model_rows = pts[~pts["family"].isin(COLLECTIVES)]
     for (card, model, tp), g in model_rows.groupby(["catalog_gpu", "model", "tp"], sort=False):
         pm = perf_model(model, card, int(tp), stack)
-        shapes = {name: (k, n) for name, k, n in pm._gemm_shapes}
+        shapes = {name: (k, n) for name, k, n in pm.coeffs.gemm_shapes}
         for fam, f in g.groupby("family", sort=False):
             i = where[f.index].to_numpy()
             if fam in ATTENTION:

@@ -23,6 +23,7 @@ from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.schedulers import SchedulerConfig
 from harness.backends.deployment import DeploymentPlan, DisaggPlan
+from harness.backends.scaling import AutoscaleSettings, ScalePlan, check_autoscale
 from harness.records import RequestRecord, RequestSpec
 
 
@@ -84,6 +85,8 @@ class ClusterSettings:
     router_options: Any = None
     # Colocated instances of different deployments, group by group (their counts replace `instances`).
     replicas: list[ReplicaGroup] = field(default_factory=list)
+    # Replicas added and removed during the run by a named policy (off by default; harness/backends/scaling.py).
+    autoscale: AutoscaleSettings = field(default_factory=AutoscaleSettings)
 
     def __post_init__(self) -> None:
         from engines.perf.transfer import PLACEMENTS, TRANSFER_MODES
@@ -116,6 +119,7 @@ class ClusterSettings:
             raise ValueError("replicas lists every colocated instance: leave instances=1 and no prefill/decode instances")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}")
+        check_autoscale(self.autoscale, self.instances, self.disaggregated, bool(self.replicas), self.router)
 
     @property
     def disaggregated(self) -> bool:
@@ -157,6 +161,10 @@ class ClusterSettings:
         if self.replicas:
             parts = [f"{n}x {g} tp{gtp}" + (f"pp{gpp}" if gpp > 1 else "") for n, g, gtp, gpp in self.groups(gpu, tp, pp)]
             return f"{' + '.join(parts)} behind {self.router}"
+        if self.autoscale.policy is not None:
+            a = self.autoscale
+            return (f"{self.instances} instance{'s' if self.instances > 1 else ''} behind {self.router} at the start, autoscaled by {a.policy} "
+                    f"within [{a.min_replicas}, {a.max_replicas}]")
         if not self.disaggregated:
             return f"{self.instances} instances behind {self.router}" if self.instances > 1 else ""
 
@@ -224,6 +232,7 @@ class BackendJob:
         assert self.scheduler is not None, "a server of its own (backend=endpoint) runs no engine of ours"
         return EngineConfig(self.scheduler, d.kv_capacity_tokens, self.max_model_len, d.block_size, role=role,
                             prefix_caching=self.prefix_caching, host_kv_blocks=host_kv_blocks)
+    autoscale: ScalePlan | None = None  # cluster.autoscale resolved for this experiment; None: a fixed fleet
 
     def settings_as(self, kind: type[S]) -> S:
         """The job's settings, checked to be the backend's own kind."""

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
 from harness.commands.cache_report import cache_fields, print_cache_lines
+from harness.commands.scaling_report import print_scaling_tables
 from harness.commands.table import print_table, shown_probe, starved
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
@@ -117,6 +118,7 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
     print(f"{plan.name}: {'one probe per scheduler' if s.fixed_qps else 'capacity per scheduler'}")
     print_table(runs, fixed=bool(s.fixed_qps), gpus=num_gpus(plan))
     print_cache_lines(runs, plan, lambda res: shown_probe(res, fixed=bool(s.fixed_qps)))
+    print_scaling_tables(runs, lambda res: shown_probe(res, fixed=bool(s.fixed_qps)))
     if not s.fixed_qps:
         print(capacity_bands(plan.deployment.calibration, {r.scheduler: r.result.capacity_qps for r in runs}))
     if parallel:
@@ -247,7 +249,7 @@ def num_gpus(plan: ExperimentPlan) -> int:
 def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
     o = p.detail
     s = o.summary
-    return asdict(ProbeRow(
+    row = asdict(ProbeRow(
         **cache_fields(o.requests, block_size),
         qps=p.qps,
         passed=p.passed,
@@ -270,6 +272,9 @@ def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
         errors=dict(o.verdict.errors),
         starvation=starved(p),
     ))
+    if o.scaling is not None:  # an autoscaled fleet (cluster.autoscale): its windows, replicas and decisions
+        row["autoscale"] = o.scaling
+    return row
 
 
 def _capacity_fields(result: CapacityResult, gpus: int, block_size: int) -> dict:

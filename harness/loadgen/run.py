@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -162,178 +162,199 @@ def run_load(requests: Sequence[RequestSpec], opts: LoadOptions) -> LoadResult:
 
 
 async def run_load_async(requests: Sequence[RequestSpec], opts: LoadOptions) -> LoadResult:
-    n = len(requests)
     target = Target.parse(opts.base_url)
     headers = {"Content-Type": "application/json", **auth_headers(opts.api_key)}
     clock = time.monotonic
-    loop = asyncio.get_running_loop()
     pool = ConnectionPool(target, opts.max_connections, opts.connect_timeout_s, clock)
-    continuous = await _continuous_usage_needed(pool, target, requests[0] if n else None, opts, headers)
-    # Serialized before the clock starts: sending is one write.
-    path = API_PATHS[opts.api]
-    sessions = Sessions(requests) if has_sessions(requests) else None
-    # A session's later turn is built when it is released (sessions.py): a placeholder until then.
-    users = sessions.users if sessions is not None else [None] * n
-    attempts = [_Attempt(target.request("POST", path, _body(r, opts, continuous, u), headers) if r.after is None else b"")
-                for r, u in zip(requests, users)]
-    timers: list[asyncio.TimerHandle] = []
-    if opts.concurrency is None:
-        await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
-    bar = tqdm(total=n, desc=opts.progress_desc, unit="req", disable=not opts.progress, file=sys.stderr,
-               leave=False, mininterval=0.5)
-    tasks: dict[asyncio.Task, int] = {}  # in flight: task -> request index
-    all_done = asyncio.Event()
-    left = [n]
-    aborted: list[str | None] = [None]
-    stopped: list[str | None] = [None]  # why the run stopped once its failure was certain
-    failed = [0]
+    continuous = await _continuous_usage_needed(pool, target, requests[0] if len(requests) else None, opts, headers)
+    return await _LoadRun(requests, opts, target, headers, pool, continuous, clock).drive()
 
-    async def watch() -> None:
+
+class _LoadRun:
+    """One run, from its first send to its result: the requests' attempts, the tasks in flight,
+    how many requests are still awaited, and why the run ended early if it did. Its state changes
+    on the event loop's thread only (the pacer thread writes a due request to its socket, then
+    hands it over with call_soon_threadsafe), so the counters need no lock."""
+
+    def __init__(self, requests: Sequence[RequestSpec], opts: LoadOptions, target: Target, headers: dict[str, str],
+                 pool: ConnectionPool, continuous: bool, clock) -> None:
+        self.requests, self.opts, self.target, self.headers = requests, opts, target, headers
+        self.pool, self.continuous, self.clock = pool, continuous, clock
+        self.loop = asyncio.get_running_loop()
+        self.n = n = len(requests)
+        # Serialized before the clock starts: sending is one write.
+        self.path = API_PATHS[opts.api]
+        self.sessions = Sessions(requests) if has_sessions(requests) else None
+        # A session's later turn is built when it is released (sessions.py): a placeholder until then.
+        users = self.sessions.users if self.sessions is not None else [None] * n
+        self.attempts = [_Attempt(target.request("POST", self.path, _body(r, opts, continuous, u), headers)
+                                  if r.after is None else b"") for r, u in zip(requests, users)]
+        self.timers: list[asyncio.TimerHandle] = []  # sessions' later turns, waiting out their think time
+        self.tasks: dict[asyncio.Task, int] = {}  # in flight: task -> request index
+        self.all_done = asyncio.Event()
+        self.left = n  # requests neither ended nor skipped (a failed turn's successors are skipped)
+        self.aborted: str | None = None  # the caller's reason the server is gone (opts.abort_check)
+        self.stopped: str | None = None  # why the run stopped once its failure was certain
+        self.failed = 0  # requests failed at a glance (opts.max_errors)
+        # Closed loop: the requests not yet sent; None in open loop, and once the run is over.
+        self.queue: Iterator[int] | None = None
+        self.bar: tqdm | None = None
+        if n == 0:
+            self.all_done.set()
+
+    async def watch(self) -> None:
         """Stops the run when the caller says the server is gone; cuts streams silent for too long."""
+        opts = self.opts
         stall = opts.stall_timeout_s
-        while not all_done.is_set():
+        while not self.all_done.is_set():
             await asyncio.sleep(opts.abort_poll_s)
             reason = opts.abort_check() if opts.abort_check is not None else None
             if reason:
-                aborted[0] = reason
-                all_done.set()
+                self.aborted = reason
+                self.all_done.set()
             if stall is not None:
-                now = clock()
-                for task, i in list(tasks.items()):
-                    a = attempts[i]
+                now = self.clock()
+                for task, i in list(self.tasks.items()):
+                    a = self.attempts[i]
                     if _stalled(a.x, now, stall) and a.error is None:
                         a.error = f"stalled: no bytes for {stall:g} s mid-stream"
                         task.cancel()
-    if n == 0:
-        all_done.set()
 
-    async def send(i: int, conn=None) -> None:
+    async def send(self, i: int, conn=None) -> None:
         """Request i, from its dispatch to its last byte; `conn`: the pacer thread already wrote it there."""
-        a = attempts[i]
-        a.dispatched = clock()  # replaced by the time the request is written (x.sent_at), if it is
+        a = self.attempts[i]
+        a.dispatched = self.clock()  # replaced by the time the request is written (x.sent_at), if it is
         try:
-            async with asyncio.timeout(opts.request_timeout_s):
+            async with asyncio.timeout(self.opts.request_timeout_s):
                 if conn is None:
-                    await pool.exchange(a.x)
+                    await self.pool.exchange(a.x)
                 else:
-                    await pool.follow(conn, a.x)
+                    await self.pool.follow(conn, a.x)
         except TimeoutError:
-            a.error = f"timed out after {opts.request_timeout_s:g} s"
+            a.error = f"timed out after {self.opts.request_timeout_s:g} s"
         except ConnectionError as e:
             a.error = str(e)
         except asyncio.CancelledError:
             a.error = a.error or UNFINISHED  # a stall (watch) names itself
             raise
 
-    def on_done(task: asyncio.Task) -> None:
-        i = tasks.pop(task)
-        left[0] -= 1
-        bar.update(1)
-        if opts.max_errors is not None and stopped[0] is None and failed_at_a_glance(requests[i], attempts[i], opts):
-            failed[0] += 1
-            if failed[0] > opts.max_errors:  # the probe fails whatever the rest does: stop sending
-                stopped[0] = (f"{failed[0]} of {n} requests failed by request {i}, more than the "
-                              f"{opts.max_errors} allowed")
-                all_done.set()
-        if next_closed is not None and stopped[0] is None:
-            next_closed()
-        if sessions is not None and sessions.successor[i] is not None and not all_done.is_set():
-            release_after(i)
-        if left[0] == 0:
-            all_done.set()
+    def on_done(self, task: asyncio.Task) -> None:
+        i = self.tasks.pop(task)
+        self.left -= 1
+        self.bar.update(1)
+        opts = self.opts
+        if opts.max_errors is not None and self.stopped is None and failed_at_a_glance(self.requests[i], self.attempts[i], opts):
+            self.failed += 1
+            if self.failed > opts.max_errors:  # the probe fails whatever the rest does: stop sending
+                self.stopped = (f"{self.failed} of {self.n} requests failed by request {i}, more than the "
+                                f"{opts.max_errors} allowed")
+                self.all_done.set()
+        if self.queue is not None and self.stopped is None:
+            self.next_closed()
+        if self.sessions is not None and self.sessions.successor[i] is not None and not self.all_done.is_set():
+            self.release_after(i)
+        if self.left == 0:
+            self.all_done.set()
 
-    def release_after(i: int) -> None:
+    def release_after(self, i: int) -> None:
         """Request i's response ended: its session's next turn goes think_s later, or, if i failed,
         none of the turns after it (never sent; no longer awaited)."""
-        a, j = attempts[i], sessions.successor[i]
+        sessions = self.sessions
+        a, j = self.attempts[i], sessions.successor[i]
         if a.error or a.x.error or a.x.status != 200:
             skipped = sessions.chain_after(i)
-            left[0] -= len(skipped)
-            bar.update(len(skipped))
+            self.left -= len(skipped)
+            self.bar.update(len(skipped))
             return
-        spec = requests[j]
-        ids = opts.session_prompt(spec, generated_ids(a.x.body))
-        body = _body(dataclasses.replace(spec, prompt_token_ids=ids), opts, continuous, sessions.users[j])
-        attempts[j] = _Attempt(target.request("POST", path, body, headers))
-        attempts[j].planned = clock() + spec.think_s
-        timers.append(loop.call_later(spec.think_s, launch, j))
+        spec = self.requests[j]
+        ids = self.opts.session_prompt(spec, generated_ids(a.x.body))
+        body = _body(dataclasses.replace(spec, prompt_token_ids=ids), self.opts, self.continuous, sessions.users[j])
+        self.attempts[j] = _Attempt(self.target.request("POST", self.path, body, self.headers))
+        self.attempts[j].planned = self.clock() + spec.think_s
+        self.timers.append(self.loop.call_later(spec.think_s, self.launch, j))
 
-    def launch(i: int, conn=None) -> None:
-        task = loop.create_task(send(i, conn))
-        tasks[task] = i
-        task.add_done_callback(on_done)
+    def launch(self, i: int, conn=None) -> None:
+        task = self.loop.create_task(self.send(i, conn))
+        self.tasks[task] = i
+        task.add_done_callback(self.on_done)
 
-    def fire(items: list[tuple[int, object]]) -> None:
+    def fire(self, items: list[tuple[int, object]]) -> None:
         for i, conn in items:
-            launch(i, conn)
+            self.launch(i, conn)
 
-    old_switch = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    # A full garbage collection holds the GIL for tens of ms on a harness-sized heap, stalling the
-    # pacer and the loop alike; freezing what exists now leaves only the run's own young objects.
-    gc.collect()
-    gc.freeze()
-    old_priority = set_realtime_priority() if opts.realtime_priority is not False else None
-    realtime = old_priority is not None
-    pacer = None
-    next_closed = None
-    cpu0 = time.process_time()
-    t0 = clock() + START_LEAD_S
-    if opts.concurrency is None:
-        paced = sessions.paced if sessions is not None else range(n)
-        order = sorted(paced, key=lambda i: (requests[i].arrival_s, i))
-        for i in order:
-            attempts[i].planned = t0 + requests[i].arrival_s
-        pacer = Pacer(loop, [attempts[i].planned for i in order],
-                      lambda items: fire([(order[k], conn) for k, conn in items]),
-                      realtime=realtime, direct=lambda k: pool.send_direct(attempts[order[k]].x))
-        pacer.start()
-    else:
-        # Closed loop: a request is "planned" when a slot frees up; arrival times are ignored.
-        queue = iter(range(n))
+    def next_closed(self) -> None:
+        """Closed loop: the next request goes when a slot frees up, "planned" then (arrival times are ignored)."""
+        i = next(self.queue, None)
+        if i is not None:
+            self.attempts[i].planned = self.clock()
+            self.launch(i)
 
-        def next_closed() -> None:
-            i = next(queue, None)
-            if i is not None:
-                attempts[i].planned = clock()
-                launch(i)
-
-        await asyncio.sleep(max(0.0, t0 - clock()))
-        for _ in range(min(opts.concurrency, n)):
-            next_closed()
-    watched = opts.abort_check is not None or opts.stall_timeout_s is not None
-    watchdog = loop.create_task(watch()) if watched else None
-    try:
-        limit = None if opts.time_limit_s is None else max(0.0, t0 + opts.time_limit_s - clock())
+    async def drive(self) -> LoadResult:
+        """Sends every request (paced, or closed-loop), waits for them within the time limit, and collects."""
+        opts, pool, clock, loop, n = self.opts, self.pool, self.clock, self.loop, self.n
+        requests, attempts = self.requests, self.attempts
+        if opts.concurrency is None:
+            await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
+        self.bar = tqdm(total=n, desc=opts.progress_desc, unit="req", disable=not opts.progress, file=sys.stderr,
+                        leave=False, mininterval=0.5)
+        old_switch = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        # A full garbage collection holds the GIL for tens of ms on a harness-sized heap, stalling the
+        # pacer and the loop alike; freezing what exists now leaves only the run's own young objects.
+        gc.collect()
+        gc.freeze()
+        old_priority = set_realtime_priority() if opts.realtime_priority is not False else None
+        realtime = old_priority is not None
+        pacer = None
+        cpu0 = time.process_time()
+        t0 = clock() + START_LEAD_S
+        if opts.concurrency is None:
+            paced = self.sessions.paced if self.sessions is not None else range(n)
+            order = sorted(paced, key=lambda i: (requests[i].arrival_s, i))
+            for i in order:
+                attempts[i].planned = t0 + requests[i].arrival_s
+            pacer = Pacer(loop, [attempts[i].planned for i in order],
+                          lambda items: self.fire([(order[k], conn) for k, conn in items]),
+                          realtime=realtime, direct=lambda k: pool.send_direct(attempts[order[k]].x))
+            pacer.start()
+        else:
+            self.queue = iter(range(n))
+            await asyncio.sleep(max(0.0, t0 - clock()))
+            for _ in range(min(opts.concurrency, n)):
+                self.next_closed()
+        watched = opts.abort_check is not None or opts.stall_timeout_s is not None
+        watchdog = loop.create_task(self.watch()) if watched else None
         try:
-            await asyncio.wait_for(all_done.wait(), timeout=limit)
-        except TimeoutError:
-            pass
-    finally:
-        all_done.set()  # from here on a cancelled turn releases nothing
-        if watchdog is not None:
-            watchdog.cancel()
-        next_closed = None
-        for timer in timers:
-            timer.cancel()
-        if pacer is not None:
-            pacer.stop()
-            await asyncio.sleep(0)  # hand-offs the pacer queued before it stopped become tasks, cancelled below
-        for task in list(tasks):
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        pool.close()
-        sys.setswitchinterval(old_switch)
-        gc.unfreeze()
-        restore_priority(old_priority)
-        bar.close()
-    wall = clock() - t0
-    client = ClientLoad(time.process_time() - cpu0, wall, pool.limit, pool.peak_open, pool.waited, continuous,
-                        pool.direct_sends, realtime, pacer.wake_lag(opts.lag.quantile) if pacer else math.nan,
-                        os.getloadavg()[0])
-    result = collect(requests, attempts, t0, opts, client, aborted[0], stopped[0])
-    if opts.realtime_priority and not realtime:
-        result = dataclasses.replace(result, notes=(*result.notes, "realtime priority was asked for (SCHED_FIFO) but "
-                                                    "is not permitted here: the client ran at normal priority"))
-    return result
+            limit = None if opts.time_limit_s is None else max(0.0, t0 + opts.time_limit_s - clock())
+            try:
+                await asyncio.wait_for(self.all_done.wait(), timeout=limit)
+            except TimeoutError:
+                pass
+        finally:
+            self.all_done.set()  # from here on a cancelled turn releases nothing
+            if watchdog is not None:
+                watchdog.cancel()
+            self.queue = None
+            for timer in self.timers:
+                timer.cancel()
+            if pacer is not None:
+                pacer.stop()
+                await asyncio.sleep(0)  # hand-offs the pacer queued before it stopped become tasks, cancelled below
+            for task in list(self.tasks):
+                task.cancel()
+            if self.tasks:
+                await asyncio.gather(*self.tasks, return_exceptions=True)
+            pool.close()
+            sys.setswitchinterval(old_switch)
+            gc.unfreeze()
+            restore_priority(old_priority)
+            self.bar.close()
+        wall = clock() - t0
+        client = ClientLoad(time.process_time() - cpu0, wall, pool.limit, pool.peak_open, pool.waited, self.continuous,
+                            pool.direct_sends, realtime, pacer.wake_lag(opts.lag.quantile) if pacer else math.nan,
+                            os.getloadavg()[0])
+        result = collect(requests, attempts, t0, opts, client, self.aborted, self.stopped)
+        if opts.realtime_priority and not realtime:
+            result = dataclasses.replace(result, notes=(*result.notes, "realtime priority was asked for (SCHED_FIFO) but "
+                                                        "is not permitted here: the client ran at normal priority"))
+        return result

@@ -57,13 +57,16 @@ class ProbeCache:
             return None
         d = json.loads(meta.read_text())
         summary = Summary(**{k: Distribution(**v) if isinstance(v, dict) else v for k, v in d["summary"].items()})
-        return ProbeOutcome(d["qps"], d["seed"], SloVerdict(**d["verdict"]), summary, pd.read_parquet(rows), None)
+        return ProbeOutcome(d["qps"], d["seed"], SloVerdict(**d["verdict"]), summary, pd.read_parquet(rows), None,
+                            scaling=d.get("scaling"))
 
     def save(self, scheduler: str, outcome: ProbeOutcome) -> None:
         """A disk that refuses the probe breaks the run (RunBroken): its results could not be
         saved either, and a search that goes on unable to save would lose hours of probes."""
         meta_path, rows_path = self._paths(scheduler, outcome.seed, outcome.qps)
         meta = {"qps": outcome.qps, "seed": outcome.seed, "verdict": asdict(outcome.verdict), "summary": asdict(outcome.summary)}
+        if outcome.scaling is not None:  # an autoscaled fleet's report (cluster.autoscale): kept with the probe
+            meta["scaling"] = outcome.scaling
         try:
             meta_path.parent.mkdir(parents=True, exist_ok=True)
             # Rows first: a probe counts as cached only once its JSON exists.

@@ -18,6 +18,7 @@ from engines.core.config import PER_SCHEDULER
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, policy_names, policy_spec
 from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings, ClusterSettings, GiveUp
+from harness.backends.scaling import check_scaled_run, scale_plan
 from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation, plan_replicas
 from harness.metrics import Slo
 from harness.search.offline import OfflineSettings, check_offline, is_offline
@@ -135,6 +136,7 @@ class ExperimentPlan:
             cluster=self.cluster, disagg=self.disagg, replicas=self.replicas, give_up=self._give_up(),
             max_error_fraction=self.search.max_error_fraction, drain_s=self.drain_s, kv_offload_gib=self.kv_offload_gib,
             prefix_caching=scheduler in self.prefix_caching,
+            autoscale=scale_plan(self.cluster.autoscale, self.cluster.instances, self.deployment, self.slo),
         )
 
     @property
@@ -206,6 +208,7 @@ def check_cluster_backend(cfg) -> ClusterSettings:
     endpoint is asked anything, so a bad config is one line whether the server answers or not)."""
     cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
     backend = str(cfg["backend"].get("name", "sim"))
+    check_scaled_run(cluster.autoscale, backend, sessions=False, offline=False)  # sim only: refused before an endpoint is asked
     if (cluster.instances > 1 or cluster.disaggregated) and backend not in ("sim", "live"):
         what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
         raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
@@ -257,6 +260,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     if workload.sessions is not None and offline is not None:
         raise HarnessError(f"dataset.sessions: arrival={cfg['arrival'].get('name')} starts no sessions (an offline run); "
                            "sessions start by an open-loop arrival (poisson, gamma, constant)")
+    check_scaled_run(cluster.autoscale, backend.name, sessions=workload.sessions is not None, offline=offline is not None)
     if workload.sessions is not None and (cluster.disaggregated or cluster.replicas):
         raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine or on colocated "
                            "replicas of it (cluster.instances); not on prefill/decode instances or cluster.replicas")

@@ -39,6 +39,7 @@ class ProbeOutcome:
     requests: pd.DataFrame = field(repr=False)  # one row per request (harness.results.store.records_frame)
     records: list[RequestRecord] | None = field(repr=False)  # None when loaded from the probe cache
     notes: tuple[str, ...] = ()  # what the backend said of the probe (a server that sent no usage, ...)
+    scaling: dict | None = field(default=None, repr=False)  # an autoscaled fleet's report (cluster.autoscale)
 
 
 def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
@@ -61,7 +62,7 @@ def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests
     """One probe at `qps` through a backend's `run`."""
     out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
     notes = tuple(out.diagnostics.get("notes") or ())
-    return replace(probe_outcome(plan, scheduler, qps, out.records), notes=notes)
+    return replace(probe_outcome(plan, scheduler, qps, out.records), notes=notes, scaling=out.diagnostics.get("autoscale"))
 
 
 def failed_on_errors_only(outcome: ProbeOutcome, slo: Slo) -> bool:

@@ -72,16 +72,17 @@ def load_claims(path: str | Path = CLAIMS_FILE) -> tuple[Claim, ...]:
 
 
 @lru_cache(maxsize=8)
-def _perf(model: str, gpu: str, stack: str):
+def _perf(model: str, gpu: str, stack: str, attention: str | None = None):
     from engines.perf import Deployment, PerfModel
 
-    return PerfModel(Deployment.create(model=model, gpu=gpu, stack=stack))
+    return PerfModel(Deployment.create(model=model, gpu=gpu, stack=stack, attention_kernel=attention))
 
 
-def model_value(p: Mapping) -> float:
+def model_value(p: Mapping, attention: str | None = None) -> float:
+    """A model claim's value; `attention` prices it with another attention kernel (a what-if)."""
     from engines.perf.queries import chunked_attention_time, chunked_prefill_time, decode_speedup
 
-    perf = _perf(p["model"], p["gpu"], p.get("stack", "sarathi-2023"))
+    perf = _perf(p["model"], p["gpu"], p.get("stack", "sarathi-2023"), attention)
     metric = p["metric"]
     if metric.startswith("decode_speedup_"):
         fits = perf.kv_capacity_tokens(1.0)  # the paper's memory rule: B sequences of the length must fit
@@ -113,10 +114,10 @@ def _sweep(runs: pd.DataFrame, prefix: str, scheduler: str, metric: str) -> pd.S
     return hit.set_index("pd_ratio")[metric].astype(float).sort_index()
 
 
-def reproduced(c: Claim, runs: pd.DataFrame) -> float:
+def reproduced(c: Claim, runs: pd.DataFrame, attention: str | None = None) -> float:
     p = c.params
     if c.kind == "model":
-        return model_value(p)
+        return model_value(p, attention)
     if c.kind == "run":
         return _value(runs, p["experiment"], p["scheduler"], p["metric"])
     if c.kind == "ratio":
@@ -127,13 +128,15 @@ def reproduced(c: Claim, runs: pd.DataFrame) -> float:
     return float(sweep.idxmax()) if c.kind == "peak" else float(sweep.max())
 
 
-def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame) -> pd.DataFrame:
+def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame, attention: str | None = None) -> pd.DataFrame:
+    """One row per claim; `attention` prices the model claims with another attention kernel (the runs
+    must then have been made with it too: benchmarks/sarathi23_masked_tiles.py)."""
     rows = []
     for c in claims:
         row = {"id": c.id, "claim": c.claim, "source": c.source, "kind": c.kind, "published": c.value,
                "reproduced": float("nan"), "tolerance": c.describe_tolerance(), "within": None, "note": c.note}
         try:
-            row["reproduced"] = reproduced(c, runs)
+            row["reproduced"] = reproduced(c, runs, attention)
             row["within"] = c.within(row["reproduced"])
         except LookupError as e:  # a run not made yet: said, never a silent pass
             row["note"] = f"not computed: {e}"

@@ -13,6 +13,7 @@ from engines.routers import make_router
 from engines.perf.offload import plan_kv_offload
 from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.sim.autoscale import simulate_autoscaled
 from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.data_parallel import simulate_data_parallel
 from harness.backends.sim.disagg import simulate_disaggregated
@@ -38,6 +39,9 @@ class SimBackend:
 
     def __init__(self, job: BackendJob) -> None:
         self.conf = job.settings_as(SimSettings)
+        if job.autoscale is not None and (job.concurrency is not None or job.deployment.dp > 1):
+            raise HarnessError("cluster.autoscale scales colocated replicas under an open-loop arrival (arrival=diurnal, "
+                               "poisson, ...); not a closed loop or DP ranks (parallel.dp > 1)")
         if job.concurrency is not None and (job.disagg is not None or job.cluster.num_instances > 1 or job.replicas):
             raise HarnessError("arrival=closed_loop is simulated for one engine; a cluster's offline run takes "
                                "arrival=at_once (every request waiting at t=0)")
@@ -86,6 +90,12 @@ class SimBackend:
             raise HarnessError("engine.kv_offload_gib (a host KV tier) is not modelled with DP ranks (parallel.dp > 1)")
         if job.disagg is not None:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
+        if job.autoscale is not None:  # replicas started and drained during the run (cluster.autoscale)
+            router = make_router(job.cluster.router, **job.cluster.knobs)
+            start = lambda: self._engine(d, *self.configs[0])  # noqa: E731  (each replica the autoscaler starts)
+            return BackendRun(simulate_autoscaled(requests, start, router, job.autoscale, pp=d.pp,
+                                                  fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s,
+                                                  stats=stats), stats)
         if d.dp > 1:  # DP ranks in lockstep through their expert-parallel MoE layers
             engines = [make_engine(config) for config, _ in self.configs]
             router = make_router("vllm_dp")  # vLLM's API server balances its DP ranks so (engines.routers)

@@ -1,0 +1,125 @@
+"""Autoscaling a colocated fleet (`cluster.autoscale`): the config node and what a backend needs.
+
+`AutoscaleSettings` is the config (off unless `policy` is named); `ScalePlan` is it resolved for
+one experiment: the decision rule (engines.routers.autoscale, the code a live router could share),
+the cold start of a new replica (its weights read at `load_gbps` per GPU, each GPU its own shard
+at once), the SLO the `slo` policy and the per-window attainment judge by, and the price of a
+GPU-hour. Only the simulator scales so far (harness/backends/sim/autoscale.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from common.errors import HarnessError
+from engines.routers.autoscale import ScalePolicy
+
+# A new replica's weights, read from a local PCIe 4.0 NVMe drive: 7,450 MB/s sequential read
+# (Samsung 990 PRO datasheet, the fastest Gen4 x4 consumer drive); the drive, not the GPU's PCIe
+# Gen4 x16 link (31.5 GB/s a direction: 16 GT/s x 16 lanes, 128b/130b), is the slower hop.
+DEFAULT_LOAD_GBPS = 7.45
+# On-demand price of one GPU-hour: AWS EC2 p4d.24xlarge (8x A100), us-east-1, Linux, $32.7726 an
+# hour (aws.amazon.com/ec2/pricing/on-demand, 2024) / 8 GPUs. A knob: set your own.
+DEFAULT_GPU_HOUR_USD = 32.7726 / 8
+
+
+@dataclass(frozen=True)
+class AutoscaleSettings:
+    """`cluster.autoscale`: replicas added and removed during a run (None policy: a fixed fleet).
+    The run starts with `cluster.instances` replicas serving (within [min, max])."""
+
+    policy: str | None = None  # queue | kv | slo (engines/routers/autoscale.py)
+    min_replicas: int = 1
+    max_replicas: int = 8
+    interval_s: float = 60.0  # a decision every interval_s; the metrics' window too
+    window_s: float | None = None  # slo: attainment over the last window_s (None: interval_s)
+    up_threshold: float | None = None  # None: the policy's default (DEFAULT_THRESHOLDS)
+    down_threshold: float | None = None
+    step: int = 1  # replicas added at once
+    load_gbps: float = DEFAULT_LOAD_GBPS  # weight-load bandwidth per GPU, GB/s
+    startup_s: float = 0.0  # a fixed start-up time on top of the load (engine init, graph capture)
+    cold_start_s: float | None = None  # the whole cold start, given (None: bytes / load_gbps + startup_s)
+    gpu_hour_usd: float = DEFAULT_GPU_HOUR_USD
+
+    def __post_init__(self) -> None:
+        if self.policy is None:
+            return
+        self.rule()  # ValueError naming a bad policy, bound or threshold
+        checks = (("interval_s", self.interval_s, "> 0"), ("window_s", self.window_s, "> 0"),
+                  ("load_gbps", self.load_gbps, "> 0"), ("startup_s", self.startup_s, ">= 0"),
+                  ("cold_start_s", self.cold_start_s, ">= 0"), ("gpu_hour_usd", self.gpu_hour_usd, ">= 0"))
+        for name, value, bound in checks:
+            if value is None:  # window_s, cold_start_s: derived
+                continue
+            if not (math.isfinite(value) and (value > 0 if bound == "> 0" else value >= 0)):
+                raise ValueError(f"autoscale.{name} must be a finite number {bound}, got {value}")
+
+    def rule(self) -> ScalePolicy:
+        return ScalePolicy(str(self.policy), self.min_replicas, self.max_replicas, self.up_threshold,
+                           self.down_threshold, self.step)
+
+    def cold_start(self, weight_bytes_per_gpu: int) -> float:
+        if self.cold_start_s is not None:
+            return float(self.cold_start_s)
+        return weight_bytes_per_gpu / (self.load_gbps * 1e9) + self.startup_s
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """Autoscaling as one experiment's backend runs it."""
+
+    rule: ScalePolicy
+    initial: int  # replicas serving at t = 0
+    interval_s: float
+    window_s: float
+    cold_start_s: float
+    tbt_s: float  # a TBT sample within this meets the SLO
+    ttft_s: float  # a first token within this of the arrival meets it
+    gpus_per_replica: int
+    gpu_hour_usd: float
+
+
+def scale_plan(settings: AutoscaleSettings, instances: int, deployment, slo) -> ScalePlan | None:
+    """The plan for `settings` (None when off). `deployment`: a DeploymentPlan; `slo`: the
+    experiment's Slo. TTFT is judged by slo.ttft_s, or, under the paper's criterion (which has no
+    TTFT limit), by its scheduling-delay limit applied to the first token."""
+    if settings.policy is None:
+        return None
+    d = deployment.perf.deployment
+    per_gpu = max(d.model.stage_weight_bytes_per_gpu(d.tp, d.pp, d.weight_bytes_per_param, d.expert_shards))
+    ttft = slo.ttft_s if slo.ttft_s is not None else slo.scheduling_delay_s
+    return ScalePlan(settings.rule(), instances, float(settings.interval_s),
+                     float(settings.window_s or settings.interval_s), settings.cold_start(per_gpu), float(slo.tbt_s),
+                     float(ttft), deployment.gpus, float(settings.gpu_hour_usd))
+
+
+def check_autoscale(settings: AutoscaleSettings, instances: int, disaggregated: bool, replicas: bool,
+                    router: str = "round_robin") -> None:
+    """What a cluster config with autoscaling must hold (ValueError, in ClusterSettings' checks)."""
+    if settings.policy is None:
+        return
+    if disaggregated or replicas:
+        raise ValueError("autoscale scales colocated replicas of the deployment (cluster.instances); "
+                         "not prefill/decode instances or cluster.replicas")
+    from engines.routers import ROUTERS
+    if ROUTERS[router].needs_request:
+        raise ValueError(f"autoscale with router {router}: its per-replica view (sessions, prefixes) does not follow "
+                         "a changing fleet yet; use round_robin, least_outstanding, least_kv or vllm_dp")
+    if not settings.min_replicas <= instances <= settings.max_replicas:
+        raise ValueError(f"instances={instances} (the replicas a scaled run starts with) must be within "
+                         f"[min_replicas, max_replicas] = [{settings.min_replicas}, {settings.max_replicas}]")
+
+
+def check_scaled_run(settings: AutoscaleSettings, backend: str, *, sessions: bool, offline: bool) -> None:
+    """What only a config with its workload and backend shows (HarnessError: one line, exit 2)."""
+    if settings.policy is None:
+        return
+    if backend != "sim":
+        raise HarnessError(f"cluster.autoscale: only backend=sim scales a fleet so far, not backend={backend} "
+                           "(the live router serves a fixed set of replicas)")
+    if sessions:
+        raise HarnessError("cluster.autoscale with sessions (dataset.sessions): not simulated yet (a scaled fleet "
+                           "routes arrivals known in advance; a session's turns are released by answers)")
+    if offline:
+        raise HarnessError("cluster.autoscale needs an open-loop arrival (arrival=diurnal, poisson, ...): an offline "
+                           "run has no traffic to follow")

@@ -1,0 +1,193 @@
+"""Autoscaling in the simulator (issue 39 part 3): replicas started and drained during a run by a
+named policy (engines/routers/autoscale.py), driven by diurnal arrivals; cold starts from weight
+bytes over a load bandwidth; drains; GPU-hours; bad input refused."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.routers import make_router
+from engines.routers.autoscale import ScalePolicy, ScaleSignals, desired_replicas, drain_choice
+from harness.backends.scaling import AutoscaleSettings, ScalePlan
+from harness.backends.sim import simulate_cluster
+from harness.backends.sim.autoscale import simulate_autoscaled
+from harness.commands.scaling_report import MAX_ROWS
+from harness.config import compose
+from harness.records import RequestSpec
+from harness.search.experiment import plan_experiment
+from harness.workload.arrivals import diurnal
+from tests.cli import assert_refused
+from tests.policy_workloads import build
+from tests.test_sim_cluster import same
+
+ROOT = Path(__file__).resolve().parent.parent
+PERIOD, PEAK = 400.0, 200.0  # a day compressed to 400 s: the trough at 0 and 400, the peak at 200
+
+
+class SlowTimer:
+    """20 ms an iteration plus 10 us a token: a replica of 16 sequences serves about 8 requests
+    of 100 output tokens a second, so the diurnal load below needs several at its peak."""
+
+    def batch_times(self, new_tokens, context_lens):
+        return 0.02 + 1e-5 * np.sum(np.asarray(new_tokens, dtype=np.int64), axis=-1)
+
+    def pp_send_time(self, num_tokens):
+        return 0.0
+
+
+def replica():
+    return build("sarathi", 256, 16, 16384, 512), SlowTimer()
+
+
+def day(n=2400, rate=6.0, seed=0):
+    arrivals = diurnal(rate, n, seed, amplitude=0.8, period_s=PERIOD, peak_s=PEAK)
+    lengths = np.random.default_rng(seed).integers(50, 200, size=(n, 2))
+    return [RequestSpec(i, float(a), int(p), int(o)) for i, (a, (p, o)) in enumerate(zip(arrivals, lengths))]
+
+
+def plan(policy="queue", lo=1, hi=4, cold=5.0, interval=10.0, initial=1, up=None, down=None):
+    return ScalePlan(ScalePolicy(policy, lo, hi, up, down), initial, interval, interval, cold, tbt_s=0.1, ttft_s=2.0,
+                     gpus_per_replica=2, gpu_hour_usd=3.0)
+
+
+def scaled(p, requests=None, router="least_outstanding"):
+    stats: dict = {}
+    records = simulate_autoscaled(requests or day(), replica, make_router(router), p, stats=stats)
+    return records, stats["autoscale"]
+
+
+@pytest.fixture(scope="module")
+def queue_day():
+    return scaled(plan(up=8, down=3, cold=15.0))
+
+
+def test_diurnal_scales_up_at_the_peak_and_down_at_the_trough_within_bounds(queue_day):
+    records, a = queue_day
+    assert all(r.error is None for r in records)
+    for d in a["decisions"]:
+        assert 1 <= d["serving"] + d["warming"] <= 4 and 1 <= d["desired"] <= 4
+    serving = {d["time_s"]: d["serving"] for d in a["decisions"]}
+    near_peak = max(n for t, n in serving.items() if abs(t - PEAK) <= 40)
+    assert near_peak == 4  # the peak needs max
+    assert any(d["warming"] for d in a["decisions"])  # a 15 s cold start outlasts a 10 s interval
+    assert serving[10.0] == 1 and min(n for t, n in serving.items() if t >= 350) == 1  # both troughs: one replica
+    assert any(r["drain_s"] is not None for r in a["replicas"])  # the way down drained replicas
+
+
+def test_a_new_replica_serves_nothing_before_its_cold_start(queue_day):
+    _, a = queue_day
+    late = [r for r in a["replicas"] if r["started_s"] > 0]
+    assert late
+    for r in late:
+        assert r["ready_s"] == pytest.approx(r["started_s"] + 15.0)
+        assert r["first_request_s"] is None or r["first_request_s"] >= r["ready_s"]
+
+
+def test_the_cold_start_is_weight_bytes_over_the_load_bandwidth(tmp_path):
+    cfg = compose(["experiment=yi34b_tp2_strict", "scheduler=[sarathi]", "search.num_requests=16", "arrival=diurnal",
+                   "cluster.autoscale.policy=kv", "cluster.autoscale.load_gbps=2.5", "cluster.autoscale.startup_s=3",
+                   f"results_dir={tmp_path}"])
+    experiment = plan_experiment(cfg)
+    d = experiment.deployment.perf.deployment
+    per_gpu = max(d.model.stage_weight_bytes_per_gpu(2, 1, d.weight_bytes_per_param))
+    assert 30e9 < per_gpu < 40e9  # Yi-34B's 68 GB of BF16 weights over TP2
+    job = experiment.job("sarathi")
+    assert job.autoscale.cold_start_s == pytest.approx(per_gpu / 2.5e9 + 3)
+    assert job.autoscale.gpus_per_replica == 2 and job.autoscale.tbt_s == experiment.slo.tbt_s
+    assert AutoscaleSettings(policy="kv", cold_start_s=42.0).cold_start(per_gpu) == 42.0
+
+
+def test_draining_replicas_get_no_new_requests_and_finish_their_own(queue_day):
+    records, a = queue_day
+    drained = [r for r in a["replicas"] if r["drain_s"] is not None]
+    assert drained
+    for r in drained:
+        if r["requests"]:
+            assert r["last_request_s"] < r["drain_s"]
+        assert r["end_s"] >= r["drain_s"]
+    assert all(not math.isnan(r.finished_s) for r in records)  # everything routed finished, drained or not
+
+
+def test_gpu_hours_are_the_integral_of_replicas_over_time(queue_day):
+    _, a = queue_day
+    events = sorted([(r["started_s"], 1) for r in a["replicas"]] + [(r["end_s"], -1) for r in a["replicas"]])
+    held, count, last = 0.0, 0, 0.0
+    for t, step in events:  # the step function of replicas held, integrated
+        held += count * (t - last)
+        count, last = count + step, t
+    assert count == 0
+    assert a["gpu_hours"] == pytest.approx(held * 2 / 3600, rel=1e-12)
+    assert sum(w["gpu_hours"] for w in a["windows"]) == pytest.approx(a["gpu_hours"], rel=1e-9)
+    assert a["cost_usd"] == pytest.approx(a["gpu_hours"] * 3.0)
+    assert a["windows"][-1]["start_s"] < a["end_s"] <= a["windows"][-1]["start_s"] + 10.0
+    assert all(d["time_s"] <= a["end_s"] for d in a["decisions"])  # none after the last finish
+    assert all(r["drain_s"] is None or r["drain_s"] <= r["end_s"] for r in a["replicas"])
+
+
+def test_a_fleet_that_cannot_scale_is_the_fixed_cluster_exactly():
+    reqs = day(600)
+    fixed = simulate_cluster(reqs, [replica()[0] for _ in range(2)], [SlowTimer()] * 2, make_router("least_outstanding"))
+    records, a = scaled(plan(lo=2, hi=2, initial=2), reqs)
+    for x, y in zip(fixed, records):
+        same(x, y)
+    assert len(a["replicas"]) == 2
+
+
+@pytest.mark.parametrize("policy", ["kv", "slo"])
+def test_the_other_policies_scale_within_bounds(policy):
+    p = plan(policy, hi=3, up=0.15 if policy == "kv" else None, down=0.05 if policy == "kv" else None)
+    if policy == "slo":  # a TBT limit that a decode-only iteration meets and one with a prefill chunk misses
+        p = dataclasses.replace(p, tbt_s=0.0205)
+    _, a = scaled(p, day(1200))
+    assert max(d["serving"] + d["warming"] for d in a["decisions"]) > 1
+    assert all(1 <= d["serving"] + d["warming"] <= 3 for d in a["decisions"])
+    assert all(w["attainment"] is None or 0 <= w["attainment"] <= 1 for w in a["windows"])
+
+
+def test_the_decision_rule():
+    q = ScalePolicy("queue", 1, 3, 4, 1)
+    assert desired_replicas(q, ScaleSignals(2, 0, 10, 0.0)) == 3  # 5 a replica > 4
+    assert desired_replicas(q, ScaleSignals(3, 0, 30, 0.0)) == 3  # at max
+    assert desired_replicas(q, ScaleSignals(2, 1, 30, 0.0)) == 3  # warming: hold
+    assert desired_replicas(q, ScaleSignals(2, 0, 1, 0.0)) == 1
+    assert desired_replicas(ScalePolicy("slo", 1, 3), ScaleSignals(1, 0, 0, 0.0, 0.9)) == 2
+    assert desired_replicas(ScalePolicy("slo", 1, 3), ScaleSignals(2, 0, 0, 0.0, None)) == 2  # nothing to judge
+    assert drain_choice([3, 1, 1]) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["cluster.autoscale.policy=queue", "cluster.autoscale.min_replicas=3", "cluster.autoscale.max_replicas=2"],
+     "min_replicas 3 > max_replicas 2"),
+    (["cluster.autoscale.policy=vibes"], "unknown autoscale policy 'vibes'"),
+    (["cluster.autoscale.policy=queue", "cluster.autoscale.min_replicas=0"], "min_replicas must be >= 1"),
+    (["cluster.autoscale.policy=queue", "cluster.autoscale.cold_start_s=-1"], "cold_start_s must be a finite number >= 0"),
+    (["cluster.autoscale.policy=queue", "dataset=agent_transcripts"], "with sessions"),
+    (["cluster.autoscale.policy=queue", "backend=live"], "only backend=sim scales a fleet"),
+    (["cluster.autoscale.policy=queue", "cluster.router=prefix_aware"], "does not follow a changing fleet"),
+])
+def test_bad_input_is_refused_in_one_line(tmp_path, args, message):
+    assert_refused(tmp_path, ["experiment=mistral7b_strict", "scheduler=[sarathi]", "arrival=diurnal",
+                              "search.fixed_qps=1", *args], message)
+
+
+def test_the_table_is_short_and_the_run_saves_every_window(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "harness", "experiment=mistral7b_strict", "scheduler=[sarathi]",
+                        "arrival=diurnal", "arrival.period_s=300", "arrival.peak_s=150", "search.fixed_qps=2",
+                        "search.num_requests=300", "cluster.autoscale.policy=queue", "cluster.autoscale.interval_s=10",
+                        "cluster.autoscale.up_threshold=2", "cluster.autoscale.down_threshold=1",
+                        f"results_dir={tmp_path}", "progress=false"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr
+    saved = json.loads(next(tmp_path.glob("*/*/summary.json")).read_text())
+    a = saved["schedulers"]["sarathi"]["probes"][0]["autoscale"]
+    assert len(a["windows"]) > MAX_ROWS and a["policy"] == "queue"
+    assert saved["cluster"]["autoscale"]["policy"] == "queue"
+    table = p.stdout[p.stdout.index("autoscaled by queue in [1, 8]"):].splitlines()
+    assert table[-2].startswith("  total ") and len(table) <= MAX_ROWS + 4  # title, header, rows, total, results
+    assert f"total {a['gpu_hours']:.3f} GPU-hours" in table[-2]
