@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from engines.core import EngineConfig
 from engines.routers import make_router
 from engines.schedulers import make_engine
 from harness.backends import open_backend
@@ -27,7 +28,7 @@ AFFINITY = {"without_session": "round_robin"}
 
 
 def _engines(n):
-    return [make_engine(SCHED, 6000, 4096) for _ in range(n)]
+    return [make_engine(EngineConfig(SCHED, 6000, 4096, prefix_caching=True)) for _ in range(n)]
 
 
 def _both(reqs, name, knobs, n=3, limit=None):

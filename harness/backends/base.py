@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from common.errors import HarnessError
+from engines.core import EngineConfig
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.schedulers import SchedulerConfig
@@ -230,6 +231,13 @@ class BackendJob:
     # not finished then is cut off, as at a time limit): derived from the plan's SLO and lengths.
     drain_s: float | None = None
     kv_offload_gib: float = 0.0  # each engine instance's host KV tier (engine.kv_offload_gib); 0: none
+    prefix_caching: bool = False  # each engine instance's (engine.prefix_caching or scheduler.NAME.prefix_caching)
+
+    def engine_config(self, d: DeploymentPlan, role: str = "both", host_kv_blocks: int = 0) -> EngineConfig:
+        """What each engine instance of deployment `d` is built with (ValueError names what it cannot run)."""
+        assert self.scheduler is not None, "a server of its own (backend=endpoint) runs no engine of ours"
+        return EngineConfig(self.scheduler, d.kv_capacity_tokens, self.max_model_len, d.block_size, role=role,
+                            prefix_caching=self.prefix_caching, host_kv_blocks=host_kv_blocks)
     autoscale: ScalePlan | None = None  # cluster.autoscale resolved for this experiment; None: a fixed fleet
 
     def settings_as(self, kind: type[S]) -> S:
