@@ -80,3 +80,11 @@ def test_the_engine_setting_is_named_as_a_schedulers_key():
     with pytest.raises(HarnessError, match=r"scheduler.sarathi.prefix_cachin: unknown key \(did you mean 'prefix_caching'\?\) of policy sarathi; "
                                           "known: policy, token_budget, max_num_seqs, prefix_caching"):
         _plan("+scheduler.sarathi.prefix_cachin=true")
+
+
+def test_a_sweep_over_policies_refuses_an_engine_setting_rather_than_drop_it():
+    """`SchedulerConfig.shared` keeps the knobs each policy has; an engine setting passed to it
+    would be dropped for every policy and the sweep would run without the cache it asked for."""
+    assert SchedulerConfig.shared("vllm", token_budget=256) == SchedulerConfig("vllm")  # a knob vllm lacks: dropped
+    with pytest.raises(ValueError, match="prefix_caching: an engine setting"):
+        SchedulerConfig.shared("sarathi", token_budget=256, prefix_caching=True)
