@@ -16,6 +16,7 @@ from harness.backends.deployment import DeploymentPlan, build_deployment
 from harness.backends.sim import simulate
 from harness.records import RequestRecord, RequestSpec
 from harness.search.experiment import EngineSettings, _scheduler_configs
+from harness.typed import typed
 
 from .runfile import MeasuredRun
 
@@ -69,8 +70,11 @@ def config_for(run: MeasuredRun, overrides: Sequence[str]):
 
 
 def target_for(run: MeasuredRun, cfg, kv_tokens: int | None = None) -> Target:
-    # engine.prefix_caching is not read here, as before: only a scheduler's own key turns the cache on
-    schedulers, caching = _scheduler_configs(cfg["scheduler"], EngineSettings())
+    engine_settings = typed(EngineSettings, cfg.get("engine") or {}, "engine")
+    if engine_settings.kv_offload_gib:  # the replay below runs one engine without a tier: it would not be the run's
+        raise HarnessError(f"{run.path}: engine.kv_offload_gib={engine_settings.kv_offload_gib:g}: validate replays "
+                           "without a host KV tier; set engine.kv_offload_gib=0")
+    schedulers, caching = _scheduler_configs(cfg["scheduler"], engine_settings)
     if run.scheduler is not None and run.scheduler in schedulers:
         schedulers = {run.scheduler: schedulers[run.scheduler]}
     if len(schedulers) != 1:
