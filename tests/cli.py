@@ -1,6 +1,8 @@
 """Running `python -m harness` as a user would, for tests of what it refuses."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -14,11 +16,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def assert_refused(tmp_path: Path, args: list[str], message: str) -> None:
     """`python -m harness ARGS results_dir=tmp_path` exits 2 with one line on stderr holding
-    `message`, and writes nothing."""
-    p = subprocess.run([sys.executable, "-m", "harness", *args, f"results_dir={tmp_path}"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    `message`, and writes nothing. Run in-process through the entry point's own `main` (what
+    `python -m harness` calls, harness/__main__.py), which saves each case a Python start-up and
+    the config's imports: a refusal comes before any work, and a traceback fails the test alike."""
+    from harness.commands.main import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, f"results_dir={tmp_path}"])
+    assert code == 2, (out.getvalue(), err.getvalue())
+    assert message in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
     assert not any(tmp_path.iterdir())
 
 
