@@ -124,3 +124,20 @@ def test_the_papers_figures_leave_the_fleet_runs_to_their_study(saved, monkeypat
     root, _ = saved
     inputs = load_inputs(root, include_other=True)
     assert inputs.runs.empty and inputs.clusters.empty and inputs.left_out.empty
+
+
+def test_the_study_is_one_registry_line_and_silent_without_runs(tmp_path):
+    """Registered: its figures by name, its cells in figure=all's; with no run and no figure, no part
+    (the tables-only report, results/reference/REPORT.md, stays as it was)."""
+    import re
+
+    from harness.analysis.report import source_of
+    from harness.analysis.studies import STUDIES, own_runs, study_of
+
+    assert STUDY in STUDIES and study_of("fig19_fleet_capacity") is STUDY and study_of("fig20_fleet_gpu_hours") is STUDY
+    assert STUDY.cells() == fleet_cells() and own_runs() and all(re.match(own_runs(), c.name) for c in fleet_cells())
+    source = source_of(load_inputs(tmp_path / "none"), tmp_path)
+    empty = STUDY.load(source)
+    assert STUDY.parts(empty, (), source) == ()
+    skipped = STUDY.draw_figures(empty, tmp_path)
+    assert [o.path for o in skipped] == [None, None] and "No fleet study runs" in "\n".join(STUDY.parts(empty, skipped, source)[0].lines)
