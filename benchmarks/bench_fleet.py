@@ -6,6 +6,12 @@ The same load per replica at every fleet size, so a fleet of k should cost about
 replica; the issue's target is 24 simulated hours of 64 replicas in under 10 minutes on 2 cores.
 
     python benchmarks/bench_fleet.py [--replicas 1,8,64] [--horizon-s 300] [--qps 1.0] [--router session_affinity]
+
+`--workers 1,2` times `cluster.workers` (2: the replicas simulated apart, where the router reads no
+replica state: `--lone round_robin` makes session_affinity so). The day's projection is the
+run's time scaled by requests to 24 hours of arrivals at `--qps` a replica (its wall time on that
+many idle cores: the routing plus the largest worker's share, each timed by CPU). `--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
+before and after and must not change it.
 """
 from __future__ import annotations
 
@@ -14,9 +20,12 @@ import dataclasses
 import time
 
 from harness.backends import open_backend
+from harness.backends.sim import partition
 from harness.config import compose
 from harness.search.experiment import plan_experiment
 from harness.search.probe import probe_requests
+
+from fingerprint_sim import digest  # benchmarks/ is on sys.path when run as a script
 
 
 def _shifted(reqs, id_offset: int, segment_offset: int):
@@ -29,7 +38,7 @@ def _shifted(reqs, id_offset: int, segment_offset: int):
         for r in reqs]
 
 
-def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float):
+def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float, workers: int = 1):
     """Conversations and agents at qps/2 per replica each; their plans (the first one runs them)."""
     plans, reqs = [], []
     for dataset in ("sharegpt_conversations", "agent_transcripts"):
@@ -37,7 +46,7 @@ def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float):
         plan = plan_experiment(compose([
             "experiment=mistral7b_strict", f"dataset={dataset}", "scheduler=[sarathi]", "engine.prefix_caching=true",
             f"search.num_requests={n}", "arrival=diurnal", f"arrival.period_s={day_s}", "max_model_len=16384",
-            f"cluster.instances={replicas}", f"cluster.router={ROUTER}"]))
+            f"cluster.instances={replicas}", f"cluster.router={ROUTER}", f"cluster.workers={workers}"] + EXTRA))
         plans.append(plan)
         reqs.append(probe_requests(plan, qps / 2 * replicas))
     conv, agents = reqs
@@ -46,6 +55,7 @@ def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float):
 
 
 ROUTER = "session_affinity"
+EXTRA: list[str] = []  # more overrides (--lone)
 
 
 def main() -> None:
@@ -56,20 +66,56 @@ def main() -> None:
     ap.add_argument("--qps", type=float, default=1.0, help="mean rate per replica")
     ap.add_argument("--day-s", type=float, default=600.0, help="the diurnal period, compressed")
     ap.add_argument("--router", default=ROUTER)
+    ap.add_argument("--workers", default="1", help="cluster.workers values to time, e.g. 1,2")
+    ap.add_argument("--lone", default=None, help="session_affinity's without_session (round_robin: no choice reads "
+                    "instance state, so cluster.workers > 1 runs the replicas apart)")
+    ap.add_argument("--pool", action="store_true", help="workers > 1: time the real process pool by the wall clock "
+                    "(a loaded machine slows it); default: each worker's share timed here by CPU, the projection "
+                    "taking the largest share (what w idle cores would take, less the pool's start)")
+    ap.add_argument("--digest", action="store_true", help="print a hash of each fleet's records")
     args = ap.parse_args()
     ROUTER = args.router
+    if args.lone:
+        EXTRA.append(f"cluster.router_options={{without_session: {args.lone}}}")
     for k in (int(x) for x in args.replicas.split(",")):
-        plan, reqs = fleet_requests(k, args.qps, args.horizon_s, args.day_s)
-        t0 = time.process_time()
-        with open_backend(plan.job("sarathi", progress=False)) as backend:
-            run = backend.run(reqs)
-        cpu = time.process_time() - t0
-        done = [r.finished_s for r in run.records if r.finished_s == r.finished_s]
-        span = max(done)
-        cache = run.diagnostics.get("prefix_cache", {})
-        hit = cache.get("hits", 0) / cache["queries"] if cache.get("queries") else float("nan")
-        print(f"{k:3d} replicas  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
-              f"{span / cpu:8.1f} sim s per CPU s  hit rate {hit:.3f}  ({ROUTER})", flush=True)
+        for w in (int(x) for x in args.workers.split(",")):
+            plan, reqs = fleet_requests(k, args.qps, args.horizon_s, args.day_s, w)
+            shares: list[float] = []
+            if w > 1 and not args.pool:  # each worker's share run here, one after another, its CPU time kept
+                partition._map = lambda parts, workers: [_timed(p, shares) for p in parts]
+            t0, w0 = time.process_time(), time.perf_counter()
+            with open_backend(plan.job("sarathi", progress=False)) as backend:
+                run = backend.run(reqs)
+            cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+            partition._map = POOL_MAP
+            if shares:  # on w idle cores the run takes its routing plus its largest share
+                wall = cpu - sum(shares) + max(shares)
+            elif w == 1 or not args.pool:
+                wall = cpu  # one idle core: its CPU time (the wall clock of a shared machine says little)
+            done = [r.finished_s for r in run.records if r.finished_s == r.finished_s]
+            span = max(done)
+            cache = run.diagnostics.get("prefix_cache", {})
+            hit = cache.get("hits", 0) / cache["queries"] if cache.get("queries") else float("nan")
+            # With --pool only this process's CPU is counted (the pool's is not): the rate is by wall time.
+            rate = f"{span / cpu:8.1f} sim s per CPU s" if w == 1 or not args.pool else f"{span / wall:8.1f} sim s per wall s"
+            how = "pool, wall" if args.pool and w > 1 else ("idle cores" if shares else "CPU")
+            # A day's cost scales with its requests (the horizon's span also holds the sessions' drain).
+            day = wall * DAY_S * k * args.qps / len(reqs)
+            print(f"{k:3d} replicas  {w} workers  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
+                  f"{wall:8.1f} s on {w} ({how})  {rate}  a day projected {day / 60:6.1f} min  "
+                  f"hit rate {hit:.3f}  ({ROUTER})" + (f"  records {digest(run.records)[:16]}" if args.digest else ""),
+                  flush=True)
+
+
+def _timed(part, shares: list[float]):
+    t0 = time.process_time()
+    out = partition._run_instances(part)
+    shares.append(time.process_time() - t0)
+    return out
+
+
+POOL_MAP = partition._map
+DAY_S = 24 * 3600.0  # the issue's target: a day of the fleet's traffic (projected from the horizon's wall time)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import torch
 from engines.executors.torch import TorchExecutor
 from engines.executors.torch.loop import OfflineRequest, run_to_completion
 from engines.models import ModelConfig
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 
 POLICIES = ("sarathi", "vllm", "orca", "fastertransformer", "chunked_only", "hybrid_only")
 
@@ -46,7 +46,7 @@ def main() -> None:
     reqs = [OfflineRequest(i, None, args.output_len, prompt_len=rng.randint(32, 256)) for i in range(args.requests)]
     ex = TorchExecutor(tiny_model(), dtype="float32", device="cpu", kv_capacity_tokens=32768)
     max_len = 256 + args.output_len
-    run_to_completion(make_engine(SchedulerConfig("sarathi"), ex.kv_capacity_tokens, max_len), ex, reqs[:4])  # warm-up
+    run_to_completion(make_engine(EngineConfig(SchedulerConfig("sarathi"), ex.kv_capacity_tokens, max_len)), ex, reqs[:4])  # warm-up
     print(f"{'policy':<18} {'gen tok/s':>10} {'model tok/s':>12} {'iterations':>10} {'wall s':>8}")
     reference = None
     for policy in args.policies.split(","):
@@ -54,7 +54,7 @@ def main() -> None:
                                      token_budget=args.token_budget)
         wall = float("inf")
         for _ in range(args.repeats):
-            engine = make_engine(cfg, ex.kv_capacity_tokens, max_len)
+            engine = make_engine(EngineConfig(cfg, ex.kv_capacity_tokens, max_len))
             t = time.perf_counter()
             stats = run_to_completion(engine, ex, reqs)
             wall = min(wall, time.perf_counter() - t)

@@ -19,7 +19,7 @@ import pandas as pd
 import harness.backends.sim.loop as sim_loop
 from engines.perf.cpu_costs import CPU_FIELDS
 from engines.perf.factory import build_perf_model
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.records import RequestRecord, RequestSpec
 from harness.search.experiment import ExperimentPlan
 
@@ -56,7 +56,7 @@ def harness_iterations(plan: ExperimentPlan, scheduler: str,
     """The harness's run of `requests`, one row per iteration (ITERATION_COLUMNS; allocated_blocks
     while it runs; items "new:context:decode" per sequence, decode 1 or 0), and its records."""
     d = plan.deployment
-    engine = make_engine(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size)
+    engine = make_engine(EngineConfig(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size))
     used: list[int] = []
     complete = engine.complete
 

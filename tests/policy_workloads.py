@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from engines.core import BasePolicy, Batch, Engine, Sequence
 import examples.policies.shortest_prompt_first  # noqa: F401  (the example plugin, tested as the built-ins are)
-from engines.schedulers import SchedulerConfig, make_engine, policy_names, policy_spec
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, policy_names, policy_spec
 
 # Every registered policy: the built-ins and the example plugin (examples/policies), but those whose
 # batch size must fit max_model_len sequences in memory (their own check_kv: the first Sarathi paper's,
@@ -15,7 +15,7 @@ BUILT_IN = tuple(p for p in ALL_POLICIES if policy_spec(p).cls.__module__.starts
 
 def build(policy: str, budget: int, max_seqs: int, kv_tokens: int, max_model_len: int) -> Engine:
     cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, token_budget=budget)
-    return make_engine(cfg, kv_tokens, max_model_len)
+    return make_engine(EngineConfig(cfg, kv_tokens, max_model_len))
 
 
 def drive(engine: Engine, lengths: list[tuple[int, int]], check=None, max_iters: int = 200_000) -> tuple[list[Batch], dict[int, int]]:

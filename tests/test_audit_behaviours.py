@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from engines.core import PrefixCachingBlockManager, Segments, Sequence, TokenIds
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.base import BackendRun
 from harness.config import compose
 from harness.loadgen.http import Exchange
@@ -36,7 +36,7 @@ def test_reserved_batch_policies_cap_the_batch_at_b_with_kv_room_for_more(policy
     policy's own cap keeps B (the first Sarathi paper's batch size, its throughput figures)."""
     b = 3
     cfg = SchedulerConfig.shared(policy, max_num_seqs=b, chunk_size=64, tile_tokens=0)
-    engine = make_engine(cfg, 4 * b * MAX_LEN, MAX_LEN)
+    engine = make_engine(EngineConfig(cfg, 4 * b * MAX_LEN, MAX_LEN))
     peak = [0]
 
     def check(engine, batch, _):
@@ -53,8 +53,8 @@ def test_a_waiting_turn_finds_blocks_registered_after_its_lookup():
     """Turn 2 of a conversation (turn 1's 64 tokens + 32 of its own) waits for KV while turn 1
     prefills; its failed admission looked the cache up before turn 1's blocks were registered. The
     next iteration must look again: it finds 4 blocks (64 tokens) and fits beside turn 1."""
-    cfg = SchedulerConfig.shared("sarathi", max_num_seqs=8, token_budget=512, prefix_caching=True)
-    engine = make_engine(cfg, 8 * BS, 128)  # 8 blocks: turn 1 takes 4, turn 2 alone would need 6
+    cfg = SchedulerConfig.shared("sarathi", max_num_seqs=8, token_budget=512)
+    engine = make_engine(EngineConfig(cfg, 8 * BS, 128, prefix_caching=True))  # 8 blocks: turn 1 takes 4, turn 2 alone would need 6
     first = Sequence(0, 64, 4, TokenIds(range(64), BS))
     second = Sequence(1, 96, 2, TokenIds(list(range(64)) + list(range(1000, 1032)), BS))
     engine.add(first)

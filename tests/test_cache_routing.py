@@ -13,7 +13,7 @@ import pytest
 from engines.core import PrefixCachingBlockManager, Sequence, TokenIds
 from engines.routers import InstanceState, RouteRequest, make_router, router_knobs
 from engines.routers.cache_aware import pick
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.backends.live.prometheus import parse_counters
 from harness.backends.sim import simulate, simulate_cluster
 from harness.records import RequestSpec, session_keys
@@ -119,14 +119,15 @@ def test_the_engines_cache_answers_without_moving_anything():
 
 # -- knobs ----------------------------------------------------------------------------------------
 def test_knobs_are_constructor_parameters_and_bad_ones_are_refused():
-    assert router_knobs("session_affinity") == {"virtual_nodes": 64}
+    assert router_knobs("session_affinity") == {"virtual_nodes": 64, "without_session": "least_outstanding"}
     assert router_knobs("round_robin") == {}
     for name, knobs, message in (("prefix_aware", {"nope": 1}, "has no knob 'nope'"),
                                  ("prefix_exact", {"index_blocks": 9}, "has no knob 'index_blocks'"),
                                  ("prefix_aware", {"cache_threshold": 1.0}, "cache_threshold must be < 1"),
                                  ("prefix_aware", {"balance_rel_threshold": 0.5}, "balance_rel_threshold must be"),
                                  ("prefix_aware", {"balance_abs_threshold": True}, "balance_abs_threshold must be"),
-                                 ("session_affinity", {"virtual_nodes": 0}, "virtual_nodes must be")):
+                                 ("session_affinity", {"virtual_nodes": 0}, "virtual_nodes must be"),
+                                 ("session_affinity", {"without_session": "x"}, "without_session must be one of")):
         with pytest.raises(ValueError, match=message):
             make_router(name, **knobs)
 
@@ -155,9 +156,9 @@ def test_session_keys_name_the_first_turn():
 
 def test_one_instance_with_sessions_is_the_single_engine_bit_for_bit():
     reqs = _sessions()
-    alone = simulate(reqs, make_engine(SCHED, 1 << 20, 4096), _Scaled())
+    alone = simulate(reqs, make_engine(EngineConfig(SCHED, 1 << 20, 4096, prefix_caching=True)), _Scaled())
     for name in ("least_outstanding", "prefix_exact"):
-        cluster = simulate_cluster(reqs, [make_engine(SCHED, 1 << 20, 4096)], [_Scaled()], make_router(name))
+        cluster = simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 1 << 20, 4096, prefix_caching=True))], [_Scaled()], make_router(name))
         for a, b in zip(alone, cluster):
             same(a, b)
 
@@ -170,11 +171,11 @@ def test_under_affinity_each_instance_runs_its_sessions_as_a_single_engine_would
     keys = session_keys(reqs)
     assert None not in keys
     r = make_router("session_affinity")
-    records = simulate_cluster(reqs, [make_engine(SCHED, 8192, 4096) for _ in range(2)], [_Scaled()] * 2, r)
+    records = simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 8192, 4096, prefix_caching=True)) for _ in range(2)], [_Scaled()] * 2, r)
     for k in range(2):
         mine = [i for i, key in enumerate(keys) if r.owner(key, 2) == k]
         assert mine
-        alone = simulate([reqs[i] for i in mine], make_engine(SCHED, 8192, 4096), _Scaled())
+        alone = simulate([reqs[i] for i in mine], make_engine(EngineConfig(SCHED, 8192, 4096, prefix_caching=True)), _Scaled())
         for i, b in zip(mine, alone):
             same(records[i], b)
 
@@ -183,7 +184,7 @@ def test_cache_aware_routing_finds_more_than_load_balancing():
     reqs = _sessions(200, 8.0, 3)
 
     def rate(name):
-        engines = [make_engine(SCHED, 4096, 4096) for _ in range(2)]
+        engines = [make_engine(EngineConfig(SCHED, 4096, 4096, prefix_caching=True)) for _ in range(2)]
         simulate_cluster(reqs, engines, [_Scaled()] * 2, make_router(name))
         return sum(e.blocks.stats.hits for e in engines) / sum(e.blocks.stats.queries for e in engines)
     rr = rate("round_robin")
@@ -221,7 +222,7 @@ def test_knobs_reach_the_live_router_and_decisions_the_simulators_stats():
     assert (spec.router, spec.router_options) == ("prefix_exact", (("balance_abs_threshold", 8),))
     stats: dict = {}
     reqs = _sessions(60)
-    simulate_cluster(reqs, [make_engine(SCHED, 1 << 20, 4096) for _ in range(2)], [_Scaled()] * 2,
+    simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 1 << 20, 4096, prefix_caching=True)) for _ in range(2)], [_Scaled()] * 2,
                      make_router("prefix_aware"), stats=stats)
     assert sum(stats["router_decisions"].values()) == len(reqs) == sum(stats["instance_requests"])
 
@@ -235,7 +236,7 @@ def test_the_lookahead_changes_nothing(monkeypatch, router):
     reqs = _sessions(150, 9.0, 6)
 
     def run():
-        return simulate_cluster(reqs, [make_engine(SCHED, 6000, 4096) for _ in range(3)], [_Scaled()] * 3,
+        return simulate_cluster(reqs, [make_engine(EngineConfig(SCHED, 6000, 4096, prefix_caching=True)) for _ in range(3)], [_Scaled()] * 3,
                                 make_router(router))
     ahead = run()
     monkeypatch.setattr(cluster, "_release_bound", lambda inst, run, floor: inst.t)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.schedulers import SchedulerConfig, make_engine, make_policy
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, make_policy
 from harness.backends.sim import simulate
 from tests.policy_workloads import drive
 from tests.sim_checks import assert_same_records
@@ -22,7 +22,7 @@ NEW = ("decode_maximal", "orca_best", "orca_worst")
 
 def _engine(policy, b=6, chunk=256, tile=0, kv=None, max_len=MAX_LEN):
     cfg = SchedulerConfig.shared(policy, max_num_seqs=b, chunk_size=chunk, tile_tokens=tile)
-    return make_engine(cfg, kv or b * max_len, max_len)
+    return make_engine(EngineConfig(cfg, kv or b * max_len, max_len))
 
 
 def test_decode_maximal_batches_hold_one_chunk_and_every_decode():
@@ -90,8 +90,8 @@ def test_orca_best_mixes_one_whole_prompt_and_orca_worst_never_mixes():
 def test_a_batch_size_that_does_not_fit_memory_is_refused(policy):
     cfg = SchedulerConfig(policy, max_num_seqs=9)
     with pytest.raises(ValueError, match="does not fit the KV cache: 8 sequences"):
-        make_engine(cfg, 8 * MAX_LEN + 100, MAX_LEN)
-    make_engine(SchedulerConfig(policy, max_num_seqs=8), 8 * MAX_LEN, MAX_LEN)
+        make_engine(EngineConfig(cfg, 8 * MAX_LEN + 100, MAX_LEN))
+    make_engine(EngineConfig(SchedulerConfig(policy, max_num_seqs=8), 8 * MAX_LEN, MAX_LEN))
 
 
 def test_bad_chunk_and_tile_settings():

@@ -15,7 +15,7 @@ from engines.perf.expert_parallel import ExpertParallelModel, dp_padded_tokens
 from engines.perf.factory import build_perf_model
 from engines.perf.links import get_link
 from engines.routers import InstanceState, make_router
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.sim.data_parallel import simulate_data_parallel
 from harness.records import RequestSpec
 from tests.cli import assert_refused
@@ -104,7 +104,7 @@ def test_lockstep_a_prefill_on_one_rank_slows_the_other_ranks_decodes() -> None:
     fewer outstanding). A's token gap across B's prefill step is exactly step_time of the two batches."""
     m = ep()
     cfg = SchedulerConfig("sarathi", token_budget=4096, max_num_seqs=64)
-    engines = [make_engine(cfg, m.kv_capacity_tokens(), 8192) for _ in range(2)]
+    engines = [make_engine(EngineConfig(cfg, m.kv_capacity_tokens(), 8192)) for _ in range(2)]
     reqs = [RequestSpec("a", 0.0, 16, 60), RequestSpec("b", 0.05, 4000, 2)]
     stats: dict = {}
     a, b = simulate_data_parallel(reqs, engines, m, make_router("vllm_dp"), stats=stats)

@@ -9,7 +9,7 @@ import pytest
 from engines.core import HostTier, PrefixCachingBlockManager, Segments, Sequence
 from engines.perf import Deployment
 from engines.perf.offload import plan_kv_offload
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.sim import simulate
 from harness.backends.sim.timer import OffloadPriced
 from harness.records import RequestSpec
@@ -74,7 +74,7 @@ def test_no_tier_no_change():
     s = _seq(2, 1, 80)
     assert bm.lookup(s) == [] and s.num_computed == 0 and bm.tier is None and bm.stats.host_hits == 0
     with pytest.raises(ValueError, match="needs prefix caching"):
-        make_engine(SchedulerConfig("sarathi"), 4096, 1024, BS, host_kv_blocks=8)
+        make_engine(EngineConfig(SchedulerConfig("sarathi"), 4096, 1024, BS, host_kv_blocks=8))
 
 
 class _Timer:  # 1 ms an iteration plus 0.1 ms a new token
@@ -91,11 +91,11 @@ class _Offload:  # 10 ms a block loaded, 1 ms a block stored (full duplex: the l
 
 
 def test_the_simulator_prices_loads_and_stores_in_the_iteration_that_moves_them():
-    cfg = SchedulerConfig("sarathi", max_num_seqs=8, token_budget=4096, prefix_caching=True)
+    cfg = SchedulerConfig("sarathi", max_num_seqs=8, token_budget=4096)
     reqs = [RequestSpec(0, 0.0, 64, 2, prompt_segments=((1, 64),), output_segment=11),
             RequestSpec(1, 1.0, 96, 2, prompt_segments=((2, 96),), output_segment=12),  # evicts request 0's blocks
             RequestSpec(2, 2.0, 80, 2, prompt_segments=((1, 64), (3, 16)), output_segment=13)]
-    engine = make_engine(cfg, 128, 128, BS, host_kv_blocks=64)  # 8 GPU blocks
+    engine = make_engine(EngineConfig(cfg, 128, 128, BS, prefix_caching=True, host_kv_blocks=64))  # 8 GPU blocks
     records = simulate(reqs, engine, OffloadPriced(_Timer(), _Offload()))
     tier = engine.blocks.tier
     # request 1's 6 prompt blocks took the 4 free ones and 2 of request 0's cached blocks, evicted
@@ -110,7 +110,7 @@ def test_the_simulator_prices_loads_and_stores_in_the_iteration_that_moves_them(
     assert records[1].first_token_s - records[1].first_scheduled_s == pytest.approx(1e-3 + 96 * 1e-4 + 2 * 1e-3)
     assert np.diff(records[1].token_times_s)[0] == pytest.approx(1e-3 + 1e-4 + 1e-3)
     with pytest.raises(ValueError, match="needs a timer"):
-        simulate(reqs, make_engine(cfg, 128, 128, BS, host_kv_blocks=64), _Timer())
+        simulate(reqs, make_engine(EngineConfig(cfg, 128, 128, BS, prefix_caching=True, host_kv_blocks=64)), _Timer())
 
 
 def test_pcie_price_and_host_capacity_of_a_deployment():

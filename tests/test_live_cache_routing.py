@@ -20,7 +20,7 @@ import dataclasses
 import pytest
 
 from engines.routers import make_router
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.backends.live import LiveServerSpec
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec
 from harness.backends.live.prometheus import measured, scrape
@@ -42,7 +42,7 @@ def _stream():
 
 
 def _simulated(reqs, name):
-    engines = [make_engine(SCHED, KV_TOKENS, MAX_LEN) for _ in range(REPLICAS)]
+    engines = [make_engine(EngineConfig(SCHED, KV_TOKENS, MAX_LEN, prefix_caching=True)) for _ in range(REPLICAS)]
     stats: dict = {}
     records = simulate_cluster(reqs, engines, [_Scaled()] * REPLICAS, make_router(name), stats=stats)
     hits, queries = (sum(getattr(e.blocks.stats, k) for e in engines) for k in ("hits", "queries"))
@@ -53,7 +53,7 @@ def _simulated(reqs, name):
 def fleet_run(request):
     name = request.param
     reqs = _stream()
-    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, executor="realtime",
+    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, prefix_caching=True, model="tiny", max_model_len=MAX_LEN, executor="realtime",
                           time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
     servers = tuple((f"replica {i}", dataclasses.replace(spec, port=None)) for i in range(REPLICAS))
     with ClusterProcesses(ClusterSpec(servers, name)) as cluster:

@@ -21,7 +21,7 @@ import pytest
 
 from common.errors import RunBroken
 from engines.routers import make_router
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.backends import open_backend
 from harness.backends.live import LiveBackend, LiveRunOptions, run_live_result
 from harness.backends.sim import simulate_disaggregated
@@ -83,8 +83,8 @@ def probe():
         records = backend.run(reqs).records
     d, sched = plan.disagg, plan.schedulers["sarathi"]
     sim = simulate_disaggregated(
-        reqs, ([make_engine(sched, KV, plan.max_model_len, role="prefill")], [_Scaled(d.prefill.timer)], 1),
-        ([make_engine(sched, KV, plan.max_model_len, role="decode")], [_Scaled(d.decode.timer)], 1),
+        reqs, ([make_engine(EngineConfig(sched, KV, plan.max_model_len, role="prefill"))], [_Scaled(d.prefill.timer)], 1),
+        ([make_engine(EngineConfig(sched, KV, plan.max_model_len, role="decode"))], [_Scaled(d.decode.timer)], 1),
         [[_Scaled(d.transfers[0][0])]], (make_router("round_robin"), make_router("round_robin")))
     return plan, reqs, records, sim, dict(zip(names, pids))
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engines.perf import Deployment, PerfModel
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.live import Endpoint, LiveRunOptions, LiveServerSpec, run_live_result, serve
 from harness.backends.live.lifecycle import free_port
 from harness.backends.sim import simulate
@@ -122,7 +122,7 @@ def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
         def batch_times(self, new_tokens, context_lens):
             return perf.batch_times(new_tokens, context_lens) * SLOW_SCALE
 
-    sim = summarize(simulate(reqs, make_engine(SCHED, KV_TOKENS, MAX_LEN), Scaled()))
+    sim = summarize(simulate(reqs, make_engine(EngineConfig(SCHED, KV_TOKENS, MAX_LEN)), Scaled()))
     live = summarize(res.records)
     assert live.num_completed == sim.num_completed == 100
     # The twin makes the simulator's decisions with the simulator's prices; the live path only adds

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engines.perf import Deployment, PerfModel
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.live import LiveServerSpec, serve
 from harness.backends.live.prometheus import measured, parse_counters, scrape
 from harness.backends.sim import simulate
@@ -20,7 +20,7 @@ from tests.test_live_loopback import KV_TOKENS, MAX_LEN, _run
 # SLOW_SCALE keep a P50 TTFT of ~150 ms, so that HTTP and timer wake-ups stay a few percent of it.
 SLOW_SCALE = 60.0
 
-SCHED = SchedulerConfig("sarathi", max_num_seqs=128, token_budget=512, prefix_caching=True)
+SCHED = SchedulerConfig("sarathi", max_num_seqs=128, token_budget=512)  # with prefix caching, the engine's
 SESSIONS = {"kind": "agent", "system_prompts": 2, "system_prompt_tokens": 200, "turns": {"mean": 4},
             "first_user_tokens": {"median": 60, "p90": 200}, "user_tokens": {"median": 40, "p90": 120},
             "output_tokens": {"median": 15, "p90": 40}, "think_time_s": 0.2}
@@ -30,7 +30,7 @@ SESSIONS = {"kind": "agent", "system_prompts": 2, "system_prompt_tokens": 200, "
 def session_run():
     reqs = requests_at_rate(load_workload({"name": "t", "max_total_tokens": MAX_LEN, "sessions": SESSIONS}, 80, 3),
                             {"name": "poisson"}, 4.0, 3)
-    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, executor="realtime",
+    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, prefix_caching=True, model="tiny", max_model_len=MAX_LEN, executor="realtime",
                           time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
     with serve(spec) as ep:
         before = scrape(ep.base_url)
@@ -53,7 +53,7 @@ def test_turns_are_released_by_the_answer_before_them(session_run):
 def test_the_server_found_what_the_simulator_finds(session_run):
     reqs, res, counted = session_run
     live = cache_summary(res.records, 16)
-    sim_records = simulate(reqs, make_engine(SCHED, KV_TOKENS, MAX_LEN), _Scaled())
+    sim_records = simulate(reqs, make_engine(EngineConfig(SCHED, KV_TOKENS, MAX_LEN, prefix_caching=True)), _Scaled())
     sim = cache_summary(sim_records, 16)
     # every later turn found at least the conversation so far up to its last full block: echoed answers hit
     assert live.token_hit_rate > 0.5 and abs(live.token_hit_rate - sim.token_hit_rate) <= 0.01

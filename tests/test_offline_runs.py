@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from engines.core import Sequence
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.analysis.loader import load_results
 from harness.config import compose
 from harness.search.experiment import plan_experiment
@@ -63,7 +63,7 @@ def _closed_loop_makespan(scheduler: str, lengths: list[tuple[int, int]], concur
     never idles in a closed loop, so the last finish is the sum."""
     job = plan_experiment(compose(RUN)).job(scheduler, progress=False)
     d = job.deployment
-    engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
+    engine = make_engine(EngineConfig(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size))
     seqs = [Sequence(i, p, o) for i, (p, o) in enumerate(lengths)]
     for s in seqs[:concurrency]:
         engine.add(s)

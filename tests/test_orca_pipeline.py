@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engines.perf import Deployment, PerfModel
-from engines.schedulers import SchedulerConfig, make_engine, make_policy
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, make_policy
 from harness.backends.sim import simulate
 from harness.backends.sim.iterations import IterationLog
 from harness.records import RequestSpec
@@ -23,7 +23,7 @@ PP, B, MAX_LEN = 8, 64, 4096
 
 def _engine(micro_batches: int, b: int = B, kv: int | None = None, max_len: int = MAX_LEN):
     cfg = SchedulerConfig.shared("orca_best", max_num_seqs=b, micro_batches=micro_batches)
-    return make_engine(cfg, kv or b * max_len, max_len)
+    return make_engine(EngineConfig(cfg, kv or b * max_len, max_len))
 
 
 def _in_flight(cols: dict, loaded_from: float, loaded_to: float) -> float:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engines.core import Sequence, SequenceStatus
-from engines.schedulers import SchedulerConfig, make_engine, make_policy
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, make_policy
 from tests.policy_workloads import ALL_POLICIES, build, drive
 
 MAX_LEN = 512
@@ -150,7 +150,7 @@ def test_unknown_policy_and_bad_settings():
     with pytest.raises(ValueError, match="max_num_batched_tokens"):
         make_policy(SchedulerConfig("vllm", max_num_batched_tokens=100), max_model_len=512)
     with pytest.raises(ValueError, match="cannot hold one sequence"):
-        make_engine(SchedulerConfig("orca"), kv_capacity_tokens=100, max_model_len=512)
+        make_engine(EngineConfig(SchedulerConfig("orca"), kv_capacity_tokens=100, max_model_len=512))
 
 
 def test_request_longer_than_model_is_rejected():

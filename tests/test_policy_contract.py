@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engines.core import Batch, PolicyBroken
-from engines.schedulers import SchedulerConfig, make_engine, register_policy, registry
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, register_policy, registry
 from engines.schedulers.sarathi import SarathiPolicy
 from harness.commands.main import main
 from tests.policy_workloads import drive
@@ -70,7 +70,7 @@ def plugins(monkeypatch):
 
 @pytest.mark.parametrize("name", PLUGINS)
 def test_the_engine_refuses_a_broken_batch_naming_the_policy(plugins, name):
-    engine = make_engine(SchedulerConfig(name), 64 * MAX_LEN, MAX_LEN)
+    engine = make_engine(EngineConfig(SchedulerConfig(name), 64 * MAX_LEN, MAX_LEN))
     with pytest.raises(PolicyBroken) as e:
         drive(engine, [(300, 20)] * 40)
     assert str(e.value).startswith(f"scheduling policy {name} broke its contract: ")
@@ -80,8 +80,8 @@ def test_the_engine_refuses_a_broken_batch_naming_the_policy(plugins, name):
 def test_the_built_in_policies_keep_their_own_contract():
     """Every batch of the sarathi policy passes the check where the plugin's did not (the check
     itself holds no false alarm for the same workload)."""
-    _, produced = drive(make_engine(SchedulerConfig("sarathi", token_budget=256, max_num_seqs=16), 64 * MAX_LEN,
-                                    MAX_LEN), [(300, 20)] * 40)
+    _, produced = drive(make_engine(EngineConfig(SchedulerConfig("sarathi", token_budget=256, max_num_seqs=16), 64 * MAX_LEN,
+                                    MAX_LEN)), [(300, 20)] * 40)
     assert produced == {i: 20 for i in range(40)}
 
 
@@ -110,7 +110,7 @@ def test_a_server_whose_policy_broke_fails_its_requests_and_refuses_more(plugins
     from engines.server.loop import EngineLoop
 
     async def serve() -> tuple[list[str | None], ApiError]:
-        loop = EngineLoop(make_engine(SchedulerConfig("over_budget_sarathi"), 64 * MAX_LEN, MAX_LEN), NullExecutor())
+        loop = EngineLoop(make_engine(EngineConfig(SchedulerConfig("over_budget_sarathi"), 64 * MAX_LEN, MAX_LEN)), NullExecutor())
         loop.start()
         states = [loop.submit(list(range(300)), 20, SamplingParams()) for _ in range(8)]
         await asyncio.wait_for(asyncio.gather(*(s.changed.wait() for s in states)), 10)

@@ -79,13 +79,15 @@ def test_knobs_schema_and_defaults_come_from_the_constructor(scratch_registry):
             self.slack_s, self.lifo, self.label, self.max_model_len = slack_s, lifo, label, max_model_len
 
     spec = policy_spec("knobby")
-    # max_model_len is context; the engine's own knobs (prefix caching) come after the policy's, for every policy
-    assert spec.knob_names == ("slack_s", "token_budget", "max_num_seqs", "lifo", "label") + registry.ENGINE_KNOB_NAMES
+    # max_model_len is context; prefix caching is the engine's (engines.core.EngineConfig), never a policy's knob
+    assert spec.knob_names == ("slack_s", "token_budget", "max_num_seqs", "lifo", "label")
     cfg = SchedulerConfig("knobby", slack_s=0.5, lifo=True)
     assert cfg.as_dict() == {"policy": "knobby", "slack_s": 0.5, "token_budget": 256, "max_num_seqs": 8, "lifo": True,
-                             "label": None, "prefix_caching": False}
-    policy = make_policy(SchedulerConfig("knobby", slack_s=0.5, lifo=True, prefix_caching=True), 777)  # not the policy's
+                             "label": None}
+    policy = make_policy(cfg, 777)
     assert (policy.slack_s, policy.lifo, policy.max_model_len, policy.max_batch_tokens) == (0.5, True, 777, 256)
+    with pytest.raises(ValueError, match="policy knobby has no knob 'prefix_caching'"):
+        SchedulerConfig("knobby", slack_s=0.5, prefix_caching=True)
     with pytest.raises(ValueError, match="knob 'slack_s' has no default and must be set"):
         SchedulerConfig("knobby")
     with pytest.raises(ValueError, match="policy knobby has no knob 'slack'; its knobs: slack_s, token_budget"):
@@ -96,6 +98,7 @@ def test_knobs_schema_and_defaults_come_from_the_constructor(scratch_registry):
 
     node = OmegaConf.structured(schema)
     assert node.policy == "knobby" and node.token_budget == 256 and OmegaConf.is_missing(node, "slack_s")
+    assert list(node)[-1] == "prefix_caching" and node.prefix_caching is False  # the engine's, set per scheduler
     with pytest.raises(ValidationError):
         node.lifo = "maybe"
 
@@ -135,6 +138,10 @@ def test_registration_refuses_what_cannot_be_a_knob(scratch_registry):
         class C(SarathiPolicy): ...
     with pytest.raises(TypeError, match="plan sweeps 'chunked_prefill', not an int knob"):  # the planner steps along numbers
         register_policy("bad_sweep", plan=Sweep(Axis("chunked_prefill", (1,), "c", "chunked {}")))(SarathiPolicy)
+    with pytest.raises(TypeError, match="knob 'prefix_caching' is the engine's setting"):  # the engine reads it, not the policy
+        @register_policy("own_cache")
+        class D(SarathiPolicy):
+            def __init__(self, prefix_caching: bool = False) -> None: ...
 
 
 def test_a_policy_is_the_whole_protocol(scratch_registry):

@@ -7,16 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engines.core import PrefixCachingBlockManager, Segments, Sequence, TokenIds
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from tests.policy_workloads import ALL_POLICIES
 
 BS = 16
 
 
 def _engine(policy="sarathi", kv_tokens=4096, max_len=1024, budget=512, max_seqs=16):
-    cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, prefix_caching=True, token_budget=budget,
+    cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, token_budget=budget,
                                  max_num_batched_tokens=budget)  # each policy's own budget knob, where it has one
-    return make_engine(cfg, kv_tokens, max_len, BS)
+    return make_engine(EngineConfig(cfg, kv_tokens, max_len, BS, prefix_caching=True))
 
 
 def _seq(i, runs, output_len):
@@ -37,7 +37,7 @@ def _run(engine, seqs):
 
 
 def test_off_by_default_and_the_plain_engine_when_off():
-    engine = make_engine(SchedulerConfig("sarathi"), 4096, 1024, BS)
+    engine = make_engine(EngineConfig(SchedulerConfig("sarathi"), 4096, 1024, BS))
     assert type(engine.blocks).__name__ == "BlockManager"
 
 

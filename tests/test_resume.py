@@ -142,7 +142,7 @@ def test_every_setting_that_can_change_a_probe_is_in_its_cache_key():
     allowed = {*NOT_IN_KEY, *(f"{group}.{k}" for group, keys in HOW_NOT_WHAT.items() for k in keys)}
     assert set(same) == allowed & paths, sorted(same)
     assert allowed == {"results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address",
-                       "search.searches_at_once"}
+                       "search.searches_at_once", "cluster.workers"}
 
 
 def test_a_search_under_another_slo_is_not_served_the_first_one_s_verdicts(tmp_path):

@@ -27,6 +27,7 @@ configs = st.builds(
     gpu_memory_utilization=st.floats(0.05, 1.0),
     kv_capacity_tokens=maybe_int,
     block_size=st.sampled_from([8, 16, 32]),
+    prefix_caching=st.booleans(),  # the engine's (EngineConfig), its own flag beside the policy's knobs
     time_scale=st.floats(0.01, 100.0),
     seed=st.integers(0, 2**31 - 1),
     shutdown_grace_s=st.floats(0.0, 60.0),
@@ -66,9 +67,11 @@ def test_a_knob_the_policy_lacks_is_refused():
 
 def test_live_backend_starts_the_server_it_was_given():
     spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig("chunked_only", max_num_seqs=64, token_budget=256), model="tiny",
-                          max_model_len=2048, time_scale=4.0, kv_capacity_tokens=65536, seed=7)
+                          max_model_len=2048, time_scale=4.0, kv_capacity_tokens=65536, seed=7, prefix_caching=True)
     cmd = spec.command(port=4321)
     assert cmd[1:3] == ["-m", "engines.server"]
     assert parse_args(cmd[3:]) == spec.server_config(4321)
     got = parse_args(cmd[3:])
     assert got.scheduler == spec.scheduler and got.time_scale == 4.0 and got.kv_capacity_tokens == 65536
+    assert got.prefix_caching and got.engine_config(65536, 2048).prefix_caching  # the job's, to the server's engine
+    assert "--prefix-caching" in cmd and "prefix_caching" not in dict(got.scheduler.knobs)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engines.routers import ROUTERS, InstanceState, LeastKv, LeastOutstanding, RoundRobin, make_router
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.backends import open_backend
 from harness.backends.base import BackendRun
 from harness.backends.sim import simulate, simulate_cluster
@@ -141,7 +141,7 @@ def _cluster_run(plan, scheduler, n, router="round_robin", stats=None):
     d, job = plan.deployment, plan.job(scheduler, progress=False)
 
     def run(requests, label=""):
-        engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size) for _ in range(n)]
+        engines = [make_engine(EngineConfig(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)) for _ in range(n)]
         return simulate_cluster(requests, engines, [d.timer] * n, make_router(router), stats=stats)
     return run
 
@@ -221,15 +221,15 @@ def test_pipeline_parallel_replicas_through_the_backend():
     run = open_backend(job).run(reqs)
     assert sum(run.diagnostics["instance_requests"]) == len(reqs) and run.diagnostics["plain_launches"] > 0
     choices: list[int] = []
-    engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size) for _ in range(3)]
+    engines = [make_engine(EngineConfig(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)) for _ in range(3)]
     again = simulate_cluster(reqs, engines, [d.timer] * 3, make_router("least_outstanding"), pp=2,
                              on_route=lambda s, k: choices.append(k))
     order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_s, i))
     where = {order[rank]: k for rank, k in enumerate(choices)}
     for k in range(3):
         mine = [i for i in range(len(reqs)) if where[i] == k]
-        alone = simulate([reqs[i] for i in mine], make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len,
-                                                               d.block_size), d.timer, pp=2)
+        alone = simulate([reqs[i] for i in mine], make_engine(EngineConfig(job.scheduler, d.kv_capacity_tokens, job.max_model_len,
+                                                               d.block_size)), d.timer, pp=2)
         for i, b in zip(mine, alone, strict=True):
             same(run.records[i], b)
             same(again[i], b)

@@ -17,7 +17,7 @@ from engines.core import BlockManager, Engine, Sequence
 from engines.perf.hardware import get_topology
 from engines.perf.transfer import plan_kv_transfers
 from engines.routers import make_router
-from engines.schedulers import DecodeOnlyPolicy, SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, DecodeOnlyPolicy, SchedulerConfig, make_engine
 from harness.backends import open_backend
 from harness.backends.sim import simulate, simulate_disaggregated
 from harness.config import compose
@@ -62,7 +62,7 @@ def test_the_prefill_instance_is_a_single_engine_of_the_prompts():
     reqs, run = _run(plan)
     d = plan.disagg.prefill
     alone = simulate([dataclasses.replace(r, output_len=1) for r in reqs],
-                     make_engine(plan.schedulers["sarathi"], d.kv_capacity_tokens, plan.max_model_len, d.block_size), d.timer)
+                     make_engine(EngineConfig(plan.schedulers["sarathi"], d.kv_capacity_tokens, plan.max_model_len, d.block_size)), d.timer)
     for rec, a, spec in zip(run.records, alone, reqs, strict=True):
         assert rec.first_token_s == a.first_token_s and rec.first_scheduled_s == a.first_scheduled_s
         assert rec.completed and len(rec.token_times_s) == spec.output_len == rec.output_len
@@ -201,7 +201,7 @@ def test_simulate_disaggregated_refuses_a_role_without_engines():
     reqs = _requests([(5, 3)], 1.0, 0)
     sc = SchedulerConfig("sarathi")
     with pytest.raises(ValueError, match="at least one engine"):
-        simulate_disaggregated(reqs, ([], [], 1), ([make_engine(sc, 4096, 512, role="decode")], [None], 1), [[]],
+        simulate_disaggregated(reqs, ([], [], 1), ([make_engine(EngineConfig(sc, 4096, 512, role="decode"))], [None], 1), [[]],
                                (make_router("round_robin"), make_router("round_robin")))
 
 

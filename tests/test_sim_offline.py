@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.sim import simulate
 from harness.backends.sim.iterations import IterationLog
 from harness.records import RequestSpec
@@ -22,7 +22,7 @@ POLICIES = ("decode_maximal", "orca_worst", "orca_best", "sarathi", "vllm")
 
 def _engine(policy, b=6, kv=None):
     cfg = SchedulerConfig.shared(policy, max_num_seqs=b, chunk_size=64, tile_tokens=32, token_budget=96)
-    return make_engine(cfg, kv or 8 * MAX_LEN, MAX_LEN)
+    return make_engine(EngineConfig(cfg, kv or 8 * MAX_LEN, MAX_LEN))
 
 
 def _offline(lengths):

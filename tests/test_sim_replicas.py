@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from engines.routers import make_router
-from engines.schedulers import make_engine
+from engines.schedulers import EngineConfig, make_engine
 from harness.backends import open_backend
 from harness.backends.sim import simulate, simulate_cluster
 from harness.config import compose
@@ -34,15 +34,15 @@ def test_each_instance_runs_on_its_own_deployment():
     run = open_backend(job).run(reqs)
     assert run.diagnostics["instance_requests"][2] > 0
     choices: list[int] = []
-    engines = [make_engine(job.scheduler, p.kv_capacity_tokens, job.max_model_len, p.block_size) for p in plans]
+    engines = [make_engine(EngineConfig(job.scheduler, p.kv_capacity_tokens, job.max_model_len, p.block_size)) for p in plans]
     again = simulate_cluster(reqs, engines, [p.timer for p in plans], make_router("least_outstanding"),
                              pp=[p.pp for p in plans], on_route=lambda s, k: choices.append(k))
     order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival_s, i))
     where = {order[rank]: k for rank, k in enumerate(choices)}
     for k, p in enumerate(plans):
         mine = [i for i in range(len(reqs)) if where[i] == k]
-        alone = simulate([reqs[i] for i in mine], make_engine(job.scheduler, p.kv_capacity_tokens, job.max_model_len,
-                                                               p.block_size), p.timer)
+        alone = simulate([reqs[i] for i in mine], make_engine(EngineConfig(job.scheduler, p.kv_capacity_tokens, job.max_model_len,
+                                                               p.block_size)), p.timer)
         for i, b in zip(mine, alone, strict=True):
             same(run.records[i], b)
             same(again[i], b)
@@ -53,8 +53,8 @@ def test_one_group_of_one_is_that_deployment_alone():
     ((n, h100),) = plan.replicas
     reqs = probe_requests(plan, 1.0)
     run = open_backend(plan.job("sarathi", progress=False)).run(reqs)
-    alone = simulate(reqs, make_engine(plan.schedulers["sarathi"], h100.kv_capacity_tokens, plan.max_model_len,
-                                       h100.block_size), h100.timer)
+    alone = simulate(reqs, make_engine(EngineConfig(plan.schedulers["sarathi"], h100.kv_capacity_tokens, plan.max_model_len,
+                                       h100.block_size)), h100.timer)
     for a, b in zip(run.records, alone, strict=True):
         same(a, b)
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.sim import simulate
 from harness.workload import load_workload, requests_at_rate
 from tests.policy_workloads import ALL_POLICIES
@@ -18,9 +18,9 @@ MAX_LEN = 512
 
 def _engine(policy, kv, caching=True, max_seqs=8):
     # each policy's own budget knob (orca and fastertransformer have none)
-    cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, prefix_caching=caching, token_budget=128,
+    cfg = SchedulerConfig.shared(policy, max_num_seqs=max_seqs, token_budget=128,
                                  max_num_batched_tokens=MAX_LEN)
-    return make_engine(cfg, kv, MAX_LEN)
+    return make_engine(EngineConfig(cfg, kv, MAX_LEN, prefix_caching=caching))
 
 
 def _sessions(n, seed, *, heads=2, turns=None, think=0.5, answers="echo", kind="conversation"):

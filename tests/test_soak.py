@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch", reason="the soak serves with the torch executor")
 
 from benchmarks.bench_soak import SoakSettings, report, soak_policy  # noqa: E402
-from engines.schedulers import SchedulerConfig, make_engine  # noqa: E402
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine  # noqa: E402
 
 MAX_LEN = 512
 
@@ -50,7 +50,7 @@ def test_an_abort_while_its_batch_executes_leaves_the_block_table_to_the_executo
 
     async def serve():
         ex = Gated()
-        loop = EngineLoop(make_engine(SchedulerConfig("sarathi"), 64 * MAX_LEN, MAX_LEN), ex)
+        loop = EngineLoop(make_engine(EngineConfig(SchedulerConfig("sarathi"), 64 * MAX_LEN, MAX_LEN)), ex)
         loop.start()
         state = loop.submit(list(range(100)), 4, SamplingParams())
         await asyncio.get_running_loop().run_in_executor(None, ex.running.wait, 10)

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from engines.executors.torch import TorchExecutor  # noqa: E402
 from engines.executors.torch.loop import OfflineRequest, run_to_completion  # noqa: E402
-from engines.schedulers import SchedulerConfig, make_engine  # noqa: E402
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine  # noqa: E402
 from tests.test_torch_helpers import tiny_llama  # noqa: E402
 
 MAX_LEN = 256
@@ -23,7 +23,7 @@ def _requests():
 
 
 def _run(executor, cfg):
-    engine = make_engine(cfg, executor.kv_capacity_tokens, MAX_LEN)
+    engine = make_engine(EngineConfig(cfg, executor.kv_capacity_tokens, MAX_LEN))
     batches = []
     schedule = engine.policy.schedule
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from engines.executors.base import SamplingParams  # noqa: E402
 from engines.executors.torch import TorchExecutor  # noqa: E402
 from engines.executors.torch.loop import OfflineRequest, run_to_completion  # noqa: E402
-from engines.schedulers import SchedulerConfig, make_engine  # noqa: E402
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine  # noqa: E402
 from tests.policy_workloads import BUILT_IN  # noqa: E402
 from tests.test_torch_helpers import prefill_logits, randomize_, tiny_llama  # noqa: E402
 
@@ -31,7 +31,7 @@ def _requests(n=7, output_len=9, sampling=SamplingParams()):
 
 def _run(executor, policy, reqs, kv_tokens=None, max_len=MAX_LEN, **cfg):
     cfg = {"max_num_seqs": 4, "token_budget": 32, **cfg}
-    engine = make_engine(SchedulerConfig.shared(policy, **cfg), kv_tokens or executor.kv_capacity_tokens, max_len)
+    engine = make_engine(EngineConfig(SchedulerConfig.shared(policy, **cfg), kv_tokens or executor.kv_capacity_tokens, max_len))
     stats = run_to_completion(engine, executor, reqs)
     assert engine.blocks.num_free == engine.blocks.num_blocks, "KV blocks leaked"
     assert not engine.has_unfinished and not executor._tokens
@@ -129,7 +129,7 @@ def test_made_up_prompts_are_seeded_and_avoid_special_tokens(executor):
 
 
 def test_abort_in_flight_is_ignored(executor):
-    engine = make_engine(SchedulerConfig("sarathi", token_budget=32), executor.kv_capacity_tokens, MAX_LEN)
+    engine = make_engine(EngineConfig(SchedulerConfig("sarathi", token_budget=32), executor.kv_capacity_tokens, MAX_LEN))
     from engines.core import Sequence
 
     executor.add_request(100, list(range(3, 50)), SamplingParams())
@@ -160,7 +160,7 @@ def test_catalog_model_by_name():
 def test_realtime_time_limit_stops_and_frees(executor):
     from engines.executors.torch.loop import run_realtime
 
-    engine = make_engine(SchedulerConfig("sarathi", token_budget=32), executor.kv_capacity_tokens, MAX_LEN)
+    engine = make_engine(EngineConfig(SchedulerConfig("sarathi", token_budget=32), executor.kv_capacity_tokens, MAX_LEN))
     t = iter(range(10**6))
     reqs = [OfflineRequest(i, None, 50, prompt_len=40, arrival_s=float(i)) for i in range(5)]
     # A fake clock ticking one second per reading: the limit falls mid-run.

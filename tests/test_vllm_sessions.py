@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.base import BackendJob
 from harness.backends.live import LiveRunOptions, LiveServerSpec, serve
 from harness.backends.live.client import run_live_result
@@ -29,11 +29,11 @@ SESSIONS = {"kind": "conversation", "turns": {"mean": 4}, "first_user_tokens": {
 
 
 def test_a_conversation_workload_runs_end_to_end_and_its_hit_rate_is_measured(model_dir, tmp_path):
-    sched = SchedulerConfig("sarathi", max_num_seqs=32, token_budget=256, prefix_caching=True)
+    sched = SchedulerConfig("sarathi", max_num_seqs=32, token_budget=256)
     reqs = requests_at_rate(load_workload({"name": "c", "max_total_tokens": MAX_MODEL_LEN, "sessions": SESSIONS}, 40, 5),
                             {"name": "poisson"}, 2.0, 5)
     spec = LiveServerSpec(
-        kind="vllm", scheduler=sched, model=model_dir, served_model_name="tiny", max_model_len=MAX_MODEL_LEN,
+        kind="vllm", scheduler=sched, prefix_caching=True, model=model_dir, served_model_name="tiny", max_model_len=MAX_MODEL_LEN,
         vllm_command=(VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"),
         vllm_extra_args=("--enforce-eager",), ready_timeout_s=240, log_dir=str(tmp_path),
     )
@@ -46,7 +46,7 @@ def test_a_conversation_workload_runs_end_to_end_and_its_hit_rate_is_measured(mo
     # vLLM's CPU platform caches in blocks of 128 tokens unless told otherwise (vllm/platforms/cpu.py);
     # the simulator is asked the same question with the same blocks
     live = cache_summary(res.records, CPU_BLOCK)
-    sim_engine = make_engine(sched, 1 << 16, MAX_MODEL_LEN, block_size=CPU_BLOCK)
+    sim_engine = make_engine(EngineConfig(sched, 1 << 16, MAX_MODEL_LEN, block_size=CPU_BLOCK, prefix_caching=True))
     sim = cache_summary(simulate(reqs, sim_engine, WindowedTimer()), CPU_BLOCK)
     print(f"\nmeasured hit rate {live.token_hit_rate:.3f} (vLLM's counters: {counted}), simulated {sim.token_hit_rate:.3f}")
     # vLLM found every later turn's conversation so far (its answers echoed): as the simulator does,

@@ -6,13 +6,13 @@ import pytest
 from common.errors import HarnessError
 from engines.core import Sequence
 from engines.external.vllm import policy_flags
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.planner.settings import PlanSettings
 from harness.planner.space import check_grid_policies, scheduler_grid
 
 
 def engine(kv=65536, max_model_len=4096, **knobs):
-    return make_engine(SchedulerConfig("vllm_v1", **knobs), kv, max_model_len)
+    return make_engine(EngineConfig(SchedulerConfig("vllm_v1", **knobs), kv, max_model_len))
 
 
 def add(e, *lengths):

@@ -3,6 +3,7 @@ from engines.core.batch import Batch
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
 from engines.core.caching_engine import PrefixCachingEngine
 from engines.core.checks import PolicyBroken
+from engines.core.config import ROLES, EngineConfig
 from engines.core.engine import Engine, StepOutput
 from engines.core.kv_tier import HostTier, TierStats
 from engines.core.policy import BasePolicy, Policy
@@ -16,12 +17,14 @@ __all__ = [
     "BlockManager",
     "DEFAULT_BLOCK_SIZE",
     "Engine",
+    "EngineConfig",
     "HostTier",
     "Policy",
     "PolicyBroken",
     "PrefixCacheStats",
     "PrefixCachingBlockManager",
     "PrefixCachingEngine",
+    "ROLES",
     "Segments",
     "Sequence",
     "SequenceStatus",

@@ -57,14 +57,14 @@ def launch(engine: Engine, batch: Batch) -> str | None:
             return _sequence_problem(seq, n, bs, seqs)
         seq.in_flight = True
     policy = engine.policy
-    budget = getattr(policy, "max_batch_tokens", None)
+    budget = policy.max_batch_tokens
     problem = None
     if budget is not None:
         tokens = sum(new_tokens)
         if tokens > budget and any(batch.is_prefill):
             problem = f"{tokens} tokens with a prefill, over its max_batch_tokens {budget}"
-    cap = getattr(policy, "max_num_seqs", None)
-    if cap is not None and len(engine.running) > cap:
+    cap = policy.max_num_seqs
+    if len(engine.running) > cap:
         problem = f"{len(engine.running)} sequences running, over its max_num_seqs {cap}"
     return problem
 

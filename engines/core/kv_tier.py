@@ -7,7 +7,7 @@ least recently stored or loaded evicted first. A block already in the tier is no
 (its content is the same: a hash chains every token before it). The transfers are counted, not
 priced (the core has no clock): whoever runs the engine takes them (`drain`) after each
 `schedule()` and prices them over the link between GPU and host (the simulator: engines/perf/
-offload.py over PCIe). Off unless the engine is built with a tier (make_engine's host_kv_blocks).
+offload.py over PCIe). Off unless the engine is built with a tier (EngineConfig's host_kv_blocks).
 """
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import islice
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
@@ -93,8 +94,10 @@ class PrefixCachingBlockManager(BlockManager):
             hits, host = [], 0
             cache, block_hash = self._cache, seq.tokens.block_hash
             limit = (seq.prefill_target - 1) // self.block_size
-            for i in range(limit):
-                b = cache.get(block_hash(i))
+            if limit:  # every hash at once, then a plain loop (a method call per block was the fleet's hot spot);
+                block_hash(limit - 1)  # these blocks are hashed anyway when they are registered
+            for h in islice(seq.tokens.hashes, limit):
+                b = cache.get(h)
                 if b is None:
                     break
                 hits.append(b)

@@ -92,6 +92,7 @@ def serve_command(
     *,
     scheduler: SchedulerConfig,
     max_model_len: int,
+    prefix_caching: bool = False,
     host: str = "127.0.0.1",
     port: int,
     served_model_name: str | None = None,
@@ -114,7 +115,7 @@ def serve_command(
         "--max-model-len", str(max_model_len),
         "--seed", str(seed),
         # with a cache, the usage of each response says how many prompt tokens it found cached
-        *(["--enable-prefix-caching", "--enable-prompt-tokens-details"] if scheduler.prefix_caching
+        *(["--enable-prefix-caching", "--enable-prompt-tokens-details"] if prefix_caching
           else ["--no-enable-prefix-caching"]),
         *policy_flags(scheduler, max_model_len),
         *extra_args,

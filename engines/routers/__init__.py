@@ -48,6 +48,9 @@ class Router(Protocol):
 
     def choose(self, states: list[InstanceState], request: RouteRequest | None = None) -> int: ...
 
+    # Optional: `static_choice(request, n) -> int | None`, the instance `choose` would give
+    # `request` among n whatever their state (None: the state decides); session_affinity has it.
+
 
 def least_outstanding(states: list[InstanceState]) -> int:
     return min(range(len(states)), key=lambda i: (states[i].outstanding, i))

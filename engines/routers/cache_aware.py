@@ -4,7 +4,8 @@
                     onto a ring of `virtual_nodes` points per instance: every turn of a session
                     goes to one instance, and adding an instance moves only the sessions its
                     points take (about 1/(n+1) of them). A request without a session: fewest
-                    outstanding.
+                    outstanding (`without_session=round_robin`: the next instance in turn,
+                    so no choice reads instance state).
   prefix_aware      prefix overlap as a router without cache visibility estimates it: an index,
                     per instance, of the block hashes the router has sent there (LRU, at most
                     `index_blocks` per instance: its stand-in for the instance's eviction).
@@ -33,6 +34,7 @@ from collections import OrderedDict
 from engines.routers import InstanceState, RouteRequest, least_outstanding
 
 BRANCHES = ("balance", "cache", "load")
+WITHOUT_SESSION = ("least_outstanding", "round_robin")  # session_affinity: where a request without a session goes
 
 
 def stable_hash(key: str) -> int:
@@ -59,8 +61,15 @@ class SessionAffinity:
     needs_request = True
     needs_cache = False
 
-    def __init__(self, virtual_nodes: int = 64) -> None:
+    def __init__(self, virtual_nodes: int = 64, without_session: str = "least_outstanding") -> None:
         self.virtual_nodes = _int_knob("virtual_nodes", virtual_nodes, 1)
+        if without_session not in WITHOUT_SESSION:
+            raise ValueError(f"router knob without_session must be one of {', '.join(WITHOUT_SESSION)}, "
+                             f"got {without_session!r}")
+        # round_robin: a request without a session goes to the next instance in turn, whatever the
+        # load, so no choice reads instance state (a simulator may then run the instances apart).
+        self.without_session = without_session
+        self.turn = 0
         self._ring: tuple[int, list[int], list[int]] = (0, [], [])  # (instances, points, owners)
 
     def ring(self, n: int) -> tuple[list[int], list[int]]:
@@ -76,9 +85,20 @@ class SessionAffinity:
         return owners[bisect_right(points, stable_hash(session)) % len(points)]
 
     def choose(self, states: list[InstanceState], request: RouteRequest | None = None) -> int:
-        if request is None or request.session is None:
-            return least_outstanding(states)
-        return self.owner(request.session, len(states))
+        choice = self.static_choice(request or RouteRequest(), len(states))
+        return least_outstanding(states) if choice is None else choice
+
+    def static_choice(self, request: RouteRequest, n: int) -> int | None:
+        """The instance `choose` gives `request` among `n` whatever their state (its session's
+        owner, or with without_session=round_robin the next in turn), or None when the state
+        decides: lets a simulator route ahead, calling it in the order `choose` would be called."""
+        if request.session is not None:
+            return self.owner(request.session, n)
+        if self.without_session == "least_outstanding":
+            return None
+        i = self.turn % n
+        self.turn = i + 1
+        return i
 
 
 def pick(states: list[InstanceState], matched: list[int], total: int, balance_abs: float, balance_rel: float,

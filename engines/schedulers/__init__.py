@@ -1,17 +1,17 @@
 """Scheduling policies, one module each, registered by name (`registry`: a decorator on the class,
 or the `sarathi_harness.policies` entry points of another package), and the factory that builds an
-engine around one."""
+engine around one from its `EngineConfig` (engines/core/config.py)."""
 from __future__ import annotations
 
 from engines.core import (
-    DEFAULT_BLOCK_SIZE,
+    ROLES,
     BlockManager,
     Engine,
+    EngineConfig,
     HostTier,
     Policy,
     PrefixCachingBlockManager,
     PrefixCachingEngine,
-    blocks_for,
 )
 
 # The built-in policies register themselves on import (their modules' decorators), in this order.
@@ -33,40 +33,23 @@ def make_policy(cfg: SchedulerConfig, max_model_len: int) -> Policy:
     return policy_spec(cfg.policy).build(dict(cfg.knobs), max_model_len)
 
 
-ROLES = ("both", "prefill", "decode")  # what an engine instance runs (disaggregated clusters split them)
-
-
-def make_engine(
-    cfg: SchedulerConfig,
-    kv_capacity_tokens: int,
-    max_model_len: int,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    role: str = "both",
-    host_kv_blocks: int = 0,
-) -> Engine:
-    """An engine with `cfg`'s policy over a KV cache of `kv_capacity_tokens` tokens. A prefill
-    instance runs `cfg`'s policy on prompts alone (its requests end at their first token); a
-    decode instance runs `DecodeOnlyPolicy` with `cfg`'s max_num_seqs and token budget.
-    `host_kv_blocks` > 0 puts a host-memory tier of that many blocks under the prefix cache
-    (engines/core/kv_tier.py; it needs prefix caching)."""
-    if role not in ROLES:
-        raise ValueError(f"unknown engine role {role!r}; known: {', '.join(ROLES)}")
-    policy = _decode_policy(cfg) if role == "decode" else make_policy(cfg, max_model_len)
-    name = f"{cfg.policy} (decode instance)" if role == "decode" else cfg.policy
-    num_blocks = kv_capacity_tokens // block_size
+def make_engine(config: EngineConfig) -> Engine:
+    """An engine as `config` says: its scheduler's policy over a KV cache of
+    `config.kv_capacity_tokens` tokens. A prefill instance runs the policy on prompts alone (its
+    requests end at their first token); a decode instance runs `DecodeOnlyPolicy` with the
+    scheduler's max_num_seqs and token budget. ValueError names a knob value the policy refuses, or
+    a KV cache its batch cannot live in (the policy's `check_kv`)."""
+    cfg, max_model_len = config.scheduler, config.max_model_len
+    decode = config.role == "decode"
+    policy = _decode_policy(cfg) if decode else make_policy(cfg, max_model_len)
+    name = f"{cfg.policy} (decode instance)" if decode else cfg.policy
     reserve = max_model_len if policy.reserves_kv else None
-    if num_blocks < blocks_for(max_model_len, block_size):
-        raise ValueError(
-            f"KV cache of {kv_capacity_tokens} tokens cannot hold one sequence of max_model_len {max_model_len}"
-        )
-    policy.check_kv(num_blocks, blocks_for(max_model_len, block_size))  # a batch bounded by memory refuses a B that is not
-    if host_kv_blocks and not cfg.prefix_caching:
-        raise ValueError("a host KV tier holds evicted prefix-cache blocks: it needs prefix caching on")
-    if cfg.prefix_caching:
-        tier = HostTier(host_kv_blocks) if host_kv_blocks else None
-        return PrefixCachingEngine(policy, PrefixCachingBlockManager(num_blocks, block_size, reserve_tokens=reserve,
-                                                                     tier=tier), max_model_len, name)
-    return Engine(policy, BlockManager(num_blocks, block_size, reserve_tokens=reserve), max_model_len, name)
+    policy.check_kv(config.num_blocks, config.blocks_per_seq)  # a batch bounded by memory refuses a B that is not
+    if config.prefix_caching:
+        tier = HostTier(config.host_kv_blocks) if config.host_kv_blocks else None
+        blocks = PrefixCachingBlockManager(config.num_blocks, config.block_size, reserve_tokens=reserve, tier=tier)
+        return PrefixCachingEngine(policy, blocks, max_model_len, name)
+    return Engine(policy, BlockManager(config.num_blocks, config.block_size, reserve_tokens=reserve), max_model_len, name)
 
 
 def _decode_policy(cfg: SchedulerConfig) -> DecodeOnlyPolicy:
@@ -74,5 +57,5 @@ def _decode_policy(cfg: SchedulerConfig) -> DecodeOnlyPolicy:
     return DecodeOnlyPolicy(**{k: v for k, v in cfg.knobs if k in DecodeOnlyPolicy.KNOBS})
 
 
-__all__ = ["ROLES", "Axis", "Sweep", "DecodeOnlyPolicy", "PolicySpec", "SchedulerConfig", "make_engine", "make_policy", "policy_names",
+__all__ = ["ROLES", "Axis", "Sweep", "DecodeOnlyPolicy", "EngineConfig", "PolicySpec", "SchedulerConfig", "make_engine", "make_policy", "policy_names",
            "policy_spec", "register_policy"]

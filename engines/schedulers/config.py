@@ -2,6 +2,7 @@
 parameters, engines/schedulers/registry.py), every knob filled in with its default."""
 from __future__ import annotations
 
+from engines.core.config import PER_SCHEDULER
 from engines.schedulers.registry import policy_spec
 
 
@@ -23,6 +24,10 @@ class SchedulerConfig:
         tests, benchmarks); a None for a knob the policy does not let be None keeps its default
         (vllm's max_num_batched_tokens=None means max_model_len; vllm_v1's is a number); a config
         read from a user keeps the strict constructor."""
+        engine_settings = sorted(set(knobs) & set(PER_SCHEDULER))
+        if engine_settings:  # filtered out silently, a sweep would run without the cache it asked for
+            raise ValueError(f"{', '.join(engine_settings)}: an engine setting (engines.core.EngineConfig), "
+                             "not a scheduler knob")
         takes = {k.name: k.optional for k in policy_spec(policy).knobs}
         return cls(policy, **{k: v for k, v in knobs.items() if k in takes and (v is not None or takes[k])})
 

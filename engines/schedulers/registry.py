@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 
+from engines.core.config import PER_SCHEDULER
 from engines.core.policy import Policy, missing_members
 from engines.schedulers.sweep import Sweep
 
@@ -51,12 +52,6 @@ class Knob:
     kind: type  # one of KNOB_TYPES
     optional: bool  # the annotation allows None
     default: object  # REQUIRED when the constructor has none
-
-
-# Knobs of the engine around every policy, not of the policy (its constructor never sees them):
-# automatic prefix caching (engines/core/prefix_cache.py), off as in the paper's engines.
-ENGINE_KNOBS = (Knob("prefix_caching", bool, False, False),)
-ENGINE_KNOB_NAMES = tuple(k.name for k in ENGINE_KNOBS)
 
 
 @dataclass(frozen=True)
@@ -94,8 +89,7 @@ class PolicySpec:
         """The policy object (its constructor checks the values; TypeError names what of the
         Policy protocol it lacks: subclass engines.core.BasePolicy for the defaults)."""
         context = {"max_model_len": max_model_len} if "max_model_len" in _parameters(self.cls) else {}
-        own = {k: v for k, v in dict(knobs).items() if k not in ENGINE_KNOB_NAMES}
-        policy = self.cls(**own, **self.fixed, **context)
+        policy = self.cls(**knobs, **self.fixed, **context)
         missing = missing_members(policy)
         if missing:
             raise TypeError(f"policy {self.name}: {self.cls.__qualname__} lacks {', '.join(missing)} of engines.core.Policy "
@@ -119,7 +113,10 @@ def register_policy(name: str, *, vllm: str | None = None, plan: Sweep | None = 
         if stray:
             raise TypeError(f"register_policy({name!r}): {cls.__qualname__} takes no parameter {stray[0]!r}")
         knobs = tuple(_knob(cls, p) for n, p in params.items() if n not in fixed and n not in CONTEXT)
-        knobs += tuple(k for k in ENGINE_KNOBS if k.name not in params)
+        shadowed = [k.name for k in knobs if k.name in PER_SCHEDULER]
+        if shadowed:  # a scheduler's entry sets it for the engine (engines/core/config.py): the policy would never see it
+            raise TypeError(f"register_policy({name!r}): {cls.__qualname__}'s knob {shadowed[0]!r} is the engine's "
+                            "setting (engines.core.EngineConfig), not a policy's; name it otherwise")
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
         spec = PolicySpec(name, cls, knobs, dict(fixed), vllm, doc, plan)
         _check_sweep(spec)

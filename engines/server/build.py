@@ -126,7 +126,7 @@ def build_parts(cfg: ServerConfig) -> ServingParts:
 
             executor = NullExecutor(vocab, seed=cfg.seed)
     try:  # the policy's constructor checks its knobs' values
-        engine = make_engine(cfg.scheduler, kv_tokens, max_len, cfg.block_size, role=cfg.role)
+        engine = make_engine(cfg.engine_config(kv_tokens, max_len))
     except ValueError as e:
         raise HarnessError(f"--policy {cfg.policy}: {e}") from None
     return ServingParts(engine, executor, tokenizer, vocab, max_len, intake)

@@ -12,7 +12,7 @@ from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.perf.links import get_link
 from engines.perf.kernels import DEFAULT_STACK
 from engines.perf.transfer import TRANSFER_MODES
-from engines.schedulers import ROLES, SchedulerConfig, policy_names, policy_spec
+from engines.schedulers import ROLES, EngineConfig, SchedulerConfig, policy_names, policy_spec
 from engines.schedulers.registry import Knob
 
 EXECUTORS = ("realtime", "null", "torch")
@@ -41,6 +41,7 @@ class ServerConfig:
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     kv_capacity_tokens: int | None = field(default=None, metadata=_help("default: the performance model's KV arithmetic"))
     block_size: int = DEFAULT_BLOCK_SIZE
+    prefix_caching: bool = field(default=False, metadata=_help("automatic prefix caching: true or false (engines/core/prefix_cache.py)"))
     time_scale: float = field(default=1.0, metadata=_help("realtime executor: stretch every predicted iteration"))
     seed: int = 0
     # Disaggregated prefill/decode (engines/server/handoff.py): a router sends each request to a
@@ -109,6 +110,11 @@ class ServerConfig:
     def policy(self) -> str:
         return self.scheduler.policy
 
+    def engine_config(self, kv_capacity_tokens: int, max_model_len: int) -> EngineConfig:
+        """The engine this server runs, over the KV cache and context its executor has."""
+        return EngineConfig(self.scheduler, kv_capacity_tokens, max_model_len, self.block_size, role=self.role,
+                            prefix_caching=self.prefix_caching)
+
 
 # Help of the built-in policies' knobs; every registered policy's knobs get a flag (one flag per
 # knob name: a name means the same thing in every policy that has it).
@@ -118,7 +124,6 @@ _KNOB_HELP = {
     "max_num_batched_tokens": "tokens of whole prompts in one prefill batch (default: max model len)",
     "chunk_size": "prefill tokens of the one chunk an iteration (decodes ride on top)",
     "tile_tokens": "cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)",
-    "prefix_caching": "automatic prefix caching: true or false (engines/core/prefix_cache.py)",
 }
 
 
@@ -156,7 +161,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         if f.name == "scheduler":
             continue
         default = f.default if f.default is not MISSING else None
-        parser.add_argument(_flag(f.name), type=_scalar(ServerConfig, f), default=default,
+        kind = _scalar(ServerConfig, f)
+        parser.add_argument(_flag(f.name), type=_boolean if kind is bool else kind, default=default,
                             choices=f.metadata.get("choices"), help=f.metadata.get("help"), dest=f.name)
     parser.add_argument("--policy", default=ServerConfig().scheduler.policy, choices=policy_names(),
                         help="scheduling policy (engines/schedulers; plugins: the sarathi_harness.policies entry points)")

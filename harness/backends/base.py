@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from common.errors import HarnessError
+from engines.core import EngineConfig
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE
 from engines.perf import DEFAULT_GPU_MEMORY_UTILIZATION
 from engines.schedulers import SchedulerConfig
@@ -86,6 +87,10 @@ class ClusterSettings:
     replicas: list[ReplicaGroup] = field(default_factory=list)
     # Replicas added and removed during the run by a named policy (off by default; harness/backends/scaling.py).
     autoscale: AutoscaleSettings = field(default_factory=AutoscaleSettings)
+    # Processes that simulate the instances (sim only): > 1 routes every request up front and runs
+    # the instances apart when no routing decision reads instance state (sim/partition.py), the
+    # same records; otherwise the one sequential loop, with the reason printed. 1: that loop always.
+    workers: int = 1
 
     def __post_init__(self) -> None:
         from engines.perf.transfer import PLACEMENTS, TRANSFER_MODES
@@ -99,6 +104,8 @@ class ClusterSettings:
         if self.router_options is not None and not isinstance(self.router_options, Mapping):
             raise ValueError(f"router_options must be a mapping of the router's knobs, got {self.router_options!r}")
         make_router(self.router, **self.knobs)  # ValueError naming an unknown or bad knob
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers must be an integer >= 1 (1: one process), got {self.workers!r}")
         if self.prefill_instances < 0 or self.decode_instances < 0:
             raise ValueError(f"prefill_instances and decode_instances must be >= 0, got "
                              f"{self.prefill_instances}, {self.decode_instances}")
@@ -224,6 +231,13 @@ class BackendJob:
     # not finished then is cut off, as at a time limit): derived from the plan's SLO and lengths.
     drain_s: float | None = None
     kv_offload_gib: float = 0.0  # each engine instance's host KV tier (engine.kv_offload_gib); 0: none
+    prefix_caching: bool = False  # each engine instance's (engine.prefix_caching or scheduler.NAME.prefix_caching)
+
+    def engine_config(self, d: DeploymentPlan, role: str = "both", host_kv_blocks: int = 0) -> EngineConfig:
+        """What each engine instance of deployment `d` is built with (ValueError names what it cannot run)."""
+        assert self.scheduler is not None, "a server of its own (backend=endpoint) runs no engine of ours"
+        return EngineConfig(self.scheduler, d.kv_capacity_tokens, self.max_model_len, d.block_size, role=role,
+                            prefix_caching=self.prefix_caching, host_kv_blocks=host_kv_blocks)
     autoscale: ScalePlan | None = None  # cluster.autoscale resolved for this experiment; None: a fixed fleet
 
     def settings_as(self, kind: type[S]) -> S:

@@ -13,7 +13,7 @@ def print_cache_lines(runs, plan, shown) -> None:
     for r in runs:
         sc = plan.schedulers[r.scheduler]  # None: a server of its own (backend=endpoint), whose cache we only see
         probe = shown(r.result)
-        if probe is None or (sc is not None and not sc.prefix_caching):
+        if probe is None or (sc is not None and r.scheduler not in plan.prefix_caching):
             continue
         c = cache_of(probe.detail.requests, plan.deployment.block_size)
         if sc is None and c.hit_requests == 0:

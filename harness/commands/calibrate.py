@@ -9,7 +9,7 @@ from pathlib import Path
 
 from common.errors import HarnessError
 from engines.perf.calibration import FACTORS, describe_factors
-from harness.validate.args import parse
+from harness.validate.args import check_out, parse
 from harness.validate.compare import table
 from harness.validate.fit import calibrate
 from harness.validate.replay import config_for, target_for
@@ -28,6 +28,7 @@ def calibrate_command(argv: list[str]) -> int:
         print(USAGE)
         return 0
     words = parse(argv, "calibrate", ("--out", "--probe", "--kv-tokens", "--window", "--factors"))
+    check_out("calibrate", words.flags["--out"], directory=False)
     if any(o.startswith("perf.calibration=") for o in words.overrides):
         raise HarnessError("calibrate fits from the model's own numbers: drop perf.calibration=")
     factors = tuple(f.strip() for f in words.flags["--factors"].split(",") if f.strip())

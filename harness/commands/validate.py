@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from harness.validate.args import parse
+from harness.validate.args import check_out, parse
 from harness.validate.bands import calibration_entry
 from harness.validate.compare import HEADLINE, compare, table
 from harness.validate.figure import write_figure
@@ -34,6 +34,7 @@ def validate_command(argv: list[str]) -> int:
         print(USAGE)
         return 0
     words = parse(argv, "validate", ("--max-error", "--out", "--probe", "--kv-tokens"))
+    check_out("validate", words.flags["--out"], directory=True)
     run = read_run(words.run, words.probe)
     target = target_for(run, config_for(run, words.overrides), words.flags["--kv-tokens"])
     print(f"validate {run.describe()}")

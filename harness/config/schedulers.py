@@ -11,6 +11,7 @@ from dataclasses import field
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED
 
+from engines.core.config import per_scheduler_defaults
 from engines.schedulers import PolicySpec, policy_names, policy_spec
 from engines.schedulers.registry import REQUIRED as NO_DEFAULT
 from harness.paths import CONFIG_DIR
@@ -18,11 +19,13 @@ from harness.paths import CONFIG_DIR
 
 def scheduler_schema(spec: PolicySpec) -> type:
     """The structured config of policy `spec`: `policy` (its name) and its knobs, typed, with the
-    constructor's defaults (none: the config must set it)."""
+    constructor's defaults (none: the config must set it); then the engine's settings a scheduler's
+    entry may carry (engines.core.config.PER_SCHEDULER: `prefix_caching`), which go to its engine."""
     spec_fields = [("policy", str, field(default=spec.name))]
     for k in spec.knobs:
         kind = typing.Optional[k.kind] if k.optional else k.kind
         spec_fields.append((k.name, kind, field(default=REQUIRED if k.default is NO_DEFAULT else k.default)))
+    spec_fields += [(name, type(default), field(default=default)) for name, default in per_scheduler_defaults().items()]
     return dataclasses.make_dataclass(f"{spec.name}_scheduler_schema", spec_fields)
 
 

@@ -23,7 +23,8 @@ from harness.results.claim import atomic_write, unwritable
 from harness.search.probe import ProbeOutcome
 
 NOT_IN_KEY = ("results_dir", "progress", "cache")
-HOW_NOT_WHAT = {"search": ("workers", "executor", "ray_address", "searches_at_once")}  # how many probes run at once, and where, changes no probe's result
+# How many probes run at once, and where, changes no probe's result; nor how many processes simulate a cluster.
+HOW_NOT_WHAT = {"search": ("workers", "executor", "ray_address", "searches_at_once"), "cluster": ("workers",)}
 
 
 def code_version(provenance: dict, profile_digest: str = "") -> str:

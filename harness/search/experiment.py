@@ -14,7 +14,8 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from common.errors import HarnessError
-from engines.schedulers import SchedulerConfig, make_engine, policy_names, policy_spec
+from engines.core.config import PER_SCHEDULER
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, policy_names, policy_spec
 from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings, ClusterSettings, GiveUp
 from harness.backends.scaling import check_scaled_run, scale_plan
@@ -35,7 +36,8 @@ class EngineSettings:
     """`engine`: switches of the engine core every scheduler of the experiment runs with."""
 
     # Automatic prefix caching (engines/core/prefix_cache.py) for every scheduler; off as in the
-    # paper's engines (a scheduler's own `prefix_caching: true` turns it on for that one alone).
+    # paper's engines (a scheduler's own `prefix_caching: true` turns it on for that one alone:
+    # engines.core.config.PER_SCHEDULER).
     prefix_caching: bool = False
     # A host-memory KV tier under the prefix cache of each engine instance, in GiB (engines/core/
     # kv_tier.py, priced over PCIe by engines/perf/offload.py); 0: none, evicted blocks are lost.
@@ -122,6 +124,8 @@ class ExperimentPlan:
     # Such a plan has no SLO (slo is None): nothing is judged.
     offline: OfflineSettings | None = None
     kv_offload_gib: float = 0.0  # engine.kv_offload_gib: each instance's host KV tier
+    # The schedulers whose engines keep a prefix cache (engine.prefix_caching, or the scheduler's own key).
+    prefix_caching: frozenset[str] = frozenset()
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
         """What a backend needs to serve `scheduler` of this plan."""
@@ -131,6 +135,7 @@ class ExperimentPlan:
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
             cluster=self.cluster, disagg=self.disagg, replicas=self.replicas, give_up=self._give_up(),
             max_error_fraction=self.search.max_error_fraction, drain_s=self.drain_s, kv_offload_gib=self.kv_offload_gib,
+            prefix_caching=scheduler in self.prefix_caching,
             autoscale=scale_plan(self.cluster.autoscale, self.cluster.instances, self.deployment, self.slo),
         )
 
@@ -167,21 +172,25 @@ class ExperimentPlan:
         return GiveUp(s.tbt_s, s.tbt_quantile, s.scheduling_delay_s, s.scheduling_delay_quantile)
 
 
-def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
+def _scheduler_configs(cfg: Mapping, engine: EngineSettings) -> tuple[dict[str, SchedulerConfig], frozenset[str]]:
+    """Each scheduler's config, and those whose engines keep a prefix cache (the engine's settings a
+    scheduler's entry may carry, engines.core.config.PER_SCHEDULER, go to its engine, not its policy)."""
     # Entries without `policy` are knob overrides an experiment preset set for a scheduler the
     # command line deselected (e.g. `scheduler=[sarathi]`): skip them.
-    out = {}
+    out, caching = {}, set()
     for name, sc in (cfg or {}).items():
         if sc is None or "policy" not in sc:
             continue
-        knobs = {str(k): v for k, v in sc.items() if k != "policy"}
+        knobs = {str(k): v for k, v in sc.items() if k != "policy" and k not in PER_SCHEDULER}
+        if engine.prefix_caching or sc.get("prefix_caching"):
+            caching.add(str(name))
         try:
             spec = policy_spec(str(sc["policy"]))
         except ValueError as e:
             raise HarnessError(f"scheduler {name}: {e}") from None
         bad = next((k for k in knobs if k not in spec.knob_names), None)
         if bad is not None:
-            known = ["policy", *spec.knob_names]
+            known = ["policy", *spec.knob_names, *PER_SCHEDULER]
             raise HarnessError(f"scheduler.{name}.{bad}: unknown key{did_you_mean(bad, known)} of policy {spec.name}; "
                                f"known: {', '.join(known)}")
         try:
@@ -191,7 +200,7 @@ def _scheduler_configs(cfg: Mapping) -> dict[str, SchedulerConfig]:
     if not out:
         raise HarnessError(f"no scheduler selected; choose a registered policy ({', '.join(policy_names())}) "
                            "or a preset of experiments/scheduler")
-    return out
+    return out, frozenset(caching & set(out))
 
 
 def check_cluster_backend(cfg) -> ClusterSettings:
@@ -234,16 +243,14 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     engine = typed(EngineSettings, cfg.get("engine") or {}, "engine")
     check_offload(engine, backend.name, cluster, deployment)
     own_server = getattr(backend_class(backend.name), "server_label", None)
+    caching: frozenset[str] = frozenset()
     if own_server is not None:  # a server of its own (backend=endpoint): one label, its name; none of our policies runs
         label, knobs = own_server(backend)
         schedulers, scheduler_knobs = {label: None}, {label: knobs}
     else:
-        schedulers = _scheduler_configs(cfg["scheduler"])
-        if engine.prefix_caching:
-            schedulers = {name: SchedulerConfig(sc.policy, **{**dict(sc.knobs), "prefix_caching": True})
-                          for name, sc in schedulers.items()}
-        scheduler_knobs = {name: {**_plain(cfg["scheduler"][name]), **({"prefix_caching": True} if sc.prefix_caching else {})}
-                           for name, sc in schedulers.items()}
+        schedulers, caching = _scheduler_configs(cfg["scheduler"], engine)
+        scheduler_knobs = {name: {**_plain(cfg["scheduler"][name]), **({"prefix_caching": True} if name in caching else {})}
+                           for name in schedulers}
     if offline is not None:
         check_offline(search, offline, schedulers)
     workload = load_workload(cfg["dataset"], search.num_requests, seed)
@@ -272,8 +279,9 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
         for role, d in pools if sc is not None else ():
             try:
-                make_engine(sc, d.kv_capacity_tokens, max_model_len, d.block_size, role=role,
-                            host_kv_blocks=1 if engine.kv_offload_gib else 0)  # a tier needs prefix caching
+                make_engine(EngineConfig(sc, d.kv_capacity_tokens, max_model_len, d.block_size, role=role,
+                                         prefix_caching=name in caching,
+                                         host_kv_blocks=1 if engine.kv_offload_gib else 0))  # a tier needs prefix caching
             except ValueError as e:
                 where = "" if role == "both" else f" on a {role} instance"
                 raise HarnessError(f"scheduler {name}{where}: {e}") from None
@@ -298,6 +306,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         offline=offline,
         notes=_session_notes(workload),
         kv_offload_gib=engine.kv_offload_gib,
+        prefix_caching=caching,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))

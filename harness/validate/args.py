@@ -2,7 +2,9 @@
 key=value overrides (the deployment the simulator replays the run on)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from common.errors import HarnessError
 
@@ -30,9 +32,12 @@ class Words:
             return None, None
         sched, _, qps = p.partition("@")
         try:
-            return sched or None, float(qps) if qps else None
+            rate = float(qps) if qps else None
+            if rate is not None and not (math.isfinite(rate) and rate > 0):
+                raise ValueError
+            return sched or None, rate
         except ValueError:
-            raise HarnessError(f"--probe: expected SCHEDULER@QPS, got {p!r}") from None
+            raise HarnessError(f"--probe: expected SCHEDULER@QPS (a rate > 0), got {p!r}") from None
 
 
 def parse(argv: list[str], command: str, allowed: tuple[str, ...]) -> Words:
@@ -62,4 +67,29 @@ def parse(argv: list[str], command: str, allowed: tuple[str, ...]) -> Words:
         i += 1
     if run is None:
         raise HarnessError(f"{command}: name the measured run (python -m harness {command} RUN [key=value ...])")
+    _check_values(command, flags)
     return Words(run, flags, tuple(overrides))
+
+
+def _check_values(command: str, flags: dict) -> None:
+    """Values a flag's type lets through but that mean nothing: refused before anything runs."""
+    limit = flags.get("--max-error")
+    # nan, a negative or an infinite limit would fail every run or none, whatever the error
+    if limit is not None and not (math.isfinite(limit) and limit >= 0):
+        raise HarnessError(f"{command}: --max-error must be a fraction >= 0 (0.25 for 25 %), got {limit}")
+    kv = flags.get("--kv-tokens")
+    if kv is not None and kv < 1:  # 0 would otherwise read as "not given": the deployment's own KV, in silence
+        raise HarnessError(f"{command}: --kv-tokens must be a number of tokens >= 1, got {kv}")
+
+
+def check_out(command: str, out: str | None, directory: bool) -> None:
+    """--out where the command can write what it writes (a directory, or a file): refused before any work."""
+    if out is None:
+        return
+    p = Path(out)
+    if p.exists() and p.is_dir() != directory:
+        raise HarnessError(f"{command}: --out {out} is a {'directory' if p.is_dir() else 'file'}; "
+                           f"{command} writes {'a directory' if directory else 'a file'} there")
+    parent = next((q for q in p.parents if q.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise HarnessError(f"{command}: --out {out}: {parent} is a file, not a directory")

@@ -10,12 +10,13 @@ from common.errors import HarnessError
 from engines.perf import Deployment
 from engines.perf.calibration import Calibration
 from engines.perf.factory import build_perf_model
-from engines.schedulers import SchedulerConfig, make_engine
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends import backend_settings
 from harness.backends.deployment import DeploymentPlan, build_deployment
 from harness.backends.sim import simulate
 from harness.records import RequestRecord, RequestSpec
-from harness.search.experiment import _scheduler_configs
+from harness.search.experiment import EngineSettings, _scheduler_configs
+from harness.typed import typed
 
 from .runfile import MeasuredRun
 
@@ -27,10 +28,8 @@ class Target:
     """What the simulator replays the run on."""
 
     plan: DeploymentPlan
-    scheduler: SchedulerConfig
+    engine: EngineConfig  # the engine every replay builds
     scheduler_name: str
-    max_model_len: int
-    kv_tokens: int
     perf_cfg: Mapping | None
     config: object  # the composed config (OmegaConf), saved beside the results
 
@@ -38,8 +37,17 @@ class Target:
     def base(self) -> Deployment:
         return self.plan.perf.deployment
 
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        return self.engine.scheduler
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.engine.kv_capacity_tokens
+
     def describe(self) -> str:
-        knobs = ", ".join(f"{k}={v}" for k, v in self.scheduler.knobs)
+        # the scheduler's entry as written: its knobs, then the engine's setting it carries
+        knobs = ", ".join(f"{k}={v}" for k, v in (*self.scheduler.knobs, ("prefix_caching", self.engine.prefix_caching)))
         return f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); KV {self.kv_tokens} tokens"
 
 
@@ -62,7 +70,11 @@ def config_for(run: MeasuredRun, overrides: Sequence[str]):
 
 
 def target_for(run: MeasuredRun, cfg, kv_tokens: int | None = None) -> Target:
-    schedulers = _scheduler_configs(cfg["scheduler"])
+    engine_settings = typed(EngineSettings, cfg.get("engine") or {}, "engine")
+    if engine_settings.kv_offload_gib:  # the replay below runs one engine without a tier: it would not be the run's
+        raise HarnessError(f"{run.path}: engine.kv_offload_gib={engine_settings.kv_offload_gib:g}: validate replays "
+                           "without a host KV tier; set engine.kv_offload_gib=0")
+    schedulers, caching = _scheduler_configs(cfg["scheduler"], engine_settings)
     if run.scheduler is not None and run.scheduler in schedulers:
         schedulers = {run.scheduler: schedulers[run.scheduler]}
     if len(schedulers) != 1:
@@ -79,10 +91,11 @@ def target_for(run: MeasuredRun, cfg, kv_tokens: int | None = None) -> Target:
                             block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"))
     kv = int(kv_tokens) if kv_tokens else plan.kv_capacity_tokens
     try:
-        make_engine(sched, kv, max_model_len, plan.block_size)
+        engine = EngineConfig(sched, kv, max_model_len, plan.block_size, prefix_caching=name in caching)
+        make_engine(engine)
     except ValueError as e:
         raise HarnessError(f"scheduler {name}: {e}") from None
-    return Target(plan, sched, name, max_model_len, kv, cfg.get("perf"), cfg)
+    return Target(plan, engine, name, cfg.get("perf"), cfg)
 
 
 def specs_of(records: Sequence[RequestRecord]) -> list[RequestSpec]:
@@ -94,5 +107,5 @@ def replay(target: Target, records: Sequence[RequestRecord], calibration: Calibr
     timer = target.plan.timer
     if calibration is not None:
         timer = build_perf_model(calibration.apply(target.base), target.perf_cfg)
-    engine = make_engine(target.scheduler, target.kv_tokens, target.max_model_len, target.plan.block_size)
+    engine = make_engine(target.engine)
     return simulate(specs_of(records), engine, timer, pp=target.plan.pp)

@@ -19,6 +19,7 @@ token) are errors naming the file, the row and the column, never silently droppe
 """
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ from harness.records import RequestRecord
 
 REQUIRED = ("prompt_tokens", "output_tokens", "arrival_s")
 ABSOLUTE, RELATIVE = ("first_token_s", "last_token_s"), ("ttft_s", "e2e_s")
+OPTIONAL = ("request_id", "first_scheduled_s", "token_times_s", "error")
+# Any other column is refused: a misspelt optional one would be ignored in silence (`eror`: failed
+# requests compared as if they had finished; `token_time_s`: no ITL, no word why).
+KNOWN = (*REQUIRED, *ABSOLUTE, *RELATIVE, *OPTIONAL)
 _EPS = 1e-6  # rounding of times written with 6 decimals
 
 
@@ -84,11 +89,17 @@ def _jsonl_rows(p: Path) -> list[dict]:
 
 def _csv_rows(p: Path) -> list[dict]:
     try:
-        frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
+        # utf-8-sig: a byte-order mark (Excel's CSV export writes one) is not part of the first column's name
+        frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig")
     except pd.errors.EmptyDataError:
         raise HarnessError(f"{p}: empty file (expected a header with {', '.join(REQUIRED)})") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise HarnessError(f"{p}: not a readable CSV: {' '.join(str(e).split())}") from None
+    with open(p, encoding="utf-8-sig", newline="") as f:  # pandas renames a repeated column (x.1): read the header itself
+        header = [c.strip() for c in next(csv.reader(f), [])]
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise HarnessError(f"{p}: line 1: column(s) {', '.join(twice)} given twice")
     rows = frame.to_dict("records")
     for i, row in enumerate(rows):
         row["_where"] = f"row {i + 1} (line {i + 2})"
@@ -106,18 +117,44 @@ def _from_rows(p: Path, kind: str, rows: list[dict]) -> MeasuredRun:
     if missing or times is None:
         need = missing + ([] if times else [f"{' and '.join(ABSOLUTE)} (or {' and '.join(RELATIVE)})"])
         raise HarnessError(f"{p}: missing column(s) {', '.join(need)} (has: {', '.join(sorted(c for c in cols if c != '_where'))})")
-    records, dropped = [], 0
+    records, dropped, seen = [], 0, {}
     for i, row in enumerate(rows):
         where = f"{p}: {row['_where']}"
-        if str(row.get("error") or "").strip():
-            dropped += 1
-            continue
-        rec = _row_record(where, row, i, times)
+        rid = _request_id(where, row.get("request_id"), i)
+        if rid in seen:
+            raise HarnessError(f"{where}, column request_id: {rid} again (first at {seen[rid]})")
+        seen[rid] = row["_where"]
+        failed = bool(str(row.get("error") or "").strip())  # its times may be missing: not read
+        rec = None if failed else _row_record(where, row, rid, times)
+        # After the row's own values: a misspelt required column is named by what is missing
+        unknown = sorted(c for c in row if c not in KNOWN and c != "_where")
+        if unknown:
+            raise HarnessError(f"{where}: unknown column(s) {', '.join(unknown)} (known: {', '.join(KNOWN)})")
         if rec is None:
             dropped += 1
         else:
             records.append(rec)
     return _finish(p, kind, records, dropped)
+
+
+def _request_id(where: str, raw, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    if isinstance(raw, int) and not isinstance(raw, bool):  # JSON true is not request 1
+        return raw
+    if isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():  # exact, however long
+        return int(raw)
+    v = float(raw) if isinstance(raw, float) else _float_or_nan(raw) if isinstance(raw, str) else math.nan
+    if math.isfinite(v) and v == int(v):  # 7.0 is request 7; 2.5 is no request's id
+        return int(v)
+    raise HarnessError(f"{where}, column request_id: not a whole number: {raw!r}")
+
+
+def _float_or_nan(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        return math.nan
 
 
 def _num(where: str, row: dict, col: str, *, integer: bool = False, required: bool = True) -> float:
@@ -127,6 +164,8 @@ def _num(where: str, row: dict, col: str, *, integer: bool = False, required: bo
             raise HarnessError(f"{where}, column {col}: missing value")
         return math.nan
     try:
+        if isinstance(raw, bool):  # JSON true would read as 1 in silence
+            raise TypeError
         v = float(raw)
     except (TypeError, ValueError):
         raise HarnessError(f"{where}, column {col}: not a number: {raw!r}") from None
@@ -135,7 +174,7 @@ def _num(where: str, row: dict, col: str, *, integer: bool = False, required: bo
     return v
 
 
-def _row_record(where: str, row: dict, i: int, times: tuple[str, str]) -> RequestRecord | None:
+def _row_record(where: str, row: dict, rid: int, times: tuple[str, str]) -> RequestRecord | None:
     prompt = int(_num(where, row, "prompt_tokens", integer=True))
     output = int(_num(where, row, "output_tokens", integer=True))
     arrival = _num(where, row, "arrival_s")
@@ -149,6 +188,9 @@ def _row_record(where: str, row: dict, i: int, times: tuple[str, str]) -> Reques
     if last < first - _EPS:
         raise HarnessError(f"{where}, column {times[1]}: last token at {last:g} s before the first at {first:g} s")
     sched = _num(where, row, "first_scheduled_s", required=False)
+    if not (arrival - _EPS <= sched <= first + _EPS or math.isnan(sched)):
+        raise HarnessError(f"{where}, column first_scheduled_s: {sched:g} s is not between the arrival at {arrival:g} s "
+                           f"and the first token at {first:g} s")
     tokens = np.array([], float)
     if row.get("token_times_s") not in (None, "", []):
         raw = row["token_times_s"]
@@ -160,11 +202,11 @@ def _row_record(where: str, row: dict, i: int, times: tuple[str, str]) -> Reques
             raise HarnessError(f"{where}, column token_times_s: {len(tokens)} times for {output} output tokens")
         if np.any(np.diff(tokens) < -_EPS) or tokens[0] < arrival - _EPS or not np.all(np.isfinite(tokens)):
             raise HarnessError(f"{where}, column token_times_s: times out of order or before the arrival")
-    rid = row.get("request_id")
-    try:
-        rid = int(rid) if rid not in (None, "") else i
-    except (TypeError, ValueError):
-        raise HarnessError(f"{where}, column request_id: not a whole number: {rid!r}") from None
+        # The first and last of them are first_token_s and last_token_s (each rounded, and with ttft_s/e2e_s
+        # added to the arrival, also rounded: 2 eps); otherwise ITL and TPOT would be of two different runs.
+        if abs(tokens[0] - first) > 2 * _EPS or abs(tokens[-1] - last) > 2 * _EPS:
+            raise HarnessError(f"{where}, column token_times_s: from {tokens[0]:g} to {tokens[-1]:g} s, but the first "
+                               f"token is at {first:g} s and the last at {last:g} s")
     return RequestRecord(rid, arrival, prompt, output, sched, first, last, tokens)
 
 
@@ -182,6 +224,9 @@ def _read_vllm(p: Path) -> MeasuredRun:
     missing = [k for k in _VLLM_KEYS if k not in obj]
     if missing:
         raise HarnessError(f"{p}: missing key(s) {', '.join(missing)} (run vllm bench serve with --save-result --save-detailed)")
+    for k in (*_VLLM_KEYS, "itls"):
+        if k in obj and not isinstance(obj[k], list):
+            raise HarnessError(f"{p}: key {k}: expected a list (one entry a request), got {type(obj[k]).__name__}")
     n = len(obj["start_times"])
     for k in (*_VLLM_KEYS, "itls"):
         if k in obj and len(obj[k]) != n:
@@ -198,14 +243,28 @@ def _read_vllm(p: Path) -> MeasuredRun:
         if rec is None:
             dropped += 1
             continue
-        itls = obj.get("itls", [None] * n)[i]
+        itls = _itls(where, obj.get("itls", [None] * n)[i])
         # vLLM times each streamed chunk: one gap per token only when no chunk held two tokens.
         if itls is not None and len(itls) == rec.output_len - 1:
-            tokens = rec.first_token_s + np.concatenate([[0.0], np.cumsum(np.asarray(itls, float))])
+            tokens = rec.first_token_s + np.concatenate([[0.0], np.cumsum(itls)])
             rec = RequestRecord(rec.request_id, rec.arrival_s, rec.prompt_len, rec.output_len, rec.first_scheduled_s,
                                 rec.first_token_s, rec.finished_s, tokens)
         records.append(rec)
     return _finish(p, "vllm-bench", records, dropped)
+
+
+def _itls(where: str, raw) -> np.ndarray | None:
+    if raw is None:
+        return None
+    try:
+        if not isinstance(raw, list) or any(isinstance(x, bool) for x in raw):
+            raise TypeError
+        gaps = np.asarray(raw, float)
+    except (TypeError, ValueError):
+        raise HarnessError(f"{where}, key itls: not a list of gaps in seconds") from None
+    if not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
+        raise HarnessError(f"{where}, key itls: a gap that is not a time >= 0")
+    return gaps
 
 
 # ---------------------------------------------------------------- the harness's own run

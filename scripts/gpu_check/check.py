@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from engines.executors.base import SamplingParams  # noqa: E402
 from engines.executors.torch import TorchExecutor  # noqa: E402
 from engines.executors.torch.loop import OfflineRequest, run_realtime  # noqa: E402
-from engines.schedulers import SchedulerConfig, make_engine  # noqa: E402
+from engines.schedulers import EngineConfig, SchedulerConfig, make_engine  # noqa: E402
 from harness.records import RequestRecord, RequestSpec  # noqa: E402
 
 T0 = time.monotonic()
@@ -280,7 +280,7 @@ def phase_serving(a, executor, perf, specs, deadline: float, qps: float) -> list
         if left < 30:
             log(f"  {policy}: skipped, {left:.0f}s of budget left")
             continue
-        engine = make_engine(cfg, executor.kv_capacity_tokens, max_model_len)
+        engine = make_engine(EngineConfig(cfg, executor.kv_capacity_tokens, max_model_len))
         t = time.monotonic()
         stats = run_realtime(engine, executor, reqs, time_limit_s=left - 20)
         wall = time.monotonic() - t
@@ -288,7 +288,7 @@ def phase_serving(a, executor, perf, specs, deadline: float, qps: float) -> list
         write_jsonl(a.out / f"requests_{policy}_qps{qps:g}.jsonl", measured)  # the run file validate reads
         rows.append(summary_row(policy, "torch", measured, stats.iterations, wall) | {"qps": qps})
         if perf is not None:
-            sim_engine = make_engine(cfg, executor.kv_capacity_tokens, max_model_len)
+            sim_engine = make_engine(EngineConfig(cfg, executor.kv_capacity_tokens, max_model_len))
             rows.append(summary_row(policy, "perf-model", simulate(specs, sim_engine, perf), None, None) | {"qps": qps})
         for r in rows[-2:]:
             log(f"  {r['policy']:<9} {r['source']:<10} {r['output_tok_per_s']:9.1f} tok/s  TTFT p50 "

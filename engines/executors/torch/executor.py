@@ -2,7 +2,7 @@
 
     executor = TorchExecutor.from_config(model="mistral-7b", dtype="float16", device="cuda",
                                          kv_capacity_tokens=None, block_size=16, tp=1, pp=1)
-    engine = make_engine(SchedulerConfig("sarathi"), executor.kv_capacity_tokens, max_model_len)
+    engine = make_engine(EngineConfig(SchedulerConfig("sarathi"), executor.kv_capacity_tokens, max_model_len))
     executor.add_request(seq_id, prompt_ids, SamplingParams())
     tokens = executor.execute(engine.schedule())   # or submit(batch).result() to pipeline
 
@@ -10,7 +10,7 @@
 engines.perf.architectures (random weights of that shape), or a ModelConfig. The executor keeps every
 request's token ids (prompt + sampled); the core only knows lengths, so a preempted request is
 recomputed from these ids. Block ids come from the core's block tables; the executor allocates
-exactly kv_capacity_tokens // block_size blocks, as make_engine does.
+exactly kv_capacity_tokens // block_size blocks, as make_engine does (EngineConfig.num_blocks).
 
 With tp * pp == 1 the model runs in this process; otherwise in tp * pp spawned worker processes
 over torch.distributed (gloo on CPU, NCCL on GPU), and `submit` lets up to pp micro-batches be

@@ -93,7 +93,7 @@ def paper_lines(inputs: Inputs) -> list[str]:
               "### Headline (README.md quotes this table)", "",
               "Sarathi-Serve's capacity over each baseline on each deployment's strict sharegpt cell; the paper's "
               "number where it publishes one for that cell, or \"up to\" on the cell where ours is highest when it "
-              "publishes a maximum (harness/analysis/headline.py; the capacity figure labels its bars the same way).", "",
+              "publishes a maximum (harness/analysis/serve/headline.py; the capacity figure labels its bars the same way).", "",
               headline_markdown(runs, paper), "",
               f"### Capacity ratios (Sarathi-Serve / baseline) — {tables.score(caps)}", "",
               tables.comparison_markdown(caps), ""]
@@ -113,7 +113,7 @@ def parts(inputs: Inputs, outcomes: tuple, source: Source) -> tuple[Part, ...]:
     cost = matrix_cost_text(inputs.probes)
     if cost:
         out.append(Part(("## What the paper's matrix costs, live", "",
-                         "From these searches' own probes (harness/analysis/cost.py): a live probe lasts as long as the "
+                         "From these searches' own probes (harness/analysis/serve/cost.py): a live probe lasts as long as the "
                          "simulated one took to serve its requests, first arrival to last token, on the deployment's GPUs: "
                          + cost, ""), "cost"))
     if not inputs.runs.empty:

@@ -81,6 +81,7 @@ def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> Li
         stack=d.perf.deployment.stack, attention_kernel=d.perf.deployment.attention_kernel,
         weight_dtype=d.perf.deployment.weight_dtype, kv_dtype=d.perf.deployment.kv_dtype,
         kv_capacity_tokens=kv, gpu_memory_utilization=s.gpu_memory_utilization, block_size=s.block_size,
+        prefix_caching=job.prefix_caching,
         vllm_command=tuple(s.vllm.command), vllm_env=tuple(s.vllm.env.items()), vllm_extra_args=tuple(s.vllm.extra_args),
         ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir, api_key=s.api_key,
     )

@@ -71,6 +71,7 @@ class LiveServerSpec:
     kv_capacity_tokens: int | None = None
     gpu_memory_utilization: float = _SERVER.gpu_memory_utilization
     block_size: int = _SERVER.block_size
+    prefix_caching: bool = _SERVER.prefix_caching  # the engine's (the job's), not the scheduler's
     # disaggregated prefill/decode (engines/server/handoff.py)
     role: str = _SERVER.role
     kv_link: str | None = None
@@ -101,7 +102,7 @@ class LiveServerSpec:
             try:
                 return serve_command(
                     self.vllm_command, self.model, scheduler=self.scheduler, max_model_len=self.max_model_len,
-                    host=self.host, port=port, served_model_name=self.name, seed=self.seed,
+                    prefix_caching=self.prefix_caching, host=self.host, port=port, served_model_name=self.name, seed=self.seed,
                     extra_args=self.vllm_extra_args,
                 )
             except (UnsupportedPolicy, ValueError) as e:
@@ -116,7 +117,7 @@ class LiveServerSpec:
                 max_model_len=self.max_model_len, executor=self.executor, gpu=self.gpu, tp=self.tp,
                 stack=self.stack, attention_kernel=self.attention_kernel, weight_dtype=self.weight_dtype,
                 kv_dtype=self.kv_dtype, gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
-                block_size=self.block_size, time_scale=self.time_scale, seed=self.seed, role=self.role,
+                block_size=self.block_size, prefix_caching=self.prefix_caching, time_scale=self.time_scale, seed=self.seed, role=self.role,
                 kv_link=self.kv_link, kv_transfer_lanes=self.kv_transfer_lanes, kv_transfer=self.kv_transfer,
             )
         except ValueError as e:

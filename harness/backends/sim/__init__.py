@@ -3,7 +3,7 @@ performance model (`loop`: the event loop; `pipeline` and `replay`: pipeline par
 exact fast-forward). Deterministic: identical requests give bit-identical records."""
 from __future__ import annotations
 
-import dataclasses
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -14,11 +14,13 @@ from engines.perf.offload import plan_kv_offload
 from engines.schedulers import make_engine
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.autoscale import simulate_autoscaled
+from harness.backends.sim.cache_stats import cache_stats, summed
 from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.data_parallel import simulate_data_parallel
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
+from harness.backends.sim.partition import partition_plan, simulate_partitioned
 from harness.backends.sim.sessions import has_sessions
 from harness.backends.sim.timer import OffloadPriced
 from harness.records import RequestSpec
@@ -50,6 +52,16 @@ class SimBackend:
             raise HarnessError(f"parallel.dp={job.deployment.dp}: DP ranks are simulated as one engine's ranks under an "
                                "open-loop arrival; use cluster.instances=1 without prefill/decode instances or replicas")
         self.job = job
+        # Each engine instance's configuration, built once; every probe builds fresh engines from them.
+        d = job.deployment
+        if job.disagg is not None:
+            self.configs = ()
+            self.roles = (job.engine_config(job.disagg.prefill, role="prefill"),
+                          job.engine_config(job.disagg.decode, role="decode"))
+        else:
+            plans = [p for n, p in job.replicas for _ in range(n)] or [d] * max(job.cluster.instances, d.dp)
+            self.configs = tuple(self._config(p) for p in plans)
+            self.roles = ()
 
     def __enter__(self) -> SimBackend:
         return self
@@ -57,19 +69,20 @@ class SimBackend:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def _engine(self, d):
-        """An engine and its timer for deployment plan `d` (with the job's host KV tier, if any)."""
+    def _config(self, d):
+        """Deployment plan `d`'s engine configuration and its host tier's pricing (None: no tier)."""
         job = self.job
-        if not job.kv_offload_gib:
-            return make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size), d.timer
+        if not job.kv_offload_gib or d.dp > 1:  # DP ranks with a tier are refused when run
+            return job.engine_config(d), None
         offload = plan_kv_offload(d.perf.deployment, d.block_size)
-        engine = make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size,
-                             host_kv_blocks=offload.blocks_in(job.kv_offload_gib))
-        return engine, OffloadPriced(d.timer, offload)
+        return job.engine_config(d, host_kv_blocks=offload.blocks_in(job.kv_offload_gib)), offload
+
+    def _engine(self, d, config, offload):
+        """An engine built from `config` and the timer of deployment plan `d` (priced for its tier, if any)."""
+        return make_engine(config), d.timer if offload is None else OffloadPriced(d.timer, offload)
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         job, d = self.job, self.job.deployment
-        engine, timer = self._engine(d)
         stats: dict = {}
         if has_sessions(requests) and (job.disagg is not None or job.replicas or d.dp > 1):
             raise HarnessError("sessions (dataset.sessions: turns released by answers) are simulated on one engine or "
@@ -81,61 +94,72 @@ class SimBackend:
             return BackendRun(self._run_disaggregated(requests, stats), stats)
         if job.autoscale is not None:  # replicas started and drained during the run (cluster.autoscale)
             router = make_router(job.cluster.router, **job.cluster.knobs)
-            return BackendRun(simulate_autoscaled(requests, lambda: self._engine(d), router, job.autoscale, pp=d.pp,
+            if job.cluster.workers > 1:  # scaling decisions read the whole fleet: no replica runs apart
+                print(f"cluster.workers={job.cluster.workers}: simulating the cluster in one process: an autoscaled "
+                      "fleet's decisions read every replica's state", file=sys.stderr)
+            start = lambda: self._engine(d, *self.configs[0])  # noqa: E731  (each replica the autoscaler starts)
+            return BackendRun(simulate_autoscaled(requests, start, router, job.autoscale, pp=d.pp,
                                                   fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s,
                                                   stats=stats), stats)
         if d.dp > 1:  # DP ranks in lockstep through their expert-parallel MoE layers
-            engines = [engine] + [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size)
-                                  for _ in range(d.dp - 1)]
+            engines = [make_engine(config) for config, _ in self.configs]
             router = make_router("vllm_dp")  # vLLM's API server balances its DP ranks so (engines.routers)
             return BackendRun(simulate_data_parallel(requests, engines, d.timer, router, time_limit_s=job.time_limit_s,
                                                      stats=stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
             plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
-            engines, timers = zip(*(self._engine(p) for p in plans))
-            records = simulate_cluster(requests, engines, timers, make_router(job.cluster.router, **job.cluster.knobs),
-                                       pp=[p.pp for p in plans], fast_forward=self.conf.fast_forward,
-                                       time_limit_s=job.time_limit_s, stats=stats)
-            if job.scheduler.prefix_caching:  # the fleet's: every instance's counters summed
-                each = [cache_stats(e) for e in engines]
-                stats["prefix_cache"] = {k: sum(c[k] for c in each) for k in each[0]}
-            return BackendRun(records, stats)
+            engines, timers = zip(*(self._engine(p, *c) for p, c in zip(plans, self.configs)))
+            return BackendRun(self._run_cluster(requests, engines, timers, [p.pp for p in plans], stats), stats)
+        engine, timer = self._engine(d, *self.configs[0])
         log = IterationLog(d.timer, len(requests)) if job.iteration_log else None
-        if log is not None and job.scheduler.prefix_caching:
+        if log is not None and job.prefix_caching:
             log.cache = engine.blocks.stats  # the log's cached_tokens: what the cache saved, iteration by iteration
         records = simulate(requests, engine, timer, pp=d.pp, fast_forward=self.conf.fast_forward,
                            time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up,
                            concurrency=job.concurrency, log=log)
         if log is not None:
             stats.update(iterations=log.columns(), request_bubbles=log.request_bubbles())
-        if job.scheduler.prefix_caching:  # what the cache saved: prompt tokens found (readmissions too), evictions
+        if job.prefix_caching:  # what the cache saved: prompt tokens found (readmissions too), evictions
             stats["prefix_cache"] = cache_stats(engine)
         return BackendRun(records, stats)
 
 
+    def _run_cluster(self, requests: Sequence[RequestSpec], engines, timers, pp: list[int], stats: dict):
+        """Colocated instances behind the router: apart in cluster.workers processes when routing
+        reads no instance state (partition.py), else (with the reason printed) the one loop."""
+        job = self.job
+        def router():
+            return make_router(job.cluster.router, **job.cluster.knobs)
+        caching = job.prefix_caching
+        # Planning calls the router (its turns advance): the loop, if it runs, gets a fresh one.
+        plan = partition_plan(requests, router(), len(engines), pp) if job.cluster.workers > 1 else "cluster.workers=1"
+        if isinstance(plan, str):
+            if job.cluster.workers > 1:
+                print(f"cluster.workers={job.cluster.workers}: simulating the cluster in one process: {plan}",
+                      file=sys.stderr)
+            records = simulate_cluster(requests, engines, timers, router(), pp=pp, fast_forward=self.conf.fast_forward,
+                                       time_limit_s=job.time_limit_s, stats=stats)
+            each = [cache_stats(e) for e in engines] if caching else None
+        else:
+            records, each = simulate_partitioned(requests, engines, timers, plan, job.cluster.workers,
+                                                 fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s,
+                                                 caching=caching, stats=stats)
+        if each is not None:  # the fleet's: every instance's counters summed
+            stats["prefix_cache"] = summed(each)
+        return records
+
     def _run_disaggregated(self, requests: Sequence[RequestSpec], stats: dict):
-        job, c, plan = self.job, self.job.cluster, self.job.disagg
+        c, plan = self.job.cluster, self.job.disagg
         assert plan is not None
 
-        def role(d, count: int, name: str):
-            engines = [make_engine(job.scheduler, d.kv_capacity_tokens, job.max_model_len, d.block_size, role=name)
-                       for _ in range(count)]
-            return engines, [d.timer] * count, d.pp
+        def role(d, count: int, config):
+            return [make_engine(config) for _ in range(count)], [d.timer] * count, d.pp
+        prefill, decode = self.roles
         routers = (make_router(c.router), make_router(c.decode_router or c.router))
         return simulate_disaggregated(
-            requests, role(plan.prefill, c.prefill_instances, "prefill"), role(plan.decode, c.decode_instances, "decode"),
-            plan.transfers, routers, fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s, stats=stats)
+            requests, role(plan.prefill, c.prefill_instances, prefill), role(plan.decode, c.decode_instances, decode),
+            plan.transfers, routers, fast_forward=self.conf.fast_forward, time_limit_s=self.job.time_limit_s, stats=stats)
 
 
 Backend = SimBackend
 
-
-def cache_stats(engine) -> dict:
-    """The prefix cache's counters; with a host tier, what it found (host_hits) and moved too."""
-    out = dataclasses.asdict(engine.blocks.stats)
-    tier = engine.blocks.tier
-    if tier is None:
-        del out["host_hits"]  # a run without a tier reports what it reported before tiers existed
-    else:
-        out.update({f"tier_{k}": v for k, v in dataclasses.asdict(tier.stats).items()}, tier_blocks=tier.capacity_blocks)
-    return out

@@ -35,6 +35,7 @@ import numpy as np
 
 from engines.core import Engine
 from engines.routers import InstanceState, RouteRequest, Router
+from harness.backends.sim.keyed_heap import KeyedHeap
 from harness.backends.sim.loop import IterationTimer, SessionRun, SimRun, stalled_error, step_until
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.pipeline import Pipeline
@@ -286,16 +287,24 @@ def simulate_cluster_sessions(
         inst.halt = lambda: run.next_arrival < stop[0]
     floors = [inst.timer.iteration_time([1], [1]) for inst in insts]
     bounds = [math.inf] * len(insts)  # _release_bound of each instance as of its last change
+    # The busy instances by clock and by bound: only the one advanced or routed to changes a step.
+    clocks, busy_bounds = KeyedHeap(), KeyedHeap()
+
+    def changed(k: int) -> None:
+        busy = _busy(insts[k])
+        clocks.set(k, insts[k].t if busy else None)
+        busy_bounds.set(k, bounds[k] if busy else None)
     while True:
         release = run.next_arrival
-        active = [k for k, inst in enumerate(insts) if _busy(inst)]
-        k = min(active, key=lambda k: insts[k].t, default=None)
-        if k is not None and insts[k].t < min(release, limit):
+        behind = clocks.least()
+        if behind is not None and behind[0] < min(release, limit):
+            k = behind[1]
             lead = insts[k]  # the one furthest behind, up to the earliest release another could make
-            others = min((bounds[j] for j in active if j != k), default=math.inf)
+            others = busy_bounds.least_key_except(k, math.inf)
             stop[0] = min(release, limit, others if others > lead.t else math.nextafter(lead.t, math.inf))
             lead.advance(stop[0], limit, final=False)
             bounds[k] = _release_bound(lead, run, floors[k])
+            changed(k)
             continue
         if release == math.inf or release > limit:
             break
@@ -304,6 +313,7 @@ def simulate_cluster_sessions(
         k = choose(router, insts, states, rank, request_of)  # type: ignore[arg-type]
         insts[k].route(rank)
         bounds[k] = _release_bound(insts[k], run, floors[k])
+        changed(k)
     stop[0] = math.inf  # nothing left to release: every instance runs to the end
     for inst in insts:
         inst.advance(math.inf, limit, final=True)

@@ -1,0 +1,143 @@
+"""A cluster simulated apart (`cluster.workers` > 1, issue 39: a day of traffic in minutes).
+
+When no routing decision reads an instance's state, every request's instance is known before the
+run: round robin over arrivals without sessions, or a router whose choice for a request is its
+own (`static_choice`: session affinity's ring) with every turn of a session on one instance, so no
+instance's finishes release another's arrivals. Each instance then runs alone as a single-engine
+run of the requests routed to it (`loop.simulate`'s, pp=1), which is exactly what the sequential cluster
+loop records for it (cluster.py; tests/test_sim_partition.py proves the merge equal, sessions
+included), in `workers` processes: a local process pool, or Ray tasks when this process already
+runs inside Ray (a job of `hydra/launcher=ray`). Records come back in input order, with the
+diagnostics the sequential loop gives.
+
+Whether a run may be partitioned is decided in one place, `partition_plan`: anything that couples
+instances (a state-reading router, sessions split across instances, pipeline-parallel instances,
+which this path does not run) makes it say why not, and the caller runs the sequential loop.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import sys
+from collections.abc import Sequence as Seq
+from concurrent.futures import ProcessPoolExecutor
+
+from engines.core import Engine
+from engines.routers import RouteRequest, Router
+from harness.backends.sim.cache_stats import cache_stats
+from harness.backends.sim.cluster import ClusterSessionRun
+from harness.backends.sim.loop import IterationTimer, SimRun, step_until
+from harness.backends.sim.timer import fast_timer
+from harness.backends.sim.sessions import has_sessions
+from harness.records import RequestRecord, RequestSpec, session_keys
+
+# What a pool worker needs, imported once in the fork server rather than once per worker.
+PRELOAD = ("harness.backends.sim",)
+
+
+def partition_plan(requests: Seq[RequestSpec], router: Router, instances: int, pp: Seq[int]) -> list[int] | str:
+    """Each request's instance (input order) when no routing decision depends on the instances'
+    state; otherwise one line saying why the cluster must be simulated as one loop."""
+    if any(k > 1 for k in pp):
+        return "pipeline-parallel instances are simulated in the one loop"
+    sessions = has_sessions(requests)
+    static = getattr(router, "static_choice", None)
+    if not getattr(router, "needs_state", True) and not sessions:
+        order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i))  # the loop's decision order
+        out = [0] * len(requests)
+        for i in order:  # a stateless router's choices never read the states it is given
+            out[i] = router.choose([None] * instances)  # type: ignore[list-item]
+        return out
+    if static is None:
+        return f"router {router.name} reads the instances' state" + (
+            " (or orders its choices by releases, which finishes on every instance decide)" if sessions else "")
+    keys = session_keys(requests)
+    out, home = [0] * len(requests), {}
+    # The order the loop routes first turns and lone requests in (release = arrival for them); a
+    # later turn's choice must not depend on order: checked below, its session must stay home.
+    for i in sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i)):
+        key = keys[i]
+        k = static(RouteRequest(key), instances)
+        if k is None:
+            return f"router {router.name} routes a request without a session by the instances' load"
+        if key is not None and home.setdefault(key, k) != k:
+            return f"router {router.name} puts the turns of {key} on more than one instance"
+        out[i] = k
+    return out
+
+
+def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, bool, float | None, bool]]):
+    """A worker's share: each instance alone, as `loop.simulate` runs one engine (pp=1); its
+    records, the requests it was given (a turn a time limit kept unreleased never was) and its
+    prefix cache's counters."""
+    out = []
+    for reqs, engine, timer, fast_forward, limit, caching in parts:
+        stop = math.inf if limit is None else limit
+        run = ClusterSessionRun(reqs, engine, None, None) if has_sessions(reqs) else SimRun(reqs, engine, None)
+        step_until(run, fast_timer(timer), fast_forward, 0.0, stop, final=True)
+        if isinstance(run, ClusterSessionRun):  # the loop routes (never starts) a turn released by the limit
+            while run.next_arrival <= stop < math.inf:  # after its instance's last iteration began: so here
+                run.pop_release()
+        routed = len(run.order) if isinstance(run, ClusterSessionRun) else len(reqs)
+        out.append((run.records(), routed, cache_stats(engine) if caching else None))
+    return out
+
+
+def _shares(sizes: list[int], workers: int) -> list[list[int]]:
+    """Instances dealt to `workers` shares, largest first to the lightest share (by requests)."""
+    shares: list[list[int]] = [[] for _ in range(min(workers, len(sizes)))]
+    load = [0] * len(shares)
+    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
+        j = load.index(min(load))
+        shares[j].append(k)
+        load[j] += sizes[k]
+    return [s for s in shares if s]
+
+
+def _map(parts: list[list], workers: int) -> list:
+    """`_run_instances` over `parts`, in order: Ray tasks inside a running Ray, else a process pool."""
+    ray = sys.modules.get("ray")  # only a process Ray already runs in: a pool is cheaper to start than Ray
+    if ray is not None and ray.is_initialized():
+        remote = ray.remote(num_cpus=1, max_retries=0)(_run_instances)
+        return ray.get([remote.remote(p) for p in parts])
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload(list(PRELOAD))
+    with ProcessPoolExecutor(max_workers=min(workers, len(parts)), mp_context=ctx) as pool:
+        return list(pool.map(_run_instances, parts))
+
+
+def simulate_partitioned(
+    requests: Seq[RequestSpec],
+    engines: Seq[Engine],
+    timers: Seq[IterationTimer],
+    assignment: Seq[int],
+    workers: int,
+    *,
+    fast_forward: bool = True,
+    time_limit_s: float | None = None,
+    caching: bool = False,
+    stats: dict | None = None,
+) -> tuple[list[RequestRecord], list[dict] | None]:
+    """Run each instance's requests (`assignment[i]`: request i's instance) alone, `workers` at
+    once; the records in input order and, with `caching`, each instance's prefix cache counters.
+    `stats` receives `instance_requests`, as the sequential loop gives it."""
+    mine: list[list[int]] = [[] for _ in engines]
+    for i, k in enumerate(assignment):
+        mine[k].append(i)
+    shares = _shares([len(m) for m in mine], workers)
+    parts = [[([requests[i] for i in mine[k]], engines[k], timers[k], fast_forward, time_limit_s, caching) for k in share]
+             for share in shares]
+    results = _map(parts, workers) if len(parts) > 1 else [_run_instances(p) for p in parts]
+    records: list[RequestRecord | None] = [None] * len(requests)
+    caches: list[dict | None] = [None] * len(engines)
+    routed = [0] * len(engines)
+    for share, result in zip(shares, results):
+        for k, (recs, given, cache) in zip(share, result):
+            for i, r in zip(mine[k], recs):
+                records[i] = r
+            routed[k], caches[k] = given, cache
+    if stats is not None:
+        stats["instance_requests"] = routed
+    return records, (caches if caching else None)  # type: ignore[return-value]

@@ -1,0 +1,144 @@
+"""A fleet simulated apart (cluster.workers > 1, issue 39 part 4): when no routing decision reads
+an instance's state, every request is routed up front and each instance runs alone in a process
+pool; the merged records and diagnostics are exactly the sequential loop's. A router that reads
+state (or anything else coupling the instances) is refused with its reason, and the loop runs."""
+from __future__ import annotations
+
+import pytest
+
+from engines.core import EngineConfig
+from engines.routers import make_router
+from engines.schedulers import make_engine
+from harness.backends import open_backend
+from harness.backends.sim import simulate_cluster
+from harness.backends.sim.cache_stats import cache_stats
+from harness.backends.sim.keyed_heap import KeyedHeap
+from harness.backends.sim.partition import partition_plan, simulate_partitioned
+from harness.config import compose
+from harness.records import session_keys
+from harness.search.experiment import plan_experiment
+from harness.search.probe import probe_requests
+from tests.cli import assert_refused
+from tests.test_cache_routing import _sessions
+from tests.test_live_sessions import SCHED, _Scaled
+from tests.test_sim_cluster import SMALL, same
+from harness.workload import load_workload, requests_at_rate
+
+AFFINITY = {"without_session": "round_robin"}
+
+
+def _engines(n):
+    return [make_engine(EngineConfig(SCHED, 6000, 4096, prefix_caching=True)) for _ in range(n)]
+
+
+def _both(reqs, name, knobs, n=3, limit=None):
+    """(sequential records, its caches' counters), (partitioned records, its caches' counters)."""
+    seq_engines, seq_stats = _engines(n), {}
+    seq = simulate_cluster(reqs, seq_engines, [_Scaled()] * n, make_router(name, **knobs), time_limit_s=limit,
+                           stats=seq_stats)
+    plan = partition_plan(reqs, make_router(name, **knobs), n, [1] * n)
+    assert not isinstance(plan, str), plan
+    part_stats: dict = {}
+    part, caches = simulate_partitioned(reqs, _engines(n), [_Scaled()] * n, plan, 2, time_limit_s=limit, caching=True,
+                                        stats=part_stats)
+    assert part_stats == seq_stats
+    assert caches == [cache_stats(e) for e in seq_engines]
+    return seq, part
+
+
+@pytest.mark.parametrize("limit", [None, 12.0, 15.0])  # 15: a turn released after its instance's last start
+def test_affinity_with_sessions_apart_is_the_loop_bit_for_bit(limit):
+    reqs = _sessions(150, 9.0, 6)
+    keys = session_keys(reqs)
+    assert None in keys and len(set(keys)) > 10  # lone requests and sessions of several turns
+    seq, part = _both(reqs, "session_affinity", AFFINITY, limit=limit)
+    assert len(seq) == len(part) == len(reqs)
+    for a, b in zip(seq, part):
+        same(a, b)
+    if limit is not None:
+        assert any(r.error for r in seq)  # the limit cut something
+
+
+def test_round_robin_without_sessions_apart_is_the_loop_bit_for_bit():
+    reqs = requests_at_rate(load_workload({"name": "openchat_sharegpt4", "max_total_tokens": 4096}, 90, 2),
+                            {"name": "poisson"}, 12.0, 2)
+    for a, b in zip(*_both(reqs, "round_robin", {})):
+        same(a, b)
+
+
+@pytest.mark.parametrize("name,knobs,why", [
+    ("least_outstanding", {}, "reads the instances' state"),
+    ("prefix_exact", {}, "reads the instances' state"),
+    ("session_affinity", {}, "without a session by the instances' load"),  # lone requests go by load by default
+    ("round_robin", {}, "orders its choices by releases"),  # sessions: releases depend on every instance's finishes
+])
+def test_a_router_that_reads_state_is_refused_with_its_reason(name, knobs, why):
+    assert why in partition_plan(_sessions(60), make_router(name, **knobs), 2, [1, 1])
+
+
+def test_pipeline_instances_are_refused():
+    assert "pipeline" in partition_plan(_sessions(20), make_router("session_affinity", **AFFINITY), 2, [1, 2])
+
+
+def _fleet(workers, router="session_affinity", knobs="{without_session: round_robin}"):
+    plan = plan_experiment(compose([
+        "experiment=mistral7b_strict", "dataset=sharegpt_conversations", "scheduler=[sarathi]",
+        "engine.prefix_caching=true", "search.num_requests=80", "max_model_len=16384", "cluster.instances=3",
+        f"cluster.router={router}", f"cluster.router_options={knobs}", f"cluster.workers={workers}"]))
+    reqs = probe_requests(plan, 3.0)
+    with open_backend(plan.job("sarathi", progress=False)) as backend:
+        return backend.run(reqs)
+
+
+def test_the_backend_runs_apart_with_the_same_records_and_diagnostics(capsys):
+    one, two = _fleet(1), _fleet(2)
+    assert capsys.readouterr().err == ""  # ran apart: no fallback line
+    assert one.diagnostics == two.diagnostics and one.diagnostics["prefix_cache"]["hits"] > 0
+    for a, b in zip(one.records, two.records):
+        same(a, b)
+
+
+def test_the_backend_falls_back_to_the_loop_and_says_why(capsys):
+    one, two = _fleet(1, "least_outstanding", "{}"), _fleet(2, "least_outstanding", "{}")
+    assert "cluster.workers=2: simulating the cluster in one process: router least_outstanding reads" \
+        in capsys.readouterr().err
+    for a, b in zip(one.records, two.records):
+        same(a, b)
+
+
+def test_bad_workers_one_line_exit_2_nothing_written(tmp_path):
+    assert_refused(tmp_path, [*SMALL, "cluster.instances=2", "cluster.workers=0"], "workers must be an integer >= 1")
+
+
+def test_keyed_heap_least_and_least_but_one():
+    h = KeyedHeap()
+    for k, key in ((0, 5.0), (1, 3.0), (2, 3.0), (1, 7.0), (1, 3.0)):  # 1 set, changed and set back
+        h.set(k, key)
+    assert h.least() == (3.0, 1)  # ties: lowest index
+    assert h.least_key_except(1, -1.0) == 3.0 and h.least_key_except(2, -1.0) == 3.0
+    h.set(2, None)
+    assert h.least_key_except(1, -1.0) == 5.0
+    h.set(0, None)
+    assert h.least_key_except(1, -1.0) == -1.0 and h.least() == (3.0, 1)
+
+
+def test_inside_ray_the_shares_go_as_ray_tasks(monkeypatch):
+    """A job already running in Ray (hydra/launcher=ray) sends the shares as Ray tasks, results in
+    share order; a stand-in Ray here (ray is an optional extra), which runs each task at once."""
+    import sys
+    import types
+    sent = []
+
+    def remote(**options):
+        assert options == {"num_cpus": 1, "max_retries": 0}
+        return lambda fn: types.SimpleNamespace(remote=lambda part: sent.append(part) or fn(part))
+    fake = types.SimpleNamespace(is_initialized=lambda: True, remote=remote, get=lambda refs: list(refs))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    reqs = _sessions(60)
+    plan = partition_plan(reqs, make_router("session_affinity", **AFFINITY), 3, [1] * 3)
+    part, _ = simulate_partitioned(reqs, _engines(3), [_Scaled()] * 3, plan, 2)
+    assert len(sent) == 2  # one task per share
+    monkeypatch.delitem(sys.modules, "ray")
+    seq = simulate_cluster(reqs, _engines(3), [_Scaled()] * 3, make_router("session_affinity", **AFFINITY))
+    for a, b in zip(seq, part):
+        same(a, b)
