@@ -54,11 +54,21 @@ def _cell_keys(runs: pd.DataFrame) -> list[tuple]:
     return list(keys.where(keys.notna(), None).itertuples(index=False, name=None))
 
 
+def _shared(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` less those a study reads with its own `load` (Study.runs: the fleet study's clusters
+    would otherwise join the colocated-vs-split study's and the left-out list)."""
+    from harness.analysis.study import lazy  # the registry, read at run time (see build_figures)
+
+    own = lazy("harness.analysis.studies:own_runs")()
+    return runs[~runs["experiment"].astype(str).str.match(own).to_numpy(dtype=bool)] if own and not runs.empty else runs
+
+
 def load_inputs(results_dir: str | Path, paper_path: str | Path = PAPER_FILE, reference_dir: str | Path | None = None,
                 include_other: bool = False) -> Inputs:
     """The runs the figures draw: the newest run of each cell at the paper's settings (every run
     with `include_other`, marked), then, from `reference_dir`, the cells still missing."""
     runs, probes = load_results(results_dir, latest=False, judge=settings.judge)
+    runs = _shared(runs)
     other = runs["settings"] != ""
     left_out = runs.iloc[0:0] if include_other else latest_per_cell(runs[other], probes)[0]
     if not include_other:
@@ -67,6 +77,7 @@ def load_inputs(results_dir: str | Path, paper_path: str | Path = PAPER_FILE, re
     ref = Path(reference_dir) if reference_dir is not None else None
     if ref is not None and ref.is_dir() and ref.resolve() != Path(results_dir).resolve():
         ref_runs, ref_probes = load_results(ref, judge=settings.judge)
+        ref_runs = _shared(ref_runs)
         have = set(_cell_keys(runs))
         missing = [k not in have for k in _cell_keys(ref_runs)]
         fill = ref_runs[(ref_runs["settings"] == "").to_numpy() & np.array(missing, dtype=bool)]

@@ -3,6 +3,7 @@
 place of its outline (study.OUTLINE) and the order of the "## Figures" list."""
 from __future__ import annotations
 
+from harness.analysis.fleet import STUDY as FLEET
 from harness.analysis.pd import STUDY as PD
 from harness.analysis.perf_model import STUDY as PERF_MODEL
 from harness.analysis.prefix import STUDY as PREFIX
@@ -16,6 +17,7 @@ STUDIES: tuple[Study, ...] = (
     PREFIX,  # beyond the paper: conversations, agents, prefix caching
     PERF_MODEL,  # the performance model: its figures and the paper's operator-level facts
     SARATHI23,  # the first Sarathi paper: offline throughput, pipeline bubbles
+    FLEET,  # beyond the paper: 8 replicas behind a router, a host KV tier; capacity and GPU-hours a day
 )
 
 FIGURES: tuple[FigureSpec, ...] = tuple(f for s in STUDIES for f in s.figures)  # figure=NAME's names
@@ -35,3 +37,9 @@ def capacity_cells() -> tuple[Cell, ...]:
 def capacity_figures() -> tuple[FigureSpec, ...]:
     """The figures of the studies that read the shared capacity runs (figures.build_figures)."""
     return tuple(f for s in STUDIES if s.load is capacity_runs for f in s.figures)
+
+
+def own_runs() -> str:
+    """The run names the studies with their own runs read themselves (Study.runs, one regex), which
+    the shared capacity loader leaves out; "" when none."""
+    return "|".join(f"(?:{s.runs})" for s in STUDIES if s.runs)

@@ -95,6 +95,9 @@ class Study:
     parts: Callable[[Any, tuple, Source], Sequence[Part]] = no_parts  # (loaded, its figures' outcomes, source) -> report lines
     listed: bool = True  # its figures listed under the report's "## Figures" (else its parts place them)
     draw: Callable[[Any, Path, tuple[str, ...] | None], tuple] | None = None  # drawing other than its FigureSpecs'
+    # The run names (a regex on a run's experiment) its own `load` reads: the shared capacity loader
+    # (figures.load_inputs) leaves those runs out of every other study's figures and its left-out list.
+    runs: str = ""
 
     def draw_figures(self, data: Any, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple:
         """Save its figures under figures_dir (those named in `only`); the outcomes, skipped ones with why."""
