@@ -172,6 +172,29 @@ def test_parallel_search_with_the_ray_executor_gives_the_serial_answer(ray_clust
     assert three["rounds"] < one["rounds"]
 
 
+FLEET = ["experiment=mistral7b_strict", "dataset=sharegpt_conversations", "scheduler=[sarathi]",
+         "engine.prefix_caching=true", "max_model_len=16384", "cluster.instances=3", "cluster.router=session_affinity",
+         "cluster.router_options={without_session: round_robin}", "search.fixed_qps=3.0", "search.num_requests=80",
+         "progress=false", "cache=false"]
+
+
+def test_a_fleet_apart_in_a_ray_job_sends_its_shares_as_ray_tasks(ray_cluster, tmp_path):
+    """cluster.workers=2 in a job of hydra/launcher=ray: the replicas' shares run as Ray tasks on
+    the job's cluster (partition.py), and the saved records are the one-process fleet's."""
+    import pyarrow.parquet as pq
+
+    one = harness(*FLEET, "cluster.workers=1", f"results_dir={tmp_path / 'one'}")
+    two = harness("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", *FLEET,
+                  "cluster.workers=2", f"results_dir={tmp_path / 'ray'}")
+    assert one.returncode == 0 and two.returncode == 0, one.stderr[-3000:] + two.stderr[-3000:]
+    assert "multirun: 1 jobs, 1 done, 0 failed" in two.stdout
+    assert "cluster.workers=2: 2 shares as Ray tasks" in two.stdout + two.stderr
+    assert "shares" not in one.stdout + one.stderr and "process pool" not in two.stdout + two.stderr
+    [a], [b] = (list((tmp_path / d).glob("*/*/requests.parquet")) for d in ("one", "ray"))
+    a, b = pq.read_table(a), pq.read_table(b)
+    assert a.num_rows == 80 and a.equals(b)
+
+
 def test_a_job_whose_worker_dies_is_reported_and_the_others_kept(ray_cluster):
     from ray import cloudpickle
 

@@ -92,7 +92,7 @@ def _fleet(workers, router="session_affinity", knobs="{without_session: round_ro
 
 def test_the_backend_runs_apart_with_the_same_records_and_diagnostics(capsys):
     one, two = _fleet(1), _fleet(2)
-    assert capsys.readouterr().err == ""  # ran apart: no fallback line
+    assert capsys.readouterr().err == "cluster.workers=2: 2 shares in a process pool of 2\n"  # apart: no fallback
     assert one.diagnostics == two.diagnostics and one.diagnostics["prefix_cache"]["hits"] > 0
     for a, b in zip(one.records, two.records):
         same(a, b)
@@ -120,25 +120,3 @@ def test_keyed_heap_least_and_least_but_one():
     assert h.least_key_except(1, -1.0) == 5.0
     h.set(0, None)
     assert h.least_key_except(1, -1.0) == -1.0 and h.least() == (3.0, 1)
-
-
-def test_inside_ray_the_shares_go_as_ray_tasks(monkeypatch):
-    """A job already running in Ray (hydra/launcher=ray) sends the shares as Ray tasks, results in
-    share order; a stand-in Ray here (ray is an optional extra), which runs each task at once."""
-    import sys
-    import types
-    sent = []
-
-    def remote(**options):
-        assert options == {"num_cpus": 1, "max_retries": 0}
-        return lambda fn: types.SimpleNamespace(remote=lambda part: sent.append(part) or fn(part))
-    fake = types.SimpleNamespace(is_initialized=lambda: True, remote=remote, get=lambda refs: list(refs))
-    monkeypatch.setitem(sys.modules, "ray", fake)
-    reqs = _sessions(60)
-    plan = partition_plan(reqs, make_router("session_affinity", **AFFINITY), 3, [1] * 3)
-    part, _ = simulate_partitioned(reqs, _engines(3), [_Scaled()] * 3, plan, 2)
-    assert len(sent) == 2  # one task per share
-    monkeypatch.delitem(sys.modules, "ray")
-    seq = simulate_cluster(reqs, _engines(3), [_Scaled()] * 3, make_router("session_affinity", **AFFINITY))
-    for a, b in zip(seq, part):
-        same(a, b)

@@ -99,11 +99,14 @@ def _map(parts: list[list], workers: int) -> list:
     ray = sys.modules.get("ray")  # only a process Ray already runs in: a pool is cheaper to start than Ray
     if ray is not None and ray.is_initialized():
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_instances)
+        print(f"cluster.workers={workers}: {len(parts)} shares as Ray tasks", file=sys.stderr)  # where they ran
         return ray.get([remote.remote(p) for p in parts])
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload(list(PRELOAD))
+    print(f"cluster.workers={workers}: {len(parts)} shares in a process pool of {min(workers, len(parts))}",
+          file=sys.stderr)
     with ProcessPoolExecutor(max_workers=min(workers, len(parts)), mp_context=ctx) as pool:
         return list(pool.map(_run_instances, parts))
 
