@@ -102,6 +102,18 @@ def test_a_server_that_never_gets_ready_times_out_with_its_log_tail(tmp_path):
     spec = LaunchSpec([sys.executable, "-c", "import time; print('loading weights...', flush=True); time.sleep(600)"],
                       f"http://127.0.0.1:{free_port()}", ready_timeout_s=1.5, stop_timeout_s=2)
     srv = ServerProcess(spec)
+    launch = srv.start
+
+    def start_and_wait_for_the_line():
+        # The premise, independent of the host's speed: the child has printed its line before the
+        # ready timeout (counted from wait_ready) starts. A loaded host once let 1.5 s pass before
+        # the child's Python got that far. 60 s is a hang's limit, never a slow host's.
+        launch()
+        deadline = time.monotonic() + 60
+        while "loading weights..." not in srv.log_tail() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    srv.start = start_and_wait_for_the_line  # what `with srv:` calls before wait_ready
     with pytest.raises(ServerStartError) as e:
         with srv:
             pass
