@@ -18,6 +18,7 @@ from engines.perf import Deployment, PerfModel
 from engines.schedulers import SchedulerConfig, make_engine
 from harness.backends.live import Endpoint, LiveRunOptions, LiveServerSpec, run_live_result, serve
 from harness.backends.live.lifecycle import free_port
+from harness.backends.live.twin_clock import DISTURBED
 from harness.backends.sim import simulate
 from harness.loadgen import NOT_SENT, UNFINISHED
 from harness.loadgen.pacer import realtime_permitted
@@ -130,8 +131,18 @@ def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
     # more than clock noise, and may lose up to a fifth to the host (measured: +0..+12 % over
     # repeated runs on a busy machine). A mispriced model is caught deterministically by
     # tests/test_reference_drift.py; this test guards the live path's own overhead.
-    for what, lv, sm in (("P50 TTFT", live.ttft.p50, sim.ttft.p50), ("P50 TBT", live.tbt.p50, sim.tbt.p50)):
-        assert 0.95 * sm <= lv <= 1.20 * sm, f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s"
+    # The premise, measured: the twin kept its own timeline (its /metrics say how far it fell behind). On a
+    # starved CPU it did not (live P50 TTFT 1.31 s against 0.174 s at load 7-19 on 2 cores), and then the
+    # contract is the harness's verdict: the run is flagged as disturbed, never passed off as the model's.
+    disturbed = [n for n in res.notes if n.startswith(DISTURBED)]
+    bands = [(what, lv, sm) for what, lv, sm in (("P50 TTFT", live.ttft.p50, sim.ttft.p50),
+                                                 ("P50 TBT", live.tbt.p50, sim.tbt.p50))
+             if not 0.95 * sm <= lv <= 1.20 * sm]
+    if disturbed:
+        assert len(disturbed) == 1 and "behind its own timeline" in disturbed[0], res.notes
+        print(f"the host disturbed the twin, band not judged: {disturbed[0]}; outside the band: {bands}")
+        return
+    assert not bands, "; ".join(f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s" for what, lv, sm in bands)
 
 
 def test_time_limit_records_unfinished_and_unsent_requests(endpoint):
