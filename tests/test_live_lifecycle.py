@@ -82,11 +82,11 @@ def test_a_group_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     pids = tmp_path / "pids"
     spec = LaunchSpec([sys.executable, "-c", code, str(port), str(pids)], f"http://127.0.0.1:{port}",
                       ready_timeout_s=20, stop_timeout_s=1)
-    t0 = time.monotonic()
     with ServerProcess(spec) as srv:
         grandchild = int(pids.read_text())
+        t0 = time.monotonic()  # the stop only: a loaded host's slow start is no part of the contract
     assert _wait_gone([srv.pid, grandchild])
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 15  # SIGKILL after stop_timeout_s = 1 s; without it the group never goes
 
 
 def test_a_server_that_exits_shows_its_log_tail(tmp_path):
