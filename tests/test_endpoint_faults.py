@@ -94,7 +94,9 @@ def test_a_stream_that_never_ends_is_cut_when_it_stalls(tmp_path):
         p = harness(server, tmp_path, "backend.stall_timeout_s=2")
         took = time.monotonic() - t0
     assert p.returncode == 3 and "stream did not end after its last token" in p.stderr, p.stderr[-3000:]
-    assert took < 120, took  # two probes, each stopped at its first stall (not request_timeout_s = 600 s)
+    # Two probes, each stopped at its first stall: a hang waits request_timeout_s = 600 s per probe; 300 s
+    # leaves a loaded host's start-up and judging room (120 s was a margin of the host).
+    assert took < 300, took
 
 
 def test_the_check_stream_before_a_probe_is_cut_when_it_stalls_too():

@@ -18,6 +18,7 @@ from engines.perf import Deployment, PerfModel
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.live import Endpoint, LiveRunOptions, LiveServerSpec, run_live_result, serve
 from harness.backends.live.lifecycle import free_port
+from harness.backends.live.twin_clock import DISTURBED
 from harness.backends.sim import simulate
 from harness.loadgen import NOT_SENT, UNFINISHED
 from harness.loadgen.pacer import realtime_permitted
@@ -130,8 +131,24 @@ def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
     # more than clock noise, and may lose up to a fifth to the host (measured: +0..+12 % over
     # repeated runs on a busy machine). A mispriced model is caught deterministically by
     # tests/test_reference_drift.py; this test guards the live path's own overhead.
-    for what, lv, sm in (("P50 TTFT", live.ttft.p50, sim.ttft.p50), ("P50 TBT", live.tbt.p50, sim.tbt.p50)):
-        assert 0.95 * sm <= lv <= 1.20 * sm, f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s"
+    assert_in_band_unless_disturbed(res, live, sim)
+
+
+def assert_in_band_unless_disturbed(res, live, sim, low=0.95, high=1.20):
+    """Live P50 TTFT and TBT within [low, high] x the simulator's, where the twin kept its timeline.
+
+    The premise, measured: the twin's /metrics say how far it fell behind its own timeline. On a
+    starved CPU it did (live P50 TTFT 1.31 s against 0.174 s at load 7-19 on 2 cores), and then the
+    contract is the harness's verdict: the run is flagged as disturbed, never passed off as the model's."""
+    disturbed = [n for n in res.notes if n.startswith(DISTURBED)]
+    bands = [(what, lv, sm) for what, lv, sm in (("P50 TTFT", live.ttft.p50, sim.ttft.p50),
+                                                 ("P50 TBT", live.tbt.p50, sim.tbt.p50))
+             if not low * sm <= lv <= high * sm]
+    if disturbed:
+        assert len(disturbed) == 1 and "behind its own timeline" in disturbed[0], res.notes
+        print(f"the host disturbed the twin, band not judged: {disturbed[0]}; outside the band: {bands}")
+        return
+    assert not bands, "; ".join(f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s" for what, lv, sm in bands)
 
 
 def test_time_limit_records_unfinished_and_unsent_requests(endpoint):
@@ -142,7 +159,8 @@ def test_time_limit_records_unfinished_and_unsent_requests(endpoint):
     assert all(r.error == UNFINISHED for r in running)
     assert all(0 < len(r.token_times_s) < 400 and np.isnan(r.finished_s) for r in running)
     assert res.records[10].error == NOT_SENT and np.isnan(res.records[10].dispatched_s)
-    assert res.wall_s < 3.0
+    # Ended by its limit, not by its streams (400 tokens each, over 10 s) nor request 10's arrival at 5 s.
+    assert res.wall_s < 5.0
 
 
 def test_http_errors_are_recorded_per_request_while_the_run_goes_on(endpoint):

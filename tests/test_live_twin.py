@@ -52,7 +52,7 @@ def test_busy_iterations_chain_on_deadlines_absorbing_loop_overhead():
     ex.execute(_batch())
     assert ex.last_start == pytest.approx(100.010)  # started at the previous deadline
     assert clock.t == pytest.approx(100.020)  # so the second iteration still ends on time
-    assert ex.chain_restarts == 0
+    assert ex.chain_restarts == 0 and ex.late_start_s_total == 0  # absorbed, not lost
 
 
 def test_lateness_beyond_one_iteration_restarts_the_chain():
@@ -62,6 +62,7 @@ def test_lateness_beyond_one_iteration_restarts_the_chain():
     ex.execute(_batch())
     assert ex.last_start == pytest.approx(100.035) and clock.t == pytest.approx(100.045)
     assert ex.chain_restarts == 1
+    assert ex.metrics()["twin_late_start_seconds_total"] == pytest.approx(0.025)  # the time lost, on /metrics
 
 
 def test_idle_engine_never_backdates_an_iteration():
@@ -71,7 +72,7 @@ def test_idle_engine_never_backdates_an_iteration():
     clock.t += 0.001  # a request arrives 1 ms after the engine went idle
     ex.execute(_batch())
     assert ex.last_start == pytest.approx(100.011)  # not 100.010: it starts when asked
-    assert ex.chain_restarts == 0  # idleness is not lateness
+    assert ex.chain_restarts == 0 and ex.late_start_s_total == 0  # idleness is not lateness
 
 
 def test_time_scale_stretches_every_iteration():

@@ -60,6 +60,8 @@ class RealTimeExecutor:
         self.predicted_s_total = 0.0
         self.overrun_s_total = 0.0  # time past a deadline when its sleep returned
         self.chain_restarts = 0  # busy iterations that began more than catch_up_s after the previous deadline
+        self._last_overrun = 0.0
+        self.late_start_s_total = 0.0  # the time those iterations began past the previous deadline: lost, not absorbed
 
     def add_request(self, seq_id: int, prompt_token_ids: list[int] | None, sampling: SamplingParams) -> None:
         self._tokens.add(seq_id)
@@ -76,7 +78,10 @@ class RealTimeExecutor:
             start = self._deadline
         else:
             start = now
-            self.chain_restarts += self._deadline != -np.inf
+            if self._deadline != -np.inf:  # busy, yet later than one iteration: the host held the loop back
+                self.chain_restarts += 1
+                # What the previous sleep's overrun already counted is not counted twice.
+                self.late_start_s_total += max(0.0, now - self._deadline - self._last_overrun)
         self._deadline = start + dt
         self.last_start = start
         self.last_predicted_s = dt
@@ -85,7 +90,8 @@ class RealTimeExecutor:
         if remaining > 0:
             self._sleep(remaining)
         self.predicted_s_total += dt
-        self.overrun_s_total += max(0.0, self._clock() - self._deadline)
+        self._last_overrun = max(0.0, self._clock() - self._deadline)
+        self.overrun_s_total += self._last_overrun
         return tokens
 
     def metrics(self) -> dict[str, float]:
@@ -93,6 +99,7 @@ class RealTimeExecutor:
             "twin_predicted_seconds_total": self.predicted_s_total,
             "twin_overrun_seconds_total": self.overrun_s_total,
             "twin_chain_restarts_total": self.chain_restarts,
+            "twin_late_start_seconds_total": self.late_start_s_total,
         }
 
     def idle(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ from common.errors import RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
+from harness.backends.live.twin_clock import DISTURBED, disturbance, during, scrape_twin
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
 from harness.loadgen.run import auth_headers
 from harness.records import RequestRecord, RequestSpec
@@ -101,6 +103,7 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     if time_limit is None and options.drain_s is not None and requests and options.concurrency is None:
         time_limit = max(r.arrival_s for r in requests) + options.drain_s
     frac = options.max_error_fraction
+    twin_before = scrape_twin(server.base_url, auth_headers(server.api_key))  # None: not a real-time twin
     result = run_load(requests, LoadOptions(
         session_prompt=prompts.next if prompts is not None else None,
         extra_body=(("return_token_ids", True),) if prompts is not None else (),  # vLLM names generated ids on request
@@ -114,6 +117,9 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     if prompts is not None and prompts.fallbacks:
         warnings.warn(f"live run: the server did not name the ids it generated for {prompts.fallbacks} answers; those "
                       "turns carried the dataset's answer instead, which no prefix cache holds", stacklevel=2)
+    if twin_before is not None and (note := disturbance(during(twin_before, scrape_twin(
+            server.base_url, auth_headers(server.api_key))))):
+        result = dataclasses.replace(result, notes=(*result.notes, note))  # warned below, saved with the probe
     verdict = result.verdict
     probe = "" if options.progress_desc == LiveRunOptions.progress_desc else f"{options.progress_desc}: "
     if verdict.status == "invalid" and options.strict:
@@ -142,7 +148,8 @@ def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob
     result = run_live_result(requests, endpoint, run_options(job, job.settings, label, gone))
     if reason := result.aborted or gone():  # a probe against a dead or silent server measures nothing
         raise broken(reason)
-    stats = {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes, "stopped": result.stopped}
+    stats = {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes, "stopped": result.stopped,
+             "disturbed": next((n for n in result.notes if n.startswith(DISTURBED)), None)}
     counted = measured(before, scrape(endpoint.base_url, auth_headers(endpoint.api_key)))
     if counted is not None:
         stats["prefix_cache"] = counted

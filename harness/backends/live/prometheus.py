@@ -34,14 +34,20 @@ def parse_counters(text: str) -> dict[str, float] | None:
     return out if seen else None
 
 
-def scrape(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> dict[str, float] | None:
-    """The counters now, or None (no /metrics, no prefix-cache counters, or no answer)."""
+def scrape_text(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> str | None:
+    """The server's /metrics text now, or None (no /metrics or no answer)."""
     try:
         req = urllib.request.Request(metrics_url(base_url), headers=headers or {})
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return parse_counters(resp.read().decode("utf-8", "replace"))
+            return resp.read().decode("utf-8", "replace")
     except (OSError, ValueError):
         return None
+
+
+def scrape(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> dict[str, float] | None:
+    """The counters now, or None (no /metrics, no prefix-cache counters, or no answer)."""
+    text = scrape_text(base_url, headers, timeout_s)
+    return None if text is None else parse_counters(text)
 
 
 def measured(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:
