@@ -67,6 +67,7 @@ class BatchPricer:
         self._blocks: list[float] = []
         self._blocks_arr = np.zeros(0)
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
+        self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
 
     # -- tables ------------------------------------------------------------------------------
     def _grow(self, top: int) -> None:
@@ -232,12 +233,54 @@ class BatchPricer:
         k = hi - lo
         if b == 0 or k <= 0:
             return np.zeros((max(k, 0), len(self.layers)))
+        longest = int(base.max())
+        if longest + hi - 1 >= len(self._decode_units):
+            self._grow(longest + hi - 1)
+        call = self.call
+        if call is not None and self._blocks[longest + lo] == self._blocks[longest + hi - 1]:
+            units = self._one_split_run_units(base, lo, hi, longest)
+        else:
+            units = self._run_units(base, lo, hi, longest)
+        return self._run_stages(units * ops.TIME_QUANTUM_S, b, k)
+
+    def _one_split_run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
+        """_run_units of a run whose longest sequence keeps its K/V block count (the common case:
+        a run rarely crosses a block of keys), so every row has the same splits: the per-item sums
+        come from one gather of _run_table and the split-KV terms are Python scalars, operation for
+        operation those of _run_units (its sums are of whole numbers: exact in any order)."""
+        call = self.call
+        b = len(base)
+        seqs = float(b)
+        n_blocks = int(self._blocks[longest + lo])
+        splits = num_splits(b * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
+        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+        units, keys, blocks = self._run_table(splits).take(ctx, axis=1).sum(axis=-1)  # each (k,)
+        split = float(splits)
+        waves = math.ceil(seqs * call.ctas_per_seq * split / call.slots)
+        longest_cta = float(math.ceil(n_blocks / split))
+        mean_blocks = blocks / max(seqs, 1.0)
+        critical = np.maximum(longest_cta, waves * mean_blocks) * call._block_units
+        stream = (keys + seqs) * call._kv_units + seqs * call._qo_units
+        extra = np.floor(call._combine_units * (split > 1.0) + np.maximum(critical - stream, 0.0))
+        return (units + self.decode_fixed) + extra
+
+    def _run_table(self, splits: int) -> np.ndarray:
+        """(3, contexts): per context its decode units, windowed cached length and K/V blocks a CTA
+        streams under `splits`, the three tables _run_units gathers, stacked for one gather."""
+        table = self._run_tables.get(splits)
+        if table is None or table.shape[1] != len(self._blocks_arr):
+            blocks = self._blocks_arr if splits == 1 else np.ceil(self._blocks_arr / float(splits))
+            table = np.stack([self._decode_units_arr, self._cached_arr, blocks])
+            self._run_tables[splits] = table
+        return table
+
+    def _run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
+        """Attention units of each iteration of a decode run (the tables cover its contexts)."""
+        b = len(base)
+        k = hi - lo
         steps = np.arange(lo, hi, dtype=np.int64)
         ctx = base[None, :] + steps[:, None]
-        longest = int(base.max()) + steps  # each row's longest context
-        top = int(longest[-1])
-        if top >= len(self._decode_units):
-            self._grow(top)
+        longest = longest + steps  # each row's longest context
         units = self._decode_units_arr[ctx].sum(axis=-1) + self.decode_fixed
         call = self.call
         if call is not None:
@@ -259,7 +302,10 @@ class BatchPricer:
             critical = np.maximum(np.ceil(n_blocks / splits), waves * mean_blocks) * call._block_units
             stream = keys * call._kv_units + seqs * call._qo_units
             units = units + np.floor(call._combine_units * (splits > 1.0) + np.maximum(critical - stream, 0.0))
-        attention = units * ops.TIME_QUANTUM_S
+        return units
+
+    def _run_stages(self, attention: np.ndarray, b: int, k: int) -> np.ndarray:
+        """(k, pp) stage seconds of decode-only rows of b sequences, given each row's attention."""
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
         layer = linear + attention
         layer += elementwise
