@@ -44,4 +44,4 @@ class PrefixCachingEngine(Engine):
         grow = self.blocks.grow
         for seq in batch.seqs:
             grow(seq, seq.num_computed + k)
-        return super().complete_decode_run(batch, k)  # its own grows now find nothing to take
+        return self._decode_run_done(batch, k, None)  # grown: the plain engine's grows would find nothing to take

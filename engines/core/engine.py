@@ -185,10 +185,15 @@ class Engine:
         Exactly what k alternating schedule()/complete() calls would do, given k <= decode_run_limit.
         With k = 0 it only takes the batch out of flight.
         """
+        return self._decode_run_done(batch, k, self.blocks.grow)
+
+    def _decode_run_done(self, batch: Batch, k: int, grow) -> tuple[Sequence, ...]:
+        """complete_decode_run, each sequence's KV grown by `grow` first (None: already grown)."""
         finished = []
         for seq in batch.seqs:
             seq.in_flight = False
-            self.blocks.grow(seq, seq.num_computed + k)
+            if grow is not None:
+                grow(seq, seq.num_computed + k)
             seq.num_computed += k
             seq.num_generated += k
             if seq.num_generated == seq.output_len:

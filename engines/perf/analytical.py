@@ -106,7 +106,8 @@ class PerfModel:
 
     def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """batch_times of the same iterations as decode_run_stage_times, (hi - lo,)."""
-        return np.max(self.decode_run_stage_times(base, lo, hi), axis=-1)
+        stages = self.decode_run_stage_times(base, lo, hi)
+        return stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)  # one stage: its own times
 
     def decode_run_stage_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, pp) stage_times of decode-only iterations lo..hi-1 of a run whose iteration 0 has
