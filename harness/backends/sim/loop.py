@@ -187,6 +187,10 @@ class SimRun:
         """Why a request that did not finish did not."""
         return STOPPED_EARLY if self.watch is not None and self.watch.certain else "unfinished at time limit"
 
+    def record_arrival(self, i: int) -> float:
+        """The arrival request i's record states (a session's turn says its release instead)."""
+        return self.requests[i].arrival_s
+
     def records(self) -> list[RequestRecord]:
         out: list[RequestRecord] = [None] * len(self.requests)  # type: ignore[list-item]
         for rank, i in enumerate(self.order):
@@ -195,7 +199,7 @@ class SimRun:
             finished_s = float(self.line.finished[rank])
             out[i] = RequestRecord(
                 request_id=spec.request_id,
-                arrival_s=spec.arrival_s,
+                arrival_s=self.record_arrival(i),
                 prompt_len=spec.prompt_len,
                 output_len=spec.output_len,
                 first_scheduled_s=float(self.line.first_scheduled[rank]),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence as Seq
-from dataclasses import replace
 
 import numpy as np
 
@@ -91,6 +90,9 @@ class SessionRelease:
                 heapq.heappush(self.pending, (t + self.requests[j].think_s, j))
         super().finished(seqs, t)
 
+    def record_arrival(self, i: int) -> float:
+        return float(self.release[i])  # a released turn's record states its release (SimRun.records)
+
     def records(self) -> list[RequestRecord]:
         released = super().records()  # the released ones, in input order; the rest are None
         out = []
@@ -98,7 +100,5 @@ class SessionRelease:
             if r is None:
                 r = RequestRecord(spec.request_id, spec.arrival_s, spec.prompt_len, spec.output_len, np.nan, np.nan,
                                   np.nan, np.empty(0), error=self.cut_off)
-            else:
-                r = replace(r, arrival_s=float(self.release[i]))
             out.append(r)
         return out
