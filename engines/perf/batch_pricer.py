@@ -241,7 +241,8 @@ class BatchPricer:
             units = self._one_split_run_units(base, lo, hi, longest)
         else:
             units = self._run_units(base, lo, hi, longest)
-        return self._run_stages(units * ops.TIME_QUANTUM_S, b, k)
+        units *= ops.TIME_QUANTUM_S  # a fresh array: the attention seconds
+        return self._run_stages(units, b, k)
 
     def _one_split_run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
         """_run_units of a run whose longest sequence keeps its K/V block count (the common case:
@@ -254,15 +255,24 @@ class BatchPricer:
         n_blocks = int(self._blocks[longest + lo])
         splits = num_splits(b * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
         ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
-        units, keys, blocks = self._run_table(splits).take(ctx, axis=1).sum(axis=-1)  # each (k,)
+        units, keys, blocks = self._run_table(splits).take(ctx, axis=1).sum(axis=-1)  # each (k,), fresh
         split = float(splits)
         waves = math.ceil(seqs * call.ctas_per_seq * split / call.slots)
-        longest_cta = float(math.ceil(n_blocks / split))
-        mean_blocks = blocks / max(seqs, 1.0)
-        critical = np.maximum(longest_cta, waves * mean_blocks) * call._block_units
-        stream = (keys + seqs) * call._kv_units + seqs * call._qo_units
-        extra = np.floor(call._combine_units * (split > 1.0) + np.maximum(critical - stream, 0.0))
-        return (units + self.decode_fixed) + extra
+        # In place, each of _run_units' operations, a few with their operands swapped (exact).
+        blocks /= max(seqs, 1.0)  # the mean blocks a CTA
+        blocks *= waves
+        np.maximum(float(math.ceil(n_blocks / split)), blocks, out=blocks)
+        blocks *= call._block_units  # the critical path
+        keys += seqs
+        keys *= call._kv_units
+        keys += seqs * call._qo_units  # the KV stream
+        blocks -= keys
+        np.maximum(blocks, 0.0, out=blocks)
+        blocks += call._combine_units * (split > 1.0)
+        np.floor(blocks, out=blocks)
+        units += self.decode_fixed
+        units += blocks
+        return units
 
     def _run_table(self, splits: int) -> np.ndarray:
         """(3, contexts): per context its decode units, windowed cached length and K/V blocks a CTA
@@ -305,8 +315,24 @@ class BatchPricer:
         return units
 
     def _run_stages(self, attention: np.ndarray, b: int, k: int) -> np.ndarray:
-        """(k, pp) stage seconds of decode-only rows of b sequences, given each row's attention."""
+        """(k, pp) stage seconds of decode-only rows of b sequences, given each row's attention
+        (consumed: a one-stage model sums in it, commuting the first sum and product, exact)."""
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        if len(self.layers) == 1:
+            t = attention
+            t += linear
+            t += elementwise
+            t += tp_comm
+            t *= self.layers[0]
+            t += embedding
+            t += lm_head
+            if self.overlap:
+                np.maximum(t, cpu, out=t)
+            else:
+                t += cpu
+            if launches is not None:
+                t += launches[0]
+            return t[:, None]
         layer = linear + attention
         layer += elementwise
         layer += tp_comm
