@@ -309,7 +309,7 @@ def _decode_run(
     k = engine.decode_run_limit(batch)
     dt0 = timer.iteration_time(batch.new_tokens, batch.context_lens)
     horizon = min(next_arrival, limit) if not engine.waiting else limit
-    if np.isfinite(horizon):
+    if math.isfinite(horizon):
         # Iterations only get longer as contexts grow, so at most this many start before horizon.
         k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
     if k <= 1:  # a run of one is one iteration (complete_decode_run(batch, 1) is complete(batch))
