@@ -48,7 +48,10 @@ def ray_cluster():
     pointing at it), token auth off for it and its drivers; yields its address."""
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray's memory monitor off: on a host near 95 % memory from other work it killed the *healthy*
+    # job of the worker-death test (OutOfMemoryError, seen in a flake hunt); these tests are about
+    # what the harness reports, not about the host's memory.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
     head = subprocess.Popen(
         [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
          "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}", "--block"],

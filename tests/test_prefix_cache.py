@@ -114,6 +114,10 @@ def _drive_checked(engine, seqs):
     for _ in range(100_000):
         if not engine.has_unfinished:
             break
+        for seq in engine.waiting:  # can_admit's shortcut says what the plain rule says, in every state
+            if not seq.block_table and seq.num_computed < seq.prefill_target:
+                exact = blocks.num_free - blocks.admission_blocks(seq) >= blocks.watermark_blocks
+                assert blocks.can_admit(seq) == exact
         batch = engine.schedule()
         assert batch is not None, "stalled"
         for seq in batch.seqs:  # what a hit reuses must hold exactly this sequence's tokens
@@ -157,3 +161,23 @@ def test_books_balance_and_hits_hold_the_right_tokens(policy, reqs, kv_blocks, b
         history.append(tuple(runs) + ((3000 + i, out),))
     produced = _drive_checked(engine, seqs)
     assert all(produced[s.seq_id] == s.output_len for s in seqs)
+
+
+def test_can_admit_counts_unused_hits_when_room_is_short():
+    """can_admit skips counting the hits no one uses when there is room for all of them; when
+    there is not, it counts, and says what num_free - admission_blocks >= watermark says."""
+    blocks = PrefixCachingBlockManager(8, BS, 0.0)
+    a = Sequence(0, 64, 1, Segments(((1, 64), (2, 1)), BS))
+    blocks.admit(a)
+    a.num_computed = 64
+    blocks.free(a)  # its 4 blocks cached and evictable, 4 free
+    other = Sequence(1, 48, 1, Segments(((3, 48), (4, 1)), BS))
+    blocks.admit(other)  # 3 of the free blocks: 1 free + 4 evictable left
+    turn = Sequence(2, 104, 1, Segments(((1, 64), (5, 40), (6, 1)), BS))  # 4 hits, 3 fresh blocks
+    assert len(blocks.lookup(turn)) == 4 and blocks.admission_blocks(turn) == 7 and blocks.num_free == 5
+    assert not blocks.can_admit(turn)  # room for 2 more: the 4 unused hits count
+    holder = Sequence(3, 80, 1, Segments(((1, 64), (7, 16), (8, 1)), BS))
+    blocks.admit(holder)  # uses the 4 cached blocks and the free one: nothing free, the hits in use
+    assert blocks.num_free == 0 and blocks.admission_blocks(turn) == 3 and not blocks.can_admit(turn)
+    blocks.free(other)  # 3 free again: exactly room for the turn's fresh blocks, its hits are used
+    assert blocks.num_free == 3 and blocks.can_admit(turn)

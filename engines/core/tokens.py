@@ -12,13 +12,19 @@ Two ways to say what the tokens are:
              segment s is the same token wherever s appears and segments never share a token. A
              conversation's turn n+1 holds turn n's segments, so its blocks hash as turn n's did.
 Both compute a hash only when asked and keep it (a prompt is hashed once however often it is
-looked up).
+looked up); Segments hashes a run's whole blocks together (all of them are full, so asking for one
+may hash the rest of its run: they cost one memo lookup, chain_memo.py).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from engines.core.chain_memo import ChainMemo
+
 ROOT_HASH = 0x5EED_CAFE  # the parent hash of a sequence's first block
+# Segments' runs of whole blocks, shared by every sequence of the process (chain_memo.py: a pure
+# function's memo, bounded); a conversation's next turn finds its earlier turns' runs here.
+MEMO = ChainMemo()
 
 
 class TokenIds:
@@ -63,11 +69,9 @@ class Segments:
         while len(h) <= i:
             if r < len(runs) and runs[r][1] - off >= bs:  # the common case: whole blocks inside one segment
                 seg, length = runs[r]
-                last = h[-1] if h else ROOT_HASH
-                for _ in range(min((length - off) // bs, i + 1 - len(h))):
-                    last = hash((last, (seg, off, bs)))
-                    h.append(last)
-                    off += bs
+                count = (length - off) // bs  # all of the run's whole blocks, though fewer may be asked:
+                h += MEMO.chain(h[-1] if h else ROOT_HASH, seg, off, count, bs)  # all full, one memo lookup
+                off += count * bs
                 if off == length:
                     r, off = r + 1, 0
                 continue
