@@ -320,10 +320,11 @@ def _decode_run(
     dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, k).tolist()
     # Summed from t in order, as plain stepping would (bit-identical clock). A run is ~40 floats:
     # Python's left-to-right adds are numpy's cumsum without its per-call cost.
-    ends = list(accumulate(dts, initial=t))[1:]
-    if math.isfinite(horizon):  # k > 1 here; iteration i starts at ends[i] - dts[i]
+    ends = list(accumulate(dts, initial=t))
+    del ends[0]
+    if math.isfinite(horizon):  # k > 1 here; iteration i starts at ends[i] - dts[i], worked out where probed
         # bisect_left probes as numpy's searchsorted(side="left") does: the same k on any input.
-        k = max(1, bisect_left([e - d for e, d in zip(ends, dts)], horizon))
+        k = max(1, bisect_left(range(len(ends)), horizon, key=lambda i: ends[i] - dts[i]))
         del ends[k:]
     if log is not None:  # each iteration starts where the one before ended
         log.decode_run(batch, [t] + ends[:-1], ends)
