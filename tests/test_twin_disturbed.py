@@ -67,3 +67,34 @@ def test_the_twin_counters_are_read_from_prometheus_text():
     assert parse_twin('vllm:num_requests_running{model_name="m"} 1\n') is None  # not a twin: never judged
     assert disturbance(TwinClock(10.0, 0.9 * TOLERANCE * 10.0)) is None  # negligible: the band is judged
     assert disturbance(TwinClock(10.0, 1.1 * TOLERANCE * 10.0)).startswith(DISTURBED)
+
+
+def test_a_result_resting_on_disturbed_probes_says_so_in_its_table_and_summary(capsys):
+    """Probe by probe the note is warned as it runs; the capacity a search ends with says it too, in
+    the table a run prints and in summary.json (`disturbed_probes_qps`), so a number the host made
+    is never read as the model's. A run with no disturbed probe prints and saves nothing of it."""
+    import dataclasses
+
+    from harness.backends import open_backend
+    from harness.commands.run import SchedulerRun, _capacity_fields
+    from harness.commands.table import print_table
+    from harness.config import compose
+    from harness.search.experiment import plan_experiment
+    from harness.search.probe import search_capacity
+
+    plan = plan_experiment(compose(["experiment=mistral7b_strict", "scheduler=[sarathi]", "search.num_requests=64",
+                                    "progress=false"]))
+    with open_backend(plan.job("sarathi", progress=False)) as backend:
+        clean = search_capacity(plan, "sarathi", backend.run)
+    print_table([SchedulerRun("sarathi", 0, clean)], fixed=False, gpus=1)
+    assert "disturbed" not in capsys.readouterr().out
+    assert "disturbed_probes_qps" not in _capacity_fields(clean, 1, 16)
+    first = clean.probes[0]
+    note = disturbance(TwinClock(10.0, 1.0))
+    held = dataclasses.replace(first, detail=dataclasses.replace(first.detail, notes=("another note", note)))
+    result = dataclasses.replace(clean, probes=(held, *clean.probes[1:]))
+    print_table([SchedulerRun("sarathi", 0, result)], fixed=False, gpus=1)
+    out = capsys.readouterr().out
+    assert (f"WARNING: sarathi seed 0: 1 of {len(result.probes)} probes ran on a disturbed host (at {first.qps:.4g} QPS"
+            in out), out
+    assert _capacity_fields(result, 1, 16)["disturbed_probes_qps"] == [first.qps]

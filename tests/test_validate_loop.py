@@ -178,6 +178,14 @@ def _validate(runs, tmp_name: str, *extra):
 
 
 def test_calibration_predicts_a_second_rate_and_batch_limit(runs, steady_host, calibration):
+    # The calibration states how well it predicts the held-out part of its own run (harness/validate/fit.py).
+    # Where that is over 2x, the host's speed moved inside the calibrating run (seen in a flake hunt at load
+    # ~4: held-out error 134 %, bandwidth_scale 0.176, the host steady between the runs): the harness says
+    # the calibration is that poor, so a 2x prediction cannot be asked of it.
+    held = json.loads(calibration.read_text())["held_out_error"]
+    if not held <= FACTOR - 1:
+        pytest.skip(f"the calibration's own held-out error is {held:.0%} (over {FACTOR - 1:.0%}): the host moved "
+                    "inside the calibrating run")
     before, err_before, _ = _validate(runs, "uncalibrated")
     after, err_after, p = _validate(runs, "calibrated", f"perf.calibration={calibration}")
     print(f"judged errors, uncalibrated {err_before}, calibrated {err_after}; host speed moved {steady_host:.2f}x")  # shown with -s / on failure

@@ -17,7 +17,7 @@ from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
 from harness.commands.cache_report import cache_fields, print_cache_lines
 from harness.commands.scaling_report import print_scaling_tables
-from harness.commands.table import print_table, shown_probe, starved
+from harness.commands.table import disturbed_probes, print_table, shown_probe, starved
 from harness.results.schema import ProbeRow
 from harness.results.store import RunWriter, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
@@ -278,13 +278,16 @@ def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
 
 
 def _capacity_fields(result: CapacityResult, gpus: int, block_size: int) -> dict:
-    return {
+    fields = {
         "capacity_qps": result.capacity_qps,
         "lowest_failing_qps": _finite(result.lowest_failing_qps),
         "saturated": result.saturated,
         "rounds": result.rounds,
         "probes": [_probe_row(p, gpus, block_size) for p in result.probes],
     }
+    if disturbed := disturbed_probes(result):  # the result measures the host (table.py warns it too)
+        fields["disturbed_probes_qps"] = [p.qps for p in disturbed]
+    return fields
 
 
 def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict:

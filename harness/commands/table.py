@@ -1,6 +1,7 @@
 """The table a run prints: per scheduler its capacity (or its one probe's verdict), the paper's
 criterion beside P99 TTFT and completed requests a second (a probe that looks starved marked "!",
-harness/starvation.py), failed requests and attainment; WARNING lines for failures and starvation."""
+harness/starvation.py), failed requests and attainment; WARNING lines for failures, starvation and
+probes a disturbed host ran."""
 from __future__ import annotations
 
 import statistics
@@ -30,6 +31,27 @@ def _warn_failed(runs: list[SchedulerRun]) -> None:
             if v.num_errors:
                 kinds = ", ".join(f"{n} {k}" for k, n in v.errors.items())
                 print(f"WARNING: {r.scheduler} seed {r.seed} at {p.qps:.4g} QPS: {v.num_errors} requests failed ({kinds})")
+
+
+def disturbed_probes(result: CapacityResult) -> list[Probe]:
+    """The probes a backend said ran on a disturbed host (the real-time twin fell behind its own
+    timeline: harness/backends/live/twin_clock.py): their latencies measure the host, not the model."""
+    noted = [p for p in result.probes if getattr(p.detail, "notes", ())]
+    if not noted:  # a simulated run's (it need not load the live backend to know)
+        return []
+    from harness.backends.live.twin_clock import DISTURBED
+
+    return [p for p in noted if any(n.startswith(DISTURBED) for n in p.detail.notes)]
+
+
+def _warn_disturbed(runs: list[SchedulerRun]) -> None:
+    """A result that rests on disturbed probes says so beside the table, not only probe by probe."""
+    for r in runs:
+        bad = disturbed_probes(r.result)
+        if bad:
+            print(f"WARNING: {r.scheduler} seed {r.seed}: {len(bad)} of {len(r.result.probes)} probes ran on a disturbed "
+                  f"host (at {', '.join(f'{p.qps:.4g}' for p in bad)} QPS the real-time twin fell behind its own "
+                  "timeline): this result measures the host, not the model; run it again on a quieter host")
 
 
 def _good(v, gpus: int) -> str:
@@ -78,6 +100,7 @@ def print_table(runs: list[SchedulerRun], fixed: bool, gpus: int) -> None:
                   f"{_latency(p)}{o.verdict.num_errors:>8}{_good(o.verdict, gpus)}")
         _warn_failed(runs)
         _warnstarved(runs, fixed)
+        _warn_disturbed(runs)
         return
     print(f"{'scheduler':<{w}}{'seed':>5}{'capacity (QPS)':>16}  {'bracket (pass, fail)':<22}{'probes':>7}  {'P99 TBT':>9}  "
           f"{'median delay':>12}{signs}{'failed':>8}{good}")
@@ -94,6 +117,7 @@ def print_table(runs: list[SchedulerRun], fixed: bool, gpus: int) -> None:
               f"{delay:>12}{_latency(cap)}{failed:>8}{good_cols}")
     _warn_failed(runs)
     _warnstarved(runs, fixed)
+    _warn_disturbed(runs)
     by_name: dict[str, list[float]] = {}
     for r in runs:
         by_name.setdefault(r.scheduler, []).append(r.result.capacity_qps)
