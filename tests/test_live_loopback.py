@@ -157,7 +157,11 @@ def test_time_limit_records_unfinished_and_unsent_requests(endpoint):
     assert len(res.records) == 11
     running = res.records[:10]
     assert all(r.error == UNFINISHED for r in running)
-    assert all(0 < len(r.token_times_s) < 400 and np.isnan(r.finished_s) for r in running)
+    assert all(len(r.token_times_s) < 400 and np.isnan(r.finished_s) and np.isfinite(r.dispatched_s) for r in running)
+    # Each streamed before the limit where the twin kept its timeline; a host that held it back (a flake
+    # hunt at load ~4: 110 % behind) may leave a late one with no token yet, still recorded as cut, and
+    # the run says the twin was disturbed.
+    assert any(n.startswith(DISTURBED) for n in res.notes) or all(len(r.token_times_s) > 0 for r in running)
     assert res.records[10].error == NOT_SENT and np.isnan(res.records[10].dispatched_s)
     # Ended by its limit, not by its streams (400 tokens each, over 10 s) nor request 10's arrival at 5 s.
     assert res.wall_s < 5.0
