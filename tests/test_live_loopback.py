@@ -180,7 +180,9 @@ def test_a_request_past_its_timeout_is_recorded_and_the_others_finish(endpoint):
     res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, request_timeout_s=1.0))
     fast0, slow, fast2 = res.records
     assert fast0.completed and fast2.completed
-    assert slow.error == "timed out after 1 s" and 0 < len(slow.token_times_s) < 2000
+    assert slow.error == "timed out after 1 s" and len(slow.token_times_s) < 2000
+    # it had streamed by its timeout, unless the host held the twin back (the run says so)
+    assert any(n.startswith(DISTURBED) for n in res.notes) or len(slow.token_times_s) > 0
 
 
 def test_refused_connections_are_errors_not_crashes():
