@@ -109,12 +109,12 @@ def test_the_engines_cache_answers_without_moving_anything():
     bm.admit(seq)
     seq.num_computed = 12
     bm.free(seq)
-    stats = (bm.stats.queries, bm.stats.hits, list(bm._evictable))
+    stats = (bm.stats.queries, bm.stats.hits, bm.evictable_order())
     hashes = [TokenIds(list(range(12)) + [99] * 4, 4).block_hash(i) for i in range(4)]
     other = [TokenIds([99] + list(range(1, 16)), 4).block_hash(i) for i in range(4)]  # differs in its first token
     assert bm.cached_prefix(hashes) == 3 and bm.cached_prefix(other) == 0 and bm.cached_prefix([]) == 0
     assert bm.cached_prefix([12345, *hashes[1:3]]) == 0  # a leading run only: cached blocks behind a miss count nothing
-    assert (bm.stats.queries, bm.stats.hits, list(bm._evictable)) == stats
+    assert (bm.stats.queries, bm.stats.hits, bm.evictable_order()) == stats
 
 
 # -- knobs ----------------------------------------------------------------------------------------

@@ -19,17 +19,16 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
-from functools import partial
-from itertools import islice, takewhile
-from operator import is_not
+
+import numpy as np
 
 from engines.core.block_manager import BlockManager, blocks_for
+from engines.core.eviction_order import EvictionOrder
 from engines.core.kv_tier import HostTier
 from engines.core.sequence import Sequence
 
-_held = partial(is_not, None)  # a cache.get that found a block (block 0 is falsy: no plain truth test)
+_SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
 
 
 @dataclass
@@ -56,12 +55,13 @@ class PrefixCachingBlockManager(BlockManager):
         self.tier = tier
         self._host_hits = 0  # of the last lookup: blocks after its GPU hits found in the tier
         num_blocks = self.num_blocks
-        self._ref = [0] * num_blocks
+        # Reference counts and "holds a hash" as arrays: a turn admits and frees hundreds of blocks,
+        # each a few array operations for all of them (a loop over them was a fleet's hot spot).
+        self._ref = np.zeros(num_blocks, dtype=np.int32)
+        self._hashed = np.zeros(num_blocks, dtype=np.bool_)  # _hash[b] is not None
         self._hash: list[int | None] = [None] * num_blocks
         self._cache: dict[int, int] = {}  # hash -> the block holding it
-        # Unused cached blocks, least recently freed first. An OrderedDict: popping its oldest entry is
-        # O(1), where a dict's next(iter(...)) rescans the slots its earlier deletions left.
-        self._evictable: OrderedDict[int, None] = OrderedDict()
+        self._evictable = EvictionOrder(num_blocks)  # unused cached blocks, least recently freed first
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
         # the last lookup: (seq, target, version), GPU hits, blocks after them in the host tier
@@ -79,6 +79,10 @@ class PrefixCachingBlockManager(BlockManager):
     @property
     def num_evictable(self) -> int:
         return len(self._evictable)
+
+    def evictable_order(self) -> list[int]:
+        """The unused cached blocks, the next to be evicted first."""
+        return self._evictable.blocks()
 
     @property
     def num_cached(self) -> int:
@@ -100,9 +104,7 @@ class PrefixCachingBlockManager(BlockManager):
             limit = (seq.prefill_target - 1) // self.block_size
             if limit:  # every hash at once, then a plain loop (a method call per block was the fleet's hot spot);
                 block_hash(limit - 1)  # these blocks are hashed anyway when they are registered
-            # the blocks of the leading run of hashes the cache holds, found at C speed: takewhile
-            # stops at the first miss (a prompt whose first block misses costs one get)
-            hits = list(takewhile(_held, map(cache.get, islice(seq.tokens.hashes, limit))))
+            hits = _leading_hits(cache, seq.tokens.hashes, limit)
             tier = self.tier
             if tier is not None:  # the run goes on in host memory: those blocks are loaded, not computed
                 while len(hits) + host < limit and block_hash(len(hits) + host) in tier:
@@ -138,7 +140,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     def _unused(self, hits: list[int]) -> int:
         """How many of `hits` no sequence uses (they sit evictable)."""
-        return list(map(self._ref.__getitem__, hits)).count(0)  # C speed: a fleet admits ~350 hits a turn
+        return int(np.count_nonzero(self._ref[_array(hits)] == 0))
 
     def _fresh_blocks(self, seq: Sequence, hits: int) -> int:
         tokens = self.reserve_tokens if self.reserve_tokens is not None else seq.prefill_target
@@ -149,11 +151,13 @@ class PrefixCachingBlockManager(BlockManager):
         fresh = self._fresh_blocks(seq, len(hits))
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
-        ref, evictable = self._ref, self._evictable
-        for b in hits:
-            if ref[b] == 0:
-                del evictable[b]
-            ref[b] += 1
+        if hits:
+            h = _array(hits)  # distinct: each holds its own hash
+            r = self._ref[h]
+            self._ref[h] = r + 1
+            unused = h[r == 0]
+            if len(unused):
+                self._evictable.discard(unused)
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
         host = self._host_hits  # set by the lookup just made
@@ -186,32 +190,37 @@ class PrefixCachingBlockManager(BlockManager):
         taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
         del free[len(free) - k:]
         if n > k:  # then the least recently freed cached blocks, their content dropped
-            cache, hashes, pop, tier = self._cache, self._hash, evictable.popitem, self.tier
-            for _ in range(n - k):
-                b, _ = pop(last=False)
+            cache, hashes, hashed, tier = self._cache, self._hash, self._hashed, self.tier
+            evicted = evictable.pop_oldest(n - k)
+            for b in evicted:
                 if tier is not None:  # its KV copied to host memory instead of lost
                     tier.store(hashes[b])  # type: ignore[arg-type]
                 del cache[hashes[b]]  # type: ignore[index]
                 hashes[b] = None
-                taken.append(b)
+                hashed[b] = False
+            taken += evicted
             self.stats.evictions += n - k
             self._version += 1
         ref = self._ref
-        for b in taken:
+        for b in taken:  # most takes are of a block or a few: an array operation would cost more
             ref[b] = 1
         seq.block_table.extend(taken)
 
     def free(self, seq: Sequence) -> None:
         self.register(seq)
-        ref, hashes, evictable, free = self._ref, self._hash, self._evictable, self._free
-        for b in reversed(seq.block_table):  # tail first: evicted before the prefix
-            r = ref[b] - 1
-            ref[b] = r
-            if r == 0:
-                if hashes[b] is None:
-                    free.append(b)
-                else:
-                    evictable[b] = None
+        table = seq.block_table
+        if table:
+            t = np.fromiter(reversed(table), dtype=np.intp, count=len(table))  # tail first: evicted before the prefix
+            r = self._ref[t] - 1
+            self._ref[t] = r
+            unused = t[r == 0]
+            if len(unused):
+                hashed = self._hashed[unused]
+                cached = unused[hashed]
+                if len(cached) < len(unused):  # without a hash: back to the free list
+                    self._free += unused[~hashed].tolist()
+                if len(cached):
+                    self._evictable.add(cached)
         seq.block_table = []
         seq.blocks_hashed = 0
 
@@ -226,7 +235,7 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is None or first >= n:
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
-        cache, hashes, chain = self._cache, self._hash, tokens.hashes
+        cache, hashes, chain, hashed = self._cache, self._hash, tokens.hashes, self._hashed
         for i in range(first, n):
             b = table[i]
             if hashes[b] is None:
@@ -234,6 +243,7 @@ class PrefixCachingBlockManager(BlockManager):
                 if h not in cache:
                     cache[h] = b
                     hashes[b] = h
+                    hashed[b] = True
         self._version += 1
         seq.blocks_hashed = n
 
@@ -244,7 +254,12 @@ class PrefixCachingBlockManager(BlockManager):
         for table in tables:
             for b in table:
                 counts[b] += 1
-        free, evictable = set(self._free), set(self._evictable)
+        order = self._evictable.blocks()
+        free, evictable = set(self._free), set(order)
+        if len(order) != len(self._evictable) or len(evictable) != len(order):
+            raise AssertionError("the eviction order's count and its blocks disagree")
+        if any(self._hashed[b] != (self._hash[b] is not None) for b in range(self.num_blocks)):
+            raise AssertionError("a block's hash and its 'hashed' flag disagree")
         if len(free) != len(self._free) or free & evictable:
             raise AssertionError("a block is free twice, or both free and evictable")
         for b in range(self.num_blocks):
@@ -259,3 +274,22 @@ class PrefixCachingBlockManager(BlockManager):
                 raise AssertionError(f"block {b} is free but still cached")
         if any(self._hash[b] != h for h, b in self._cache.items()):
             raise AssertionError("the hash table and the blocks' hashes disagree")
+
+
+def _array(blocks: list[int]) -> np.ndarray:
+    return np.fromiter(blocks, dtype=np.intp, count=len(blocks))
+
+
+def _leading_hits(cache: dict[int, int], hashes: list[int], limit: int) -> list[int]:
+    """The blocks holding hashes[0], hashes[1], ... up to the first that `cache` lacks (at most
+    `limit`), looked up at C speed a slice at a time (a fleet's turn finds ~300 in a row): a miss
+    costs at most one slice's lookups past it."""
+    hits: list[int] = []
+    get = cache.get
+    for lo in range(0, limit, _SCAN):
+        found = list(map(get, hashes[lo:min(lo + _SCAN, limit)]))
+        if None in found:
+            hits += found[:found.index(None)]
+            break
+        hits += found
+    return hits

@@ -18,6 +18,7 @@ may hash the rest of its run: they cost one memo lookup, chain_memo.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import itemgetter
 
 from engines.core.chain_memo import ChainMemo
 
@@ -25,6 +26,7 @@ ROOT_HASH = 0x5EED_CAFE  # the parent hash of a sequence's first block
 # Segments' runs of whole blocks, shared by every sequence of the process (chain_memo.py: a pure
 # function's memo, bounded); a conversation's next turn finds its earlier turns' runs here.
 MEMO = ChainMemo()
+_length = itemgetter(1)  # of a run: (segment id, tokens)
 
 
 class TokenIds:
@@ -54,7 +56,10 @@ class Segments:
     __slots__ = ("runs", "hashes", "block_size", "_run", "_offset")
 
     def __init__(self, runs: tuple[tuple[int, int], ...], block_size: int) -> None:
-        self.runs = tuple(r for r in runs if r[1] > 0)  # (segment id, tokens) in order: the prompt's, then the output's
+        # (segment id, tokens) in order: the prompt's, then the output's; empty ones dropped (checked
+        # first at C speed: an agent's prompt holds dozens of runs, and all are usually non-empty)
+        runs = tuple(runs)
+        self.runs = runs if not runs or min(map(_length, runs)) > 0 else tuple(r for r in runs if r[1] > 0)
         self.hashes: list[int] = []
         self.block_size = block_size
         self._run = 0  # where the next block to hash starts: run index and offset in it
