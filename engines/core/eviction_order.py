@@ -80,14 +80,17 @@ class EvictionOrder:
 
     def blocks(self) -> list[int]:
         """The blocks in the order, oldest first (for audits and tests)."""
+        return self._live().tolist()
+
+    def _live(self) -> np.ndarray:
         head = self._ready[0][0] if self._ready else self._head  # entries read ahead are still in the log
         window = self._log[head:self._tail]
-        return window[self._stamp[window] == np.arange(head, self._tail)].tolist()
+        return window[self._stamp[window] == np.arange(head, self._tail)]
 
     def _compact(self) -> None:
         """Drop the dead entries: the live ones move to the log's front, in order, restamped
         (every other block's stamp is already _NOT_HELD, so no stamp names a moved entry)."""
-        live = np.asarray(self.blocks(), dtype=np.intp)
+        live = self._live()  # a copy
         self._log[:len(live)] = live
         self._stamp[live] = np.arange(len(live))
         self._head, self._tail = 0, len(live)

@@ -29,6 +29,7 @@ from engines.core.kv_tier import HostTier
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
+_NO_HASH = -1  # no block hash is -1 (CPython's hash() never returns it)
 
 
 @dataclass
@@ -58,7 +59,8 @@ class PrefixCachingBlockManager(BlockManager):
         # Reference counts and "holds a hash" as arrays: a turn admits and frees hundreds of blocks,
         # each a few array operations for all of them (a loop over them was a fleet's hot spot).
         self._ref = np.zeros(num_blocks, dtype=np.int32)
-        self._hashed = np.zeros(num_blocks, dtype=np.bool_)  # _hash[b] is not None
+        # _hash's values as an array, _NO_HASH for None: a session's hint is checked against it at once
+        self._hash_arr = np.full(num_blocks, _NO_HASH, dtype=np.int64)
         self._hash: list[int | None] = [None] * num_blocks
         self._cache: dict[int, int] = {}  # hash -> the block holding it
         self._evictable = EvictionOrder(num_blocks)  # unused cached blocks, least recently freed first
@@ -104,7 +106,9 @@ class PrefixCachingBlockManager(BlockManager):
             limit = (seq.prefill_target - 1) // self.block_size
             if limit:  # every hash at once, then a plain loop (a method call per block was the fleet's hot spot);
                 block_hash(limit - 1)  # these blocks are hashed anyway when they are registered
-            hits = _leading_hits(cache, seq.tokens.hashes, limit)
+            hits = self._hinted_hits(seq.tokens, limit)
+            if len(hits) < limit:
+                hits += _leading_hits(cache, seq.tokens.hashes, len(hits), limit)
             tier = self.tier
             if tier is not None:  # the run goes on in host memory: those blocks are loaded, not computed
                 while len(hits) + host < limit and block_hash(len(hits) + host) in tier:
@@ -113,6 +117,20 @@ class PrefixCachingBlockManager(BlockManager):
         self._host_hits = host
         seq.num_computed = (len(hits) + host) * self.block_size
         return hits
+
+    def _hinted_hits(self, tokens, limit: int) -> list[int]:
+        """The leading blocks of `tokens.hint` (the blocks its session's previous turn held) that
+        still hold the hashes these tokens' blocks have: exactly the leading hits the cache's table
+        would give (a block holds hash h iff the table maps h to it), checked at once."""
+        hint = tokens.hint
+        m = min(len(hint), limit) if hint else 0
+        if not m:
+            return []
+        blocks = _array(hint[:m])
+        if blocks.max() >= self.num_blocks:  # held on another engine (a session routed elsewhere): no hint here
+            return []
+        held = self._hash_arr[blocks] == np.fromiter(tokens.hashes, dtype=np.int64, count=m)
+        return hint[:m] if held.all() else hint[:int(held.argmin())]
 
     def cached_prefix(self, hashes) -> int:
         """How many of `hashes` (a prompt's chained block hashes, in order) lead a run this cache
@@ -160,6 +178,8 @@ class PrefixCachingBlockManager(BlockManager):
                 self._evictable.discard(unused)
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
+        if seq.tokens is not None:
+            seq.tokens.hint = None  # used: a readmission looks its blocks up in the table
         host = self._host_hits  # set by the lookup just made
         if seq.tokens is not None and seq.num_computed < seq.prefill_target:
             s = self.stats
@@ -190,14 +210,14 @@ class PrefixCachingBlockManager(BlockManager):
         taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
         del free[len(free) - k:]
         if n > k:  # then the least recently freed cached blocks, their content dropped
-            cache, hashes, hashed, tier = self._cache, self._hash, self._hashed, self.tier
+            cache, hashes, hash_arr, tier = self._cache, self._hash, self._hash_arr, self.tier
             evicted = evictable.pop_oldest(n - k)
             for b in evicted:
                 if tier is not None:  # its KV copied to host memory instead of lost
                     tier.store(hashes[b])  # type: ignore[arg-type]
                 del cache[hashes[b]]  # type: ignore[index]
                 hashes[b] = None
-                hashed[b] = False
+                hash_arr[b] = _NO_HASH
             taken += evicted
             self.stats.evictions += n - k
             self._version += 1
@@ -214,8 +234,10 @@ class PrefixCachingBlockManager(BlockManager):
             r = self._ref[t] - 1
             self._ref[t] = r
             unused = t[r == 0]
+            if seq.tokens is not None and seq.tokens.continued:  # for the session's next turn
+                seq.tokens.freed_table = table
             if len(unused):
-                hashed = self._hashed[unused]
+                hashed = self._hash_arr[unused] != _NO_HASH
                 cached = unused[hashed]
                 if len(cached) < len(unused):  # without a hash: back to the free list
                     self._free += unused[~hashed].tolist()
@@ -235,7 +257,7 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is None or first >= n:
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
-        cache, hashes, chain, hashed = self._cache, self._hash, tokens.hashes, self._hashed
+        cache, hashes, chain, hash_arr = self._cache, self._hash, tokens.hashes, self._hash_arr
         for i in range(first, n):
             b = table[i]
             if hashes[b] is None:
@@ -243,7 +265,7 @@ class PrefixCachingBlockManager(BlockManager):
                 if h not in cache:
                     cache[h] = b
                     hashes[b] = h
-                    hashed[b] = True
+                    hash_arr[b] = h
         self._version += 1
         seq.blocks_hashed = n
 
@@ -258,8 +280,8 @@ class PrefixCachingBlockManager(BlockManager):
         free, evictable = set(self._free), set(order)
         if len(order) != len(self._evictable) or len(evictable) != len(order):
             raise AssertionError("the eviction order's count and its blocks disagree")
-        if any(self._hashed[b] != (self._hash[b] is not None) for b in range(self.num_blocks)):
-            raise AssertionError("a block's hash and its 'hashed' flag disagree")
+        if self._hash_arr.tolist() != [_NO_HASH if h is None else h for h in self._hash]:
+            raise AssertionError("the blocks' hashes and their array disagree")
         if len(free) != len(self._free) or free & evictable:
             raise AssertionError("a block is free twice, or both free and evictable")
         for b in range(self.num_blocks):
@@ -280,13 +302,13 @@ def _array(blocks: list[int]) -> np.ndarray:
     return np.fromiter(blocks, dtype=np.intp, count=len(blocks))
 
 
-def _leading_hits(cache: dict[int, int], hashes: list[int], limit: int) -> list[int]:
-    """The blocks holding hashes[0], hashes[1], ... up to the first that `cache` lacks (at most
-    `limit`), looked up at C speed a slice at a time (a fleet's turn finds ~300 in a row): a miss
-    costs at most one slice's lookups past it."""
+def _leading_hits(cache: dict[int, int], hashes: list[int], start: int, limit: int) -> list[int]:
+    """The blocks holding hashes[start], hashes[start + 1], ... up to the first that `cache` lacks
+    (at most up to `limit`), looked up at C speed a slice at a time (a fleet's turn finds ~300 in a
+    row): a miss costs at most one slice's lookups past it."""
     hits: list[int] = []
     get = cache.get
-    for lo in range(0, limit, _SCAN):
+    for lo in range(start, limit, _SCAN):
         found = list(map(get, hashes[lo:min(lo + _SCAN, limit)]))
         if None in found:
             hits += found[:found.index(None)]

@@ -14,6 +14,12 @@ Two ways to say what the tokens are:
 Both compute a hash only when asked and keep it (a prompt is hashed once however often it is
 looked up); Segments hashes a run's whole blocks together (all of them are full, so asking for one
 may hash the rest of its run: they cost one memo lookup, chain_memo.py).
+
+A session's next turn (the simulator's conversations and agents) holds its previous turn's tokens:
+built `after` them, Segments takes the hashes the previous turn computed instead of recomputing
+them, and, where the previous turn was marked `continued`, the blocks that held them when it was
+freed (`hint`, handed over once): the prefix cache tries those blocks first and checks each against
+the hash it must hold (prefix_cache.py), so a hint is never trusted, only verified.
 """
 from __future__ import annotations
 
@@ -30,12 +36,15 @@ _length = itemgetter(1)  # of a run: (segment id, tokens)
 
 
 class TokenIds:
-    __slots__ = ("ids", "hashes", "block_size")
+    __slots__ = ("ids", "hashes", "block_size", "continued", "freed_table", "hint")
 
     def __init__(self, ids: Iterable[int], block_size: int) -> None:
         self.ids = list(ids)
         self.hashes: list[int] = []
         self.block_size = block_size
+        self.continued = False  # a server does not know a session's next turn
+        self.freed_table: list[int] | None = None
+        self.hint: list[int] | None = None
 
     def append(self, token: int) -> None:
         self.ids.append(token)
@@ -53,9 +62,13 @@ class TokenIds:
 
 
 class Segments:
-    __slots__ = ("runs", "hashes", "block_size", "_run", "_offset")
+    __slots__ = ("runs", "hashes", "block_size", "_run", "_offset", "continued", "freed_table", "hint")
 
-    def __init__(self, runs: tuple[tuple[int, int], ...], block_size: int) -> None:
+    def __init__(self, runs: tuple[tuple[int, int], ...], block_size: int, after: Segments | None = None,
+                 continued: bool = False) -> None:
+        """`after`: the tokens of the turn these continue (taken only if its runs lead these);
+        `continued`: a later turn will continue these (the prefix cache then keeps the blocks
+        they held when freed, `freed_table`, for that turn's `hint`)."""
         # (segment id, tokens) in order: the prompt's, then the output's; empty ones dropped (checked
         # first at C speed: an agent's prompt holds dozens of runs, and all are usually non-empty)
         runs = tuple(runs)
@@ -64,6 +77,15 @@ class Segments:
         self.block_size = block_size
         self._run = 0  # where the next block to hash starts: run index and offset in it
         self._offset = 0
+        self.continued = continued
+        self.freed_table: list[int] | None = None  # set by the prefix cache when `continued`
+        self.hint: list[int] | None = None  # the blocks `after` held when freed, leading block first
+        if after is not None and after.block_size == block_size:
+            self.hint, after.freed_table = after.freed_table, None
+            n = len(after.runs)
+            if self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes
+                self.hashes = after.hashes[:]
+                self._run, self._offset = after._run, after._offset
 
     def block_hash(self, i: int) -> int:
         h = self.hashes

@@ -16,6 +16,7 @@ from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.autoscale import simulate_autoscaled
 from harness.backends.sim.cache_stats import cache_stats, summed
 from harness.backends.sim.cluster import simulate_cluster
+from harness.backends.sim.collections_paced import fewer_collections
 from harness.backends.sim.data_parallel import simulate_data_parallel
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
@@ -82,6 +83,10 @@ class SimBackend:
         return make_engine(config), d.timer if offload is None else OffloadPriced(d.timer, offload)
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
+        with fewer_collections():
+            return self._run(requests)
+
+    def _run(self, requests: Sequence[RequestSpec]) -> BackendRun:
         job, d = self.job, self.job.deployment
         stats: dict = {}
         if has_sessions(requests) and (job.disagg is not None or job.replicas or d.dp > 1):

@@ -238,7 +238,7 @@ class ClusterSessionRun(SessionRun):
         self.order.append(i)
         self.arrivals.append(at)
         self.release[i] = at
-        self.seqs.append(sim_sequence(rank, self.requests[i], self.block_size))
+        self.released_sequence(rank, i)
         return rank
 
 

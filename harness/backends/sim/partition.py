@@ -26,6 +26,7 @@ from engines.core import Engine
 from engines.routers import RouteRequest, Router
 from harness.backends.sim.cache_stats import cache_stats
 from harness.backends.sim.cluster import ClusterSessionRun
+from harness.backends.sim.collections_paced import fewer_collections
 from harness.backends.sim.loop import IterationTimer, SimRun, step_until
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.sessions import has_sessions
@@ -70,17 +71,20 @@ def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, b
     """A worker's share: each instance alone, as `loop.simulate` runs one engine (pp=1); its
     records, the requests it was given (a turn a time limit kept unreleased never was) and its
     prefix cache's counters."""
-    out = []
-    for reqs, engine, timer, fast_forward, limit, caching in parts:
-        stop = math.inf if limit is None else limit
-        run = ClusterSessionRun(reqs, engine, None, None) if has_sessions(reqs) else SimRun(reqs, engine, None)
-        step_until(run, fast_timer(timer), fast_forward, 0.0, stop, final=True)
-        if isinstance(run, ClusterSessionRun):  # the loop routes (never starts) a turn released by the limit
-            while run.next_arrival <= stop < math.inf:  # after its instance's last iteration began: so here
-                run.pop_release()
-        routed = len(run.order) if isinstance(run, ClusterSessionRun) else len(reqs)
-        out.append((run.records(), routed, cache_stats(engine) if caching else None))
-    return out
+    with fewer_collections():  # a worker process runs no SimBackend.run
+        return [_run_instance(*part) for part in parts]
+
+
+def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer, fast_forward: bool,
+                  limit: float | None, caching: bool):
+    stop = math.inf if limit is None else limit
+    run = ClusterSessionRun(reqs, engine, None, None) if has_sessions(reqs) else SimRun(reqs, engine, None)
+    step_until(run, fast_timer(timer), fast_forward, 0.0, stop, final=True)
+    if isinstance(run, ClusterSessionRun):  # the loop routes (never starts) a turn released by the limit
+        while run.next_arrival <= stop < math.inf:  # after its instance's last iteration began: so here
+            run.pop_release()
+    routed = len(run.order) if isinstance(run, ClusterSessionRun) else len(reqs)
+    return run.records(), routed, cache_stats(engine) if caching else None
 
 
 def _shares(sizes: list[int], workers: int) -> list[list[int]]:

@@ -27,9 +27,12 @@ def cache_block_size(engine: Engine | None) -> int | None:
     return None
 
 
-def sim_sequence(seq_id: int, spec: RequestSpec, block_size: int | None) -> Sequence:
+def sim_sequence(seq_id: int, spec: RequestSpec, block_size: int | None, after: Sequence | None = None,
+                 continued: bool = False) -> Sequence:
     """The engine's sequence for `spec`; with `block_size` (a prefix-caching engine's) it carries
-    the identity of its tokens."""
+    the identity of its tokens, continuing those of `after` (its session's previous turn, on the
+    same engine) and `continued` by a later turn (engines/core/tokens.py: what the previous turn
+    hashed and held is reused, checked)."""
     if block_size is None:
         return Sequence(seq_id, spec.prompt_len, spec.output_len)
     if spec.prompt_segments is None:  # negative ids: never a workload's segment
@@ -37,7 +40,8 @@ def sim_sequence(seq_id: int, spec: RequestSpec, block_size: int | None) -> Sequ
     else:
         out = spec.output_segment if spec.output_segment is not None else -2 * spec.request_id - 2
         runs = spec.prompt_segments + ((out, spec.output_len),)
-    return Sequence(seq_id, spec.prompt_len, spec.output_len, Segments(runs, block_size))
+    before = after.tokens if after is not None and isinstance(after.tokens, Segments) else None
+    return Sequence(seq_id, spec.prompt_len, spec.output_len, Segments(runs, block_size, before, continued))
 
 
 def has_sessions(requests: Seq[RequestSpec]) -> bool:
@@ -53,11 +57,14 @@ class SessionRelease:
         n = len(requests)
         index = {r.request_id: i for i, r in enumerate(requests)}
         self.successor: list[int | None] = [None] * n
+        self.predecessor: list[int | None] = [None] * n
         for i, r in enumerate(requests):
             if r.after is not None:
                 if r.after not in index:
                     raise ValueError(f"request {r.request_id} follows request {r.after}, which is not in the run")
                 self.successor[index[r.after]] = i
+                self.predecessor[i] = index[r.after]
+        self.seq_of: list[Sequence | None] = [None] * n  # input index -> its sequence, once released
         self.pending = [(r.arrival_s, i) for i, r in enumerate(requests) if r.after is None]
         heapq.heapify(self.pending)
         self.release = np.full(n, np.nan)
@@ -78,10 +85,18 @@ class SessionRelease:
             self.order.append(i)
             self.arrivals.append(at)
             self.release[i] = at
-            seq = sim_sequence(rank, self.requests[i], self.block_size)
-            self.seqs.append(seq)
+            seq = self.released_sequence(rank, i)
             self.engine.add(seq)
             self.next = rank + 1
+
+    def released_sequence(self, rank: int, i: int) -> Sequence:
+        """Request i's sequence, released with `rank`: its tokens continue its previous turn's."""
+        p = self.predecessor[i]
+        seq = sim_sequence(rank, self.requests[i], self.block_size, None if p is None else self.seq_of[p],
+                           self.successor[i] is not None)
+        self.seq_of[i] = seq
+        self.seqs.append(seq)
+        return seq
 
     def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
         for seq in seqs:
