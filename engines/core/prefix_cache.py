@@ -19,17 +19,16 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
-
-import numpy as np
+from itertools import compress, count
+from operator import ne
 
 from engines.core.block_manager import BlockManager, blocks_for
-from engines.core.eviction_order import EvictionOrder
 from engines.core.kv_tier import HostTier
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
-_NO_HASH = -1  # no block hash is -1 (CPython's hash() never returns it)
 
 
 @dataclass
@@ -56,14 +55,12 @@ class PrefixCachingBlockManager(BlockManager):
         self.tier = tier
         self._host_hits = 0  # of the last lookup: blocks after its GPU hits found in the tier
         num_blocks = self.num_blocks
-        # Reference counts and "holds a hash" as arrays: a turn admits and frees hundreds of blocks,
-        # each a few array operations for all of them (a loop over them was a fleet's hot spot).
-        self._ref = np.zeros(num_blocks, dtype=np.int32)
-        # _hash's values as an array, _NO_HASH for None: a session's hint is checked against it at once
-        self._hash_arr = np.full(num_blocks, _NO_HASH, dtype=np.int64)
+        self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._cache: dict[int, int] = {}  # hash -> the block holding it
-        self._evictable = EvictionOrder(num_blocks)  # unused cached blocks, least recently freed first
+        # Unused cached blocks, least recently freed first. An OrderedDict: popping its oldest entry is
+        # O(1), where a dict's next(iter(...)) rescans the slots its earlier deletions left.
+        self._evictable: OrderedDict[int, None] = OrderedDict()
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
         # the last lookup: (seq, target, version), GPU hits, blocks after them in the host tier
@@ -84,7 +81,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     def evictable_order(self) -> list[int]:
         """The unused cached blocks, the next to be evicted first."""
-        return self._evictable.blocks()
+        return list(self._evictable)
 
     @property
     def num_cached(self) -> int:
@@ -121,16 +118,20 @@ class PrefixCachingBlockManager(BlockManager):
     def _hinted_hits(self, tokens, limit: int) -> list[int]:
         """The leading blocks of `tokens.hint` (the blocks its session's previous turn held) that
         still hold the hashes these tokens' blocks have: exactly the leading hits the cache's table
-        would give (a block holds hash h iff the table maps h to it), checked at once."""
+        would give (a block holds hash h iff the table maps h to it), compared at C speed."""
         hint = tokens.hint
         m = min(len(hint), limit) if hint else 0
         if not m:
             return []
-        blocks = _array(hint[:m])
-        if blocks.max() >= self.num_blocks:  # held on another engine (a session routed elsewhere): no hint here
+        hint = hint[:m]
+        try:
+            held = list(map(self._hash.__getitem__, hint))
+        except IndexError:  # held on a larger engine (a session routed elsewhere): no hint here
             return []
-        held = self._hash_arr[blocks] == np.fromiter(tokens.hashes, dtype=np.int64, count=m)
-        return hint[:m] if held.all() else hint[:int(held.argmin())]
+        want = tokens.hashes[:m]
+        if held == want:  # the common case: the previous turn's blocks all still cached
+            return hint
+        return hint[:next(compress(count(), map(ne, held, want)))]  # up to the first block reused since
 
     def cached_prefix(self, hashes) -> int:
         """How many of `hashes` (a prompt's chained block hashes, in order) lead a run this cache
@@ -158,7 +159,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     def _unused(self, hits: list[int]) -> int:
         """How many of `hits` no sequence uses (they sit evictable)."""
-        return int(np.count_nonzero(self._ref[_array(hits)] == 0))
+        return list(map(self._ref.__getitem__, hits)).count(0)  # C speed: a fleet admits ~350 hits a turn
 
     def _fresh_blocks(self, seq: Sequence, hits: int) -> int:
         tokens = self.reserve_tokens if self.reserve_tokens is not None else seq.prefill_target
@@ -169,13 +170,11 @@ class PrefixCachingBlockManager(BlockManager):
         fresh = self._fresh_blocks(seq, len(hits))
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
-        if hits:
-            h = _array(hits)  # distinct: each holds its own hash
-            r = self._ref[h]
-            self._ref[h] = r + 1
-            unused = h[r == 0]
-            if len(unused):
-                self._evictable.discard(unused)
+        ref, evictable = self._ref, self._evictable
+        for b in hits:
+            if ref[b] == 0:
+                del evictable[b]
+            ref[b] += 1
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
         if seq.tokens is not None:
@@ -210,39 +209,34 @@ class PrefixCachingBlockManager(BlockManager):
         taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
         del free[len(free) - k:]
         if n > k:  # then the least recently freed cached blocks, their content dropped
-            cache, hashes, hash_arr, tier = self._cache, self._hash, self._hash_arr, self.tier
-            evicted = evictable.pop_oldest(n - k)
-            for b in evicted:
+            cache, hashes, pop, tier = self._cache, self._hash, evictable.popitem, self.tier
+            for _ in range(n - k):
+                b, _ = pop(last=False)
                 if tier is not None:  # its KV copied to host memory instead of lost
                     tier.store(hashes[b])  # type: ignore[arg-type]
                 del cache[hashes[b]]  # type: ignore[index]
                 hashes[b] = None
-                hash_arr[b] = _NO_HASH
-            taken += evicted
+                taken.append(b)
             self.stats.evictions += n - k
             self._version += 1
         ref = self._ref
-        for b in taken:  # most takes are of a block or a few: an array operation would cost more
+        for b in taken:
             ref[b] = 1
         seq.block_table.extend(taken)
 
     def free(self, seq: Sequence) -> None:
         self.register(seq)
-        table = seq.block_table
-        if table:
-            t = np.fromiter(reversed(table), dtype=np.intp, count=len(table))  # tail first: evicted before the prefix
-            r = self._ref[t] - 1
-            self._ref[t] = r
-            unused = t[r == 0]
-            if seq.tokens is not None and seq.tokens.continued:  # for the session's next turn
-                seq.tokens.freed_table = table
-            if len(unused):
-                hashed = self._hash_arr[unused] != _NO_HASH
-                cached = unused[hashed]
-                if len(cached) < len(unused):  # without a hash: back to the free list
-                    self._free += unused[~hashed].tolist()
-                if len(cached):
-                    self._evictable.add(cached)
+        ref, hashes, evictable, free = self._ref, self._hash, self._evictable, self._free
+        for b in reversed(seq.block_table):  # tail first: evicted before the prefix
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                if hashes[b] is None:
+                    free.append(b)
+                else:
+                    evictable[b] = None
+        if seq.tokens is not None and seq.tokens.continued:  # for the session's next turn
+            seq.tokens.freed_table = seq.block_table
         seq.block_table = []
         seq.blocks_hashed = 0
 
@@ -257,7 +251,7 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is None or first >= n:
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
-        cache, hashes, chain, hash_arr = self._cache, self._hash, tokens.hashes, self._hash_arr
+        cache, hashes, chain = self._cache, self._hash, tokens.hashes
         for i in range(first, n):
             b = table[i]
             if hashes[b] is None:
@@ -265,7 +259,6 @@ class PrefixCachingBlockManager(BlockManager):
                 if h not in cache:
                     cache[h] = b
                     hashes[b] = h
-                    hash_arr[b] = h
         self._version += 1
         seq.blocks_hashed = n
 
@@ -276,12 +269,7 @@ class PrefixCachingBlockManager(BlockManager):
         for table in tables:
             for b in table:
                 counts[b] += 1
-        order = self._evictable.blocks()
-        free, evictable = set(self._free), set(order)
-        if len(order) != len(self._evictable) or len(evictable) != len(order):
-            raise AssertionError("the eviction order's count and its blocks disagree")
-        if self._hash_arr.tolist() != [_NO_HASH if h is None else h for h in self._hash]:
-            raise AssertionError("the blocks' hashes and their array disagree")
+        free, evictable = set(self._free), set(self._evictable)
         if len(free) != len(self._free) or free & evictable:
             raise AssertionError("a block is free twice, or both free and evictable")
         for b in range(self.num_blocks):
@@ -296,10 +284,6 @@ class PrefixCachingBlockManager(BlockManager):
                 raise AssertionError(f"block {b} is free but still cached")
         if any(self._hash[b] != h for h, b in self._cache.items()):
             raise AssertionError("the hash table and the blocks' hashes disagree")
-
-
-def _array(blocks: list[int]) -> np.ndarray:
-    return np.fromiter(blocks, dtype=np.intp, count=len(blocks))
 
 
 def _leading_hits(cache: dict[int, int], hashes: list[int], start: int, limit: int) -> list[int]:
