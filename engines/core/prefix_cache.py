@@ -198,8 +198,13 @@ class PrefixCachingBlockManager(BlockManager):
     # -- allocation, freeing, registration ------------------------------------------------------
     def _take(self, seq: Sequence, n: int) -> None:
         free, evictable = self._free, self._evictable
-        if n == 1 and free:  # a decode's next block, the most frequent take: the general path below, shortened
-            b = free.pop()
+        if n == 1 and (free or evictable):  # a decode's next block, the most frequent take: the path below, shortened
+            if free:
+                b = free.pop()
+            else:  # a warm cache's free list is empty: the least recently freed cached block
+                b = self._evict_oldest()
+                self.stats.evictions += 1
+                self._version += 1
             self._ref[b] = 1
             seq.block_table.append(b)
             return
@@ -209,20 +214,25 @@ class PrefixCachingBlockManager(BlockManager):
         taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
         del free[len(free) - k:]
         if n > k:  # then the least recently freed cached blocks, their content dropped
-            cache, hashes, pop, tier = self._cache, self._hash, evictable.popitem, self.tier
+            evict = self._evict_oldest
             for _ in range(n - k):
-                b, _ = pop(last=False)
-                if tier is not None:  # its KV copied to host memory instead of lost
-                    tier.store(hashes[b])  # type: ignore[arg-type]
-                del cache[hashes[b]]  # type: ignore[index]
-                hashes[b] = None
-                taken.append(b)
+                taken.append(evict())
             self.stats.evictions += n - k
             self._version += 1
         ref = self._ref
         for b in taken:
             ref[b] = 1
         seq.block_table.extend(taken)
+
+    def _evict_oldest(self) -> int:
+        """The least recently freed cached block, its content dropped (to the host tier, if any)."""
+        b, _ = self._evictable.popitem(last=False)
+        h = self._hash[b]
+        if self.tier is not None:  # its KV copied to host memory instead of lost
+            self.tier.store(h)  # type: ignore[arg-type]
+        del self._cache[h]  # type: ignore[arg-type]
+        self._hash[b] = None
+        return b
 
     def free(self, seq: Sequence) -> None:
         self.register(seq)
