@@ -39,9 +39,9 @@ def disturbed_probes(result: CapacityResult) -> list[Probe]:
     noted = [p for p in result.probes if getattr(p.detail, "notes", ())]
     if not noted:  # a simulated run's (it need not load the live backend to know)
         return []
-    from harness.backends.live.twin_clock import DISTURBED
+    from harness.backends.live.twin_clock import disturbed_note
 
-    return [p for p in noted if any(n.startswith(DISTURBED) for n in p.detail.notes)]
+    return [p for p in noted if disturbed_note(p.detail.notes) is not None]
 
 
 def _warn_disturbed(runs: list[SchedulerRun]) -> None:

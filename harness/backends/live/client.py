@@ -13,7 +13,7 @@ from common.errors import RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
-from harness.backends.live.twin_clock import DISTURBED, disturbance, during, scrape_twin
+from harness.backends.live.twin_clock import disturbance, disturbed_note, during, scrape_twin
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
 from harness.loadgen.run import auth_headers
 from harness.records import RequestRecord, RequestSpec
@@ -149,7 +149,7 @@ def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob
     if reason := result.aborted or gone():  # a probe against a dead or silent server measures nothing
         raise broken(reason)
     stats = {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes, "stopped": result.stopped,
-             "disturbed": next((n for n in result.notes if n.startswith(DISTURBED)), None)}
+             "disturbed": disturbed_note(result.notes)}
     counted = measured(before, scrape(endpoint.base_url, auth_headers(endpoint.api_key)))
     if counted is not None:
         stats["prefix_cache"] = counted

@@ -59,3 +59,9 @@ def disturbance(clock: TwinClock | None, tolerance: float = TOLERANCE) -> str | 
     return (f"{DISTURBED} the twin ran {clock.behind_s:.3f} s behind its own timeline ({share:.1%} of the "
             f"{clock.predicted_s:.3f} s it modelled, over {tolerance:.0%}): the host held the server back, so these "
             "latencies measure the host, not the model")
+
+
+def disturbed_note(notes) -> str | None:
+    """The note among a run's `notes` that says the host disturbed it, or None: the one reading of
+    `disturbance`'s line (the client saves it, the table warns of it, tests judge by it)."""
+    return next((n for n in notes if n.startswith(DISTURBED)), None)
