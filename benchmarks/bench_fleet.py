@@ -10,7 +10,10 @@ replica; the issue's target is 24 simulated hours of 64 replicas in under 10 min
 `--workers 1,2` times `cluster.workers` (2: the replicas simulated apart, where the router reads no
 replica state: `--lone round_robin` makes session_affinity so). The day's projection is the
 run's time scaled by requests to 24 hours of arrivals at `--qps` a replica (its wall time on that
-many idle cores: the routing plus the largest worker's share, each timed by CPU). `--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
+many idle cores: the routing plus the largest worker's share, each timed by CPU). The last column
+projects the issue's target (`--target 64,2`: 64 replicas on 2 cores) from this run's CPU time a
+request: `--replicas 1 --horizon-s 86400 --day-s 86400 --lone round_robin` runs one replica's
+whole day (its caches warm, its sessions long, as the fleet's are), the best base for it. `--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
 before and after and must not change it.
 """
 from __future__ import annotations
@@ -73,8 +76,12 @@ def main() -> None:
                     "(a loaded machine slows it); default: each worker's share timed here by CPU, the projection "
                     "taking the largest share (what w idle cores would take, less the pool's start)")
     ap.add_argument("--digest", action="store_true", help="print a hash of each fleet's records")
+    ap.add_argument("--target", default="64,2", help="REPLICAS,CORES of the day the last column projects (the "
+                    "issue's: 64 replicas on 2 cores): this run's CPU seconds a request times that day's requests, "
+                    "over the cores")
     args = ap.parse_args()
     ROUTER = args.router
+    target_replicas, target_cores = (int(x) for x in args.target.split(","))
     if args.lone:
         EXTRA.append(f"cluster.router_options={{without_session: {args.lone}}}")
     for k in (int(x) for x in args.replicas.split(",")):
@@ -101,8 +108,11 @@ def main() -> None:
             how = "pool, wall" if args.pool and w > 1 else ("idle cores" if shares else "CPU")
             # A day's cost scales with its requests (the horizon's span also holds the sessions' drain).
             day = wall * DAY_S * k * args.qps / len(reqs)
+            # The target fleet's day, its replicas dealt evenly to the cores (each replica apart), at this run's cost a request.
+            target = cpu / len(reqs) * DAY_S * args.qps * target_replicas / target_cores
             print(f"{k:3d} replicas  {w} workers  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
                   f"{wall:8.1f} s on {w} ({how})  {rate}  a day projected {day / 60:6.1f} min  "
+                  f"({target_replicas} replicas on {target_cores} cores: {target / 60:.1f} min)  "
                   f"hit rate {hit:.3f}  ({ROUTER})" + (f"  records {digest(run.records)[:16]}" if args.digest else ""),
                   flush=True)
 
