@@ -16,7 +16,7 @@ from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.sim.autoscale import simulate_autoscaled
 from harness.backends.sim.cache_stats import cache_stats, summed
 from harness.backends.sim.cluster import simulate_cluster
-from harness.backends.sim.collections_paced import fewer_collections
+from harness.backends.sim.gc_pacing import fewer_collections
 from harness.backends.sim.data_parallel import simulate_data_parallel
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog

@@ -26,7 +26,7 @@ from engines.core import Engine
 from engines.routers import RouteRequest, Router
 from harness.backends.sim.cache_stats import cache_stats
 from harness.backends.sim.cluster import ClusterSessionRun
-from harness.backends.sim.collections_paced import fewer_collections
+from harness.backends.sim.gc_pacing import fewer_collections
 from harness.backends.sim.loop import IterationTimer, SimRun, step_until
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.sessions import has_sessions

@@ -1,0 +1,25 @@
+"""A simulation collects its youngest objects less often (harness/backends/sim/gc_pacing.py), and
+the process's thresholds are the caller's again afterwards, however the run ends."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from harness.backends.sim.gc_pacing import YOUNG_THRESHOLD, fewer_collections
+
+
+def test_the_young_threshold_is_raised_inside_and_restored_after():
+    before = gc.get_threshold()
+    with fewer_collections():
+        inside = gc.get_threshold()
+    assert inside == (max(before[0], YOUNG_THRESHOLD), *before[1:]) and gc.isenabled()
+    assert gc.get_threshold() == before
+
+
+def test_thresholds_are_restored_when_the_run_raises():
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError):
+        with fewer_collections():
+            raise RuntimeError("a broken run")
+    assert gc.get_threshold() == before
