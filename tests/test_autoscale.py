@@ -140,6 +140,46 @@ def test_a_fleet_that_cannot_scale_is_the_fixed_cluster_exactly():
     assert len(a["replicas"]) == 2
 
 
+def session_replica():
+    from tests.test_sim_sessions import _engine
+    return _engine("sarathi", 4096), SlowTimer()
+
+
+def session_day(n=400, rate=6.0, seed=0):
+    """Conversations (turns released by answers) starting on the compressed day's curve."""
+    from harness.workload import requests_at_rate
+    from tests.test_sim_sessions import _sessions
+    arrival = {"name": "diurnal", "amplitude": 0.8, "period_s": PERIOD, "peak_s": PEAK}
+    return requests_at_rate(_sessions(n, seed, think=0.5), arrival, rate, seed)
+
+
+def test_sessions_on_a_fleet_that_cannot_scale_are_the_fixed_clusters_exactly():
+    reqs = session_day(200)
+    engines = [session_replica()[0] for _ in range(2)]
+    fixed = simulate_cluster(reqs, engines, [SlowTimer()] * 2, make_router("least_outstanding"))
+    stats: dict = {}
+    records = simulate_autoscaled(reqs, session_replica, make_router("least_outstanding"), plan(lo=2, hi=2, initial=2),
+                                  stats=stats)
+    for x, y in zip(fixed, records):
+        same(x, y)
+    assert sum(r.cached_tokens for r in records) > 0 and len(stats["autoscale"]["replicas"]) == 2
+
+
+def test_sessions_scale_up_and_down_and_every_turn_is_answered():
+    reqs = session_day(2400, rate=6.0)  # sessions starting over the whole compressed day (432 s)
+    stats: dict = {}
+    records = simulate_autoscaled(reqs, session_replica, make_router("least_outstanding"),
+                                  plan(up=3, down=1, cold=15.0), stats=stats)
+    a = stats["autoscale"]
+    assert all(r.completed for r in records) and len(records) == len(reqs)
+    fleet = [d["serving"] + d["warming"] for d in a["decisions"]]
+    assert max(fleet) > 1 and fleet[-1] < max(fleet)  # up for the peak, down after it
+    for r in a["replicas"]:  # nothing routed to a replica before it served or after it drained
+        if r["first_request_s"] is not None:
+            assert r["ready_s"] <= r["first_request_s"]
+            assert r["drain_s"] is None or r["last_request_s"] < r["drain_s"]
+
+
 @pytest.mark.parametrize("policy", ["kv", "slo"])
 def test_the_other_policies_scale_within_bounds(policy):
     p = plan(policy, hi=3, up=0.15 if policy == "kv" else None, down=0.05 if policy == "kv" else None)
@@ -168,7 +208,6 @@ def test_the_decision_rule():
     (["cluster.autoscale.policy=vibes"], "unknown autoscale policy 'vibes'"),
     (["cluster.autoscale.policy=queue", "cluster.autoscale.min_replicas=0"], "min_replicas must be >= 1"),
     (["cluster.autoscale.policy=queue", "cluster.autoscale.cold_start_s=-1"], "cold_start_s must be a finite number >= 0"),
-    (["cluster.autoscale.policy=queue", "dataset=agent_transcripts"], "with sessions"),
     (["cluster.autoscale.policy=queue", "backend=live"], "only backend=sim scales a fleet"),
     (["cluster.autoscale.policy=queue", "cluster.router=prefix_aware"], "does not follow a changing fleet"),
 ])

@@ -110,16 +110,13 @@ def check_autoscale(settings: AutoscaleSettings, instances: int, disaggregated: 
                          f"[min_replicas, max_replicas] = [{settings.min_replicas}, {settings.max_replicas}]")
 
 
-def check_scaled_run(settings: AutoscaleSettings, backend: str, *, sessions: bool, offline: bool) -> None:
+def check_scaled_run(settings: AutoscaleSettings, backend: str, *, offline: bool) -> None:
     """What only a config with its workload and backend shows (HarnessError: one line, exit 2)."""
     if settings.policy is None:
         return
     if backend != "sim":
         raise HarnessError(f"cluster.autoscale: only backend=sim scales a fleet so far, not backend={backend} "
                            "(the live router serves a fixed set of replicas)")
-    if sessions:
-        raise HarnessError("cluster.autoscale with sessions (dataset.sessions): not simulated yet (a scaled fleet "
-                           "routes arrivals known in advance; a session's turns are released by answers)")
     if offline:
         raise HarnessError("cluster.autoscale needs an open-loop arrival (arrival=diurnal, poisson, ...): an offline "
                            "run has no traffic to follow")

@@ -208,7 +208,7 @@ def check_cluster_backend(cfg) -> ClusterSettings:
     endpoint is asked anything, so a bad config is one line whether the server answers or not)."""
     cluster = typed(ClusterSettings, cfg.get("cluster") or {}, "cluster")
     backend = str(cfg["backend"].get("name", "sim"))
-    check_scaled_run(cluster.autoscale, backend, sessions=False, offline=False)  # sim only: refused before an endpoint is asked
+    check_scaled_run(cluster.autoscale, backend, offline=False)  # sim only: refused before an endpoint is asked
     if (cluster.instances > 1 or cluster.disaggregated) and backend not in ("sim", "live"):
         what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
         raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
@@ -260,7 +260,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
     if workload.sessions is not None and offline is not None:
         raise HarnessError(f"dataset.sessions: arrival={cfg['arrival'].get('name')} starts no sessions (an offline run); "
                            "sessions start by an open-loop arrival (poisson, gamma, constant)")
-    check_scaled_run(cluster.autoscale, backend.name, sessions=workload.sessions is not None, offline=offline is not None)
+    check_scaled_run(cluster.autoscale, backend.name, offline=offline is not None)
     if workload.sessions is not None and (cluster.disaggregated or cluster.replicas):
         raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine or on colocated "
                            "replicas of it (cluster.instances); not on prefill/decode instances or cluster.replicas")

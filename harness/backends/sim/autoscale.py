@@ -23,8 +23,9 @@ from engines.core import Engine
 from engines.routers import Router
 from engines.routers.autoscale import ScaleSignals, desired_replicas, drain_choice, signal_of
 from harness.backends.scaling import ScalePlan
-from harness.backends.sim.cluster import add_instance_stats, choose, make_instances
+from harness.backends.sim.cluster import ClusterSessionRun, add_instance_stats, choose, make_instances, run_sessions
 from harness.backends.sim.loop import IterationTimer, SimRun
+from harness.backends.sim.sessions import has_sessions
 from harness.backends.sim.scale_metrics import ReplicaLife, Tick, attainment_between, report, slo_samples, windows
 from harness.records import RequestRecord, RequestSpec
 
@@ -64,6 +65,13 @@ class _Fleet:
 
     def serving(self, t: float) -> list[_Replica]:
         return [r for r in self.replicas if r.serving(t)]
+
+    def routed(self, r: _Replica, rank: int, t: float) -> None:
+        r.last_request_s = t
+        if r.first_request_s != r.first_request_s:
+            r.first_request_s = t
+        if self.plan.rule.name == "slo":
+            self.recent.append(rank)
 
     def decide(self, t: float) -> None:
         """One decision at `t` (the fleet advanced to it first)."""
@@ -117,12 +125,33 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
     input order. `new_replica()` builds a replica's engine and timer. `stats`, if given, receives
     what a cluster's run gives (instance_requests, ...) and `autoscale` (scale_metrics.report)."""
     engine, timer = new_replica()
-    run = SimRun(requests, engine, None)
+    sessions = has_sessions(requests)
+    if sessions and pp > 1:
+        raise ValueError("sessions on a scaled fleet are simulated with pp=1 replicas only")
+    run = ClusterSessionRun(requests, engine, None, None) if sessions else SimRun(requests, engine, None)
     limit = math.inf if time_limit_s is None else float(time_limit_s)
     fleet = _Fleet(run, new_replica, plan, pp, fast_forward, limit)
     fleet.start(0.0, 0.0, (engine, timer))
     for _ in range(plan.initial - 1):
         fleet.start(0.0, 0.0)
+    if sessions:  # turns released by answers: routed as released, decisions between them
+        run_sessions(run, [r.inst for r in fleet.replicas], router, limit, None, _SessionFleet(fleet))  # type: ignore[arg-type]
+    else:
+        _route_arrivals(run, fleet, router, plan, limit)
+    records = run.records()
+    end_s = _end(run, limit)
+    if stats is not None:
+        add_instance_stats(stats, [r.inst for r in fleet.replicas], router=router)
+        lives = fleet.lives(end_s)
+        samples = [slo_samples(r.arrival_s, np.asarray(r.token_times_s), plan.tbt_s, plan.ttft_s) for r in records]
+        rows = windows(lives, fleet.ticks, samples, plan.interval_s, end_s, plan.gpus_per_replica, plan.gpu_hour_usd)
+        stats["autoscale"] = report(lives, fleet.ticks, rows, plan, end_s)
+    return records
+
+
+def _route_arrivals(run: SimRun, fleet: _Fleet, router: Router, plan: ScalePlan, limit: float) -> None:
+    """Arrivals known in advance: each routed among the replicas serving at its time, the
+    decisions due before it taken first; decisions go on after the last while any replica has work."""
     tick = plan.interval_s
     for rank, t in enumerate(run.arrivals.tolist()):
         while tick <= t and tick <= limit:
@@ -137,13 +166,8 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
         else:
             states = [None] * len(serving)
         k = choose(router, [r.inst for r in serving], states, rank, None)  # type: ignore[arg-type]
-        chosen = serving[k]
-        chosen.inst.route(rank)
-        chosen.last_request_s = t
-        if chosen.first_request_s != chosen.first_request_s:
-            chosen.first_request_s = t
-        if plan.rule.name == "slo":
-            fleet.recent.append(rank)
+        serving[k].inst.route(rank)
+        fleet.routed(serving[k], rank, t)
     while tick <= limit:  # decisions go on after the last arrival while any replica has work
         fleet.advance(tick)
         if not any(r.busy() for r in fleet.replicas):
@@ -152,15 +176,26 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
         tick += plan.interval_s
     for r in fleet.replicas:
         r.inst.advance(math.inf, limit, final=True)
-    records = run.records()
-    end_s = _end(run, limit)
-    if stats is not None:
-        add_instance_stats(stats, [r.inst for r in fleet.replicas], router=router)
-        lives = fleet.lives(end_s)
-        samples = [slo_samples(r.arrival_s, np.asarray(r.token_times_s), plan.tbt_s, plan.ttft_s) for r in records]
-        rows = windows(lives, fleet.ticks, samples, plan.interval_s, end_s, plan.gpus_per_replica, plan.gpu_hour_usd)
-        stats["autoscale"] = report(lives, fleet.ticks, rows, plan, end_s)
-    return records
+
+
+class _SessionFleet:
+    """The fleet as cluster.run_sessions drives it (cluster.SessionFleet): a decision every
+    interval, releases routed among the replicas serving at their time."""
+
+    def __init__(self, fleet: _Fleet) -> None:
+        self.fleet, self.next_tick = fleet, fleet.plan.interval_s
+
+    def tick(self, t: float):
+        before = len(self.fleet.replicas)
+        self.fleet.decide(t)
+        self.next_tick = t + self.fleet.plan.interval_s
+        return [r.inst for r in self.fleet.replicas[before:]]
+
+    def routable(self, t: float) -> list[int]:
+        return [k for k, r in enumerate(self.fleet.replicas) if r.serving(t)]
+
+    def routed(self, k: int, rank: int, t: float) -> None:
+        self.fleet.routed(self.fleet.replicas[k], rank, t)
 
 
 def _end(run: SimRun, limit: float) -> float:

@@ -29,6 +29,7 @@ import math
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Protocol
 from collections.abc import Sequence as Seq
 
 import numpy as np
@@ -281,42 +282,85 @@ def simulate_cluster_sessions(
     insts = make_instances(run, engines, timers, fast_forward, pp)
     limit = math.inf if time_limit_s is None else float(time_limit_s)
     request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
+    run_sessions(run, insts, router, limit, request_of)
+    if stats is not None:
+        add_instance_stats(stats, insts, router=router)
+    return run.records()
+
+
+class SessionFleet(Protocol):
+    """What a fleet that changes during the run (autoscale.py) adds to `run_sessions`."""
+
+    next_tick: float  # its next decision (math.inf: none)
+
+    def tick(self, t: float) -> list[_Instance]:
+        """Decide at `t` (every busy instance is at or past it); the instances it started."""
+
+    def routable(self, t: float) -> list[int]:
+        """The instances (indices, in start order) a release at `t` may be routed to."""
+
+    def routed(self, k: int, rank: int, t: float) -> None:
+        """Rank `rank` went to instance k at t."""
+
+
+def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router, limit: float,
+                 request_of: Callable[[int], RouteRequest] | None, fleet: SessionFleet | None = None) -> None:
+    """Route each turn as it is released and run every instance to the end. An instance is stepped
+    only up to the earliest release another could make (`_release_bound`), so a release is routed
+    with every instance at its time; with a `fleet`, its decisions are taken in time order with the
+    releases (a decision first at a tie) and it may start instances."""
     stateful = getattr(router, "needs_state", True)
     stop = [math.inf]  # where the instance stepping now was told to stop
-    for inst in insts:  # a finish that released a turn before that: stop there, the turn is routed first
-        inst.halt = lambda: run.next_arrival < stop[0]
-    floors = [inst.timer.iteration_time([1], [1]) for inst in insts]
-    bounds = [math.inf] * len(insts)  # _release_bound of each instance as of its last change
+    floors: list[float] = []
+    bounds: list[float] = []  # _release_bound of each instance as of its last change
     # The busy instances by clock and by bound: only the one advanced or routed to changes a step.
     clocks, busy_bounds = KeyedHeap(), KeyedHeap()
+
+    def added(new: list[_Instance]) -> None:
+        for inst in new:  # a finish that released a turn before that: stop there, the turn is routed first
+            inst.halt = lambda: run.next_arrival < stop[0]
+            floors.append(inst.timer.iteration_time([1], [1]))
+            bounds.append(math.inf)
+        if new is not insts:
+            insts.extend(new)
 
     def changed(k: int) -> None:
         busy = _busy(insts[k])
         clocks.set(k, insts[k].t if busy else None)
         busy_bounds.set(k, bounds[k] if busy else None)
+    added(insts)
     while True:
         release = run.next_arrival
+        tick = fleet.next_tick if fleet is not None else math.inf
+        event = min(release, tick)
         behind = clocks.least()
-        if behind is not None and behind[0] < min(release, limit):
+        if behind is not None and behind[0] < min(event, limit):
             k = behind[1]
             lead = insts[k]  # the one furthest behind, up to the earliest release another could make
             others = busy_bounds.least_key_except(k, math.inf)
-            stop[0] = min(release, limit, others if others > lead.t else math.nextafter(lead.t, math.inf))
+            stop[0] = min(event, limit, others if others > lead.t else math.nextafter(lead.t, math.inf))
             lead.advance(stop[0], limit, final=False)
             bounds[k] = _release_bound(lead, run, floors[k])
             changed(k)
             continue
-        if release == math.inf or release > limit:
+        if event == math.inf or event > limit:
             break
+        if fleet is not None and tick <= release:
+            if release == math.inf and behind is None:  # nothing runs, nothing more can be released
+                break
+            stop[0] = tick
+            added(fleet.tick(tick))
+            continue
         rank = run.pop_release()
-        states = [inst.state(release) for inst in insts] if stateful else [None] * len(insts)
-        k = choose(router, insts, states, rank, request_of)  # type: ignore[arg-type]
+        route_to = fleet.routable(release) if fleet is not None else range(len(insts))
+        among = [insts[k] for k in route_to]
+        states = [inst.state(release) for inst in among] if stateful else [None] * len(among)
+        k = route_to[choose(router, among, states, rank, request_of)]  # type: ignore[arg-type]
         insts[k].route(rank)
+        if fleet is not None:
+            fleet.routed(k, rank, release)
         bounds[k] = _release_bound(insts[k], run, floors[k])
         changed(k)
     stop[0] = math.inf  # nothing left to release: every instance runs to the end
     for inst in insts:
         inst.advance(math.inf, limit, final=True)
-    if stats is not None:
-        add_instance_stats(stats, insts, router=router)
-    return run.records()
