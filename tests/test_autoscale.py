@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.routers import make_router
+from engines.routers import InstanceState, RouteRequest, make_router
 from engines.routers.autoscale import ScalePolicy, ScaleSignals, desired_replicas, drain_choice
 from harness.backends.scaling import AutoscaleSettings, ScalePlan
 from harness.backends.sim import simulate_cluster
@@ -178,6 +178,47 @@ def test_sessions_scale_up_and_down_and_every_turn_is_answered():
         if r["first_request_s"] is not None:
             assert r["ready_s"] <= r["first_request_s"]
             assert r["drain_s"] is None or r["last_request_s"] < r["drain_s"]
+
+
+def test_session_affinity_on_a_fleet_that_cannot_scale_is_the_fixed_clusters_exactly():
+    reqs = session_day(200)
+    engines = [session_replica()[0] for _ in range(2)]
+    fixed = simulate_cluster(reqs, engines, [SlowTimer()] * 2, make_router("session_affinity"))
+    records = simulate_autoscaled(reqs, session_replica, make_router("session_affinity"), plan(lo=2, hi=2, initial=2))
+    for x, y in zip(fixed, records):
+        same(x, y)
+
+
+def test_session_affinity_keeps_conversations_home_while_the_fleet_scales():
+    """The ring is over the replicas' ids: a replica started takes some sessions, the others keep
+    theirs; so a scaled fleet behind affinity finds more of its prompts cached than behind load."""
+    r = make_router("session_affinity")
+    keys = [f"conversation {i}" for i in range(400)]
+    for members, grown in (((0, 1), (0, 1, 2)), ((0, 2, 3), (0, 2, 3, 5))):
+        before = [members[r.owner(k, len(members), members)] for k in keys]
+        after = [grown[r.owner(k, len(grown), grown)] for k in keys]
+        moved = [(b, a) for b, a in zip(before, after) if b != a]
+        assert moved and all(a == grown[-1] for _, a in moved)  # only to the new replica
+    states = [InstanceState(0, 0, 1, instance_id=i) for i in (0, 2)]  # replica 1 drained: the ring is 0 and 2's
+    assert [r.choose(states, RouteRequest(k)) for k in keys] == [r.owner(k, 2, (0, 2)) for k in keys]
+    assert [r.choose(states, RouteRequest(k)) for k in keys] != [r.owner(k, 2) for k in keys]
+    seen: list[tuple] = []
+
+    class Spy(type(r)):  # what the router is shown of the scaled fleet
+        def choose(self, states, request=None):
+            seen.append(tuple(s.instance_id for s in states))
+            return super().choose(states, request)
+    reqs = session_day(2400, rate=6.0)
+    cached = {}
+    for router in (Spy(), make_router("least_outstanding")):
+        stats: dict = {}
+        records = simulate_autoscaled(reqs, session_replica, router, plan(up=3, down=1, cold=15.0), stats=stats)
+        started = len(stats["autoscale"]["replicas"])
+        assert all(r.completed for r in records)
+        assert max(d["serving"] for d in stats["autoscale"]["decisions"]) > 1
+        cached[router.name] = sum(r.cached_tokens for r in records)
+    assert all(list(ids) == sorted(set(ids)) and set(ids) <= set(range(started)) for ids in seen)  # serving ones, by start
+    assert cached["session_affinity"] > 1.2 * cached["least_outstanding"], cached
 
 
 @pytest.mark.parametrize("policy", ["kv", "slo"])

@@ -24,6 +24,10 @@ class InstanceState:
     # Leading blocks of the request's prompt its prefix cache holds now; filled in only for a
     # router that `needs_cache` (the caller looks the request's block hashes up in the engine).
     cached_blocks: int = 0
+    # Who the instance is, where the set of instances changes during a run (an autoscaled fleet:
+    # the replica's start order); None: instance i of a fixed set is i. Session affinity's ring
+    # is over these, so a replica added or drained moves only the sessions it takes or held.
+    instance_id: int | None = None
 
     @property
     def kv_used_fraction(self) -> float:

@@ -70,30 +70,38 @@ class SessionAffinity:
         # load, so no choice reads instance state (a simulator may then run the instances apart).
         self.without_session = without_session
         self.turn = 0
-        self._ring: tuple[int, list[int], list[int]] = (0, [], [])  # (instances, points, owners)
+        # (key, points, owners): the ring of the last set of instances (key: their count, or their
+        # ids where they have ids), owners as positions among them
+        self._ring: tuple[int | tuple[int, ...], list[int], list[int]] = (0, [], [])
 
-    def ring(self, n: int) -> tuple[list[int], list[int]]:
-        """The ring's points in order and the instance owning each (cached per instance count)."""
-        if self._ring[0] != n:
-            pts = sorted((stable_hash(f"instance {i} point {v}"), i) for i in range(n) for v in range(self.virtual_nodes))
-            self._ring = (n, [p for p, _ in pts], [i for _, i in pts])
+    def ring(self, n: int, members: tuple[int, ...] | None = None) -> tuple[list[int], list[int]]:
+        """The ring's points in order and the position of the instance owning each, among `n`
+        instances with ids `members` (default 0..n-1); cached per set."""
+        key = n if members is None else members
+        if self._ring[0] != key:
+            ids = range(n) if members is None else members
+            pts = sorted((stable_hash(f"instance {m} point {v}"), i) for i, m in enumerate(ids)
+                         for v in range(self.virtual_nodes))
+            self._ring = (key, [p for p, _ in pts], [i for _, i in pts])
         return self._ring[1], self._ring[2]
 
-    def owner(self, session: str, n: int) -> int:
-        """The instance of `session` among `n`: the first point at or after its hash, clockwise."""
-        points, owners = self.ring(n)
+    def owner(self, session: str, n: int, members: tuple[int, ...] | None = None) -> int:
+        """The instance of `session` among `n` (ids `members`, default 0..n-1): the first point at
+        or after its hash, clockwise; returned as its position among the n."""
+        points, owners = self.ring(n, members)
         return owners[bisect_right(points, stable_hash(session)) % len(points)]
 
     def choose(self, states: list[InstanceState], request: RouteRequest | None = None) -> int:
-        choice = self.static_choice(request or RouteRequest(), len(states))
+        members = tuple(s.instance_id for s in states) if states and states[0].instance_id is not None else None
+        choice = self.static_choice(request or RouteRequest(), len(states), members)
         return least_outstanding(states) if choice is None else choice
 
-    def static_choice(self, request: RouteRequest, n: int) -> int | None:
+    def static_choice(self, request: RouteRequest, n: int, members: tuple[int, ...] | None = None) -> int | None:
         """The instance `choose` gives `request` among `n` whatever their state (its session's
         owner, or with without_session=round_robin the next in turn), or None when the state
         decides: lets a simulator route ahead, calling it in the order `choose` would be called."""
         if request.session is not None:
-            return self.owner(request.session, n)
+            return self.owner(request.session, n, members)
         if self.without_session == "least_outstanding":
             return None
         i = self.turn % n
@@ -155,6 +163,7 @@ class PrefixExact(_PrefixRule):
 class PrefixAware(_PrefixRule):
     name = "prefix_aware"
     needs_cache = False
+    remembers_instances = True  # by position: a fleet whose instances change would scramble its index
 
     def __init__(self, balance_abs_threshold: int = 64, balance_rel_threshold: float = 1.5,
                  cache_threshold: float = 0.3, index_blocks: int = 1 << 20) -> None:

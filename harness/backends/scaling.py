@@ -102,9 +102,10 @@ def check_autoscale(settings: AutoscaleSettings, instances: int, disaggregated: 
         raise ValueError("autoscale scales colocated replicas of the deployment (cluster.instances); "
                          "not prefill/decode instances or cluster.replicas")
     from engines.routers import ROUTERS
-    if ROUTERS[router].needs_request:
-        raise ValueError(f"autoscale with router {router}: its per-replica view (sessions, prefixes) does not follow "
-                         "a changing fleet yet; use round_robin, least_outstanding, least_kv or vllm_dp")
+    if getattr(ROUTERS[router], "remembers_instances", False):
+        raise ValueError(f"autoscale with router {router}: what it remembers of each replica (the prefixes it sent "
+                         "there) does not follow a changing fleet yet; use prefix_exact (it reads the replicas' "
+                         "caches), session_affinity or a load router")
     if not settings.min_replicas <= instances <= settings.max_replicas:
         raise ValueError(f"instances={instances} (the replicas a scaled run starts with) must be within "
                          f"[min_replicas, max_replicas] = [{settings.min_replicas}, {settings.max_replicas}]")

@@ -20,10 +20,11 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from engines.core import Engine
-from engines.routers import Router
+from engines.routers import RouteRequest, Router
 from engines.routers.autoscale import ScaleSignals, desired_replicas, drain_choice, signal_of
 from harness.backends.scaling import ScalePlan
-from harness.backends.sim.cluster import ClusterSessionRun, add_instance_stats, choose, make_instances, run_sessions
+from harness.backends.sim.cluster import (ClusterSessionRun, add_instance_stats, choose, make_instances, route_requests,
+                                          run_sessions)
 from harness.backends.sim.loop import IterationTimer, SimRun
 from harness.backends.sim.sessions import has_sessions
 from harness.backends.sim.scale_metrics import ReplicaLife, Tick, attainment_between, report, slo_samples, windows
@@ -56,6 +57,7 @@ class _Fleet:
     def start(self, at: float, ready: float, made: tuple[Engine, IterationTimer] | None = None) -> None:
         engine, timer = made if made is not None else self.new_replica()
         inst = make_instances(self.run, [engine], [timer], self.ff, self.pp)[0]
+        inst.instance_id = len(self.replicas)  # who it is for a router keyed by replica (session affinity's ring)
         self.replicas.append(_Replica(inst, at, ready))
 
     def advance(self, t: float) -> None:
@@ -134,10 +136,12 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
     fleet.start(0.0, 0.0, (engine, timer))
     for _ in range(plan.initial - 1):
         fleet.start(0.0, 0.0)
+    # what a router that reads the request sees of it (its session, its prompt's block hashes)
+    request_of = route_requests(run, engine.blocks.block_size) if getattr(router, "needs_request", False) else None
     if sessions:  # turns released by answers: routed as released, decisions between them
-        run_sessions(run, [r.inst for r in fleet.replicas], router, limit, None, _SessionFleet(fleet))  # type: ignore[arg-type]
+        run_sessions(run, [r.inst for r in fleet.replicas], router, limit, request_of, _SessionFleet(fleet))  # type: ignore[arg-type]
     else:
-        _route_arrivals(run, fleet, router, plan, limit)
+        _route_arrivals(run, fleet, router, plan, limit, request_of)
     records = run.records()
     end_s = _end(run, limit)
     if stats is not None:
@@ -149,7 +153,8 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
     return records
 
 
-def _route_arrivals(run: SimRun, fleet: _Fleet, router: Router, plan: ScalePlan, limit: float) -> None:
+def _route_arrivals(run: SimRun, fleet: _Fleet, router: Router, plan: ScalePlan, limit: float,
+                    request_of: Callable[[int], RouteRequest] | None) -> None:
     """Arrivals known in advance: each routed among the replicas serving at its time, the
     decisions due before it taken first; decisions go on after the last while any replica has work."""
     tick = plan.interval_s
@@ -165,7 +170,7 @@ def _route_arrivals(run: SimRun, fleet: _Fleet, router: Router, plan: ScalePlan,
             states = [r.inst.state(t) for r in serving]
         else:
             states = [None] * len(serving)
-        k = choose(router, [r.inst for r in serving], states, rank, None)  # type: ignore[arg-type]
+        k = choose(router, [r.inst for r in serving], states, rank, request_of)  # type: ignore[arg-type]
         serving[k].inst.route(rank)
         fleet.routed(serving[k], rank, t)
     while tick <= limit:  # decisions go on after the last arrival while any replica has work

@@ -57,6 +57,7 @@ class _Instance:
         self.stuck = False  # schedule() returned nothing at self.t and nothing changed since
         self.pipe = Pipeline(self, timer, pp, fast_forward, np.inf) if pp > 1 else None  # type: ignore[arg-type]
         self.halt: Callable[[], bool] | None = None  # read by loop.step_until (sessions: see simulate_cluster_sessions)
+        self.instance_id: int | None = None  # in a fleet that changes (autoscale.py): its start order
 
     # -- what Pipeline reads of its run -----------------------------------------------------
     @property
@@ -92,7 +93,7 @@ class _Instance:
     def state(self, t: float) -> InstanceState:
         done = bisect_right(self.finish_times, t)
         blocks = self.engine.blocks
-        return InstanceState(self.routed - done, blocks.num_used, blocks.num_blocks)
+        return InstanceState(self.routed - done, blocks.num_used, blocks.num_blocks, instance_id=self.instance_id)
 
     def _admit(self, t: float) -> None:
         arrivals, seqs, queue = self.run.arrivals, self.run.seqs, self.queue
