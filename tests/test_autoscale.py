@@ -180,13 +180,25 @@ def test_sessions_scale_up_and_down_and_every_turn_is_answered():
             assert r["drain_s"] is None or r["last_request_s"] < r["drain_s"]
 
 
-def test_session_affinity_on_a_fleet_that_cannot_scale_is_the_fixed_clusters_exactly():
+@pytest.mark.parametrize("router", ["session_affinity", "prefix_aware", "prefix_exact"])
+def test_a_cache_aware_router_on_a_fleet_that_cannot_scale_is_the_fixed_clusters_exactly(router):
     reqs = session_day(200)
     engines = [session_replica()[0] for _ in range(2)]
-    fixed = simulate_cluster(reqs, engines, [SlowTimer()] * 2, make_router("session_affinity"))
-    records = simulate_autoscaled(reqs, session_replica, make_router("session_affinity"), plan(lo=2, hi=2, initial=2))
+    fixed = simulate_cluster(reqs, engines, [SlowTimer()] * 2, make_router(router))
+    records = simulate_autoscaled(reqs, session_replica, make_router(router), plan(lo=2, hi=2, initial=2))
     for x, y in zip(fixed, records):
         same(x, y)
+
+
+def test_prefix_aware_remembers_each_replica_by_its_id():
+    """What it sent a replica stays that replica's when another leaves (its index is by id, not
+    by position), and a replica started has an empty one."""
+    r = make_router("prefix_aware", cache_threshold=0.0)
+    two = [InstanceState(0, 0, 1, instance_id=i) for i in (0, 1)]
+    assert r.choose(two, RouteRequest(None, (11, 12, 13))) == 0  # no match: least loaded, first
+    survivors = [InstanceState(0, 0, 1, instance_id=i) for i in (1, 0)]  # ids at other positions
+    assert r.matched(survivors, (11, 12, 13)) == [0, 3]
+    assert r.matched([InstanceState(0, 0, 1, instance_id=2)], (11, 12)) == [0]
 
 
 def test_session_affinity_keeps_conversations_home_while_the_fleet_scales():
@@ -250,7 +262,6 @@ def test_the_decision_rule():
     (["cluster.autoscale.policy=queue", "cluster.autoscale.min_replicas=0"], "min_replicas must be >= 1"),
     (["cluster.autoscale.policy=queue", "cluster.autoscale.cold_start_s=-1"], "cold_start_s must be a finite number >= 0"),
     (["cluster.autoscale.policy=queue", "backend=live"], "only backend=sim scales a fleet"),
-    (["cluster.autoscale.policy=queue", "cluster.router=prefix_aware"], "does not follow a changing fleet"),
 ])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, message):
     assert_refused(tmp_path, ["experiment=mistral7b_strict", "scheduler=[sarathi]", "arrival=diurnal",

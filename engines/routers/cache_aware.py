@@ -145,11 +145,11 @@ class _PrefixRule:
         k, branch = pick(states, self.matched(states, hashes), len(hashes), self.balance_abs, self.balance_rel,
                          self.cache_threshold)
         self.decisions[branch] += 1
-        self.routed(k, hashes)
+        self.routed(k, hashes, states)
         return k
 
-    def routed(self, k: int, hashes: tuple[int, ...]) -> None:
-        """What the router remembers of sending `hashes` to instance k (nothing by default)."""
+    def routed(self, k: int, hashes: tuple[int, ...], states: list[InstanceState]) -> None:
+        """What the router remembers of sending `hashes` to instance k of `states` (nothing by default)."""
 
 
 class PrefixExact(_PrefixRule):
@@ -163,19 +163,23 @@ class PrefixExact(_PrefixRule):
 class PrefixAware(_PrefixRule):
     name = "prefix_aware"
     needs_cache = False
-    remembers_instances = True  # by position: a fleet whose instances change would scramble its index
 
     def __init__(self, balance_abs_threshold: int = 64, balance_rel_threshold: float = 1.5,
                  cache_threshold: float = 0.3, index_blocks: int = 1 << 20) -> None:
         super().__init__(balance_abs_threshold, balance_rel_threshold, cache_threshold)
         self.index_blocks = _int_knob("index_blocks", index_blocks, 1)
-        self.index: list[OrderedDict[int, None]] = []  # per instance: hashes sent there, least recently sent first
+        # per instance (its id where it has one, an autoscaled fleet's replica; else its position):
+        # the hashes sent there, least recently sent first
+        self.index: dict[int, OrderedDict[int, None]] = {}
+
+    def _index(self, states: list[InstanceState], i: int) -> OrderedDict[int, None]:
+        key = states[i].instance_id
+        return self.index.setdefault(i if key is None else key, OrderedDict())
 
     def matched(self, states: list[InstanceState], hashes: tuple[int, ...]) -> list[int]:
-        while len(self.index) < len(states):
-            self.index.append(OrderedDict())
         out = []
-        for idx in self.index[:len(states)]:
+        for i in range(len(states)):
+            idx = self._index(states, i)
             n = 0
             for h in hashes:  # the leading run: a block's hash chains every block before it
                 if h not in idx:
@@ -184,8 +188,8 @@ class PrefixAware(_PrefixRule):
             out.append(n)
         return out
 
-    def routed(self, k: int, hashes: tuple[int, ...]) -> None:
-        idx = self.index[k]
+    def routed(self, k: int, hashes: tuple[int, ...], states: list[InstanceState]) -> None:
+        idx = self._index(states, k)
         for h in hashes:
             idx[h] = None
             idx.move_to_end(h)

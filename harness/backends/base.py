@@ -125,7 +125,7 @@ class ClusterSettings:
             raise ValueError("replicas lists every colocated instance: leave instances=1 and no prefill/decode instances")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}")
-        check_autoscale(self.autoscale, self.instances, self.disaggregated, bool(self.replicas), self.router)
+        check_autoscale(self.autoscale, self.instances, self.disaggregated, bool(self.replicas))
 
     @property
     def disaggregated(self) -> bool:

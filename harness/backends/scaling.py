@@ -93,19 +93,13 @@ def scale_plan(settings: AutoscaleSettings, instances: int, deployment, slo) -> 
                      float(ttft), deployment.gpus, float(settings.gpu_hour_usd))
 
 
-def check_autoscale(settings: AutoscaleSettings, instances: int, disaggregated: bool, replicas: bool,
-                    router: str = "round_robin") -> None:
+def check_autoscale(settings: AutoscaleSettings, instances: int, disaggregated: bool, replicas: bool) -> None:
     """What a cluster config with autoscaling must hold (ValueError, in ClusterSettings' checks)."""
     if settings.policy is None:
         return
     if disaggregated or replicas:
         raise ValueError("autoscale scales colocated replicas of the deployment (cluster.instances); "
                          "not prefill/decode instances or cluster.replicas")
-    from engines.routers import ROUTERS
-    if getattr(ROUTERS[router], "remembers_instances", False):
-        raise ValueError(f"autoscale with router {router}: what it remembers of each replica (the prefixes it sent "
-                         "there) does not follow a changing fleet yet; use prefix_exact (it reads the replicas' "
-                         "caches), session_affinity or a load router")
     if not settings.min_replicas <= instances <= settings.max_replicas:
         raise ValueError(f"instances={instances} (the replicas a scaled run starts with) must be within "
                          f"[min_replicas, max_replicas] = [{settings.min_replicas}, {settings.max_replicas}]")
