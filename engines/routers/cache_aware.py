@@ -174,7 +174,11 @@ class PrefixAware(_PrefixRule):
 
     def _index(self, states: list[InstanceState], i: int) -> OrderedDict[int, None]:
         key = states[i].instance_id
-        return self.index.setdefault(i if key is None else key, OrderedDict())
+        key = i if key is None else key
+        idx = self.index.get(key)
+        if idx is None:  # (not setdefault: it would build an OrderedDict on every call)
+            idx = self.index[key] = OrderedDict()
+        return idx
 
     def matched(self, states: list[InstanceState], hashes: tuple[int, ...]) -> list[int]:
         out = []

@@ -29,8 +29,8 @@ import math
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Protocol
 from collections.abc import Sequence as Seq
+from typing import Protocol
 
 import numpy as np
 
@@ -317,19 +317,18 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
     # The busy instances by clock and by bound: only the one advanced or routed to changes a step.
     clocks, busy_bounds = KeyedHeap(), KeyedHeap()
 
-    def added(new: list[_Instance]) -> None:
-        for inst in new:  # a finish that released a turn before that: stop there, the turn is routed first
-            inst.halt = lambda: run.next_arrival < stop[0]
-            floors.append(inst.timer.iteration_time([1], [1]))
-            bounds.append(math.inf)
-        if new is not insts:
-            insts.extend(new)
+    def register(inst: _Instance) -> None:
+        # a finish that released a turn before `stop`: stop there, the turn is routed first
+        inst.halt = lambda: run.next_arrival < stop[0]
+        floors.append(inst.timer.iteration_time([1], [1]))
+        bounds.append(math.inf)
 
     def changed(k: int) -> None:
         busy = _busy(insts[k])
         clocks.set(k, insts[k].t if busy else None)
         busy_bounds.set(k, bounds[k] if busy else None)
-    added(insts)
+    for inst in insts:
+        register(inst)
     while True:
         release = run.next_arrival
         tick = fleet.next_tick if fleet is not None else math.inf
@@ -350,7 +349,9 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
             if release == math.inf and behind is None:  # nothing runs, nothing more can be released
                 break
             stop[0] = tick
-            added(fleet.tick(tick))
+            for inst in fleet.tick(tick):  # the replicas it started
+                insts.append(inst)
+                register(inst)
             continue
         rank = run.pop_release()
         route_to = fleet.routable(release) if fleet is not None else range(len(insts))

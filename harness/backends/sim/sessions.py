@@ -57,14 +57,12 @@ class SessionRelease:
         n = len(requests)
         index = {r.request_id: i for i, r in enumerate(requests)}
         self.successor: list[int | None] = [None] * n
-        self.predecessor: list[int | None] = [None] * n
         for i, r in enumerate(requests):
             if r.after is not None:
                 if r.after not in index:
                     raise ValueError(f"request {r.request_id} follows request {r.after}, which is not in the run")
                 self.successor[index[r.after]] = i
-                self.predecessor[i] = index[r.after]
-        self.seq_of: list[Sequence | None] = [None] * n  # input index -> its sequence, once released
+        self.continued: dict[int, Sequence] = {}  # request id -> its sequence, until its next turn is released
         self.pending = [(r.arrival_s, i) for i, r in enumerate(requests) if r.after is None]
         heapq.heapify(self.pending)
         self.release = np.full(n, np.nan)
@@ -91,10 +89,11 @@ class SessionRelease:
 
     def released_sequence(self, rank: int, i: int) -> Sequence:
         """Request i's sequence, released with `rank`: its tokens continue its previous turn's."""
-        p = self.predecessor[i]
-        seq = sim_sequence(rank, self.requests[i], self.block_size, None if p is None else self.seq_of[p],
-                           self.successor[i] is not None)
-        self.seq_of[i] = seq
+        spec, continued = self.requests[i], self.successor[i] is not None
+        before = self.continued.pop(spec.after) if spec.after is not None else None
+        seq = sim_sequence(rank, spec, self.block_size, before, continued)
+        if continued:
+            self.continued[spec.request_id] = seq
         self.seqs.append(seq)
         return seq
 
