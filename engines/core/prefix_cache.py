@@ -12,6 +12,13 @@ list first, then evicts the least recently freed cached block (a sequence's bloc
 first, so its later blocks go before its prefix, as in vLLM). Every block is in exactly one of:
 free, evictable, or used (reference count >= 1); `num_free` counts free + evictable.
 
+A session's turn that a later turn continues (`tokens.continued`) and that holds its blocks alone is
+freed *parked*: its blocks become evictable as one group at its place in the LRU order, without a
+per-block insert, and the next turn takes back its leading blocks (its hint) as one slice. Eviction
+reads the group tail first, and a stranger's hit takes a block out of it singly, so every decision
+is the one the per-block books make (tests/test_parked_turns.py drives both side by side); a turn
+re-reads hundreds of blocks, and this made those reads a store each.
+
 Preemption frees a sequence's blocks like a finish does, after registering what it computed, so
 its recompute usually finds its own prefix again; eviction only ever takes blocks nobody uses.
 The same block manager serves every caller (the simulator, the in-repo server); without prefix
@@ -22,13 +29,29 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import compress, count
-from operator import ne
+from operator import itemgetter, ne
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
+_NONE_PARKED = 1 << 62  # the oldest group's key when none is parked (frees never number as many)
+
+
+class _Parked:
+    """A freed turn's blocks, evictable as one group: those of table[lo:hi] whose parking mark is
+    still this group's `key` (its place in the LRU order); evicted from hi down, taken from lo up."""
+
+    __slots__ = ("key", "table", "lo", "hi", "live", "whole")
+
+    def __init__(self, key: int, table: list[int], live: int, whole: int) -> None:
+        self.key = key
+        self.table = table
+        self.lo = 0
+        self.hi = len(table)
+        self.live = live  # blocks still parked here
+        self.whole = whole  # the leading blocks all parked here (the first uncached one went to the free list)
 
 
 @dataclass
@@ -54,22 +77,32 @@ class PrefixCachingBlockManager(BlockManager):
         super().__init__(*args, **kwargs)
         self.tier = tier
         self._host_hits = 0  # of the last lookup: blocks after its GPU hits found in the tier
+        self._hinted = 0  # of the last lookup: its leading hits that its hint gave
         num_blocks = self.num_blocks
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._cache: dict[int, int] = {}  # hash -> the block holding it
-        # Unused cached blocks, least recently freed first. An OrderedDict: popping its oldest entry is
-        # O(1), where a dict's next(iter(...)) rescans the slots its earlier deletions left.
-        self._evictable: OrderedDict[int, None] = OrderedDict()
+        # Unused cached blocks, least recently freed first, each with its free's stamp. An OrderedDict:
+        # popping its oldest entry is O(1), where a dict's next(iter(...)) rescans the slots its earlier
+        # deletions left. Parked turns' blocks (_Parked, by stamp) are evictable too, in the same order.
+        self._evictable: OrderedDict[int, int] = OrderedDict()
+        self._parked: OrderedDict[int, _Parked] = OrderedDict()
+        self._parked_blocks = 0  # blocks parked, over all groups
+        self._mark = [-1] * num_blocks  # per block: the key of the group it was parked in last
+        self._stamp = 0  # frees so far: the next free's place in the LRU order
+        self._oldest_parked = _NONE_PARKED  # the first group's key
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
-        # the last lookup: (seq, target, version), GPU hits, blocks after them in the host tier
-        self._peeked: tuple[tuple[int, int, int], list[int], int] = ((-1, -1, -1), [], 0)
+        # the last lookup: (seq, target, version), GPU hits, blocks after them in the host tier, and how
+        # many of the hits were its hint's
+        self._peeked: tuple[tuple[int, int, int], list[int], int, int] = ((-1, -1, -1), [], 0, 0)
 
     # -- counts ----------------------------------------------------------------------------
+    parks_turns = True  # False: every free books its blocks singly (the tests' reference)
+
     @property
     def num_free(self) -> int:
-        return len(self._free) + len(self._evictable)
+        return len(self._free) + len(self._evictable) + self._parked_blocks
 
     @property
     def num_used(self) -> int:
@@ -77,11 +110,16 @@ class PrefixCachingBlockManager(BlockManager):
 
     @property
     def num_evictable(self) -> int:
-        return len(self._evictable)
+        return len(self._evictable) + self._parked_blocks
 
     def evictable_order(self) -> list[int]:
         """The unused cached blocks, the next to be evicted first."""
-        return list(self._evictable)
+        mark = self._mark
+        order = list(self._evictable.items())  # (block, stamp)
+        for p in self._parked.values():
+            order += [(b, p.key) for b in reversed(p.table[p.lo:p.hi]) if mark[b] == p.key]
+        order.sort(key=itemgetter(1))  # stable: a free's blocks keep their order
+        return [b for b, _ in order]
 
     @property
     def num_cached(self) -> int:
@@ -93,25 +131,26 @@ class PrefixCachingBlockManager(BlockManager):
         """The cached blocks a sequence about to be admitted would start from (none for one that
         holds blocks, is past its prefill, or whose tokens are unknown); sets its num_computed to
         the tokens they hold, so a policy sizing its first chunk sees what is left to compute."""
-        self._host_hits = 0
+        self._host_hits = self._hinted = 0
         if seq.tokens is None or seq.block_table or seq.num_computed >= seq.prefill_target:
             return []
-        key, hits, host = self._peeked
+        key, hits, host, hinted = self._peeked
         if key != (seq.seq_id, seq.prefill_target, self._version):
-            hits, host = [], 0
+            host = 0
             cache, block_hash = self._cache, seq.tokens.block_hash
             limit = (seq.prefill_target - 1) // self.block_size
             if limit:  # every hash at once, then a plain loop (a method call per block was the fleet's hot spot);
                 block_hash(limit - 1)  # these blocks are hashed anyway when they are registered
             hits = self._hinted_hits(seq.tokens, limit)
-            if len(hits) < limit:
-                hits += _leading_hits(cache, seq.tokens.hashes, len(hits), limit)
+            hinted = len(hits)
+            if hinted < limit:  # (a new list: the hint may be a parked group's table)
+                hits = hits + _leading_hits(cache, seq.tokens.hashes, hinted, limit)
             tier = self.tier
             if tier is not None:  # the run goes on in host memory: those blocks are loaded, not computed
                 while len(hits) + host < limit and block_hash(len(hits) + host) in tier:
                     host += 1
-            self._peeked = ((seq.seq_id, seq.prefill_target, self._version), hits, host)
-        self._host_hits = host
+            self._peeked = ((seq.seq_id, seq.prefill_target, self._version), hits, host, hinted)
+        self._host_hits, self._hinted = host, hinted
         seq.num_computed = (len(hits) + host) * self.block_size
         return hits
 
@@ -171,9 +210,11 @@ class PrefixCachingBlockManager(BlockManager):
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
         ref, evictable = self._ref, self._evictable
-        for b in hits:
-            if ref[b] == 0:
-                del evictable[b]
+        first = self._take_back_hint(seq, hits)
+        for i in range(first, len(hits)):
+            b = hits[i]
+            if ref[b] == 0 and evictable.pop(b, None) is None:  # not evictable singly: parked
+                self._unpark(b)
             ref[b] += 1
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
@@ -195,10 +236,50 @@ class PrefixCachingBlockManager(BlockManager):
                 self.tier.load(block_hash(i))  # type: ignore[union-attr]
         self._take(seq, fresh)  # the first `host` fresh blocks receive the loaded KV; registered as computed
 
+    def _take_back_hint(self, seq: Sequence, hits: list[int]) -> int:
+        """Take the hits that lead `seq`'s hint back from the group its previous turn was parked
+        in, as one slice; how many it took (the rest are taken singly)."""
+        hint = seq.tokens.hint if seq.tokens is not None else None
+        m = self._hinted
+        if not m or hint is None:
+            return 0
+        p = self._parked.get(self._mark[hint[0]])
+        # The group must still hold the hint's leading block (hits lead: a block taken out of it singly
+        # was taken with every block before it; a hint is handed over once, so nothing took a slice
+        # before) and be unevicted up to m. A leading block that went to the free list (uncached) and
+        # holds a wanted hash again was cached since by another sequence: the slice stops before it.
+        if p is None or p.table is not hint or m > min(p.hi, p.whole):
+            return 0
+        ref = self._ref
+        for b in hint[:m]:  # all parked here (unused): now this sequence's
+            ref[b] = 1
+        p.lo = m
+        self._parked_blocks -= m
+        p.live -= m
+        if not p.live:
+            self._drop(p)
+        return m
+
+    def _unpark(self, b: int) -> None:
+        """Take parked block `b` out of its group singly (a stranger's hit, or a hint's past a group's slice)."""
+        p = self._parked[self._mark[b]]
+        self._mark[b] = -1
+        p.live -= 1
+        self._parked_blocks -= 1
+        if not p.live:
+            self._drop(p)
+
+    def _drop(self, p: _Parked) -> None:
+        """A group nothing is parked in any more."""
+        parked = self._parked
+        del parked[p.key]
+        if p.key == self._oldest_parked:
+            self._oldest_parked = next(iter(parked), _NONE_PARKED)
+
     # -- allocation, freeing, registration ------------------------------------------------------
     def _take(self, seq: Sequence, n: int) -> None:
-        free, evictable = self._free, self._evictable
-        if n == 1 and (free or evictable):  # a decode's next block, the most frequent take: the path below, shortened
+        free = self._free
+        if n == 1 and (free or self._evictable or self._parked):  # a decode's next block, the most frequent take: the path below, shortened
             if free:
                 b = free.pop()
             else:  # a warm cache's free list is empty: the least recently freed cached block
@@ -208,7 +289,7 @@ class PrefixCachingBlockManager(BlockManager):
             self._ref[b] = 1
             seq.block_table.append(b)
             return
-        if n > len(free) + len(evictable):
+        if n > self.num_free:
             raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {self.num_free} free")
         k = min(n, len(free))
         taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
@@ -226,7 +307,15 @@ class PrefixCachingBlockManager(BlockManager):
 
     def _evict_oldest(self) -> int:
         """The least recently freed cached block, its content dropped (to the host tier, if any)."""
-        b, _ = self._evictable.popitem(last=False)
+        evictable, parked = self._evictable, self._parked
+        if not evictable:
+            b = self._evict_parked(next(iter(parked.values())))
+        else:
+            b, stamp = evictable.popitem(last=False)
+            if self._oldest_parked < stamp:  # a parked turn is older: b goes back in front
+                evictable[b] = stamp
+                evictable.move_to_end(b, last=False)
+                b = self._evict_parked(next(iter(parked.values())))
         h = self._hash[b]
         if self.tier is not None:  # its KV copied to host memory instead of lost
             self.tier.store(h)  # type: ignore[arg-type]
@@ -234,21 +323,68 @@ class PrefixCachingBlockManager(BlockManager):
         self._hash[b] = None
         return b
 
+    def _evict_parked(self, p: _Parked) -> int:
+        """The oldest group's next block (its table read tail first, past blocks taken out of it)."""
+        mark, table, key = self._mark, p.table, p.key
+        hi = p.hi - 1
+        while mark[table[hi]] != key:
+            hi -= 1
+        p.hi = hi
+        b = table[hi]
+        mark[b] = -1
+        self._parked_blocks -= 1
+        p.live -= 1
+        if not p.live:
+            self._drop(p)
+        return b
+
     def free(self, seq: Sequence) -> None:
         self.register(seq)
-        ref, hashes, evictable, free = self._ref, self._hash, self._evictable, self._free
-        for b in reversed(seq.block_table):  # tail first: evicted before the prefix
+        table = seq.block_table
+        stamp = self._stamp
+        self._stamp = stamp + 1
+        ref, hashes, free = self._ref, self._hash, self._free
+        tokens = seq.tokens
+        if tokens is not None and tokens.continued:  # for the session's next turn
+            tokens.freed_table = table
+            if self.parks_turns and table and list(map(ref.__getitem__, table)).count(1) == len(table):
+                self._park(table, stamp)
+                seq.block_table = []
+                seq.blocks_hashed = 0
+                return
+        evictable = self._evictable
+        for b in reversed(table):  # tail first: evicted before the prefix
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
                 if hashes[b] is None:
                     free.append(b)
                 else:
-                    evictable[b] = None
-        if seq.tokens is not None and seq.tokens.continued:  # for the session's next turn
-            seq.tokens.freed_table = seq.block_table
+                    evictable[b] = stamp
         seq.block_table = []
         seq.blocks_hashed = 0
+
+    def _park(self, table: list[int], key: int) -> None:
+        """Free a turn's blocks, which it alone held, as a group: the cached ones evictable at this
+        free's place in the order, the others back on the free list (as free() would put them)."""
+        ref, mark = self._ref, self._mark
+        for b in table:
+            ref[b] = 0
+            mark[b] = key
+        held = list(map(self._hash.__getitem__, table))
+        loose = held.count(None)
+        if loose:
+            free = self._free
+            for i in range(len(table) - 1, -1, -1):
+                if held[i] is None:
+                    b = table[i]
+                    free.append(b)
+                    mark[b] = -1
+        if loose < len(table):
+            if not self._parked:
+                self._oldest_parked = key
+            self._parked[key] = _Parked(key, table, len(table) - loose, held.index(None) if loose else len(table))
+            self._parked_blocks += len(table) - loose
 
     def register(self, seq: Sequence) -> None:
         """Make `seq`'s full, computed blocks findable. A block whose hash another block already
@@ -280,8 +416,10 @@ class PrefixCachingBlockManager(BlockManager):
             for b in table:
                 counts[b] += 1
         free, evictable = set(self._free), set(self._evictable)
-        if len(free) != len(self._free) or free & evictable:
-            raise AssertionError("a block is free twice, or both free and evictable")
+        order = self.evictable_order()
+        if len(free) != len(self._free) or free & evictable or len(set(order)) != len(order) or len(order) != self.num_evictable:
+            raise AssertionError("a block is free twice, or both free and evictable, or counted wrong")
+        evictable = set(order)
         for b in range(self.num_blocks):
             if counts[b] != self._ref[b]:
                 raise AssertionError(f"block {b}: {counts[b]} tables hold it, reference count {self._ref[b]}")
