@@ -40,7 +40,9 @@ def _world(parks: bool, seed: int, num_blocks: int, steps: int, tier: bool) -> t
             c = rng.randrange(sessions + 2)
             out = rng.randint(1, 12)
             if c < sessions and c not in busy:
-                prompt = runs[c] + ((1000 * c + 1 + i, rng.randint(0, 20)),)
+                # usually the whole history and a new message; sometimes its last answer edited away
+                history = runs[c] if rng.random() < 0.85 else runs[c][:-1]
+                prompt = history + ((1000 * c + 1 + i, rng.randint(0 if history else 1, 20)),)
                 tokens = Segments(prompt + ((5000 + i, out),), BS, after=last[c], continued=rng.random() < 0.9)
             else:
                 c = -1

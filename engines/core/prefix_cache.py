@@ -160,17 +160,23 @@ class PrefixCachingBlockManager(BlockManager):
         would give (a block holds hash h iff the table maps h to it), compared at C speed."""
         hint = tokens.hint
         m = min(len(hint), limit) if hint else 0
-        if not m:
+        if not m or hint[0] >= self.num_blocks:  # held on a larger engine (a session routed elsewhere): no hint here
             return []
-        hint = hint[:m]
+        # Where the previous turn is still parked, its cached leading blocks up to the first evicted one
+        # hold the hashes it computed, which these tokens took (`inherited`): no need to read them.
+        p = self._parked.get(self._mark[hint[0]])
+        sure = min(m, p.hi, p.whole, tokens.inherited) if p is not None and p.table is hint else 0
+        if sure == m:
+            return hint[:m]
+        rest = hint[sure:m]
         try:
-            held = list(map(self._hash.__getitem__, hint))
-        except IndexError:  # held on a larger engine (a session routed elsewhere): no hint here
-            return []
-        want = tokens.hashes[:m]
+            held = list(map(self._hash.__getitem__, rest))
+        except IndexError:
+            return hint[:sure]
+        want = tokens.hashes[sure:m]
         if held == want:  # the common case: the previous turn's blocks all still cached
-            return hint
-        return hint[:next(compress(count(), map(ne, held, want)))]  # up to the first block reused since
+            return hint[:m]
+        return hint[:sure + next(compress(count(), map(ne, held, want)))]  # up to the first block reused since
 
     def cached_prefix(self, hashes) -> int:
         """How many of `hashes` (a prompt's chained block hashes, in order) lead a run this cache
@@ -373,9 +379,10 @@ class PrefixCachingBlockManager(BlockManager):
             mark[b] = key
         held = list(map(self._hash.__getitem__, table))
         loose = held.count(None)
-        if loose:
+        whole = held.index(None) if loose else len(table)
+        if loose:  # (usually the last block only: the uncached ones all lie past the first)
             free = self._free
-            for i in range(len(table) - 1, -1, -1):
+            for i in range(len(table) - 1, whole - 1, -1):
                 if held[i] is None:
                     b = table[i]
                     free.append(b)
@@ -383,7 +390,7 @@ class PrefixCachingBlockManager(BlockManager):
         if loose < len(table):
             if not self._parked:
                 self._oldest_parked = key
-            self._parked[key] = _Parked(key, table, len(table) - loose, held.index(None) if loose else len(table))
+            self._parked[key] = _Parked(key, table, len(table) - loose, whole)
             self._parked_blocks += len(table) - loose
 
     def register(self, seq: Sequence) -> None:

@@ -36,7 +36,7 @@ _length = itemgetter(1)  # of a run: (segment id, tokens)
 
 
 class TokenIds:
-    __slots__ = ("ids", "hashes", "block_size", "continued", "freed_table", "hint")
+    __slots__ = ("ids", "hashes", "block_size", "continued", "freed_table", "hint", "inherited")
 
     def __init__(self, ids: Iterable[int], block_size: int) -> None:
         self.ids = list(ids)
@@ -45,6 +45,7 @@ class TokenIds:
         self.continued = False  # a server does not know a session's next turn
         self.freed_table: list[int] | None = None
         self.hint: list[int] | None = None
+        self.inherited = 0
 
     def append(self, token: int) -> None:
         self.ids.append(token)
@@ -62,7 +63,7 @@ class TokenIds:
 
 
 class Segments:
-    __slots__ = ("runs", "hashes", "block_size", "_run", "_offset", "continued", "freed_table", "hint")
+    __slots__ = ("runs", "hashes", "block_size", "_run", "_offset", "continued", "freed_table", "hint", "inherited")
 
     def __init__(self, runs: tuple[tuple[int, int], ...], block_size: int, after: Segments | None = None,
                  continued: bool = False) -> None:
@@ -80,11 +81,13 @@ class Segments:
         self.continued = continued
         self.freed_table: list[int] | None = None  # set by the prefix cache when `continued`
         self.hint: list[int] | None = None  # the blocks `after` held when freed, leading block first
+        self.inherited = 0  # leading hashes taken from `after` (its blocks held exactly these, cached)
         if after is not None and after.block_size == block_size:
             self.hint, after.freed_table = after.freed_table, None
             n = len(after.runs)
             if self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes
                 self.hashes = after.hashes[:]
+                self.inherited = len(self.hashes)
                 self._run, self._offset = after._run, after._offset
 
     def block_hash(self, i: int) -> int:
