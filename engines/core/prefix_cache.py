@@ -289,9 +289,7 @@ class PrefixCachingBlockManager(BlockManager):
             if free:
                 b = free.pop()
             else:  # a warm cache's free list is empty: the least recently freed cached block
-                b = self._evict_oldest()
-                self.stats.evictions += 1
-                self._version += 1
+                b = self._evict(1)[0]
             self._ref[b] = 1
             seq.block_table.append(b)
             return
@@ -301,33 +299,34 @@ class PrefixCachingBlockManager(BlockManager):
         taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
         del free[len(free) - k:]
         if n > k:  # then the least recently freed cached blocks, their content dropped
-            evict = self._evict_oldest
-            for _ in range(n - k):
-                taken.append(evict())
-            self.stats.evictions += n - k
-            self._version += 1
+            taken += self._evict(n - k)
         ref = self._ref
         for b in taken:
             ref[b] = 1
         seq.block_table.extend(taken)
 
-    def _evict_oldest(self) -> int:
-        """The least recently freed cached block, its content dropped (to the host tier, if any)."""
-        evictable, parked = self._evictable, self._parked
-        if not evictable:
-            b = self._evict_parked(next(iter(parked.values())))
-        else:
-            b, stamp = evictable.popitem(last=False)
-            if self._oldest_parked < stamp:  # a parked turn is older: b goes back in front
-                evictable[b] = stamp
-                evictable.move_to_end(b, last=False)
+    def _evict(self, n: int) -> list[int]:
+        """The n least recently freed cached blocks, their content dropped (to the host tier, if any)."""
+        evictable, parked, hashes, cache, tier = self._evictable, self._parked, self._hash, self._cache, self.tier
+        out = []
+        for _ in range(n):
+            if not evictable:
                 b = self._evict_parked(next(iter(parked.values())))
-        h = self._hash[b]
-        if self.tier is not None:  # its KV copied to host memory instead of lost
-            self.tier.store(h)  # type: ignore[arg-type]
-        del self._cache[h]  # type: ignore[arg-type]
-        self._hash[b] = None
-        return b
+            else:
+                b, stamp = evictable.popitem(last=False)
+                if self._oldest_parked < stamp:  # a parked turn is older: b goes back in front
+                    evictable[b] = stamp
+                    evictable.move_to_end(b, last=False)
+                    b = self._evict_parked(next(iter(parked.values())))
+            h = hashes[b]
+            if tier is not None:  # its KV copied to host memory instead of lost
+                tier.store(h)  # type: ignore[arg-type]
+            del cache[h]  # type: ignore[arg-type]
+            hashes[b] = None
+            out.append(b)
+        self.stats.evictions += n
+        self._version += 1
+        return out
 
     def _evict_parked(self, p: _Parked) -> int:
         """The oldest group's next block (its table read tail first, past blocks taken out of it)."""
