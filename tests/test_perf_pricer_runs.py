@@ -39,3 +39,56 @@ def test_short_decode_runs_bit_for_bit(name):
         one_split += pricer.call is not None and pricer._blocks[longest + lo] == pricer._blocks[longest + hi - 1]
     if pricer.call is not None:  # both ways were taken
         assert 0 < one_split < 400
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_decode_runs_first_row_is_its_first_iteration_and_the_floor_is_below_both(name):
+    """What the simulator's decode run relies on (loop._decode_run): the run's first row is the
+    first iteration's own time, and decode_time_floor(b) never exceeds a decode batch of b."""
+    p = MODELS[name]
+    for base, lo, hi in short_runs(np.random.default_rng(11), 200):
+        b = len(base)
+        first = p.iteration_time([1] * b, base.tolist())
+        assert p.decode_run_times(base, 0, hi)[0] == first
+        floor = p.decode_time_floor(b)
+        assert floor is not None and 0 < floor <= first
+        assert all(floor <= t for t in p.decode_run_times(base, lo, hi).tolist())
+
+
+class _NoFloor:
+    """A PerfModel whose decode runs are bounded by their first iteration priced alone (no floor)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def decode_time_floor(self, batch_size):
+        return None
+
+
+@pytest.mark.parametrize("rate", [2.0, 40.0])
+def test_a_simulation_is_the_same_with_and_without_the_floor(rate):
+    """Decode runs cut by arrivals (loop._decode_run): priced up to the floor's bound and cut, or
+    bounded by their first iteration priced alone first, the records are the same bit for bit (a
+    run's rows priced from anywhere but its first iteration fail this)."""
+    from engines.perf import PerfModel
+    from engines.perf.deployment import Deployment
+    from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
+    from harness.backends.sim import simulate
+    from harness.workload import load_workload, requests_at_rate
+
+    model = PerfModel(Deployment.create(model="mistral-7b", gpu="a100-80g-sxm", tp=1))
+    work = load_workload({"name": "openchat_sharegpt4", "max_total_tokens": 4096}, 400, 3)
+    reqs = requests_at_rate(work, {"name": "poisson"}, rate, 3)
+
+    def run(timer):
+        engine = make_engine(EngineConfig(SchedulerConfig.shared("sarathi", max_num_seqs=32, token_budget=512,
+                                                                 max_num_batched_tokens=4096), 200_000, 4096))
+        return simulate(reqs, engine, timer)
+    floored, plain = run(model), run(_NoFloor(model))
+    assert model.decode_time_floor(1) and len(floored) == 400
+    for a, b in zip(floored, plain):
+        np.testing.assert_array_equal(a.token_times_s, b.token_times_s)
+        assert (a.first_scheduled_s, a.finished_s) == (b.first_scheduled_s, b.finished_s)

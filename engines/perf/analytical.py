@@ -104,6 +104,11 @@ class PerfModel:
             return self._row_stage_times(new_tokens, context_lens)
         return self.stage_times(np.asarray(new_tokens), np.asarray(context_lens)).tolist()
 
+    def decode_time_floor(self, batch_size: int) -> float | None:
+        """A lower bound of iteration_time for any decode-only batch of `batch_size` sequences
+        (BatchPricer.decode_floor); None where this model prices its components its own way."""
+        return self._pricer.decode_floor(batch_size) if self._scalar_rows else None
+
     def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """batch_times of the same iterations as decode_run_stage_times, (hi - lo,)."""
         stages = self.decode_run_stage_times(base, lo, hi)

@@ -68,6 +68,7 @@ class BatchPricer:
         self._blocks_arr = np.zeros(0)
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
+        self._floors: dict[int, float] = {}  # decode_floor's, per batch size
 
     # -- tables ------------------------------------------------------------------------------
     def _grow(self, top: int) -> None:
@@ -145,6 +146,14 @@ class BatchPricer:
                 t = t + launches[s]
             out.append(t)
         return out
+
+    def decode_floor(self, b: int) -> float:
+        """A decode-only batch of b sequences priced with no attention: never above any such batch's
+        slowest stage (attention adds >= 0, and IEEE sums, products and max are monotone)."""
+        got = self._floors.get(b)
+        if got is None:
+            got = self._floors[b] = max(self._stages(self._shape(b, b), 0.0))
+        return got
 
     # -- one batch -----------------------------------------------------------------------------
     def stage_times(self, new_tokens, context_lens) -> list[float]:

@@ -307,8 +307,15 @@ def _decode_run(
 ):
     """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
     k = engine.decode_run_limit(batch)
-    dt0 = timer.iteration_time(batch.new_tokens, batch.context_lens)
     horizon = min(next_arrival, limit) if not engine.waiting else limit
+    floor = timer.decode_time_floor(len(batch.seqs)) if k > 1 and math.isfinite(horizon) else None
+    dts = None
+    if floor:  # price the rows the floor allows (a few more than start before horizon), the first
+        # of them the first iteration's time (FastTimer's contract): no separate pricing of it
+        rows = min(k, int((horizon - t) / floor) + 1)
+        if rows > 1:
+            dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, rows).tolist()
+    dt0 = dts[0] if dts else timer.iteration_time(batch.new_tokens, batch.context_lens)
     if math.isfinite(horizon):
         # Iterations only get longer as contexts grow, so at most this many start before horizon.
         k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
@@ -317,7 +324,10 @@ def _decode_run(
         if log is not None:
             log.iteration(batch, t, end)
         return end, finished
-    dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, k).tolist()
+    if dts is None:
+        dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, k).tolist()
+    else:
+        del dts[k:]  # (k <= rows: dt0 >= floor)
     # Summed from t in order, as plain stepping would (bit-identical clock). A run is ~40 floats:
     # Python's left-to-right adds are numpy's cumsum without its per-call cost.
     ends = list(accumulate(dts, initial=t))

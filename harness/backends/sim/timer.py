@@ -45,8 +45,14 @@ class FastTimer(IterationTimer, Protocol):
         """(hi - lo, pp) stage_times of the same iterations."""
         ...
 
+    def decode_time_floor(self, batch_size: int) -> float | None:
+        """A lower bound of iteration_time for decode-only batches of this size, where the timer
+        prices decode runs row for row as iteration_time prices one batch (so a run's first row is
+        its first iteration's time); None otherwise."""
+        ...
 
-_FAST = ("iteration_time", "iteration_stage_times", "decode_run_times", "decode_run_stage_times")
+
+_FAST = ("iteration_time", "iteration_stage_times", "decode_run_times", "decode_run_stage_times", "decode_time_floor")
 
 
 def fast_timer(timer: IterationTimer) -> FastTimer:
@@ -78,6 +84,9 @@ class _ArrayTimer:
     def decode_run_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)
         return self.timer.batch_times(np.ones_like(ctx), ctx)
+
+    def decode_time_floor(self, batch_size):
+        return None  # its 2-D rows are not promised to be its 1-D batches' doubles
 
     def decode_run_stage_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)
