@@ -33,25 +33,10 @@ from operator import itemgetter, ne
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
+from engines.core.parked_turns import NONE_PARKED, ParkedTurn, TurnParking
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
-_NONE_PARKED = 1 << 62  # the oldest group's key when none is parked (frees never number as many)
-
-
-class _Parked:
-    """A freed turn's blocks, evictable as one group: those of table[lo:hi] whose parking mark is
-    still this group's `key` (its place in the LRU order); evicted from hi down, taken from lo up."""
-
-    __slots__ = ("key", "table", "lo", "hi", "live", "whole")
-
-    def __init__(self, key: int, table: list[int], live: int, whole: int) -> None:
-        self.key = key
-        self.table = table
-        self.lo = 0
-        self.hi = len(table)
-        self.live = live  # blocks still parked here
-        self.whole = whole  # the leading blocks all parked here (the first uncached one went to the free list)
 
 
 @dataclass
@@ -70,7 +55,7 @@ class PrefixCacheStats:
         return self.hits / self.queries if self.queries else 0.0
 
 
-class PrefixCachingBlockManager(BlockManager):
+class PrefixCachingBlockManager(TurnParking, BlockManager):
     def __init__(self, *args, tier: HostTier | None = None, **kwargs) -> None:
         # BlockManager's (num_blocks, block_size, watermark, reserve_tokens); `tier`: where evicted
         # cached blocks go (kv_tier.py), None: they are dropped
@@ -84,13 +69,13 @@ class PrefixCachingBlockManager(BlockManager):
         self._cache: dict[int, int] = {}  # hash -> the block holding it
         # Unused cached blocks, least recently freed first, each with its free's stamp. An OrderedDict:
         # popping its oldest entry is O(1), where a dict's next(iter(...)) rescans the slots its earlier
-        # deletions left. Parked turns' blocks (_Parked, by stamp) are evictable too, in the same order.
+        # deletions left. Parked turns' blocks (ParkedTurn, by stamp) are evictable too, in the same order.
         self._evictable: OrderedDict[int, int] = OrderedDict()
-        self._parked: OrderedDict[int, _Parked] = OrderedDict()
+        self._parked: OrderedDict[int, ParkedTurn] = OrderedDict()
         self._parked_blocks = 0  # blocks parked, over all groups
         self._mark = [-1] * num_blocks  # per block: the key of the group it was parked in last
         self._stamp = 0  # frees so far: the next free's place in the LRU order
-        self._oldest_parked = _NONE_PARKED  # the first group's key
+        self._oldest_parked = NONE_PARKED  # the first group's key
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
         # the last lookup: (seq, target, version), GPU hits, blocks after them in the host tier, and how
@@ -114,10 +99,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     def evictable_order(self) -> list[int]:
         """The unused cached blocks, the next to be evicted first."""
-        mark = self._mark
-        order = list(self._evictable.items())  # (block, stamp)
-        for p in self._parked.values():
-            order += [(b, p.key) for b in reversed(p.table[p.lo:p.hi]) if mark[b] == p.key]
+        order = list(self._evictable.items()) + self._parked_order()  # (block, stamp)
         order.sort(key=itemgetter(1))  # stable: a free's blocks keep their order
         return [b for b, _ in order]
 
@@ -242,46 +224,6 @@ class PrefixCachingBlockManager(BlockManager):
                 self.tier.load(block_hash(i))  # type: ignore[union-attr]
         self._take(seq, fresh)  # the first `host` fresh blocks receive the loaded KV; registered as computed
 
-    def _take_back_hint(self, seq: Sequence, hits: list[int]) -> int:
-        """Take the hits that lead `seq`'s hint back from the group its previous turn was parked
-        in, as one slice; how many it took (the rest are taken singly)."""
-        hint = seq.tokens.hint if seq.tokens is not None else None
-        m = self._hinted
-        if not m or hint is None:
-            return 0
-        p = self._parked.get(self._mark[hint[0]])
-        # The group must still hold the hint's leading block (hits lead: a block taken out of it singly
-        # was taken with every block before it; a hint is handed over once, so nothing took a slice
-        # before) and be unevicted up to m. A leading block that went to the free list (uncached) and
-        # holds a wanted hash again was cached since by another sequence: the slice stops before it.
-        if p is None or p.table is not hint or m > min(p.hi, p.whole):
-            return 0
-        ref = self._ref
-        for b in hint[:m]:  # all parked here (unused): now this sequence's
-            ref[b] = 1
-        p.lo = m
-        self._parked_blocks -= m
-        p.live -= m
-        if not p.live:
-            self._drop(p)
-        return m
-
-    def _unpark(self, b: int) -> None:
-        """Take parked block `b` out of its group singly (a stranger's hit, or a hint's past a group's slice)."""
-        p = self._parked[self._mark[b]]
-        self._mark[b] = -1
-        p.live -= 1
-        self._parked_blocks -= 1
-        if not p.live:
-            self._drop(p)
-
-    def _drop(self, p: _Parked) -> None:
-        """A group nothing is parked in any more."""
-        parked = self._parked
-        del parked[p.key]
-        if p.key == self._oldest_parked:
-            self._oldest_parked = next(iter(parked), _NONE_PARKED)
-
     # -- allocation, freeing, registration ------------------------------------------------------
     def _take(self, seq: Sequence, n: int) -> None:
         free = self._free
@@ -328,21 +270,6 @@ class PrefixCachingBlockManager(BlockManager):
         self._version += 1
         return out
 
-    def _evict_parked(self, p: _Parked) -> int:
-        """The oldest group's next block (its table read tail first, past blocks taken out of it)."""
-        mark, table, key = self._mark, p.table, p.key
-        hi = p.hi - 1
-        while mark[table[hi]] != key:
-            hi -= 1
-        p.hi = hi
-        b = table[hi]
-        mark[b] = -1
-        self._parked_blocks -= 1
-        p.live -= 1
-        if not p.live:
-            self._drop(p)
-        return b
-
     def free(self, seq: Sequence) -> None:
         self.register(seq)
         table = seq.block_table
@@ -368,29 +295,6 @@ class PrefixCachingBlockManager(BlockManager):
                     evictable[b] = stamp
         seq.block_table = []
         seq.blocks_hashed = 0
-
-    def _park(self, table: list[int], key: int) -> None:
-        """Free a turn's blocks, which it alone held, as a group: the cached ones evictable at this
-        free's place in the order, the others back on the free list (as free() would put them)."""
-        ref, mark = self._ref, self._mark
-        for b in table:
-            ref[b] = 0
-            mark[b] = key
-        held = list(map(self._hash.__getitem__, table))
-        loose = held.count(None)
-        whole = held.index(None) if loose else len(table)
-        if loose:  # (usually the last block only: the uncached ones all lie past the first)
-            free = self._free
-            for i in range(len(table) - 1, whole - 1, -1):
-                if held[i] is None:
-                    b = table[i]
-                    free.append(b)
-                    mark[b] = -1
-        if loose < len(table):
-            if not self._parked:
-                self._oldest_parked = key
-            self._parked[key] = _Parked(key, table, len(table) - loose, whole)
-            self._parked_blocks += len(table) - loose
 
     def register(self, seq: Sequence) -> None:
         """Make `seq`'s full, computed blocks findable. A block whose hash another block already
