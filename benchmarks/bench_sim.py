@@ -57,6 +57,10 @@ class CountingTimer:
     def decode_run_stage_times(self, base, lo, hi):
         return self._timed(self.inner.decode_run_stage_times, len, base, lo, hi)
 
+    def decode_time_floor(self, batch_size):  # prices nothing: not counted
+        floor_of = getattr(self.inner, "decode_time_floor", None)
+        return floor_of(batch_size) if floor_of is not None else None
+
     def pp_send_time(self, num_tokens):
         return self.inner.pp_send_time(num_tokens)
 

@@ -68,6 +68,45 @@ class _NoFloor:
         return None
 
 
+class _Counting:
+    """A wrapper with the four fast methods and no floor, as benchmarks/bench_sim.py's was."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def batch_times(self, n, c):
+        return self.model.batch_times(n, c)
+
+    def stage_times(self, n, c):
+        return self.model.stage_times(n, c)
+
+    def pp_send_time(self, num_tokens):
+        return self.model.pp_send_time(num_tokens)
+
+    def iteration_time(self, n, c):
+        return self.model.iteration_time(n, c)
+
+    def iteration_stage_times(self, n, c):
+        return self.model.iteration_stage_times(n, c)
+
+    def decode_run_times(self, base, lo, hi):
+        return self.model.decode_run_times(base, lo, hi)
+
+    def decode_run_stage_times(self, base, lo, hi):
+        return self.model.decode_run_stage_times(base, lo, hi)
+
+
+def test_a_timer_without_the_floor_keeps_its_fast_path():
+    """The floor is optional: a timer with the four fast methods is used as it is, not wrapped in
+    the array adapter (which once made bench_sim's counting wrapper 2x slower)."""
+    from engines.perf import PerfModel
+    from engines.perf.deployment import Deployment
+    from harness.backends.sim.timer import fast_timer
+
+    timer = _Counting(PerfModel(Deployment.create(model="mistral-7b", gpu="a100-80g-sxm", tp=1)))
+    assert fast_timer(timer) is timer
+
+
 @pytest.mark.parametrize("rate", [2.0, 40.0])
 def test_a_simulation_is_the_same_with_and_without_the_floor(rate):
     """Decode runs cut by arrivals (loop._decode_run): priced up to the floor's bound and cut, or

@@ -53,12 +53,10 @@ class TurnParking:
         m = self._hinted
         if not m or hint is None:
             return 0
-        p = self._parked.get(self._mark[hint[0]])
-        # The group must still hold the hint's leading block (hits lead: a block taken out of it singly
-        # was taken with every block before it; a hint is handed over once, so nothing took a slice
-        # before) and be unevicted up to m. A leading block that went to the free list (uncached) and
-        # holds a wanted hash again was cached since by another sequence: the slice stops before it.
-        if p is None or p.table is not hint or m > min(p.hi, p.whole):
+        p = self._hint_group(hint)
+        # The group must be unevicted up to m. A leading block that went to the free list (uncached)
+        # and holds a wanted hash again was cached since by another sequence: the slice stops before it.
+        if p is None or m > min(p.hi, p.whole):
             return 0
         ref = self._ref
         for b in hint[:m]:  # all parked here (unused): now this sequence's
@@ -69,6 +67,13 @@ class TurnParking:
         if not p.live:
             self._drop(p)
         return m
+
+    def _hint_group(self, hint: list[int]) -> ParkedTurn | None:
+        """The group `hint` (a turn's freed table, its leading block within this engine) is still
+        parked as, holding its leading block: hits lead, so a block taken out of it singly was taken
+        with every block before it, and a hint is handed over once, so nothing took a slice before."""
+        p = self._parked.get(self._mark[hint[0]])
+        return p if p is not None and p.table is hint else None
 
     def _unpark(self, b: int) -> None:
         """Take parked block `b` out of its group singly (a stranger's hit, or a hint's past a group's slice)."""

@@ -146,8 +146,8 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
             return []
         # Where the previous turn is still parked, its cached leading blocks up to the first evicted one
         # hold the hashes it computed, which these tokens took (`inherited`): no need to read them.
-        p = self._parked.get(self._mark[hint[0]])
-        sure = min(m, p.hi, p.whole, tokens.inherited) if p is not None and p.table is hint else 0
+        p = self._hint_group(hint)
+        sure = min(m, p.hi, p.whole, tokens.inherited) if p is not None else 0
         if sure == m:
             return hint[:m]
         rest = hint[sure:m]

@@ -308,7 +308,8 @@ def _decode_run(
     """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
     k = engine.decode_run_limit(batch)
     horizon = min(next_arrival, limit) if not engine.waiting else limit
-    floor = timer.decode_time_floor(len(batch.seqs)) if k > 1 and math.isfinite(horizon) else None
+    floor_of = getattr(timer, "decode_time_floor", None)  # optional (timer.py)
+    floor = floor_of(len(batch.seqs)) if floor_of is not None and k > 1 and math.isfinite(horizon) else None
     dts = None
     if floor:  # price the rows the floor allows (a few more than start before horizon), the first
         # of them the first iteration's time (FastTimer's contract): no separate pricing of it

@@ -45,14 +45,13 @@ class FastTimer(IterationTimer, Protocol):
         """(hi - lo, pp) stage_times of the same iterations."""
         ...
 
-    def decode_time_floor(self, batch_size: int) -> float | None:
-        """A lower bound of iteration_time for decode-only batches of this size, where the timer
-        prices decode runs row for row as iteration_time prices one batch (so a run's first row is
-        its first iteration's time); None otherwise."""
-        ...
+    # Optional (loop._decode_run reads it with getattr: a timer without it keeps its fast path):
+    # decode_time_floor(batch_size) -> float | None, a lower bound of iteration_time for
+    # decode-only batches of this size, where the timer prices decode runs row for row as
+    # iteration_time prices one batch (so a run's first row is its first iteration's time).
 
 
-_FAST = ("iteration_time", "iteration_stage_times", "decode_run_times", "decode_run_stage_times", "decode_time_floor")
+_FAST = ("iteration_time", "iteration_stage_times", "decode_run_times", "decode_run_stage_times")
 
 
 def fast_timer(timer: IterationTimer) -> FastTimer:
