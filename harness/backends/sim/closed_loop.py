@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from engines.core import Engine, Sequence
-from harness.backends.sim.sessions import cache_block_size, sim_sequence
+from harness.backends.sim.sessions import sim_sequence
 from harness.records import RequestRecord, RequestSpec
 
 
@@ -26,14 +26,17 @@ class ClosedLoop:
 
     def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up, concurrency: int) -> None:
         super().__init__(requests, engine, on_progress, give_up)
-        # Release order is input order, as the live client's (SimRun sorts by arrival, stably: the
-        # offsets of a closed loop are all 0, so rank == input index).
-        self.order = list(range(len(requests)))
-        block_size = cache_block_size(engine)  # a prefix-caching engine's sequences carry their tokens' identity
-        self.seqs = [sim_sequence(i, r, block_size) for i, r in enumerate(requests)]
         self.release = np.full(len(requests), np.inf)
         self.released = min(concurrency, len(requests))
         self.release[:self.released] = 0.0
+
+    def _plan_arrivals(self, requests: Seq[RequestSpec], block_size: int | None) -> None:
+        """Release order is input order, as the live client's (SimRun's hook; its arrival times are
+        the releases, set as finishes come)."""
+        self.order = list(range(len(requests)))
+        # The planned times, ranked as SimRun ranks them (all 0 in a closed loop; the Watch reads them)
+        self.arrivals = np.sort(np.array([r.arrival_s for r in requests], dtype=np.float64))
+        self.seqs = [sim_sequence(i, r, block_size) for i, r in enumerate(requests)]
 
     @property
     def next_arrival(self) -> float:

@@ -144,17 +144,21 @@ class SimRun:
     def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up=None) -> None:
         n = len(requests)
         self.requests = requests
-        self.order = sorted(range(n), key=lambda i: (requests[i].arrival_s, i))
-        self.arrivals = np.array([requests[i].arrival_s for i in self.order], dtype=np.float64)
-        # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
-        block_size = cache_block_size(engine)  # None without a prefix cache: plain sequences
-        self.seqs = [sim_sequence(rank, requests[i], block_size) for rank, i in enumerate(self.order)]
         self.engine = engine
+        self._plan_arrivals(requests, cache_block_size(engine))  # None without a prefix cache: plain sequences
         self.watch = Watch(give_up, requests) if give_up is not None else None
         self.line = _Timeline(n, self.watch)
         self.next = 0  # next arrival not yet given to the engine
         self.on_progress = on_progress
         self.log = None  # an iterations.IterationLog, when the caller wants one
+
+    def _plan_arrivals(self, requests: Seq[RequestSpec], block_size: int | None) -> None:
+        """`order` (rank -> input index), `arrivals` (rank -> time) and `seqs` (rank -> the engine's
+        sequence): all known up front here; a mixin whose finishes release arrivals plans its own."""
+        self.order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i))
+        self.arrivals = np.array([requests[i].arrival_s for i in self.order], dtype=np.float64)
+        # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
+        self.seqs = [sim_sequence(rank, requests[i], block_size) for rank, i in enumerate(self.order)]
 
     @property
     def next_arrival(self) -> float:

@@ -66,10 +66,13 @@ class SessionRelease:
         self.pending = [(r.arrival_s, i) for i, r in enumerate(requests) if r.after is None]
         heapq.heapify(self.pending)
         self.release = np.full(n, np.nan)
+
+    def _plan_arrivals(self, requests: Seq[RequestSpec], block_size: int | None) -> None:
+        """Nothing is released yet (SimRun's hook: its up-front plan would be built for nothing)."""
         self.order: list[int] = []  # rank -> input index, as released
         self.arrivals: list[float] = []  # rank -> release time
         self.seqs: list[Sequence] = []
-        self.block_size = cache_block_size(engine)
+        self.block_size = block_size
 
     @property
     def next_arrival(self) -> float:
