@@ -2,17 +2,28 @@
 
 A turn that a later turn continues, and that alone holds its blocks, is freed parked: its cached
 blocks are evictable as one group at the free's place in the LRU order (its stamp, the group's
-`key`), with a per-block mark instead of an insert each, and its next turn takes its hint back as
-one slice. Eviction reads a group tail first, past blocks a stranger's hit took out of it singly,
-so every decision is the one per-block books make (tests/test_parked_turns.py runs both).
+`key`), and its next turn takes its hint back as one slice. Eviction reads a group tail first, past
+blocks a stranger's hit took out of it singly, so every decision is the one per-block books make
+(tests/test_parked_turns.py runs both).
+
+The group holds its blocks' references: a parked block keeps reference count 1 (the group's), so
+parking writes no count and a take-back none either, the hold passing to the next turn as it is. A
+parked block is told by its mark: `_mark[b]` is the id of the group that holds it, where
+`_groups` has that id. Marks are written per block only for blocks new to a session: a turn that
+took its previous turn's slice back parks under that group's id, whose marks its leading blocks
+still carry, and marks only the blocks after them (its own). An id is in `_groups` only while
+its group is parked, and then exactly its parked blocks carry it: a take-back that leaves blocks
+in the group moves those to a fresh id, a block leaving a group singly (a stranger's hit,
+eviction, the free list) is unmarked, and a turn freed otherwise retires its id for good.
+
 `TurnParking` holds the methods; `PrefixCachingBlockManager` holds the state they use: `_ref`,
 `_hash`, `_free`, `_hinted` (its last lookup's hint hits), `_parked` (groups by key, oldest first),
-`_parked_blocks`, `_mark` (per block: the key of the group it was parked in last) and
-`_oldest_parked`.
+`_groups` (the same groups by id), `_parked_blocks`, `_mark`, `_oldest_parked` and `_ids`.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 
 from engines.core.sequence import Sequence
 
@@ -20,13 +31,14 @@ NONE_PARKED = 1 << 62  # the oldest group's key when none is parked (frees never
 
 
 class ParkedTurn:
-    """A freed turn's blocks, evictable as one group: those of table[lo:hi] whose parking mark is
-    still this group's `key` (its place in the LRU order); evicted from hi down, taken from lo up."""
+    """A freed turn's blocks, evictable as one group: those of table[lo:hi] whose mark is this
+    group's `id`; at `key` in the LRU order; evicted from hi down, taken from lo up."""
 
-    __slots__ = ("key", "table", "lo", "hi", "live", "whole")
+    __slots__ = ("key", "id", "table", "lo", "hi", "live", "whole")
 
-    def __init__(self, key: int, table: list[int], live: int, whole: int) -> None:
+    def __init__(self, key: int, gid: int, table: list[int], live: int, whole: int) -> None:
         self.key = key
+        self.id = gid
         self.table = table
         self.lo = 0
         self.hi = len(table)
@@ -42,14 +54,21 @@ class TurnParking:
     _free: list[int]
     _hinted: int
     _parked: OrderedDict[int, ParkedTurn]
+    _groups: dict[int, ParkedTurn]
     _parked_blocks: int
     _mark: list[int]
     _oldest_parked: int
+    _ids: Iterator[int]
 
     def _take_back_hint(self, seq: Sequence, hits: list[int]) -> int:
         """Take the hits that lead `seq`'s hint back from the group its previous turn was parked
-        in, as one slice; how many it took (the rest are taken singly)."""
-        hint = seq.tokens.hint if seq.tokens is not None else None
+        in, as one slice (their references are the group's: they pass to `seq` as they are); how
+        many it took (the rest are taken singly)."""
+        tokens = seq.tokens
+        if tokens is None:
+            return 0
+        tokens.taken = 0
+        hint = tokens.hint
         m = self._hinted
         if not m or hint is None:
             return 0
@@ -58,26 +77,34 @@ class TurnParking:
         # and holds a wanted hash again was cached since by another sequence: the slice stops before it.
         if p is None or m > min(p.hi, p.whole):
             return 0
-        ref = self._ref
-        for b in hint[:m]:  # all parked here (unused): now this sequence's
-            ref[b] = 1
+        tokens.taken, tokens.group = m, p.id  # those blocks carry its id: parked again, the turn keeps it
         p.lo = m
         self._parked_blocks -= m
         p.live -= m
         if not p.live:
             self._drop(p)
+        else:  # what stays parked moves to a fresh id, so that one is this turn's alone
+            old, new = p.id, next(self._ids)
+            mark = self._mark
+            for b in p.table[m:p.hi]:
+                if mark[b] == old:
+                    mark[b] = new
+            del self._groups[old]
+            p.id = new
+            self._groups[new] = p
         return m
 
     def _hint_group(self, hint: list[int]) -> ParkedTurn | None:
         """The group `hint` (a turn's freed table, its leading block within this engine) is still
         parked as, holding its leading block: hits lead, so a block taken out of it singly was taken
         with every block before it, and a hint is handed over once, so nothing took a slice before."""
-        p = self._parked.get(self._mark[hint[0]])
+        p = self._groups.get(self._mark[hint[0]])
         return p if p is not None and p.table is hint else None
 
     def _unpark(self, b: int) -> None:
-        """Take parked block `b` out of its group singly (a stranger's hit, or a hint's past a group's slice)."""
-        p = self._parked[self._mark[b]]
+        """Take parked block `b` out of its group singly (a stranger's hit, or a hint's past a group's
+        slice): its reference, the group's, is now the hitter's."""
+        p = self._groups[self._mark[b]]
         self._mark[b] = -1
         p.live -= 1
         self._parked_blocks -= 1
@@ -88,50 +115,58 @@ class TurnParking:
         """A group nothing is parked in any more."""
         parked = self._parked
         del parked[p.key]
+        del self._groups[p.id]
         if p.key == self._oldest_parked:
             self._oldest_parked = next(iter(parked), NONE_PARKED)
 
     def _evict_parked(self, p: ParkedTurn) -> int:
         """The oldest group's next block (its table read tail first, past blocks taken out of it)."""
-        mark, table, key = self._mark, p.table, p.key
+        mark, table, gid = self._mark, p.table, p.id
         hi = p.hi - 1
-        while mark[table[hi]] != key:
+        while mark[table[hi]] != gid:
             hi -= 1
         p.hi = hi
         b = table[hi]
         mark[b] = -1
+        self._ref[b] = 0  # the group's hold ends
         self._parked_blocks -= 1
         p.live -= 1
         if not p.live:
             self._drop(p)
         return b
 
-    def _park(self, table: list[int], key: int) -> None:
+    def _park(self, table: list[int], key: int, tokens) -> None:
         """Free a turn's blocks, which it alone held, as a group: the cached ones evictable at this
-        free's place in the order, the others back on the free list (as free() would put them)."""
-        ref, mark = self._ref, self._mark
-        for b in table:
-            ref[b] = 0
-            mark[b] = key
+        free's place in the order (their references now the group's), the others back on the free
+        list (as free() would put them). Marks are written only past the blocks the turn took back
+        from its previous turn's group: those carry that group's id, which this group takes over."""
+        mark = self._mark
+        taken = tokens.taken
+        gid = tokens.group if taken else key
+        for b in table[taken:] if taken else table:
+            mark[b] = gid
         held = list(map(self._hash.__getitem__, table))
         loose = held.count(None)
         whole = held.index(None) if loose else len(table)
         if loose:  # (usually the last block only: the uncached ones all lie past the first)
-            free = self._free
+            free, ref = self._free, self._ref
             for i in range(len(table) - 1, whole - 1, -1):
                 if held[i] is None:
                     b = table[i]
                     free.append(b)
                     mark[b] = -1
+                    ref[b] = 0
         if loose < len(table):
             if not self._parked:
                 self._oldest_parked = key
-            self._parked[key] = ParkedTurn(key, table, len(table) - loose, whole)
+            group = ParkedTurn(key, gid, table, len(table) - loose, whole)
+            self._parked[key] = group
+            self._groups[gid] = group
             self._parked_blocks += len(table) - loose
 
     def _parked_order(self) -> list[tuple[int, int]]:
         """(block, group key) of every parked block, each group's next to be evicted first."""
         mark, out = self._mark, []
         for p in self._parked.values():
-            out += [(b, p.key) for b in reversed(p.table[p.lo:p.hi]) if mark[b] == p.key]
+            out += [(b, p.key) for b in reversed(p.table[p.lo:p.hi]) if mark[b] == p.id]
         return out

@@ -72,8 +72,10 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         # deletions left. Parked turns' blocks (ParkedTurn, by stamp) are evictable too, in the same order.
         self._evictable: OrderedDict[int, int] = OrderedDict()
         self._parked: OrderedDict[int, ParkedTurn] = OrderedDict()
+        self._groups: dict[int, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
+        self._ids = count(1 << 40)  # fresh group ids (a group's first id is its key, a free's stamp: fewer)
         self._parked_blocks = 0  # blocks parked, over all groups
-        self._mark = [-1] * num_blocks  # per block: the key of the group it was parked in last
+        self._mark = [-1] * num_blocks  # per block: the id of the group that holds it, if _groups has it (parked_turns.py)
         self._stamp = 0  # frees so far: the next free's place in the LRU order
         self._oldest_parked = NONE_PARKED  # the first group's key
         self.stats = PrefixCacheStats()
@@ -185,8 +187,12 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         return room >= len(hits) or room >= self._unused(hits)
 
     def _unused(self, hits: list[int]) -> int:
-        """How many of `hits` no sequence uses (they sit evictable)."""
-        return list(map(self._ref.__getitem__, hits)).count(0)  # C speed: a fleet admits ~350 hits a turn
+        """How many of `hits` no sequence uses (they sit evictable): singly, reference count 0, or
+        parked, the reference their group's (parked_turns.py). At C speed: a fleet admits ~350 hits a turn."""
+        unused = list(map(self._ref.__getitem__, hits)).count(0)
+        if self._groups:
+            unused += len(hits) - list(map(self._groups.get, map(self._mark.__getitem__, hits))).count(None)
+        return unused
 
     def _fresh_blocks(self, seq: Sequence, hits: int) -> int:
         tokens = self.reserve_tokens if self.reserve_tokens is not None else seq.prefill_target
@@ -197,13 +203,17 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         fresh = self._fresh_blocks(seq, len(hits))
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
-        ref, evictable = self._ref, self._evictable
+        ref, evictable, mark, groups = self._ref, self._evictable, self._mark, self._groups
         first = self._take_back_hint(seq, hits)
         for i in range(first, len(hits)):
             b = hits[i]
-            if ref[b] == 0 and evictable.pop(b, None) is None:  # not evictable singly: parked
+            if ref[b] == 0:  # evictable singly
+                del evictable[b]
+                ref[b] = 1
+            elif mark[b] in groups:  # parked: its group's reference becomes this sequence's
                 self._unpark(b)
-            ref[b] += 1
+            else:
+                ref[b] += 1
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
         if seq.tokens is not None:
@@ -280,7 +290,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         if tokens is not None and tokens.continued:  # for the session's next turn
             tokens.freed_table = table
             if self.parks_turns and table and list(map(ref.__getitem__, table)).count(1) == len(table):
-                self._park(table, stamp)
+                self._park(table, stamp, tokens)
                 seq.block_table = []
                 seq.blocks_hashed = 0
                 return
@@ -325,14 +335,18 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         for table in tables:
             for b in table:
                 counts[b] += 1
+        held = counts[:]  # and a parked group holds a reference to each of its blocks (parked_turns.py)
+        for b, _ in self._parked_order():
+            held[b] += 1
         free, evictable = set(self._free), set(self._evictable)
         order = self.evictable_order()
         if len(free) != len(self._free) or free & evictable or len(set(order)) != len(order) or len(order) != self.num_evictable:
             raise AssertionError("a block is free twice, or both free and evictable, or counted wrong")
         evictable = set(order)
         for b in range(self.num_blocks):
-            if counts[b] != self._ref[b]:
-                raise AssertionError(f"block {b}: {counts[b]} tables hold it, reference count {self._ref[b]}")
+            if held[b] != self._ref[b]:
+                raise AssertionError(f"block {b}: {counts[b]} tables and {held[b] - counts[b]} groups hold it, "
+                                     f"reference count {self._ref[b]}")
             where = (b in free) + (b in evictable) + (counts[b] > 0)
             if where != 1:
                 raise AssertionError(f"block {b} is in {where} of free / evictable / used")
