@@ -59,6 +59,7 @@ class TurnParking:
     _mark: list[int]
     _oldest_parked: int
     _ids: Iterator[int]
+    _live: dict[int, object]
 
     def _take_back_hint(self, seq: Sequence, hits: list[int]) -> int:
         """Take the hits that lead `seq`'s hint back from the group its previous turn was parked
@@ -77,7 +78,8 @@ class TurnParking:
         # and holds a wanted hash again was cached since by another sequence: the slice stops before it.
         if p is None or m > min(p.hi, p.whole):
             return 0
-        tokens.taken, tokens.group = m, p.id  # those blocks carry its id: parked again, the turn keeps it
+        tokens.taken, tokens.group, tokens.shared = m, p.id, False  # those blocks carry its id: parked again, the turn keeps it
+        self._live[p.id] = tokens
         p.lo = m
         self._parked_blocks -= m
         p.live -= m
@@ -135,34 +137,46 @@ class TurnParking:
             self._drop(p)
         return b
 
-    def _park(self, table: list[int], key: int, tokens) -> None:
+    def _held_alone(self, table: list[int], unhit: int) -> bool:
+        """Whether a turn's blocks are all held by it alone (reference count 1 each), the first
+        `unhit` known to be: the blocks it took back from its previous turn's group, when no other
+        sequence hit one since (admit tells it, by their mark): they came with count 1, and only a
+        hit raises it."""
+        ref = self._ref
+        rest = table[unhit:] if unhit else table
+        return list(map(ref.__getitem__, rest)).count(1) == len(rest)
+
+    def _park(self, seq: Sequence, key: int, taken: int) -> None:
         """Free a turn's blocks, which it alone held, as a group: the cached ones evictable at this
         free's place in the order (their references now the group's), the others back on the free
-        list (as free() would put them). Marks are written only past the blocks the turn took back
-        from its previous turn's group: those carry that group's id, which this group takes over."""
-        mark = self._mark
-        taken = tokens.taken
-        gid = tokens.group if taken else key
+        list (as free() would put them). Marks are written only past the `taken` blocks the turn
+        took back from its previous turn's group: those carry that group's id, which this group
+        takes over."""
+        table, mark = seq.block_table, self._mark
+        gid = seq.tokens.group if taken else key  # type: ignore[union-attr]
         for b in table[taken:] if taken else table:
             mark[b] = gid
-        held = list(map(self._hash.__getitem__, table))
-        loose = held.count(None)
-        whole = held.index(None) if loose else len(table)
-        if loose:  # (usually the last block only: the uncached ones all lie past the first)
+        if seq.blocks_unregistered:  # a block register went through stayed uncached: find them all
+            held = list(map(self._hash.__getitem__, table))
+            whole = held.index(None) if None in held else len(table)
+            loose = [table[i] for i in range(len(table) - 1, whole - 1, -1) if held[i] is None]
+        else:  # those blocks are all cached (hits, or registered), the ones past them (a partial last) not
+            whole = seq.blocks_hashed
+            loose = table[whole:]
+            loose.reverse()
+        if loose:  # back on the free list, tail first
             free, ref = self._free, self._ref
-            for i in range(len(table) - 1, whole - 1, -1):
-                if held[i] is None:
-                    b = table[i]
-                    free.append(b)
-                    mark[b] = -1
-                    ref[b] = 0
-        if loose < len(table):
+            for b in loose:
+                free.append(b)
+                mark[b] = -1
+                ref[b] = 0
+        if len(loose) < len(table):
             if not self._parked:
                 self._oldest_parked = key
-            group = ParkedTurn(key, gid, table, len(table) - loose, whole)
+            group = ParkedTurn(key, gid, table, len(table) - len(loose), whole)
             self._parked[key] = group
             self._groups[gid] = group
-            self._parked_blocks += len(table) - loose
+            self._parked_blocks += len(table) - len(loose)
 
     def _parked_order(self) -> list[tuple[int, int]]:
         """(block, group key) of every parked block, each group's next to be evicted first."""

@@ -74,6 +74,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         self._parked: OrderedDict[int, ParkedTurn] = OrderedDict()
         self._groups: dict[int, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
         self._ids = count(1 << 40)  # fresh group ids (a group's first id is its key, a free's stamp: fewer)
+        self._live: dict[int, object] = {}  # a group id -> the tokens of the live turn that took its slice back
         self._parked_blocks = 0  # blocks parked, over all groups
         self._mark = [-1] * num_blocks  # per block: the id of the group that holds it, if _groups has it (parked_turns.py)
         self._stamp = 0  # frees so far: the next free's place in the LRU order
@@ -212,10 +213,14 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                 ref[b] = 1
             elif mark[b] in groups:  # parked: its group's reference becomes this sequence's
                 self._unpark(b)
-            else:
+            else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
                 ref[b] += 1
+                holder = self._live.get(mark[b])
+                if holder is not None:
+                    holder.shared = True  # type: ignore[attr-defined]
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
+        seq.blocks_unregistered = 0
         if seq.tokens is not None:
             seq.tokens.hint = None  # used: a readmission looks its blocks up in the table
         host = self._host_hits  # set by the lookup just made
@@ -287,10 +292,14 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         self._stamp = stamp + 1
         ref, hashes, free = self._ref, self._hash, self._free
         tokens = seq.tokens
+        taken = 0
+        if tokens is not None and tokens.taken:  # (once: a preempted turn aborted later is freed again)
+            taken, tokens.taken = tokens.taken, 0
+            del self._live[tokens.group]
         if tokens is not None and tokens.continued:  # for the session's next turn
             tokens.freed_table = table
-            if self.parks_turns and table and list(map(ref.__getitem__, table)).count(1) == len(table):
-                self._park(table, stamp, tokens)
+            if self.parks_turns and table and self._held_alone(table, 0 if tokens.shared else taken):
+                self._park(seq, stamp, taken)
                 seq.block_table = []
                 seq.blocks_hashed = 0
                 return
@@ -318,6 +327,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
         cache, hashes, chain = self._cache, self._hash, tokens.hashes
+        skipped = 0
         for i in range(first, n):
             b = table[i]
             if hashes[b] is None:
@@ -325,8 +335,11 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                 if h not in cache:
                     cache[h] = b
                     hashes[b] = h
+                else:
+                    skipped += 1
         self._version += 1
         seq.blocks_hashed = n
+        seq.blocks_unregistered += skipped
 
     # -- a check for tests ------------------------------------------------------------------
     def audit(self, tables: list[list[int]]) -> None:

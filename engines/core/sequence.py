@@ -31,6 +31,7 @@ class Sequence:
         "in_flight",
         "tokens",
         "blocks_hashed",
+        "blocks_unregistered",
         "cached_tokens",
     )
 
@@ -48,10 +49,12 @@ class Sequence:
         self.num_preemptions = 0
         self.in_flight = False  # inside a batch that is executing (pipeline parallelism)
         # Prefix caching (engines/core/prefix_cache.py): what the tokens are (tokens.TokenIds or
-        # tokens.Segments; None: unknown, never cached), how many of its blocks the cache has seen,
-        # and the prompt tokens its first admission found cached.
+        # tokens.Segments; None: unknown, never cached), how many of its blocks the cache has seen
+        # (and of those, how many it left uncached: their hash was another block's), and the prompt
+        # tokens its first admission found cached.
         self.tokens = tokens
         self.blocks_hashed = 0
+        self.blocks_unregistered = 0
         self.cached_tokens = 0
 
     @property

@@ -36,7 +36,8 @@ _length = itemgetter(1)  # of a run: (segment id, tokens)
 
 
 class TokenIds:
-    __slots__ = ("ids", "hashes", "block_size", "continued", "freed_table", "hint", "inherited", "taken", "group")
+    __slots__ = ("ids", "hashes", "block_size", "continued", "freed_table", "hint", "inherited", "taken", "group",
+                 "shared")
 
     def __init__(self, ids: Iterable[int], block_size: int) -> None:
         self.ids = list(ids)
@@ -48,6 +49,7 @@ class TokenIds:
         self.inherited = 0
         self.taken = 0  # (the prefix cache's: leading blocks taken back from a parked group, parked_turns.py)
         self.group = -1
+        self.shared = False
 
     def append(self, token: int) -> None:
         self.ids.append(token)
@@ -66,7 +68,7 @@ class TokenIds:
 
 class Segments:
     __slots__ = ("runs", "hashes", "block_size", "_run", "_offset", "continued", "freed_table", "hint", "inherited",
-                 "taken", "group")
+                 "taken", "group", "shared")
 
     def __init__(self, runs: tuple[tuple[int, int], ...], block_size: int, after: Segments | None = None,
                  continued: bool = False) -> None:
@@ -87,6 +89,7 @@ class Segments:
         self.inherited = 0  # leading hashes taken from `after` (its blocks held exactly these, cached)
         self.taken = 0  # leading blocks the prefix cache took back from `after`'s parked group, and its id
         self.group = -1  # (parked_turns.py: a turn parked again keeps that id)
+        self.shared = False  # whether another sequence hit one of those blocks since
         if after is not None and after.block_size == block_size:
             self.hint, after.freed_table = after.freed_table, None
             n = len(after.runs)
