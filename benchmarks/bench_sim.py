@@ -61,6 +61,10 @@ class CountingTimer:
         floor_of = getattr(self.inner, "decode_time_floor", None)
         return floor_of(batch_size) if floor_of is not None else None
 
+    def alone_decode_times(self, top):  # a table priced once per context: not counted
+        alone = getattr(self.inner, "alone_decode_times", None)
+        return alone(top) if alone is not None else None
+
     def pp_send_time(self, num_tokens):
         return self.inner.pp_send_time(num_tokens)
 

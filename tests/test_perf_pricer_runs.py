@@ -55,6 +55,21 @@ def test_a_decode_runs_first_row_is_its_first_iteration_and_the_floor_is_below_b
         assert all(floor <= t for t in p.decode_run_times(base, lo, hi).tolist())
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_lone_decode_is_priced_from_its_context_table_as_alone_and_in_a_run(name):
+    """alone_decode_times (loop._decode_run slices a lone sequence's run from it): entry c is the
+    iteration of one decode at context c priced alone, and row c - lo of any run of it from lo."""
+    p = MODELS[name]
+    table = p.alone_decode_times(9000)
+    assert len(table) > 9000
+    rng = np.random.default_rng(5)
+    for c in rng.integers(0, 9000, size=300).tolist() + [0, 4095, 4096, 4097, 8191, 8192]:
+        assert table[c] == p.iteration_time([1], [c]), c
+    for base, lo, hi in short_runs(rng, 200):
+        c = int(base[0])
+        assert p.decode_run_times(base[:1], lo, hi).tolist() == table[c + lo:c + hi], (c, lo, hi)
+
+
 class _NoFloor:
     """A PerfModel whose decode runs are bounded by their first iteration priced alone (no floor)."""
 
@@ -65,6 +80,9 @@ class _NoFloor:
         return getattr(self.model, name)
 
     def decode_time_floor(self, batch_size):
+        return None
+
+    def alone_decode_times(self, top):
         return None
 
 
@@ -109,9 +127,10 @@ def test_a_timer_without_the_floor_keeps_its_fast_path():
 
 @pytest.mark.parametrize("rate", [2.0, 40.0])
 def test_a_simulation_is_the_same_with_and_without_the_floor(rate):
-    """Decode runs cut by arrivals (loop._decode_run): priced up to the floor's bound and cut, or
-    bounded by their first iteration priced alone first, the records are the same bit for bit (a
-    run's rows priced from anywhere but its first iteration fail this)."""
+    """Decode runs cut by arrivals (loop._decode_run): priced up to the floor's bound and cut (a
+    lone sequence's sliced from its context table), or bounded by their first iteration priced
+    alone first, the records are the same bit for bit (a run's rows priced from anywhere but its
+    first iteration, or a lone run's slice off by a context, fail this)."""
     from engines.perf import PerfModel
     from engines.perf.deployment import Deployment
     from engines.schedulers import EngineConfig, SchedulerConfig, make_engine

@@ -109,6 +109,12 @@ class PerfModel:
         (BatchPricer.decode_floor); None where this model prices its components its own way."""
         return self._pricer.decode_floor(batch_size) if self._scalar_rows else None
 
+    def alone_decode_times(self, top: int) -> list[float] | None:
+        """Per context c (0..top at least), decode_run_times([c], 0, 1)[0]: a lone sequence's decode
+        run is a slice of it (BatchPricer.alone_decode_times); None where this model prices its
+        components its own way."""
+        return self._pricer.alone_decode_times(top) if self._scalar_rows else None
+
     def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """batch_times of the same iterations as decode_run_stage_times, (hi - lo,)."""
         stages = self.decode_run_stage_times(base, lo, hi)

@@ -69,6 +69,7 @@ class BatchPricer:
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
         self._floors: dict[int, float] = {}  # decode_floor's, per batch size
+        self._alone: list[float] = []  # alone_decode_times's: per context, a lone decode's iteration
 
     # -- tables ------------------------------------------------------------------------------
     def _grow(self, top: int) -> None:
@@ -154,6 +155,20 @@ class BatchPricer:
         if got is None:
             got = self._floors[b] = max(self._stages(self._shape(b, b), 0.0))
         return got
+
+    def alone_decode_times(self, top: int) -> list[float]:
+        """Per context c (0..top at least): the seconds of a decode-only iteration of one sequence
+        at context c, its slowest stage: row c of decode_run_stages([0], 0, n), so a lone
+        sequence's decode run is a slice of it, priced once per context instead of a dozen numpy
+        calls a run (tests/test_perf_pricer_runs.py: each entry is that iteration's price)."""
+        table = self._alone
+        if top >= len(table):
+            n = max(_TABLE_MIN, 2 * len(table))
+            while n <= top:
+                n *= 2
+            stages = self.decode_run_stages(np.zeros(1, dtype=np.int64), len(table), n)
+            table += (stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)).tolist()
+        return table
 
     # -- one batch -----------------------------------------------------------------------------
     def stage_times(self, new_tokens, context_lens) -> list[float]:

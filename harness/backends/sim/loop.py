@@ -312,15 +312,22 @@ def _decode_run(
     """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
     k = engine.decode_run_limit(batch)
     horizon = min(next_arrival, limit) if not engine.waiting else limit
+    # A lone sequence's run is a slice of the timer's per-context prices (optional, timer.py)
+    alone = getattr(timer, "alone_decode_times", None) if len(batch.seqs) == 1 else None
+    table = alone(batch.context_lens[0] + k) if alone is not None else None
     floor_of = getattr(timer, "decode_time_floor", None)  # optional (timer.py)
     floor = floor_of(len(batch.seqs)) if floor_of is not None and k > 1 and math.isfinite(horizon) else None
     dts = None
-    if floor:  # price the rows the floor allows (a few more than start before horizon), the first
+    if table is not None:
+        c = batch.context_lens[0]
+        dt0 = table[c]
+    elif floor:  # price the rows the floor allows (a few more than start before horizon), the first
         # of them the first iteration's time (FastTimer's contract): no separate pricing of it
         rows = min(k, int((horizon - t) / floor) + 1)
         if rows > 1:
             dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, rows).tolist()
-    dt0 = dts[0] if dts else timer.iteration_time(batch.new_tokens, batch.context_lens)
+    if table is None:
+        dt0 = dts[0] if dts else timer.iteration_time(batch.new_tokens, batch.context_lens)
     if math.isfinite(horizon):
         # Iterations only get longer as contexts grow, so at most this many start before horizon.
         k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
@@ -329,7 +336,9 @@ def _decode_run(
         if log is not None:
             log.iteration(batch, t, end)
         return end, finished
-    if dts is None:
+    if table is not None:
+        dts = table[c:c + k]
+    elif dts is None:
         dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, k).tolist()
     else:
         del dts[k:]  # (k <= rows: dt0 >= floor)

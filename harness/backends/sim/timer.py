@@ -49,6 +49,8 @@ class FastTimer(IterationTimer, Protocol):
     # decode_time_floor(batch_size) -> float | None, a lower bound of iteration_time for
     # decode-only batches of this size, where the timer prices decode runs row for row as
     # iteration_time prices one batch (so a run's first row is its first iteration's time).
+    # alone_decode_times(top) -> list[float] | None, per context c (0..top at least) the
+    # decode_run_times row of one sequence at c: a lone sequence's run is a slice of it.
 
 
 _FAST = ("iteration_time", "iteration_stage_times", "decode_run_times", "decode_run_stage_times")
@@ -86,6 +88,9 @@ class _ArrayTimer:
 
     def decode_time_floor(self, batch_size):
         return None  # its 2-D rows are not promised to be its 1-D batches' doubles
+
+    def alone_decode_times(self, top):
+        return None  # (nor a per-context table)
 
     def decode_run_stage_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)
