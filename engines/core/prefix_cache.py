@@ -264,23 +264,29 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
 
     def _evict(self, n: int) -> list[int]:
         """The n least recently freed cached blocks, their content dropped (to the host tier, if any)."""
-        evictable, parked, hashes, cache, tier = self._evictable, self._parked, self._hash, self._cache, self.tier
-        out = []
-        for _ in range(n):
-            if not evictable:
-                b = self._evict_parked(next(iter(parked.values())))
-            else:
-                b, stamp = evictable.popitem(last=False)
-                if self._oldest_parked < stamp:  # a parked turn is older: b goes back in front
+        evictable, parked = self._evictable, self._parked
+        popitem = evictable.popitem
+        out: list[int] = []
+        while len(out) < n:
+            # Blocks freed singly, as long as they are older than every parked group (stamps rise
+            # along the OrderedDict, so the first younger one ends the stretch), then a group's
+            oldest = self._oldest_parked
+            while evictable and len(out) < n:
+                b, stamp = popitem(last=False)
+                if oldest < stamp:  # a parked turn is older: b goes back in front
                     evictable[b] = stamp
                     evictable.move_to_end(b, last=False)
-                    b = self._evict_parked(next(iter(parked.values())))
+                    break
+                out.append(b)
+            if len(out) < n:
+                out.append(self._evict_parked(next(iter(parked.values()))))
+        hashes, cache, tier = self._hash, self._cache, self.tier
+        for b in out:
             h = hashes[b]
             if tier is not None:  # its KV copied to host memory instead of lost
                 tier.store(h)  # type: ignore[arg-type]
             del cache[h]  # type: ignore[arg-type]
             hashes[b] = None
-            out.append(b)
         self.stats.evictions += n
         self._version += 1
         return out

@@ -257,7 +257,7 @@ class BatchPricer:
         k = hi - lo
         if b == 0 or k <= 0:
             return np.zeros((max(k, 0), len(self.layers)))
-        longest = int(base.max())
+        longest = int(np.maximum.reduce(base))  # (ndarray.max's own reduce, without its Python wrapper: a run's fixed cost)
         if longest + hi - 1 >= len(self._decode_units):
             self._grow(longest + hi - 1)
         call = self.call
@@ -279,7 +279,7 @@ class BatchPricer:
         n_blocks = int(self._blocks[longest + lo])
         splits = num_splits(b * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
         ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
-        units, keys, blocks = self._run_table(splits).take(ctx, axis=1).sum(axis=-1)  # each (k,), fresh
+        units, keys, blocks = np.add.reduce(self._run_table(splits).take(ctx, axis=1), axis=-1)  # each (k,), fresh
         split = float(splits)
         waves = math.ceil(seqs * call.ctas_per_seq * split / call.slots)
         # In place, each of _run_units' operations, a few with their operands swapped (exact).
