@@ -121,21 +121,25 @@ class TurnParking:
         if p.key == self._oldest_parked:
             self._oldest_parked = next(iter(parked), NONE_PARKED)
 
-    def _evict_parked(self, p: ParkedTurn) -> int:
-        """The oldest group's next block (its table read tail first, past blocks taken out of it)."""
-        mark, table, gid = self._mark, p.table, p.id
-        hi = p.hi - 1
-        while mark[table[hi]] != gid:
+    def _evict_parked(self, p: ParkedTurn, want: int) -> list[int]:
+        """Up to `want` of the oldest group's blocks, the next to go first (its table read tail
+        first, past blocks taken out of it): all of a group's blocks go before anything freed later."""
+        mark, table, gid, ref = self._mark, p.table, p.id, self._ref
+        out: list[int] = []
+        hi, live = p.hi, p.live
+        while live and len(out) < want:
             hi -= 1
-        p.hi = hi
-        b = table[hi]
-        mark[b] = -1
-        self._ref[b] = 0  # the group's hold ends
-        self._parked_blocks -= 1
-        p.live -= 1
-        if not p.live:
+            b = table[hi]
+            if mark[b] == gid:
+                mark[b] = -1
+                ref[b] = 0  # the group's hold ends
+                out.append(b)
+                live -= 1
+        p.hi, p.live = hi, live
+        self._parked_blocks -= len(out)
+        if not live:
             self._drop(p)
-        return b
+        return out
 
     def _held_alone(self, table: list[int], unhit: int) -> bool:
         """Whether a turn's blocks are all held by it alone (reference count 1 each), the first

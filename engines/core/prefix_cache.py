@@ -279,7 +279,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                     break
                 out.append(b)
             if len(out) < n:
-                out.append(self._evict_parked(next(iter(parked.values()))))
+                out += self._evict_parked(next(iter(parked.values())), n - len(out))
         hashes, cache, tier = self._hash, self._cache, self.tier
         for b in out:
             h = hashes[b]
