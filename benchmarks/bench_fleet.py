@@ -14,12 +14,17 @@ many idle cores: the routing plus the largest worker's share, each timed by CPU)
 projects the issue's target (`--target 64,2`: 64 replicas on 2 cores) from this run's CPU time a
 request: `--replicas 1 --horizon-s 86400 --day-s 86400 --lone round_robin` runs one replica's
 whole day (its caches warm, its sessions long, as the fleet's are), the best base for it. `--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
-before and after and must not change it.
+before and after and must not change it. `--busy 2` runs a second copy at once (untimed), so the CPU
+time is a replica's with both cores busy, as the target's two workers are: about 8-10 % more than
+alone on this host (the copies share caches and memory), the honest base for the 2-core projection.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
+import subprocess
+import sys
 import time
 
 from harness.backends import open_backend
@@ -79,8 +84,14 @@ def main() -> None:
     ap.add_argument("--target", default="64,2", help="REPLICAS,CORES of the day the last column projects (the "
                     "issue's: 64 replicas on 2 cores): this run's CPU seconds a request times that day's requests, "
                     "over the cores")
+    ap.add_argument("--busy", type=int, default=1, help="run this many copies of the bench at once (this one "
+                    "timed, the others loading the other cores), so the CPU time is what a replica costs with every "
+                    "core busy, as the target's workers are (memory shared): --busy 2 for the 2-core target")
     args = ap.parse_args()
+    if args.busy < 1:
+        ap.error("--busy must be >= 1")
     ROUTER = args.router
+    _other_copies(args.busy - 1)  # (killed at exit)
     target_replicas, target_cores = (int(x) for x in args.target.split(","))
     if args.lone:
         EXTRA.append(f"cluster.router_options={{without_session: {args.lone}}}")
@@ -115,6 +126,19 @@ def main() -> None:
                   f"({target_replicas} replicas on {target_cores} cores: {target / 60:.1f} min)  "
                   f"hit rate {hit:.3f}  ({ROUTER})" + (f"  records {digest(run.records)[:16]}" if args.digest else ""),
                   flush=True)
+
+
+def _other_copies(n: int) -> list[subprocess.Popen]:
+    """n more copies of this bench with its arguments (output dropped), to keep the other cores busy."""
+    argv = sys.argv[1:]
+    if "--busy" in argv:
+        i = argv.index("--busy")
+        del argv[i:i + 2]
+    argv = [a for a in argv if not a.startswith("--busy=")]
+    copies = [subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+              for _ in range(n)]
+    atexit.register(lambda: [c.kill() for c in copies])  # the timed run is done: the load may stop
+    return copies
 
 
 def _timed(part, shares: list[float]):

@@ -110,10 +110,24 @@ def test_the_stream_parks_turns_evicts_from_them_and_takes_blocks_out_singly(mon
             seen[_n] += _n != "_take_back_hint" or bool(out)
             return out
         monkeypatch.setattr(PrefixCachingBlockManager, name, counted)
+    shortcuts = {"unhit": 0, "unregistered": 0, "flagged": 0}  # the reads a parked turn's next turn skips
+    held_alone, park = PrefixCachingBlockManager._held_alone, PrefixCachingBlockManager._park
+
+    def alone(self, table, unhit):
+        shortcuts["unhit"] += unhit > 0
+        shortcuts["flagged"] += any(t.shared for t in self._live.values())
+        return held_alone(self, table, unhit)
+
+    def parking(self, seq, key, taken):
+        shortcuts["unregistered"] += seq.blocks_unregistered > 0
+        return park(self, seq, key, taken)
+    monkeypatch.setattr(PrefixCachingBlockManager, "_held_alone", alone)
+    monkeypatch.setattr(PrefixCachingBlockManager, "_park", parking)
     for seed in range(20):
         for num_blocks in (10, 24, 60):
             _world(True, seed, num_blocks, 120, tier=False)
     assert all(n > 5 for n in seen.values()), seen
+    assert all(n > 5 for n in shortcuts.values()), shortcuts
 
 
 @pytest.mark.parametrize("kv_blocks,policy", [(40, "sarathi"), (80, "vllm"), (400, "sarathi")])
