@@ -119,8 +119,10 @@ def main() -> None:
             how = "pool, wall" if args.pool and w > 1 else ("idle cores" if shares else "CPU")
             # A day's cost scales with its requests (the horizon's span also holds the sessions' drain).
             day = wall * DAY_S * k * args.qps / len(reqs)
-            # The target fleet's day, its replicas dealt evenly to the cores (each replica apart), at this run's cost a request.
-            target = cpu / len(reqs) * DAY_S * args.qps * target_replicas / target_cores
+            # The target fleet's day, its replicas dealt evenly to the cores (each replica apart), at this run's cost a
+            # request: its CPU time, or with --pool (where this process's CPU is only the routing) its wall time on w cores.
+            per_request = wall * w if args.pool and w > 1 else cpu
+            target = per_request / len(reqs) * DAY_S * args.qps * target_replicas / target_cores
             print(f"{k:3d} replicas  {w} workers  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
                   f"{wall:8.1f} s on {w} ({how})  {rate}  a day projected {day / 60:6.1f} min  "
                   f"({target_replicas} replicas on {target_cores} cores: {target / 60:.1f} min)  "

@@ -120,3 +120,29 @@ def test_keyed_heap_least_and_least_but_one():
     assert h.least_key_except(1, -1.0) == 5.0
     h.set(0, None)
     assert h.least_key_except(1, -1.0) == -1.0 and h.least() == (3.0, 1)
+
+
+def test_records_cross_the_process_boundary_as_columns_and_come_back_the_same():
+    """A worker's records go back packed (record_columns.py): after pickling, every field is the
+    same value of the same type (reprs equal) and every token time the same double; an error, an
+    unstarted record and an empty share survive; a field a column would change is sent as it is."""
+    import pickle
+
+    import numpy as np
+
+    from harness.backends.sim.record_columns import RecordColumns
+    from harness.records import RequestRecord
+
+    reqs = requests_at_rate(load_workload({"name": "openchat_sharegpt4", "max_total_tokens": 2048}, 60, 1),
+                            {"name": "poisson"}, 30.0, 1)
+    records = simulate_cluster(reqs, _engines(1), [_Scaled()], make_router("round_robin"), time_limit_s=3.0)
+    assert any(r.error for r in records) and any(r.error is None for r in records)
+    back = pickle.loads(pickle.dumps(RecordColumns.pack(records))).unpack()
+    fields = ("request_id", "arrival_s", "prompt_len", "output_len", "first_scheduled_s", "first_token_s",
+              "finished_s", "dispatched_s", "num_preemptions", "error", "cached_tokens")
+    for a, b in zip(records, back, strict=True):
+        assert repr([getattr(a, f) for f in fields]) == repr([getattr(b, f) for f in fields])
+        assert b.token_times_s.dtype == np.float64 and a.token_times_s.tobytes() == b.token_times_s.tobytes()
+    assert RecordColumns.pack([]).unpack() == []
+    odd = RequestRecord(1, 0, 5, 2, 0.1, 0.2, 0.3, np.array([0.2, 0.3]))  # an int arrival: a column says 0.0
+    assert RecordColumns.pack([odd]) is None

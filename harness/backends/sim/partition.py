@@ -28,6 +28,7 @@ from harness.backends.sim.cache_stats import cache_stats
 from harness.backends.sim.cluster import ClusterSessionRun
 from harness.backends.sim.gc_pacing import fewer_collections
 from harness.backends.sim.loop import IterationTimer, SimRun, step_until
+from harness.backends.sim.record_columns import RecordColumns
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.sessions import has_sessions
 from harness.records import RequestRecord, RequestSpec, session_keys
@@ -72,7 +73,12 @@ def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, b
     records, the requests it was given (a turn a time limit kept unreleased never was) and its
     prefix cache's counters."""
     with fewer_collections():  # a worker process runs no SimBackend.run
-        return [_run_instance(*part) for part in parts]
+        out = []
+        for part in parts:
+            records, routed, cache = _run_instance(*part)
+            packed = RecordColumns.pack(records)  # to cross the process boundary as a few arrays
+            out.append((records if packed is None else packed, routed, cache))
+        return out
 
 
 def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer, fast_forward: bool,
@@ -142,6 +148,8 @@ def simulate_partitioned(
     routed = [0] * len(engines)
     for share, result in zip(shares, results):
         for k, (recs, given, cache) in zip(share, result):
+            if isinstance(recs, RecordColumns):
+                recs = recs.unpack()
             for i, r in zip(mine[k], recs):
                 records[i] = r
             routed[k], caches[k] = given, cache
