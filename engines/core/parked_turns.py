@@ -18,7 +18,9 @@ eviction, the free list) is unmarked, and a turn freed otherwise retires its id 
 
 `TurnParking` holds the methods; `PrefixCachingBlockManager` holds the state they use: `_ref`,
 `_hash`, `_free`, `_hinted` (its last lookup's hint hits), `_parked` (groups by key, oldest first),
-`_groups` (the same groups by id), `_parked_blocks`, `_mark`, `_oldest_parked` and `_ids`.
+`_groups` (the same groups by id), `_parked_blocks`, `_mark`, `_oldest_parked`, `_ids` (fresh ids)
+and `_live` (by id, the tokens of the running turn that took that group's slice back: a stranger's
+hit on one of those blocks flags it `shared`, so its free reads their reference counts again).
 """
 from __future__ import annotations
 
