@@ -40,7 +40,7 @@ from common.errors import HarnessError
 
 from . import memory
 from . import operators as ops
-from .batch_pricer import BatchPricer
+from .batch_pricer import BatchPricer, slowest_stage
 from .coefficients import build_coefficients
 from .deployment import Deployment
 from .kernels import get_stack, kernels_for
@@ -117,8 +117,7 @@ class PerfModel:
 
     def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """batch_times of the same iterations as decode_run_stage_times, (hi - lo,)."""
-        stages = self.decode_run_stage_times(base, lo, hi)
-        return stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)  # one stage: its own times
+        return slowest_stage(self.decode_run_stage_times(base, lo, hi))
 
     def decode_run_stage_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, pp) stage_times of decode-only iterations lo..hi-1 of a run whose iteration 0 has

@@ -36,6 +36,11 @@ _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when f
 _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
 
 
+def slowest_stage(stages: np.ndarray) -> np.ndarray:
+    """(k,) iteration seconds of (k, pp) stage seconds: a one-stage model's own, a pipeline's slowest."""
+    return stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)
+
+
 class BatchPricer:
     """The one-batch and decode-run prices of a model whose components are the analytical ones:
     its coefficients `k`, and (an MoE model) its `expert_gemms(tokens, tiled)`, the MoE layer's
@@ -166,8 +171,7 @@ class BatchPricer:
             n = max(_TABLE_MIN, 2 * len(table))
             while n <= top:
                 n *= 2
-            stages = self.decode_run_stages(np.zeros(1, dtype=np.int64), len(table), n)
-            table += (stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)).tolist()
+            table += slowest_stage(self.decode_run_stages(np.zeros(1, dtype=np.int64), len(table), n)).tolist()
         return table
 
     # -- one batch -----------------------------------------------------------------------------

@@ -315,18 +315,18 @@ def _decode_run(
     # A lone sequence's run is a slice of the timer's per-context prices (optional, timer.py)
     alone = getattr(timer, "alone_decode_times", None) if len(batch.seqs) == 1 else None
     table = alone(batch.context_lens[0] + k) if alone is not None else None
-    floor_of = getattr(timer, "decode_time_floor", None)  # optional (timer.py)
-    floor = floor_of(len(batch.seqs)) if floor_of is not None and k > 1 and math.isfinite(horizon) else None
     dts = None
     if table is not None:
         c = batch.context_lens[0]
         dt0 = table[c]
-    elif floor:  # price the rows the floor allows (a few more than start before horizon), the first
-        # of them the first iteration's time (FastTimer's contract): no separate pricing of it
-        rows = min(k, int((horizon - t) / floor) + 1)
-        if rows > 1:
-            dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, rows).tolist()
-    if table is None:
+    else:
+        floor_of = getattr(timer, "decode_time_floor", None)  # optional (timer.py)
+        floor = floor_of(len(batch.seqs)) if floor_of is not None and k > 1 and math.isfinite(horizon) else None
+        if floor:  # price the rows the floor allows (a few more than start before horizon), the first
+            # of them the first iteration's time (FastTimer's contract): no separate pricing of it
+            rows = min(k, int((horizon - t) / floor) + 1)
+            if rows > 1:
+                dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, rows).tolist()
         dt0 = dts[0] if dts else timer.iteration_time(batch.new_tokens, batch.context_lens)
     if math.isfinite(horizon):
         # Iterations only get longer as contexts grow, so at most this many start before horizon.

@@ -73,12 +73,16 @@ def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, b
     records, the requests it was given (a turn a time limit kept unreleased never was) and its
     prefix cache's counters."""
     with fewer_collections():  # a worker process runs no SimBackend.run
-        out = []
-        for part in parts:
-            records, routed, cache = _run_instance(*part)
-            packed = RecordColumns.pack(records)  # to cross the process boundary as a few arrays
-            out.append((records if packed is None else packed, routed, cache))
-        return out
+        return [_run_instance(*part) for part in parts]
+
+
+def _run_shipped(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, bool, float | None, bool]]):
+    """`_run_instances` in another process: each instance's records packed, to cross back as a few arrays."""
+    out = []
+    for records, routed, cache in _run_instances(parts):
+        packed = RecordColumns.pack(records)
+        out.append((records if packed is None else packed, routed, cache))
+    return out
 
 
 def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer, fast_forward: bool,
@@ -105,10 +109,10 @@ def _shares(sizes: list[int], workers: int) -> list[list[int]]:
 
 
 def _map(parts: list[list], workers: int) -> list:
-    """`_run_instances` over `parts`, in order: Ray tasks inside a running Ray, else a process pool."""
+    """`_run_shipped` over `parts`, in order: Ray tasks inside a running Ray, else a process pool."""
     ray = sys.modules.get("ray")  # only a process Ray already runs in: a pool is cheaper to start than Ray
     if ray is not None and ray.is_initialized():
-        remote = ray.remote(num_cpus=1, max_retries=0)(_run_instances)
+        remote = ray.remote(num_cpus=1, max_retries=0)(_run_shipped)
         print(f"cluster.workers={workers}: {len(parts)} shares as Ray tasks", file=sys.stderr)  # where they ran
         return ray.get([remote.remote(p) for p in parts])
     methods = multiprocessing.get_all_start_methods()
@@ -118,7 +122,7 @@ def _map(parts: list[list], workers: int) -> list:
     print(f"cluster.workers={workers}: {len(parts)} shares in a process pool of {min(workers, len(parts))}",
           file=sys.stderr)
     with ProcessPoolExecutor(max_workers=min(workers, len(parts)), mp_context=ctx) as pool:
-        return list(pool.map(_run_instances, parts))
+        return list(pool.map(_run_shipped, parts))
 
 
 def simulate_partitioned(
