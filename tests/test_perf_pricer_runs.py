@@ -42,6 +42,42 @@ def test_short_decode_runs_bit_for_bit(name):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
+def test_compiled_decode_runs_bit_for_bit(name, monkeypatch):
+    """A one-stage model's one-split runs priced in one compiled call (run_kernel.py, numba without
+    fastmath) give the vectorized path's doubles, every row (an operation swapped or fused fails)."""
+    import numba  # noqa: F401  (a dependency: the kernel must be what this tests)
+
+    p = MODELS[name]
+    pricer = p._pricer
+    monkeypatch.setattr(pricer, "kernel_after", 0)
+    monkeypatch.setattr(pricer, "_kernel", False)
+    rng = np.random.default_rng(13)
+    for base, lo, hi in short_runs(rng, 600):
+        if rng.random() < 0.2:  # fleets' larger batches too
+            base = np.concatenate([base, rng.integers(0, 9000, size=int(rng.integers(1, 30)))])
+        ctx = base[None, :] + np.arange(lo, hi)[:, None]
+        want = reference_stages(p, np.ones_like(ctx), ctx).max(axis=-1)
+        assert p.decode_run_times(base, lo, hi).tolist() == want.tolist(), (base.tolist(), lo, hi)
+    compiled = len(pricer.layers) == 1 and pricer.call is not None
+    assert (pricer._kernel is not None) == compiled
+
+
+def test_without_numba_decode_runs_are_numpys(monkeypatch):
+    """Where numba is not installed the pricer keeps numpy's path: the same doubles."""
+    from engines.perf import run_kernel
+
+    p = MODELS["mistral-window"]
+    pricer = p._pricer
+    monkeypatch.setattr(run_kernel, "_KERNEL", [None])
+    monkeypatch.setattr(pricer, "kernel_after", 0)
+    monkeypatch.setattr(pricer, "_kernel", False)
+    for base, lo, hi in short_runs(np.random.default_rng(17), 100):
+        ctx = base[None, :] + np.arange(lo, hi)[:, None]
+        assert p.decode_run_times(base, lo, hi).tolist() == reference_stages(p, np.ones_like(ctx), ctx).max(axis=-1).tolist()
+    assert pricer._kernel is None
+
+
+@pytest.mark.parametrize("name", list(MODELS))
 def test_a_decode_runs_first_row_is_its_first_iteration_and_the_floor_is_below_both(name):
     """What the simulator's decode run relies on (loop._decode_run): the run's first row is the
     first iteration's own time, and decode_time_floor(b) never exceeds a decode batch of b."""

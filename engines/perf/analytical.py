@@ -40,7 +40,8 @@ from common.errors import HarnessError
 
 from . import memory
 from . import operators as ops
-from .batch_pricer import BatchPricer, slowest_stage
+from .batch_pricer import BatchPricer
+from .decode_runs import slowest_stage
 from .coefficients import build_coefficients
 from .deployment import Deployment
 from .kernels import get_stack, kernels_for
@@ -117,6 +118,8 @@ class PerfModel:
 
     def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """batch_times of the same iterations as decode_run_stage_times, (hi - lo,)."""
+        if self._scalar_rows:
+            return self._pricer.decode_run_times(np.asarray(base, dtype=np.int64), lo, hi)
         return slowest_stage(self.decode_run_stage_times(base, lo, hi))
 
     def decode_run_stage_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:

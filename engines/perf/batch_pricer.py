@@ -1,6 +1,6 @@
 """Pricing one batch in a few microseconds, bit for bit what the vectorized model computes.
 
-The simulator prices an iteration at a time (and runs of decode-only iterations in bulk). The
+The simulator prices an iteration at a time (and runs of decode-only iterations in bulk: decode_runs.py). The
 vectorized path (`PerfModel._stage_times(_components(...))`) spends ~30 numpy calls on a (1, B)
 row, where the arithmetic is nothing. But the price of a batch depends on very little:
 
@@ -29,6 +29,7 @@ from common.errors import HarnessError
 
 from . import operators as ops
 from .coefficients import Coefficients
+from .decode_runs import DecodeRunPricing, slowest_stage
 from .split_kv import num_splits
 from .vllm_releases import padded
 
@@ -36,12 +37,7 @@ _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when f
 _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
 
 
-def slowest_stage(stages: np.ndarray) -> np.ndarray:
-    """(k,) iteration seconds of (k, pp) stage seconds: a one-stage model's own, a pipeline's slowest."""
-    return stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)
-
-
-class BatchPricer:
+class BatchPricer(DecodeRunPricing):
     """The one-batch and decode-run prices of a model whose components are the analytical ones:
     its coefficients `k`, and (an MoE model) its `expert_gemms(tokens, tiled)`, the MoE layer's
     two GEMM slots for one batch, which the expert-parallel model prices its own way."""
@@ -72,9 +68,9 @@ class BatchPricer:
         self._blocks: list[float] = []
         self._blocks_arr = np.zeros(0)
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
-        self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
         self._floors: dict[int, float] = {}  # decode_floor's, per batch size
         self._alone: list[float] = []  # alone_decode_times's: per context, a lone decode's iteration
+        self._start_runs()
 
     # -- tables ------------------------------------------------------------------------------
     def _grow(self, top: int) -> None:
@@ -252,130 +248,3 @@ class BatchPricer:
         pairs *= self.k_pairs
         a = a * self.k_kv + n * self.k_qo
         return math.floor(max(pairs, a)) + self.prefill_fixed
-
-    # -- decode runs ---------------------------------------------------------------------------
-    def decode_run_stages(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        """(hi - lo, pp) stage seconds of decode-only iterations lo..hi-1 of a run whose iteration 0
-        has contexts `base` (int64, every item one new token): iteration i has contexts base + i."""
-        b = len(base)
-        k = hi - lo
-        if b == 0 or k <= 0:
-            return np.zeros((max(k, 0), len(self.layers)))
-        longest = int(np.maximum.reduce(base))  # (ndarray.max's own reduce, without its Python wrapper: a run's fixed cost)
-        if longest + hi - 1 >= len(self._decode_units):
-            self._grow(longest + hi - 1)
-        call = self.call
-        if call is not None and self._blocks[longest + lo] == self._blocks[longest + hi - 1]:
-            units = self._one_split_run_units(base, lo, hi, longest)
-        else:
-            units = self._run_units(base, lo, hi, longest)
-        units *= ops.TIME_QUANTUM_S  # a fresh array: the attention seconds
-        return self._run_stages(units, b, k)
-
-    def _one_split_run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
-        """_run_units of a run whose longest sequence keeps its K/V block count (the common case:
-        a run rarely crosses a block of keys), so every row has the same splits: the per-item sums
-        come from one gather of _run_table and the split-KV terms are Python scalars, operation for
-        operation those of _run_units (its sums are of whole numbers: exact in any order)."""
-        call = self.call
-        b = len(base)
-        seqs = float(b)
-        n_blocks = int(self._blocks[longest + lo])
-        splits = num_splits(b * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
-        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
-        units, keys, blocks = np.add.reduce(self._run_table(splits).take(ctx, axis=1), axis=-1)  # each (k,), fresh
-        split = float(splits)
-        waves = math.ceil(seqs * call.ctas_per_seq * split / call.slots)
-        # In place, each of _run_units' operations, a few with their operands swapped (exact).
-        blocks /= max(seqs, 1.0)  # the mean blocks a CTA
-        blocks *= waves
-        np.maximum(float(math.ceil(n_blocks / split)), blocks, out=blocks)
-        blocks *= call._block_units  # the critical path
-        keys += seqs
-        keys *= call._kv_units
-        keys += seqs * call._qo_units  # the KV stream
-        blocks -= keys
-        np.maximum(blocks, 0.0, out=blocks)
-        blocks += call._combine_units * (split > 1.0)
-        np.floor(blocks, out=blocks)
-        units += self.decode_fixed
-        units += blocks
-        return units
-
-    def _run_table(self, splits: int) -> np.ndarray:
-        """(3, contexts): per context its decode units, windowed cached length and K/V blocks a CTA
-        streams under `splits`, the three tables _run_units gathers, stacked for one gather."""
-        table = self._run_tables.get(splits)
-        if table is None or table.shape[1] != len(self._blocks_arr):
-            blocks = self._blocks_arr if splits == 1 else np.ceil(self._blocks_arr / float(splits))
-            table = np.stack([self._decode_units_arr, self._cached_arr, blocks])
-            self._run_tables[splits] = table
-        return table
-
-    def _run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
-        """Attention units of each iteration of a decode run (the tables cover its contexts)."""
-        b = len(base)
-        k = hi - lo
-        steps = np.arange(lo, hi, dtype=np.int64)
-        ctx = base[None, :] + steps[:, None]
-        longest = longest + steps  # each row's longest context
-        units = self._decode_units_arr[ctx].sum(axis=-1) + self.decode_fixed
-        call = self.call
-        if call is not None:
-            seqs = float(b)
-            if self.window is None:  # the cached contexts are the contexts: their sum in closed form (exact integers)
-                keys = (float(base.sum()) + b * steps) + seqs
-            else:
-                keys = self._cached_arr[ctx].sum(axis=-1) + seqs
-            n_blocks = self._blocks_arr[longest]
-            if b * call.ctas_per_seq >= 0.8 * call.slots:  # split_kv.num_splits: enough CTAs, one split
-                splits = np.ones(k)
-            else:
-                splits = call._splits(np.full(k, seqs), n_blocks)
-            waves = np.ceil(seqs * call.ctas_per_seq * splits / call.slots)
-            blocks = self._blocks_arr[ctx]
-            if splits.max() > 1.0:
-                blocks = np.ceil(blocks / splits[:, None])
-            mean_blocks = blocks.sum(axis=-1) / max(seqs, 1.0)
-            critical = np.maximum(np.ceil(n_blocks / splits), waves * mean_blocks) * call._block_units
-            stream = keys * call._kv_units + seqs * call._qo_units
-            units = units + np.floor(call._combine_units * (splits > 1.0) + np.maximum(critical - stream, 0.0))
-        return units
-
-    def _run_stages(self, attention: np.ndarray, b: int, k: int) -> np.ndarray:
-        """(k, pp) stage seconds of decode-only rows of b sequences, given each row's attention
-        (consumed: a one-stage model sums in it, commuting the first sum and product, exact)."""
-        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
-        if len(self.layers) == 1:
-            t = attention
-            t += linear
-            t += elementwise
-            t += tp_comm
-            t *= self.layers[0]
-            t += embedding
-            t += lm_head
-            if self.overlap:
-                np.maximum(t, cpu, out=t)
-            else:
-                t += cpu
-            if launches is not None:
-                t += launches[0]
-            return t[:, None]
-        layer = linear + attention
-        layer += elementwise
-        layer += tp_comm
-        out = np.empty((k, len(self.layers)))
-        for s, layers in enumerate(self.layers):
-            t = layers * layer
-            if s == 0:
-                t += embedding
-            if s == self.last:
-                t += lm_head
-                if self.overlap:
-                    t = np.maximum(t, cpu)
-                else:
-                    t += cpu
-            if launches is not None:
-                t += launches[s]
-            out[:, s] = t
-        return out

@@ -1,0 +1,201 @@
+"""A decode run's prices, row by row, bit for bit what the vectorized model computes: the part of
+BatchPricer (batch_pricer.py, whose tables it reads) that prices decode-only iterations in bulk.
+
+The simulator advances a run of decode-only iterations (the same sequences, one token each, until
+an arrival or a finish) in one step: row i has contexts base + i. A run whose longest sequence keeps
+its K/V block count (most: arrivals and finishes cut runs to a few dozen rows) has one split count,
+priced from one gather of the stacked tables with scalar split-KV terms, or, for a one-stage model
+where numba is installed, in one compiled call (run_kernel.py); the rest row by row (`_run_units`).
+tests/test_perf_pricer_runs.py compares every path with the vectorized one, bit for bit.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from . import operators as ops
+from . import run_kernel
+from .split_kv import num_splits
+
+# Decode runs priced with numpy before the compiled kernel is looked up (run_kernel.py): numba's
+# import and the load of its cached compilation cost ~0.35 s a process, ~20,000 runs' numpy overhead
+# (~18 us a run), so a short simulation (a test, a probe) never pays it.
+KERNEL_AFTER = 20_000
+
+
+def slowest_stage(stages: np.ndarray) -> np.ndarray:
+    """(k,) iteration seconds of (k, pp) stage seconds: a one-stage model's own, a pipeline's slowest."""
+    return stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)
+
+
+class DecodeRunPricing:
+    """BatchPricer's decode runs (a mixin: the tables, `_shape` and the attention constants are
+    BatchPricer's)."""
+
+    def _start_runs(self) -> None:
+        self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
+        self._kernel: Callable | None | bool = False  # decode_run_times' compiled run: False, not looked up yet
+        self.kernel_after = KERNEL_AFTER  # runs left to price with numpy before it is
+
+    def decode_run_stages(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """(hi - lo, pp) stage seconds of decode-only iterations lo..hi-1 of a run whose iteration 0
+        has contexts `base` (int64, every item one new token): iteration i has contexts base + i."""
+        b = len(base)
+        k = hi - lo
+        if b == 0 or k <= 0:
+            return np.zeros((max(k, 0), len(self.layers)))
+        longest = int(np.maximum.reduce(base))  # (ndarray.max's own reduce, without its Python wrapper: a run's fixed cost)
+        if longest + hi - 1 >= len(self._decode_units):
+            self._grow(longest + hi - 1)
+        call = self.call
+        if call is not None and self._blocks[longest + lo] == self._blocks[longest + hi - 1]:
+            units = self._one_split_run_units(base, lo, hi, longest)
+        else:
+            units = self._run_units(base, lo, hi, longest)
+        units *= ops.TIME_QUANTUM_S  # a fresh array: the attention seconds
+        return self._run_stages(units, b, k)
+
+    def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """(hi - lo,) seconds of the iterations of decode_run_stages(base, lo, hi), their slowest
+        stage: a one-stage model's run that keeps one split count in one compiled call where numba
+        is installed (run_kernel.py: the same doubles), after `kernel_after` runs; else numpy's."""
+        run = self._kernel
+        if run is False:
+            if self.kernel_after > 0:
+                self.kernel_after -= 1
+                return slowest_stage(self.decode_run_stages(base, lo, hi))
+            run = self._kernel = run_kernel.kernel() if len(self.layers) == 1 and self.call is not None else None
+        b = len(base)
+        if run is None or b == 0 or hi <= lo:
+            return slowest_stage(self.decode_run_stages(base, lo, hi))
+        longest = int(np.maximum.reduce(base))
+        if longest + hi - 1 >= len(self._decode_units):
+            self._grow(longest + hi - 1)
+        if self._blocks[longest + lo] != self._blocks[longest + hi - 1]:
+            return slowest_stage(self.decode_run_stages(base, lo, hi))
+        call = self.call
+        splits, n_blocks, waves = self._one_split(b, longest + lo)
+        split = float(splits)
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        out = np.empty(hi - lo)
+        run(self._run_table(splits), base, lo, hi - lo, float(b), float(waves), float(math.ceil(n_blocks / split)),
+            call._block_units, call._kv_units, float(b) * call._qo_units, call._combine_units * (split > 1.0),
+            self.decode_fixed, ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
+            lm_head, cpu, bool(self.overlap), 0.0 if launches is None else launches[0], out)
+        return out
+
+    def _one_split(self, b: int, longest: int) -> tuple[int, int, int]:
+        """(splits, K/V blocks of the longest context, waves) of a decode batch of b sequences
+        whose longest context is `longest`: split_kv.DecodeCall's layout, on Python scalars."""
+        call = self.call
+        n_blocks = int(self._blocks[longest])
+        splits = num_splits(b * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
+        return splits, n_blocks, math.ceil(float(b) * call.ctas_per_seq * float(splits) / call.slots)
+
+    def _one_split_run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
+        """_run_units of a run whose longest sequence keeps its K/V block count (the common case:
+        a run rarely crosses a block of keys), so every row has the same splits: the per-item sums
+        come from one gather of _run_table and the split-KV terms are Python scalars, operation for
+        operation those of _run_units (its sums are of whole numbers: exact in any order)."""
+        call = self.call
+        b = len(base)
+        seqs = float(b)
+        splits, n_blocks, waves = self._one_split(b, longest + lo)
+        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+        units, keys, blocks = np.add.reduce(self._run_table(splits).take(ctx, axis=1), axis=-1)  # each (k,), fresh
+        split = float(splits)
+        # In place, each of _run_units' operations, a few with their operands swapped (exact).
+        blocks /= max(seqs, 1.0)  # the mean blocks a CTA
+        blocks *= waves
+        np.maximum(float(math.ceil(n_blocks / split)), blocks, out=blocks)
+        blocks *= call._block_units  # the critical path
+        keys += seqs
+        keys *= call._kv_units
+        keys += seqs * call._qo_units  # the KV stream
+        blocks -= keys
+        np.maximum(blocks, 0.0, out=blocks)
+        blocks += call._combine_units * (split > 1.0)
+        np.floor(blocks, out=blocks)
+        units += self.decode_fixed
+        units += blocks
+        return units
+
+    def _run_table(self, splits: int) -> np.ndarray:
+        """(3, contexts): per context its decode units, windowed cached length and K/V blocks a CTA
+        streams under `splits`, the three tables _run_units gathers, stacked for one gather."""
+        table = self._run_tables.get(splits)
+        if table is None or table.shape[1] != len(self._blocks_arr):
+            blocks = self._blocks_arr if splits == 1 else np.ceil(self._blocks_arr / float(splits))
+            table = np.stack([self._decode_units_arr, self._cached_arr, blocks])
+            self._run_tables[splits] = table
+        return table
+
+    def _run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
+        """Attention units of each iteration of a decode run (the tables cover its contexts)."""
+        b = len(base)
+        k = hi - lo
+        steps = np.arange(lo, hi, dtype=np.int64)
+        ctx = base[None, :] + steps[:, None]
+        longest = longest + steps  # each row's longest context
+        units = self._decode_units_arr[ctx].sum(axis=-1) + self.decode_fixed
+        call = self.call
+        if call is not None:
+            seqs = float(b)
+            if self.window is None:  # the cached contexts are the contexts: their sum in closed form (exact integers)
+                keys = (float(base.sum()) + b * steps) + seqs
+            else:
+                keys = self._cached_arr[ctx].sum(axis=-1) + seqs
+            n_blocks = self._blocks_arr[longest]
+            if b * call.ctas_per_seq >= 0.8 * call.slots:  # split_kv.num_splits: enough CTAs, one split
+                splits = np.ones(k)
+            else:
+                splits = call._splits(np.full(k, seqs), n_blocks)
+            waves = np.ceil(seqs * call.ctas_per_seq * splits / call.slots)
+            blocks = self._blocks_arr[ctx]
+            if splits.max() > 1.0:
+                blocks = np.ceil(blocks / splits[:, None])
+            mean_blocks = blocks.sum(axis=-1) / max(seqs, 1.0)
+            critical = np.maximum(np.ceil(n_blocks / splits), waves * mean_blocks) * call._block_units
+            stream = keys * call._kv_units + seqs * call._qo_units
+            units = units + np.floor(call._combine_units * (splits > 1.0) + np.maximum(critical - stream, 0.0))
+        return units
+
+    def _run_stages(self, attention: np.ndarray, b: int, k: int) -> np.ndarray:
+        """(k, pp) stage seconds of decode-only rows of b sequences, given each row's attention
+        (consumed: a one-stage model sums in it, commuting the first sum and product, exact)."""
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        if len(self.layers) == 1:
+            t = attention
+            t += linear
+            t += elementwise
+            t += tp_comm
+            t *= self.layers[0]
+            t += embedding
+            t += lm_head
+            if self.overlap:
+                np.maximum(t, cpu, out=t)
+            else:
+                t += cpu
+            if launches is not None:
+                t += launches[0]
+            return t[:, None]
+        layer = linear + attention
+        layer += elementwise
+        layer += tp_comm
+        out = np.empty((k, len(self.layers)))
+        for s, layers in enumerate(self.layers):
+            t = layers * layer
+            if s == 0:
+                t += embedding
+            if s == self.last:
+                t += lm_head
+                if self.overlap:
+                    t = np.maximum(t, cpu)
+                else:
+                    t += cpu
+            if launches is not None:
+                t += launches[s]
+            out[:, s] = t
+        return out
