@@ -46,10 +46,11 @@ def test_compiled_decode_runs_bit_for_bit(name, monkeypatch):
     """A one-stage model's one-split runs priced in one compiled call (run_kernel.py, numba without
     fastmath) give the vectorized path's doubles, every row (an operation swapped or fused fails)."""
     import numba  # noqa: F401  (a dependency: the kernel must be what this tests)
+    from engines.perf import decode_runs
 
     p = MODELS[name]
     pricer = p._pricer
-    monkeypatch.setattr(pricer, "kernel_after", 0)
+    monkeypatch.setattr(decode_runs, "_numpy_runs_left", 0)
     monkeypatch.setattr(pricer, "_kernel", False)
     rng = np.random.default_rng(13)
     for base, lo, hi in short_runs(rng, 600):
@@ -64,12 +65,12 @@ def test_compiled_decode_runs_bit_for_bit(name, monkeypatch):
 
 def test_without_numba_decode_runs_are_numpys(monkeypatch):
     """Where numba is not installed the pricer keeps numpy's path: the same doubles."""
-    from engines.perf import run_kernel
+    from engines.perf import decode_runs, run_kernel
 
     p = MODELS["mistral-window"]
     pricer = p._pricer
     monkeypatch.setattr(run_kernel, "_KERNEL", [None])
-    monkeypatch.setattr(pricer, "kernel_after", 0)
+    monkeypatch.setattr(decode_runs, "_numpy_runs_left", 0)
     monkeypatch.setattr(pricer, "_kernel", False)
     for base, lo, hi in short_runs(np.random.default_rng(17), 100):
         ctx = base[None, :] + np.arange(lo, hi)[:, None]
@@ -170,3 +171,27 @@ def test_a_simulation_is_the_same_with_and_without_the_floor(rate):
     for a, b in zip(floored, plain):
         np.testing.assert_array_equal(a.token_times_s, b.token_times_s)
         assert (a.first_scheduled_s, a.finished_s) == (b.first_scheduled_s, b.finished_s)
+
+
+def test_numba_is_imported_only_once_a_process_priced_enough_runs():
+    """A short simulation (a test, a probe) never pays numba's import: the kernel is looked up only
+    after KERNEL_AFTER runs priced in the process (in a fresh one, as a probe's worker is)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np
+from engines.perf import PerfModel, decode_runs
+from engines.perf.deployment import Deployment
+p = PerfModel(Deployment.create(model="mistral-7b", gpu="a100-80g-sxm", tp=1))
+for c in range(200):
+    p.decode_run_times(np.array([c, 2 * c + 5]), 0, 20)
+print("numba" in sys.modules, end=" ")
+decode_runs._numpy_runs_left = 1
+for c in range(2):
+    p.decode_run_times(np.array([c, 2 * c + 5]), 0, 20)
+print("numba" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

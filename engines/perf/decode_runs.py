@@ -19,10 +19,12 @@ from . import operators as ops
 from . import run_kernel
 from .split_kv import num_splits
 
-# Decode runs priced with numpy before the compiled kernel is looked up (run_kernel.py): numba's
-# import and the load of its cached compilation cost ~0.35 s a process, ~20,000 runs' numpy overhead
-# (~18 us a run), so a short simulation (a test, a probe) never pays it.
+# Decode runs a process prices with numpy before the compiled kernel is looked up (run_kernel.py):
+# numba's import and the load of its cached compilation cost ~0.35 s a process, ~20,000 runs' numpy
+# overhead (~18 us a run), so a short simulation (a test, a probe) never pays it. Counted across the
+# process's pricers (a fleet's replicas each have their own), as the cost is the process's.
 KERNEL_AFTER = 20_000
+_numpy_runs_left = KERNEL_AFTER
 
 
 def slowest_stage(stages: np.ndarray) -> np.ndarray:
@@ -37,7 +39,6 @@ class DecodeRunPricing:
     def _start_runs(self) -> None:
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
         self._kernel: Callable | None | bool = False  # decode_run_times' compiled run: False, not looked up yet
-        self.kernel_after = KERNEL_AFTER  # runs left to price with numpy before it is
 
     def decode_run_stages(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, pp) stage seconds of decode-only iterations lo..hi-1 of a run whose iteration 0
@@ -60,11 +61,12 @@ class DecodeRunPricing:
     def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(hi - lo,) seconds of the iterations of decode_run_stages(base, lo, hi), their slowest
         stage: a one-stage model's run that keeps one split count in one compiled call where numba
-        is installed (run_kernel.py: the same doubles), after `kernel_after` runs; else numpy's."""
+        is installed (run_kernel.py: the same doubles), once the process priced KERNEL_AFTER runs; else numpy's."""
+        global _numpy_runs_left
         run = self._kernel
         if run is False:
-            if self.kernel_after > 0:
-                self.kernel_after -= 1
+            if _numpy_runs_left > 0:
+                _numpy_runs_left -= 1
                 return slowest_stage(self.decode_run_stages(base, lo, hi))
             run = self._kernel = run_kernel.kernel() if len(self.layers) == 1 and self.call is not None else None
         b = len(base)
