@@ -10,7 +10,7 @@ replica; the issue's target is 24 simulated hours of 64 replicas in under 10 min
 `--workers 1,2` times `cluster.workers` (2: the replicas simulated apart, where the router reads no
 replica state: `--lone round_robin` makes session_affinity so). The day's projection is the
 run's time scaled by requests to 24 hours of arrivals at `--qps` a replica (its wall time on that
-many idle cores: the routing plus the largest worker's share, each timed by CPU). The last column
+many idle cores: the routing plus the pool's makespan of the instances, each timed by CPU). The last column
 projects the issue's target (`--target 64,2`: 64 replicas on 2 cores) from this run's CPU time a
 request: `--replicas 1 --horizon-s 86400 --day-s 86400 --lone round_robin` runs one replica's
 whole day (its caches warm, its sessions long, as the fleet's are), the best base for it. `--digest` also prints a hash of each fleet's records (fingerprint_sim's): speed work compares it
@@ -78,8 +78,8 @@ def main() -> None:
     ap.add_argument("--lone", default=None, help="session_affinity's without_session (round_robin: no choice reads "
                     "instance state, so cluster.workers > 1 runs the replicas apart)")
     ap.add_argument("--pool", action="store_true", help="workers > 1: time the real process pool by the wall clock "
-                    "(a loaded machine slows it); default: each worker's share timed here by CPU, the projection "
-                    "taking the largest share (what w idle cores would take, less the pool's start)")
+                    "(a loaded machine slows it); default: each instance timed here by CPU, the projection taking "
+                    "the pool's makespan of them on w workers (what w idle cores would take, less the pool's start)")
     ap.add_argument("--digest", action="store_true", help="print a hash of each fleet's records")
     ap.add_argument("--target", default="64,2", help="REPLICAS,CORES of the day the last column projects (the "
                     "issue's: 64 replicas on 2 cores): this run's CPU seconds a request times that day's requests, "
@@ -98,16 +98,16 @@ def main() -> None:
     for k in (int(x) for x in args.replicas.split(",")):
         for w in (int(x) for x in args.workers.split(",")):
             plan, reqs = fleet_requests(k, args.qps, args.horizon_s, args.day_s, w)
-            shares: list[float] = []
-            if w > 1 and not args.pool:  # each worker's share run here, one after another, its CPU time kept
+            shares: list[float] = []  # each instance's CPU seconds
+            if w > 1 and not args.pool:  # each instance run here, one after another, its CPU time kept
                 partition._map = lambda parts, workers: [_timed(p, shares) for p in parts]
             t0, w0 = time.process_time(), time.perf_counter()
             with open_backend(plan.job("sarathi", progress=False)) as backend:
                 run = backend.run(reqs)
             cpu, wall = time.process_time() - t0, time.perf_counter() - w0
             partition._map = POOL_MAP
-            if shares:  # on w idle cores the run takes its routing plus its largest share
-                wall = cpu - sum(shares) + max(shares)
+            if shares:  # on w idle cores the run takes its routing plus the pool's makespan of its instances
+                wall = cpu - sum(shares) + _makespan(shares, w)
             elif w == 1 or not args.pool:
                 wall = cpu  # one idle core: its CPU time (the wall clock of a shared machine says little)
             done = [r.finished_s for r in run.records if r.finished_s == r.finished_s]
@@ -145,9 +145,17 @@ def _other_copies(n: int) -> list[subprocess.Popen]:
 
 def _timed(part, shares: list[float]):
     t0 = time.process_time()
-    out = partition._run_shipped(part)  # what a worker does, its records' packing included
+    out = partition._run_one_shipped(part)  # what a worker does, its records' packing included
     shares.append(time.process_time() - t0)
     return out
+
+
+def _makespan(times: list[float], workers: int) -> float:
+    """When the last of `workers` ends, each taking the next task (in this order) as it frees: the pool's way."""
+    ends = [0.0] * workers
+    for t in times:
+        ends[ends.index(min(ends))] += t
+    return max(ends)
 
 
 POOL_MAP = partition._map

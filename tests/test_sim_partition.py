@@ -92,7 +92,7 @@ def _fleet(workers, router="session_affinity", knobs="{without_session: round_ro
 
 def test_the_backend_runs_apart_with_the_same_records_and_diagnostics(capsys):
     one, two = _fleet(1), _fleet(2)
-    assert capsys.readouterr().err == "cluster.workers=2: 2 shares in a process pool of 2\n"  # apart: no fallback
+    assert capsys.readouterr().err == "cluster.workers=2: 3 instances in a process pool of 2\n"  # apart: no fallback
     assert one.diagnostics == two.diagnostics and one.diagnostics["prefix_cache"]["hits"] > 0
     for a, b in zip(one.records, two.records):
         same(a, b)
