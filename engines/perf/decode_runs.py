@@ -11,6 +11,7 @@ tests/test_perf_pricer_runs.py compares every path with the vectorized one, bit 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 
 import numpy as np
@@ -60,8 +61,10 @@ class DecodeRunPricing:
 
     def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(hi - lo,) seconds of the iterations of decode_run_stages(base, lo, hi), their slowest
-        stage: a one-stage model's run that keeps one split count in one compiled call where numba
-        is installed (run_kernel.py: the same doubles), once the process priced KERNEL_AFTER runs; else numpy's."""
+        stage. A one-stage model's run is priced in compiled calls where numba is installed (once
+        the process priced KERNEL_AFTER runs with numpy), one for each stretch of rows whose longest
+        sequence keeps its K/V block count, so its split count (run_kernel.py: numpy's doubles);
+        else with numpy."""
         global _numpy_runs_left
         run = self._kernel
         if run is False:
@@ -75,17 +78,22 @@ class DecodeRunPricing:
         longest = int(np.maximum.reduce(base))
         if longest + hi - 1 >= len(self._decode_units):
             self._grow(longest + hi - 1)
-        if self._blocks[longest + lo] != self._blocks[longest + hi - 1]:
-            return slowest_stage(self.decode_run_stages(base, lo, hi))
-        call = self.call
-        splits, n_blocks, waves = self._one_split(b, longest + lo)
-        split = float(splits)
+        call, blocks = self.call, self._blocks
+        seqs = float(b)
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        launch = 0.0 if launches is None else launches[0]
         out = np.empty(hi - lo)
-        run(self._run_table(splits), base, lo, hi - lo, float(b), float(waves), float(math.ceil(n_blocks / split)),
-            call._block_units, call._kv_units, float(b) * call._qo_units, call._combine_units * (split > 1.0),
-            self.decode_fixed, ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
-            lm_head, cpu, bool(self.overlap), 0.0 if launches is None else launches[0], out)
+        i = lo
+        while i < hi:  # a stretch of rows with one K/V block count (blocks only grow along a run)
+            n = blocks[longest + i]
+            j = hi if blocks[longest + hi - 1] == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
+            splits, n_blocks, waves = self._one_split(b, longest + i)
+            split = float(splits)
+            run(self._run_table(splits), base, i, j - i, seqs, float(waves), float(math.ceil(n_blocks / split)),
+                call._block_units, call._kv_units, seqs * call._qo_units, call._combine_units * (split > 1.0),
+                self.decode_fixed, ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
+                lm_head, cpu, bool(self.overlap), launch, out[i - lo:j - lo])
+            i = j
         return out
 
     def _one_split(self, b: int, longest: int) -> tuple[int, int, int]:
