@@ -13,6 +13,7 @@ path. tests/test_perf_pricer_runs.py compares both on thousands of runs, bit for
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -68,13 +69,28 @@ def _one_split_run_times(table, base, lo, k, seqs, waves, top, block_units, kv_u
 
 def kernel() -> Callable | None:
     """The compiled `_one_split_run_times` (numba's on-disk cache keeps the compilation across
-    processes), or None without numba."""
+    processes; where no cache location is writable, compiled in each process), or None without
+    numba, or where it fails to compile (said once on stderr: numpy's path prices the same)."""
     if not _KERNEL:
-        try:
-            import numba
-        except ImportError:
-            _KERNEL.append(None)
-        else:
-            _KERNEL.append(numba.njit(cache=True, fastmath=False, nogil=True)(_one_split_run_times))
+        _KERNEL.append(_compiled())
     return _KERNEL[0]
 
+
+def _compiled() -> Callable | None:
+    try:
+        import numba
+    except ImportError:
+        return None
+    try:
+        try:
+            run = numba.njit(cache=True, fastmath=False, nogil=True)(_one_split_run_times)
+        except RuntimeError:  # "cannot cache function ...: no locator available" (a read-only install)
+            run = numba.njit(fastmath=False, nogil=True)(_one_split_run_times)
+        out = np.empty(1)  # compiled (or loaded) here, with the argument types the pricer passes
+        run(np.ones((3, 2)), np.zeros(1, dtype=np.int64), 0, 1, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0,
+            0.0, 1.0, 0.0, 0.0, 0.0, False, 0.0, out)
+    except Exception as e:  # noqa: BLE001  (any failure of the compiler: numpy's path is the same prices)
+        print(f"engines.perf.run_kernel: numba could not compile the decode-run kernel ({type(e).__name__}: {e}); "
+              "pricing runs with numpy", file=sys.stderr)
+        return None
+    return run
