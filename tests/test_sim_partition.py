@@ -146,3 +146,23 @@ def test_records_cross_the_process_boundary_as_columns_and_come_back_the_same():
     assert RecordColumns.pack([]).unpack() == []
     odd = RequestRecord(1, 0, 5, 2, 0.1, 0.2, 0.3, np.array([0.2, 0.3]))  # an int arrival: a column says 0.0
     assert RecordColumns.pack([odd]) is None
+
+
+def test_requests_cross_the_process_boundary_as_rows_and_come_back_the_same():
+    """A replica's requests go to its worker as tuples of their fields (request_rows.py): after
+    pickling, each is equal to what was sent and every field the same type (reprs equal), sessions'
+    segments, token ids, text and None fields included."""
+    import pickle
+
+    from harness.backends.sim.request_rows import from_rows, to_rows
+    from harness.records import RequestSpec
+
+    plan = plan_experiment(compose([
+        "experiment=mistral7b_strict", "dataset=agent_transcripts", "scheduler=[sarathi]", "search.num_requests=40"]))
+    reqs = probe_requests(plan, 2.0) + [
+        RequestSpec(900, 1.5, 3, 2, prompt_token_ids=(5, 6, 7), prompt_text="hi", think_s=0.25),
+        RequestSpec(901, 2, 4, 1)]  # an int arrival stays an int
+    assert any(r.after is not None and r.prompt_segments for r in reqs)
+    back = from_rows(pickle.loads(pickle.dumps(to_rows(reqs))))
+    assert back == reqs and [repr(r) for r in back] == [repr(r) for r in reqs]
+    assert from_rows(to_rows([])) == []

@@ -29,6 +29,7 @@ from harness.backends.sim.cluster import ClusterSessionRun
 from harness.backends.sim.gc_pacing import fewer_collections
 from harness.backends.sim.loop import IterationTimer, SimRun, step_until
 from harness.backends.sim.record_columns import RecordColumns
+from harness.backends.sim.request_rows import from_rows, to_rows
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.sessions import has_sessions
 from harness.records import RequestRecord, RequestSpec, session_keys
@@ -45,7 +46,7 @@ def partition_plan(requests: Seq[RequestSpec], router: Router, instances: int, p
     sessions = has_sessions(requests)
     static = getattr(router, "static_choice", None)
     if not getattr(router, "needs_state", True) and not sessions:
-        order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i))  # the loop's decision order
+        order = _arrival_order(requests)  # the loop's decision order
         out = [0] * len(requests)
         for i in order:  # a stateless router's choices never read the states it is given
             out[i] = router.choose([None] * instances)  # type: ignore[list-item]
@@ -57,7 +58,7 @@ def partition_plan(requests: Seq[RequestSpec], router: Router, instances: int, p
     out, home = [0] * len(requests), {}
     # The order the loop routes first turns and lone requests in (release = arrival for them); a
     # later turn's choice must not depend on order: checked below, its session must stay home.
-    for i in sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i)):
+    for i in _arrival_order(requests):
         key = keys[i]
         k = static(RouteRequest(key), instances)
         if k is None:
@@ -68,6 +69,12 @@ def partition_plan(requests: Seq[RequestSpec], router: Router, instances: int, p
     return out
 
 
+def _arrival_order(requests: Seq[RequestSpec]) -> list[int]:
+    """Indices by (arrival, index): a stable sort by arrival alone keeps ties in index order."""
+    arrivals = [r.arrival_s for r in requests]
+    return sorted(range(len(arrivals)), key=arrivals.__getitem__)
+
+
 def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, bool, float | None, bool]]):
     """A worker's share: each instance alone, as `loop.simulate` runs one engine (pp=1); its
     records, the requests it was given (a turn a time limit kept unreleased never was) and its
@@ -76,10 +83,11 @@ def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, b
         return [_run_instance(*part) for part in parts]
 
 
-def _run_shipped(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, bool, float | None, bool]]):
-    """`_run_instances` in another process: each instance's records packed, to cross back as a few arrays."""
+def _run_shipped(parts: list[tuple[list[tuple], Engine, IterationTimer, bool, float | None, bool]]):
+    """`_run_instances` in another process, of parts whose requests came as rows (`_shipped`): each
+    instance's records packed, to cross back as a few arrays."""
     out = []
-    for records, routed, cache in _run_instances(parts):
+    for records, routed, cache in _run_instances([(from_rows(p[0]), *p[1:]) for p in parts]):
         packed = RecordColumns.pack(records)
         out.append((records if packed is None else packed, routed, cache))
     return out
@@ -112,6 +120,11 @@ def _run_one_shipped(part: tuple) -> tuple:
     return _run_shipped([part])[0]
 
 
+def _shipped(part: tuple) -> tuple:
+    """A part as it crosses to another process: its requests as rows (request_rows.py)."""
+    return (to_rows(part[0]), *part[1:])
+
+
 def _map(parts: list[tuple], workers: int) -> list:
     """Each instance's `_run_shipped` result, in the order of `parts` (one instance each).
 
@@ -125,7 +138,7 @@ def _map(parts: list[tuple], workers: int) -> list:
         shares = _shares([len(p[0]) for p in parts], workers)
         remote = ray.remote(num_cpus=1, max_retries=0)(_run_shipped)
         print(f"cluster.workers={workers}: {len(shares)} shares as Ray tasks", file=sys.stderr)  # where they ran
-        got = ray.get([remote.remote([parts[k] for k in share]) for share in shares])
+        got = ray.get([remote.remote([_shipped(parts[k]) for k in share]) for share in shares])
         out: list = [None] * len(parts)
         for share, results in zip(shares, got):
             for k, r in zip(share, results):
@@ -138,7 +151,7 @@ def _map(parts: list[tuple], workers: int) -> list:
     print(f"cluster.workers={workers}: {len(parts)} instances in a process pool of {min(workers, len(parts))}",
           file=sys.stderr)
     with ProcessPoolExecutor(max_workers=min(workers, len(parts)), mp_context=ctx) as pool:
-        return list(pool.map(_run_one_shipped, parts))
+        return list(pool.map(_run_one_shipped, map(_shipped, parts)))
 
 
 def simulate_partitioned(
