@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import sys
+from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import ProcessPoolExecutor
 
@@ -125,8 +126,9 @@ def _shipped(part: tuple) -> tuple:
     return (to_rows(part[0]), *part[1:])
 
 
-def _map(parts: list[tuple], workers: int) -> list:
-    """Each instance's `_run_shipped` result, in the order of `parts` (one instance each).
+def _map(parts: list[tuple], workers: int) -> Iterator[tuple]:
+    """Each instance's `_run_shipped` result, in the order of `parts` (one instance each), yielded
+    as it comes: the caller unpacks an instance's records while the workers run the next ones.
 
     In a process pool each instance is a task, handed to the first free worker in the order given
     (largest first: the workers end together): the first starts once its own requests are sent, and
@@ -135,15 +137,8 @@ def _map(parts: list[tuple], workers: int) -> list:
     instances go in `workers` shares (dealt largest first), one Ray task each."""
     ray = sys.modules.get("ray")  # only a process Ray already runs in: a pool is cheaper to start than Ray
     if ray is not None and ray.is_initialized():
-        shares = _shares([len(p[0]) for p in parts], workers)
-        remote = ray.remote(num_cpus=1, max_retries=0)(_run_shipped)
-        print(f"cluster.workers={workers}: {len(shares)} shares as Ray tasks", file=sys.stderr)  # where they ran
-        got = ray.get([remote.remote([_shipped(parts[k]) for k in share]) for share in shares])
-        out: list = [None] * len(parts)
-        for share, results in zip(shares, got):
-            for k, r in zip(share, results):
-                out[k] = r
-        return out
+        yield from _ray_map(ray, parts, workers)
+        return
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if ctx.get_start_method() == "forkserver":
@@ -151,7 +146,19 @@ def _map(parts: list[tuple], workers: int) -> list:
     print(f"cluster.workers={workers}: {len(parts)} instances in a process pool of {min(workers, len(parts))}",
           file=sys.stderr)
     with ProcessPoolExecutor(max_workers=min(workers, len(parts)), mp_context=ctx) as pool:
-        return list(pool.map(_run_one_shipped, map(_shipped, parts)))
+        yield from pool.map(_run_one_shipped, map(_shipped, parts))
+
+
+def _ray_map(ray, parts: list[tuple], workers: int) -> list:
+    shares = _shares([len(p[0]) for p in parts], workers)
+    remote = ray.remote(num_cpus=1, max_retries=0)(_run_shipped)
+    print(f"cluster.workers={workers}: {len(shares)} shares as Ray tasks", file=sys.stderr)  # where they ran
+    got = ray.get([remote.remote([_shipped(parts[k]) for k in share]) for share in shares])
+    out: list = [None] * len(parts)
+    for share, results in zip(shares, got):
+        for k, r in zip(share, results):
+            out[k] = r
+    return out
 
 
 def simulate_partitioned(
