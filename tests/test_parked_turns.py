@@ -169,3 +169,29 @@ def test_a_hint_block_cached_again_by_a_stranger_is_taken_singly():
         blocks.audit([turn2.block_table])
         books.append((blocks.evictable_order(), list(blocks._free), turn2.block_table[:]))
     assert books[0] == books[1]
+
+
+def test_a_turn_sharing_a_block_past_its_first_is_not_parked():
+    """A turn is parked only if it alone holds every block, not only its first: two requests that
+    computed the same first block at once leave the turn's copy uncached (held by it alone), while
+    its second block, cached, is hit by a third request. Freed, the turn must free block by block."""
+    books = []
+    for parks in (True, False):
+        blocks = PrefixCachingBlockManager(20, BS, watermark=0.0)
+        blocks.parks_turns = parks
+        turn = Sequence(0, 12, 1, Segments(((1, 8), (2, 4), (3, 1)), BS, continued=True))
+        other = Sequence(1, 8, 1, Segments(((1, 4), (9, 4), (4, 1)), BS))  # the same first block only
+        blocks.admit(turn)
+        blocks.admit(other)
+        other.num_computed = 8
+        blocks.register(other)  # its first block cached first
+        turn.num_computed = 12
+        blocks.register(turn)  # so the turn's first block stays uncached, its second is cached
+        assert blocks._hash[turn.block_table[0]] is None and blocks._hash[turn.block_table[1]] is not None
+        third = Sequence(2, 12, 1, Segments(((1, 8), (5, 4), (6, 1)), BS))
+        blocks.admit(third)  # hits the other's first block and the turn's second
+        assert third.block_table[:2] == [other.block_table[0], turn.block_table[1]]
+        blocks.free(turn)
+        blocks.audit([other.block_table, third.block_table])
+        books.append((blocks.evictable_order(), list(blocks._free), third.block_table[:]))
+    assert books[0] == books[1]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
+from operator import itemgetter
 
 from engines.core.sequence import Sequence
 
@@ -150,7 +151,11 @@ class TurnParking:
         hit raises it."""
         ref = self._ref
         rest = table[unhit:] if unhit else table
-        return list(map(ref.__getitem__, rest)).count(1) == len(rest)
+        if len(rest) < 2:
+            return not rest or ref[rest[0]] == 1
+        if ref[rest[0]] != 1:  # where a shared block is, mostly: a system prompt's, first
+            return False
+        return itemgetter(*rest)(ref).count(1) == len(rest)  # (one C call: no list of the counts)
 
     def _park(self, seq: Sequence, key: int, taken: int) -> None:
         """Free a turn's blocks, which it alone held, as a group: the cached ones evictable at this
