@@ -69,7 +69,7 @@ def test_without_numba_decode_runs_are_numpys(monkeypatch):
 
     p = MODELS["mistral-window"]
     pricer = p._pricer
-    monkeypatch.setattr(run_kernel, "_KERNEL", [None])
+    monkeypatch.setattr(run_kernel, "kernel", lambda: None)
     monkeypatch.setattr(decode_runs, "_numpy_runs_left", 0)
     monkeypatch.setattr(pricer, "_kernel", False)
     for base, lo, hi in short_runs(np.random.default_rng(17), 100):
@@ -195,3 +195,22 @@ print("numba" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_a_kernel_numba_cannot_compile_leaves_numpys_path_and_says_so(monkeypatch, capsys):
+    """A compiler failure (any exception, with or without the on-disk cache) is one line on stderr
+    and no kernel: the pricer then prices with numpy, the same doubles."""
+    import numba
+
+    from engines.perf import run_kernel
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+    monkeypatch.setattr(numba, "njit", broken)
+    run_kernel.kernel.cache_clear()
+    try:
+        assert run_kernel.kernel() is None
+    finally:
+        run_kernel.kernel.cache_clear()  # the next test compiles (or loads) the real one
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not compile" in err[0] and "no compiler here" in err[0]

@@ -48,9 +48,7 @@ class DecodeRunPricing:
         k = hi - lo
         if b == 0 or k <= 0:
             return np.zeros((max(k, 0), len(self.layers)))
-        longest = int(np.maximum.reduce(base))  # (ndarray.max's own reduce, without its Python wrapper: a run's fixed cost)
-        if longest + hi - 1 >= len(self._decode_units):
-            self._grow(longest + hi - 1)
+        longest = self._cover(base, hi)
         call = self.call
         if call is not None and self._blocks[longest + lo] == self._blocks[longest + hi - 1]:
             units = self._one_split_run_units(base, lo, hi, longest)
@@ -75,9 +73,7 @@ class DecodeRunPricing:
         b = len(base)
         if run is None or b == 0 or hi <= lo:
             return slowest_stage(self.decode_run_stages(base, lo, hi))
-        longest = int(np.maximum.reduce(base))
-        if longest + hi - 1 >= len(self._decode_units):
-            self._grow(longest + hi - 1)
+        longest = self._cover(base, hi)
         call, blocks = self.call, self._blocks
         seqs = float(b)
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
@@ -95,6 +91,13 @@ class DecodeRunPricing:
                 lm_head, cpu, bool(self.overlap), launch, out[i - lo:j - lo])
             i = j
         return out
+
+    def _cover(self, base: np.ndarray, hi: int) -> int:
+        """The run's longest context at iteration 0, the tables grown to cover its rows up to hi."""
+        longest = int(np.maximum.reduce(base))  # (ndarray.max's own reduce, without its Python wrapper: a run's fixed cost)
+        if longest + hi - 1 >= len(self._decode_units):
+            self._grow(longest + hi - 1)
+        return longest
 
     def _one_split(self, b: int, longest: int) -> tuple[int, int, int]:
         """(splits, K/V blocks of the longest context, waves) of a decode batch of b sequences

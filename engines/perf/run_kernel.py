@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
-_KERNEL: list = []  # [compiled function or None], filled on first use (numba's import is ~0.2 s)
 
 
 def _one_split_run_times(table, base, lo, k, seqs, waves, top, block_units, kv_units, stream_qo, combine,
@@ -67,16 +67,11 @@ def _one_split_run_times(table, base, lo, k, seqs, waves, top, block_units, kv_u
         out[i] = t
 
 
+@cache  # once a process (numba's import is ~0.2 s)
 def kernel() -> Callable | None:
     """The compiled `_one_split_run_times` (numba's on-disk cache keeps the compilation across
     processes; where no cache location is writable, compiled in each process), or None without
     numba, or where it fails to compile (said once on stderr: numpy's path prices the same)."""
-    if not _KERNEL:
-        _KERNEL.append(_compiled())
-    return _KERNEL[0]
-
-
-def _compiled() -> Callable | None:
     try:
         import numba
     except ImportError:
