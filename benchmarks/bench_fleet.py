@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import dataclasses
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import time
 from harness.backends import open_backend
 from harness.backends.sim import partition
 from harness.config import compose
+from harness.records import RequestSpec
 from harness.search.experiment import plan_experiment
 from harness.search.probe import probe_requests
 
@@ -37,13 +37,21 @@ from fingerprint_sim import digest  # benchmarks/ is on sys.path when run as a s
 
 
 def _shifted(reqs, id_offset: int, segment_offset: int):
-    """Requests of a second workload renumbered past the first's ids and segments (no false sharing)."""
-    def seg(s):
-        return None if s is None else s + segment_offset
-    return [dataclasses.replace(
-        r, request_id=r.request_id + id_offset, after=None if r.after is None else r.after + id_offset,
-        prompt_segments=tuple((seg(s), n) for s, n in r.prompt_segments), output_segment=seg(r.output_segment))
-        for r in reqs]
+    """Requests of a second workload renumbered past the first's ids and segments (no false sharing).
+    A session's turn leads with its previous turn's runs (they come one after another): only the
+    runs past those are moved (a day's agents repeat ~10^8)."""
+    def move(run):
+        return None if run[0] is None else run[0] + segment_offset, run[1]
+    out, before, moved = [], (), ()
+    for r in reqs:
+        runs = r.prompt_segments
+        n = len(before)
+        moved = moved + tuple(map(move, runs[n:])) if n and runs[:n] == before else tuple(map(move, runs))
+        before = runs
+        out.append(RequestSpec(r.request_id + id_offset, r.arrival_s, r.prompt_len, r.output_len, r.prompt_token_ids,
+                               r.prompt_text, moved, None if r.output_segment is None else r.output_segment + segment_offset,
+                               None if r.after is None else r.after + id_offset, r.think_s))
+    return out
 
 
 def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float, workers: int = 1):

@@ -116,17 +116,22 @@ def session_keys(requests) -> list[str | None]:
     None for a request on its own. The simulator and the load generator both name sessions so."""
     by_id = {r.request_id: r for r in requests}
     followed = {r.after for r in requests if r.after is not None}
-    roots: dict[int, int] = {}  # request id -> its session's first turn
+    roots: dict[int, str] = {}  # request id -> its session's key
     out: list[str | None] = []
     for r in requests:
-        if r.after is None and r.request_id not in followed:
-            out.append(None)
-            continue
-        path, q = [], r
-        while q.request_id not in roots and q.after is not None:
-            path.append(q.request_id)
-            q = by_id[q.after]
-        root = roots.get(q.request_id, q.request_id)
-        roots.update(dict.fromkeys(path, root))
-        out.append(f"session-{root}")
+        after = r.after
+        if after is None:
+            key = f"session-{r.request_id}" if r.request_id in followed else None
+        elif after in roots:  # the usual order: a turn after the one it follows
+            key = roots[after]
+        else:
+            path, q = [], r
+            while q.request_id not in roots and q.after is not None:
+                path.append(q.request_id)
+                q = by_id[q.after]
+            key = roots.get(q.request_id, f"session-{q.request_id}")
+            roots.update(dict.fromkeys(path, key))
+        if key is not None:
+            roots[r.request_id] = key
+        out.append(key)
     return out

@@ -152,6 +152,10 @@ def test_session_keys_name_the_first_turn():
     reqs = [RequestSpec(0, 0, 1, 1), RequestSpec(1, 0, 1, 1), RequestSpec(2, 0, 1, 1, after=1),
             RequestSpec(3, 0, 1, 1, after=2)]
     assert session_keys(reqs) == [None, "session-1", "session-1", "session-1"]
+    # turns listed before the ones they follow are named by their first turn all the same
+    late = [RequestSpec(7, 0, 1, 1, after=6), RequestSpec(6, 0, 1, 1, after=5), RequestSpec(8, 0, 1, 1),
+            RequestSpec(5, 0, 1, 1), RequestSpec(9, 0, 1, 1, after=7)]
+    assert session_keys(late) == ["session-5", "session-5", None, "session-5", "session-5"]
 
 
 def test_one_instance_with_sessions_is_the_single_engine_bit_for_bit():

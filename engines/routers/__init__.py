@@ -54,6 +54,8 @@ class Router(Protocol):
 
     # Optional: `static_choice(request, n) -> int | None`, the instance `choose` would give
     # `request` among n whatever their state (None: the state decides); session_affinity has it.
+    # For a request with a session it must be a function of the session alone (every turn goes
+    # where the first went): a simulator asks it once a session (harness/backends/sim/partition.py).
 
 
 def least_outstanding(states: list[InstanceState]) -> int:

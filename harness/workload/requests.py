@@ -38,18 +38,21 @@ def make_requests(workload: Workload, arrivals: np.ndarray) -> list[RequestSpec]
         raise HarnessError(f"{arrivals.size} arrival offsets for {expected} {what} ({workload.source})")
     if arrivals.size and (not np.all(np.isfinite(arrivals)) or arrivals[0] < 0 or np.any(np.diff(arrivals) < 0)):
         raise HarnessError("arrival offsets must be finite, >= 0 and nondecreasing")
+    # Python ints and floats taken from the arrays at C speed (tolist); the fields passed in RequestSpec's order.
+    prompts, outputs = _python(workload.prompt_lens, int), _python(workload.output_lens, int)
     if sessions is None:
-        return [
-            RequestSpec(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o))
-            for i, (t, p, o) in enumerate(zip(arrivals, workload.prompt_lens, workload.output_lens))
-        ]
+        return [RequestSpec(i, t, p, o) for i, (t, p, o) in enumerate(zip(arrivals.tolist(), prompts, outputs))]
     # A later turn's arrival_s is its session's start (a lower bound); it is released by the finish
     # of the request before it (`after`), `think_s` later.
-    start = arrivals[sessions.session]
+    start = arrivals[sessions.session].tolist()
     return [
-        RequestSpec(request_id=i, arrival_s=float(t), prompt_len=int(p), output_len=int(o), prompt_segments=runs,
-                    output_segment=int(seg), after=i - 1 if turn else None, think_s=float(think))
+        RequestSpec(i, t, p, o, None, None, runs, seg, i - 1 if turn else None, think)
         for i, (t, p, o, runs, seg, turn, think) in enumerate(zip(
-            start, workload.prompt_lens, workload.output_lens, sessions.runs, sessions.output_segment,
-            sessions.turn, sessions.think_s))
+            start, prompts, outputs, sessions.runs, _python(sessions.output_segment, int),
+            sessions.turn.tolist(), _python(sessions.think_s, float)))
     ]
+
+
+def _python(values, kind: type) -> list:
+    """`values` as a list of Python `kind`s, as kind(v) would make each (numpy's tolist, at C speed)."""
+    return np.asarray(values).astype(kind).tolist()

@@ -57,15 +57,18 @@ def partition_plan(requests: Seq[RequestSpec], router: Router, instances: int, p
             " (or orders its choices by releases, which finishes on every instance decide)" if sessions else "")
     keys = session_keys(requests)
     out, home = [0] * len(requests), {}
-    # The order the loop routes first turns and lone requests in (release = arrival for them); a
-    # later turn's choice must not depend on order: checked below, its session must stay home.
+    # The order the loop routes first turns and lone requests in (release = arrival for them). A
+    # static choice for a request with a session is its session's alone (the Router protocol), so
+    # a later turn, whenever it is released, goes where its session's first went: asked once a session.
     for i in _arrival_order(requests):
         key = keys[i]
-        k = static(RouteRequest(key), instances)
+        k = home.get(key) if key is not None else None
         if k is None:
-            return f"router {router.name} routes a request without a session by the instances' load"
-        if key is not None and home.setdefault(key, k) != k:
-            return f"router {router.name} puts the turns of {key} on more than one instance"
+            k = static(RouteRequest(key), instances)
+            if k is None:
+                return f"router {router.name} routes a request without a session by the instances' load"
+            if key is not None:
+                home[key] = k
         out[i] = k
     return out
 
