@@ -17,6 +17,10 @@ whole day (its caches warm, its sessions long, as the fleet's are), the best bas
 before and after and must not change it. `--busy 2` runs a second copy at once (untimed), so the CPU
 time is a replica's with both cores busy, as the target's two workers are: about 8-10 % more than
 alone on this host (the copies share caches and memory), the honest base for the 2-core projection.
+`--stream` hands each replica's records to a reduction as they come (SimBackend.record_sink) and
+keeps none: a whole day's records take some 16 GB, its requests some 5.5, so only so does a real
+day run here (`--replicas 64 --horizon-s 86400 --day-s 86400 --lone round_robin --workers 2 --pool
+--stream`). The traffic's generation (in this process, before the run) is printed apart.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from harness.records import RequestSpec
 from harness.search.experiment import plan_experiment
 from harness.search.probe import probe_requests
 
-from fingerprint_sim import digest  # benchmarks/ is on sys.path when run as a script
+from fingerprint_sim import digest, record_hash, recordwise_digest  # benchmarks/ is on sys.path as a script
 
 
 def _shifted(reqs, id_offset: int, segment_offset: int):
@@ -88,7 +92,11 @@ def main() -> None:
     ap.add_argument("--pool", action="store_true", help="workers > 1: time the real process pool by the wall clock "
                     "(a loaded machine slows it); default: each instance timed here by CPU, the projection taking "
                     "the pool's makespan of them on w workers (what w idle cores would take, less the pool's start)")
-    ap.add_argument("--digest", action="store_true", help="print a hash of each fleet's records")
+    ap.add_argument("--digest", action="store_true", help="print a hash of each fleet's records (and the record-wise "
+                    "one --stream prints)")
+    ap.add_argument("--stream", action="store_true", help="each replica's records reduced as they come (the last "
+                    "finish, with --digest each record's hash, hashed in the routing process: it adds to the time) and "
+                    "not kept: what lets a whole day run here (its records take some 16 GB)")
     ap.add_argument("--target", default="64,2", help="REPLICAS,CORES of the day the last column projects (the "
                     "issue's: 64 replicas on 2 cores): this run's CPU seconds a request times that day's requests, "
                     "over the cores")
@@ -105,12 +113,16 @@ def main() -> None:
         EXTRA.append(f"cluster.router_options={{without_session: {args.lone}}}")
     for k in (int(x) for x in args.replicas.split(",")):
         for w in (int(x) for x in args.workers.split(",")):
+            g0 = time.process_time()
             plan, reqs = fleet_requests(k, args.qps, args.horizon_s, args.day_s, w)
+            generated = time.process_time() - g0  # (not in the times below: the traffic is the run's input)
             shares: list[float] = []  # each instance's CPU seconds
             if w > 1 and not args.pool:  # each instance run here, one after another, its CPU time kept
                 partition._map = lambda parts, workers: [_timed(p, shares) for p in parts]
             t0, w0 = time.process_time(), time.perf_counter()
+            streamed = _Streamed(len(reqs), args.digest) if args.stream else None
             with open_backend(plan.job("sarathi", progress=False)) as backend:
+                backend.record_sink = streamed
                 run = backend.run(reqs)
             cpu, wall = time.process_time() - t0, time.perf_counter() - w0
             partition._map = POOL_MAP
@@ -118,8 +130,8 @@ def main() -> None:
                 wall = cpu - sum(shares) + _makespan(shares, w)
             elif w == 1 or not args.pool:
                 wall = cpu  # one idle core: its CPU time (the wall clock of a shared machine says little)
-            done = [r.finished_s for r in run.records if r.finished_s == r.finished_s]
-            span = max(done)
+            span = streamed.span if streamed is not None else max(r.finished_s for r in run.records
+                                                                   if r.finished_s == r.finished_s)
             cache = run.diagnostics.get("prefix_cache", {})
             hit = cache.get("hits", 0) / cache["queries"] if cache.get("queries") else float("nan")
             # With --pool only this process's CPU is counted (the pool's is not): the rate is by wall time.
@@ -134,8 +146,31 @@ def main() -> None:
             print(f"{k:3d} replicas  {w} workers  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
                   f"{wall:8.1f} s on {w} ({how})  {rate}  a day projected {day / 60:6.1f} min  "
                   f"({target_replicas} replicas on {target_cores} cores: {target / 60:.1f} min)  "
-                  f"hit rate {hit:.3f}  ({ROUTER})" + (f"  records {digest(run.records)[:16]}" if args.digest else ""),
+                  f"hit rate {hit:.3f}  ({ROUTER})  traffic generated in {generated:.1f} CPU s" + (_digests(run.records, streamed) if args.digest else ""),
                   flush=True)
+
+
+class _Streamed:
+    """A run's records reduced as they come (SimBackend.record_sink): the last finish and, if asked,
+    each record's hash at its input index (fingerprint_sim.record_hash)."""
+
+    def __init__(self, n: int, hashing: bool) -> None:
+        self.span = float("-inf")
+        self.hashes: list[bytes] | None = [b""] * n if hashing else None
+
+    def __call__(self, indices, records) -> None:
+        self.span = max([self.span] + [r.finished_s for r in records if r.finished_s == r.finished_s])
+        if self.hashes is not None:
+            for i, r in zip(indices, records):
+                self.hashes[i] = record_hash(r)
+
+
+def _digests(records, streamed: _Streamed | None) -> str:
+    """The records' digest (fingerprint_sim's) and their record-wise one; a streamed run's record-wise
+    one alone (its records were never all held)."""
+    if streamed is not None:
+        return f"  record-wise {recordwise_digest(streamed.hashes)[:16]}"
+    return f"  records {digest(records)[:16]}  record-wise {recordwise_digest(map(record_hash, records))[:16]}"
 
 
 def _other_copies(n: int) -> list[subprocess.Popen]:

@@ -49,10 +49,26 @@ CASES = [
 def digest(records) -> str:
     h = hashlib.sha256()
     for r in records:
-        h.update(repr((r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.first_scheduled_s, r.first_token_s,
-                       r.finished_s, r.num_preemptions, r.error)).encode())
-        h.update(np.ascontiguousarray(r.token_times_s, dtype=np.float64).tobytes())
+        _fields(h, r)
     return h.hexdigest()
+
+
+def _fields(h, r) -> None:
+    h.update(repr((r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.first_scheduled_s, r.first_token_s,
+                   r.finished_s, r.num_preemptions, r.error)).encode())
+    h.update(np.ascontiguousarray(r.token_times_s, dtype=np.float64).tobytes())
+
+
+def record_hash(r) -> bytes:
+    """One record's hash, of what `digest` hashes of it: `recordwise_digest` of them in input order
+    is the same however the records came (all at once, or an instance's at a time, not all held)."""
+    h = hashlib.blake2b(digest_size=16)
+    _fields(h, r)
+    return h.digest()
+
+
+def recordwise_digest(hashes) -> str:
+    return hashlib.sha256(b"".join(hashes)).hexdigest()
 
 
 def main() -> int:

@@ -28,3 +28,22 @@ def test_shifted_requests_are_the_field_by_field_rewrite():
                                 output_segment=seg(r.output_segment)) for r in reqs]
     got = bench_fleet._shifted(reqs, 500, 1000)
     assert [repr(r) for r in got] == [repr(r) for r in want]
+
+
+def test_streamed_records_hash_as_the_whole_list_does():
+    """--stream's record-wise digest of records handed over an instance's at a time (in any order)
+    is the one of the whole list in input order; a changed token time changes it."""
+    import numpy as np
+
+    from fingerprint_sim import record_hash, recordwise_digest
+    from harness.records import RequestRecord
+
+    records = [RequestRecord(i, 0.5 * i, 10, 3, 0.5 * i, 0.5 * i + 0.1, 0.5 * i + 0.3,
+                             np.array([0.5 * i + 0.1, 0.5 * i + 0.2, 0.5 * i + 0.3])) for i in range(7)]
+    streamed = bench_fleet._Streamed(len(records), hashing=True)
+    for share in ([5, 1, 3], [6, 0], [2, 4]):  # instances' requests, as they come back
+        streamed(share, [records[i] for i in share])
+    whole = recordwise_digest(map(record_hash, records))
+    assert recordwise_digest(streamed.hashes) == whole and streamed.span == records[-1].finished_s
+    records[3].token_times_s[1] += 1e-9
+    assert recordwise_digest(map(record_hash, records)) != whole

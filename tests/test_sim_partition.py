@@ -80,13 +80,14 @@ def test_pipeline_instances_are_refused():
     assert "pipeline" in partition_plan(_sessions(20), make_router("session_affinity", **AFFINITY), 2, [1, 2])
 
 
-def _fleet(workers, router="session_affinity", knobs="{without_session: round_robin}"):
+def _fleet(workers, router="session_affinity", knobs="{without_session: round_robin}", sink=None):
     plan = plan_experiment(compose([
         "experiment=mistral7b_strict", "dataset=sharegpt_conversations", "scheduler=[sarathi]",
         "engine.prefix_caching=true", "search.num_requests=80", "max_model_len=16384", "cluster.instances=3",
         f"cluster.router={router}", f"cluster.router_options={knobs}", f"cluster.workers={workers}"]))
     reqs = probe_requests(plan, 3.0)
     with open_backend(plan.job("sarathi", progress=False)) as backend:
+        backend.record_sink = sink
         return backend.run(reqs)
 
 
@@ -96,6 +97,24 @@ def test_the_backend_runs_apart_with_the_same_records_and_diagnostics(capsys):
     assert one.diagnostics == two.diagnostics and one.diagnostics["prefix_cache"]["hits"] > 0
     for a, b in zip(one.records, two.records):
         same(a, b)
+
+
+@pytest.mark.parametrize("workers", [2, 1])  # apart (each instance's records as they come), the loop (at its end)
+def test_a_record_sink_gets_every_record_once_and_none_are_returned(workers):
+    whole = _fleet(1)
+    got: dict[int, object] = {}
+    calls = []
+
+    def sink(indices, records):
+        assert len(indices) == len(records) and not got.keys() & set(indices)
+        got.update(zip(indices, records))
+        calls.append(len(records))
+    sunk = _fleet(workers, sink=sink)
+    assert sunk.records == [] and sunk.diagnostics == whole.diagnostics
+    assert len(calls) == (3 if workers > 1 else 1)  # apart: one call an instance, none holding all
+    assert sorted(got) == list(range(len(whole.records)))
+    for i, r in enumerate(whole.records):
+        same(r, got[i])
 
 
 def test_the_backend_falls_back_to_the_loop_and_says_why(capsys):

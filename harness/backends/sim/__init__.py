@@ -4,7 +4,7 @@ exact fast-forward). Deterministic: identical requests give bit-identical record
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,7 +24,7 @@ from harness.backends.sim.loop import IterationTimer, simulate
 from harness.backends.sim.partition import partition_plan, simulate_partitioned
 from harness.backends.sim.sessions import has_sessions
 from harness.backends.sim.timer import OffloadPriced
-from harness.records import RequestSpec
+from harness.records import RequestRecord, RequestSpec
 
 __all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster", "simulate_disaggregated"]
 
@@ -39,6 +39,11 @@ class SimBackend:
     name: ClassVar[str] = "sim"
     settings: ClassVar[type[BackendSettings]] = SimSettings
     deterministic: ClassVar[bool] = True
+    # Where a run's records go instead of being returned (None: returned): sink(indices, records), the
+    # records of the requests at those input indices. A cluster run apart (partition.py) hands over
+    # each instance's as they come, so they are never all held at once (a 64-replica day's take
+    # some 16 GB: benchmarks/bench_fleet.py --stream); any other run, all of them at its end.
+    record_sink: Callable[[Sequence[int], list[RequestRecord]], None] | None = None
 
     def __init__(self, job: BackendJob) -> None:
         self.conf = job.settings_as(SimSettings)
@@ -84,7 +89,11 @@ class SimBackend:
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
         with fewer_collections():
-            return self._run(requests)
+            out = self._run(requests)
+        if self.record_sink is not None and out.records:
+            self.record_sink(range(len(out.records)), out.records)
+            out = BackendRun([], out.diagnostics)
+        return out
 
     def _run(self, requests: Sequence[RequestSpec]) -> BackendRun:
         job, d = self.job, self.job.deployment
@@ -148,7 +157,7 @@ class SimBackend:
         else:
             records, each = simulate_partitioned(requests, engines, timers, plan, job.cluster.workers,
                                                  fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s,
-                                                 caching=caching, stats=stats)
+                                                 caching=caching, stats=stats, sink=self.record_sink)
         if each is not None:  # the fleet's: every instance's counters summed
             stats["prefix_cache"] = summed(each)
         return records

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import ProcessPoolExecutor
 
@@ -175,25 +175,30 @@ def simulate_partitioned(
     time_limit_s: float | None = None,
     caching: bool = False,
     stats: dict | None = None,
+    sink: Callable[[list[int], list[RequestRecord]], None] | None = None,
 ) -> tuple[list[RequestRecord], list[dict] | None]:
     """Run each instance's requests (`assignment[i]`: request i's instance) alone, `workers` at
     once; the records in input order and, with `caching`, each instance's prefix cache counters.
-    `stats` receives `instance_requests`, as the sequential loop gives it."""
+    `stats` receives `instance_requests`, as the sequential loop gives it. With `sink`, each
+    instance's records go to it as they come, with their input indices, and none are returned."""
     mine: list[list[int]] = [[] for _ in engines]
     for i, k in enumerate(assignment):
         mine[k].append(i)
     order = sorted(range(len(engines)), key=lambda k: (-len(mine[k]), k))  # largest first
     parts = [([requests[i] for i in mine[k]], engines[k], timers[k], fast_forward, time_limit_s, caching) for k in order]
     results = _map(parts, workers) if workers > 1 and len(parts) > 1 else _run_instances(parts)
-    records: list[RequestRecord | None] = [None] * len(requests)
+    records: list[RequestRecord | None] = [None] * len(requests) if sink is None else []
     caches: list[dict | None] = [None] * len(engines)
     routed = [0] * len(engines)
     for k, (recs, given, cache) in zip(order, results):
         if isinstance(recs, RecordColumns):
             recs = recs.unpack()
-        for i, r in zip(mine[k], recs):
-            records[i] = r
+        if sink is not None:
+            sink(mine[k], recs)
+        else:
+            for i, r in zip(mine[k], recs):
+                records[i] = r
         routed[k], caches[k] = given, cache
     if stats is not None:
         stats["instance_requests"] = routed
-    return records, (caches if caching else None)  # type: ignore[return-value]
+    return ([] if sink is not None else records), (caches if caching else None)  # type: ignore[return-value]
