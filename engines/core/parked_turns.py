@@ -2,7 +2,10 @@
 
 A turn that a later turn continues, and that alone holds its blocks, is freed parked: its cached
 blocks are evictable as one group at the free's place in the LRU order (its stamp, the group's
-`key`), and its next turn takes its hint back as one slice. Eviction reads a group tail first, past
+`key`), and its next turn takes its hint back as one slice. Any other free parks the blocks it
+leaves unused the same way (`_park_rest`), as a group no turn takes back: a per-block LRU entry
+costs an insert and a pop of an OrderedDict node each (some 130 ns a block, a fleet's day evicts
+millions), a group's a store and a read. Eviction reads a group tail first, past
 blocks a stranger's hit took out of it singly, so every decision is the one per-block books make
 (tests/test_parked_turns.py runs both).
 
@@ -188,6 +191,34 @@ class TurnParking:
             self._parked[key] = group
             self._groups[gid] = group
             self._parked_blocks += len(table) - len(loose)
+
+    def _park_rest(self, table: list[int], key: int) -> None:
+        """Free a table's blocks as `free` books them singly, but with those that become evictable
+        parked as one group at `key` (their references now the group's) rather than one LRU entry
+        each: a turn no later turn takes back, or one holding a block another sequence holds too (a
+        shared system prompt's). Shared blocks only lose this sequence's reference; uncached ones go
+        to the free list. The group is read tail first past what it does not hold, as the entries
+        would have been, so every decision is the per-block books' (tests/test_parked_turns.py); no
+        later turn takes it back (`whole` 0: `_take_back_hint` finds no slice)."""
+        ref, hashes, mark, free = self._ref, self._hash, self._mark, self._free
+        held = 0
+        for b in reversed(table):  # tail first, as the singly booked free goes
+            r = ref[b]
+            if r != 1:
+                ref[b] = r - 1
+            elif hashes[b] is None:
+                free.append(b)
+                ref[b] = 0
+            else:
+                mark[b] = key
+                held += 1
+        if held:
+            if not self._parked:
+                self._oldest_parked = key
+            group = ParkedTurn(key, key, table, held, 0)
+            self._parked[key] = group
+            self._groups[key] = group
+            self._parked_blocks += held
 
     def _parked_order(self) -> list[tuple[int, int]]:
         """(block, group key) of every parked block, each group's next to be evicted first."""

@@ -12,12 +12,13 @@ list first, then evicts the least recently freed cached block (a sequence's bloc
 first, so its later blocks go before its prefix, as in vLLM). Every block is in exactly one of:
 free, evictable, or used (reference count >= 1); `num_free` counts free + evictable.
 
-A session's turn that a later turn continues (`tokens.continued`) and that holds its blocks alone is
-freed *parked*: its blocks become evictable as one group at its place in the LRU order, without a
-per-block insert, and the next turn takes back its leading blocks (its hint) as one slice. Eviction
-reads the group tail first, and a stranger's hit takes a block out of it singly, so every decision
-is the one the per-block books make (tests/test_parked_turns.py drives both side by side); a turn
-re-reads hundreds of blocks, and this made those reads a store each.
+A free is *parked*: the blocks it makes evictable become one group at its place in the LRU order,
+without a per-block insert. A session's turn that a later turn continues (`tokens.continued`) and
+that holds its blocks alone is taken back by the next turn, its leading blocks (its hint) as one
+slice; any other free parks the blocks nobody else holds. Eviction reads a group tail first, and a
+stranger's hit takes a block out of it singly, so every decision is the one the per-block books
+make (tests/test_parked_turns.py drives both side by side); a turn re-reads hundreds of blocks,
+and this made those reads a store each.
 
 Preemption frees a sequence's blocks like a finish does, after registering what it computed, so
 its recompute usually finds its own prefix again; eviction only ever takes blocks nobody uses.
@@ -67,7 +68,8 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         self._ref = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._cache: dict[int, int] = {}  # hash -> the block holding it
-        # Unused cached blocks, least recently freed first, each with its free's stamp. An OrderedDict:
+        # Unused cached blocks freed singly (with parks_turns off: the tests' reference books), least
+        # recently freed first, each with its free's stamp. An OrderedDict:
         # popping its oldest entry is O(1), where a dict's next(iter(...)) rescans the slots its earlier
         # deletions left. Parked turns' blocks (ParkedTurn, by stamp) are evictable too, in the same order.
         self._evictable: OrderedDict[int, int] = OrderedDict()
@@ -309,6 +311,11 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                 seq.block_table = []
                 seq.blocks_hashed = 0
                 return
+        if self.parks_turns:
+            self._park_rest(table, stamp)
+            seq.block_table = []
+            seq.blocks_hashed = 0
+            return
         evictable = self._evictable
         for b in reversed(table):  # tail first: evicted before the prefix
             r = ref[b] - 1
