@@ -70,7 +70,7 @@ def fleet_requests(replicas: int, qps: float, horizon_s: float, day_s: float, wo
         plans.append(plan)
         reqs.append(probe_requests(plan, qps / 2 * replicas))
     conv, agents = reqs
-    top = max(max(max(s for s, _ in r.prompt_segments), r.output_segment) for r in conv) + 1
+    top = max(max(max(r.prompt_segments)[0], r.output_segment) for r in conv) + 1  # (max of a run: its segment's)
     return plans[0], conv + _shifted(agents, max(r.request_id for r in conv) + 1, top)
 
 
