@@ -100,7 +100,7 @@ class _Fleet:
         lo = t - plan.window_s
         samples, keep = [], []
         for rank in self.recent:
-            tokens = np.asarray(line.tokens[rank], dtype=np.float64)
+            tokens = line.token_times(rank)
             times, met = slo_samples(float(arrivals[rank]), tokens, plan.tbt_s, plan.ttft_s)
             samples.append((times, met))
             if not line.finished[rank] <= lo:  # NaN (running) or finished inside the window

@@ -24,44 +24,9 @@ from engines.core import Batch, Engine, Sequence
 from harness.backends.sim.closed_loop import ClosedLoop
 from harness.backends.sim.pipeline import Pipeline
 from harness.backends.sim.sessions import SessionRelease, cache_block_size, has_sessions, sim_sequence
+from harness.backends.sim.timeline import Timeline, Watch
 from harness.backends.sim.timer import FastTimer, IterationTimer, fast_timer
 from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
-
-
-class _Timeline:
-    """Per request: first scheduled, token times, finish; with a `Watch`, the gaps over its TBT limit."""
-
-    def __init__(self, n: int, watch: Watch | None = None) -> None:
-        self.first_scheduled = [math.nan] * n
-        self.finished = np.full(n, np.nan)
-        self.tokens: list[list[float]] = [[] for _ in range(n)]
-        self.watch = watch
-
-    def tokens_at(self, seqs, t: float) -> None:
-        """One token at `t` for each of `seqs` (engine sequences; their ids index the timeline)."""
-        if self.watch is not None:
-            for seq in seqs:
-                self.token(seq.seq_id, t)
-            return
-        tokens = self.tokens
-        for seq in seqs:
-            tokens[seq.seq_id].append(t)
-
-    def token(self, i: int, t: float) -> None:
-        mine = self.tokens[i]
-        if self.watch is not None and mine and t - mine[-1] > self.watch.tbt_s:
-            self.watch.tbt_over += 1
-        mine.append(t)
-
-    def tokens_run(self, i: int, times: list[float]) -> None:
-        mine = self.tokens[i]
-        if self.watch is not None and times:
-            gaps = np.diff(np.asarray(mine[-1:] + times))
-            self.watch.tbt_over += int(np.count_nonzero(gaps > self.watch.tbt_s))
-        mine.extend(times)
-
-    def token_times(self, i: int) -> np.ndarray:
-        return np.array(self.tokens[i], dtype=np.float64)
 
 
 def simulate(
@@ -122,22 +87,6 @@ def simulate(
     return run.records()
 
 
-class Watch:
-    """Counts, as a run goes, what makes its failure of `give_up` certain (a lower bound of the
-    gaps over the TBT limit and of the late starts it will end with), so the run can stop there."""
-
-    def __init__(self, give_up, requests: Seq[RequestSpec]) -> None:
-        self.tbt_s, self.delay_s = give_up.tbt_s, give_up.delay_s
-        self.tbt_needed = give_up.tbt_exceed_needed(sum(r.output_len - 1 for r in requests))
-        self.late_needed = give_up.late_needed(len(requests))
-        self.tbt_over = 0
-        self.late = 0
-
-    @property
-    def certain(self) -> bool:
-        return self.tbt_over >= self.tbt_needed or self.late >= self.late_needed
-
-
 class SimRun:
     """The state both loops share: arrivals in order, the engine, the timeline of every request."""
 
@@ -147,7 +96,7 @@ class SimRun:
         self.engine = engine
         self._plan_arrivals(requests, cache_block_size(engine))  # None without a prefix cache: plain sequences
         self.watch = Watch(give_up, requests) if give_up is not None else None
-        self.line = _Timeline(n, self.watch)
+        self.line = Timeline(n, self.watch)
         self.next = 0  # next arrival not yet given to the engine
         self.on_progress = on_progress
         self.log = None  # an iterations.IterationLog, when the caller wants one
@@ -292,7 +241,7 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
     return t, stuck
 
 
-def _one_iteration(engine: Engine, batch: Batch, line: _Timeline, t: float, dt: float):
+def _one_iteration(engine: Engine, batch: Batch, line: Timeline, t: float, dt: float):
     t_end = t + dt
     out = engine.complete(batch)
     line.tokens_at(out.produced, t_end)
@@ -303,7 +252,7 @@ def _decode_run(
     engine: Engine,
     batch: Batch,
     timer: FastTimer,
-    line: _Timeline,
+    line: Timeline,
     t: float,
     next_arrival: float,
     limit: float,
@@ -353,6 +302,5 @@ def _decode_run(
     if log is not None:  # each iteration starts where the one before ended
         log.decode_run(batch, [t] + ends[:-1], ends)
     finished = engine.complete_decode_run(batch, k)
-    for seq in batch.seqs:
-        line.tokens_run(seq.seq_id, ends)
+    line.tokens_run(batch.seqs, ends)
     return ends[-1], finished

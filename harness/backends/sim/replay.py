@@ -213,8 +213,7 @@ class Replay:
         if g.done:
             times = g.times
             line = p.run_.line
-            for seq in g.seqs:
-                line.tokens_run(seq.seq_id, times)
+            line.tokens_run(g.seqs, times)
             if finished:
                 p.epoch += 1
                 p.run_.finished(finished, times[-1])

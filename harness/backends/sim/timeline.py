@@ -1,0 +1,91 @@
+"""A run's timeline: per request, when it was first scheduled, its token times and its finish (loop.py).
+
+Token times are kept once, however many requests share them: `times` holds, as C doubles, each
+iteration's end that produced tokens (a decode run's rows once for its whole batch), and each
+request holds its pieces of it as (start, stop) index pairs, one after another in `pieces[i]`. A
+piece that continues where the request's last one stopped (a lone request's next token) extends
+it. Before, each request kept a list of Python floats, every token time a pointer per request and
+a float object per iteration: a replica-day's run held some 730 MB of them, and turning them into
+its records' arrays read them scattered across that memory (1.45 of the run's 19 CPU s). The
+records are the same doubles (tests/test_sim.py and the simulator's fingerprint compare them).
+"""
+from __future__ import annotations
+
+import math
+from array import array
+
+import numpy as np
+
+from engines.core import Sequence
+
+
+class Watch:
+    """Counts, as a run goes, what makes its failure of `give_up` certain (a lower bound of the
+    gaps over the TBT limit and of the late starts it will end with), so the run can stop there."""
+
+    def __init__(self, give_up, requests) -> None:
+        self.tbt_s, self.delay_s = give_up.tbt_s, give_up.delay_s
+        self.tbt_needed = give_up.tbt_exceed_needed(sum(r.output_len - 1 for r in requests))
+        self.late_needed = give_up.late_needed(len(requests))
+        self.tbt_over = 0
+        self.late = 0
+
+    @property
+    def certain(self) -> bool:
+        return self.tbt_over >= self.tbt_needed or self.late >= self.late_needed
+
+
+class Timeline:
+    """Per request (by engine sequence id): first scheduled, token times, finish; with a `Watch`,
+    the gaps over its TBT limit."""
+
+    def __init__(self, n: int, watch: Watch | None = None) -> None:
+        self.first_scheduled = [math.nan] * n
+        self.finished = np.full(n, np.nan)
+        self.times = array("d")  # every token-producing iteration's end, once
+        self.pieces: list[list[int]] = [[] for _ in range(n)]  # per request: start, stop, start, stop, ...
+        self.watch = watch
+
+    def tokens_at(self, seqs: tuple[Sequence, ...] | list[Sequence], t: float) -> None:
+        """One token at `t` for each of `seqs` (engine sequences; their ids index the timeline)."""
+        self._add(seqs, [t])
+
+    def tokens_run(self, seqs, times: list[float]) -> None:
+        """Tokens at `times` (a decode run's iteration ends, in order) for each of `seqs`."""
+        if times:
+            self._add(seqs, times)
+
+    def _add(self, seqs, times: list[float]) -> None:
+        buf, pieces, watch = self.times, self.pieces, self.watch
+        start = len(buf)
+        if watch is not None:  # each request's gaps, from its own last token (before these are added)
+            for seq in seqs:
+                last = self._last(seq.seq_id)
+                if len(times) == 1:
+                    watch.tbt_over += last is not None and times[0] - last > watch.tbt_s
+                else:
+                    gaps = np.diff(np.asarray(([last] if last is not None else []) + times))
+                    watch.tbt_over += int(np.count_nonzero(gaps > watch.tbt_s))
+        buf.extend(times)
+        stop = len(buf)
+        for seq in seqs:
+            mine = pieces[seq.seq_id]
+            if mine and mine[-1] == start:  # it goes on where its last piece stopped
+                mine[-1] = stop
+            else:
+                mine += (start, stop)
+
+    def _last(self, i: int) -> float | None:
+        mine = self.pieces[i]
+        return self.times[mine[-1] - 1] if mine else None
+
+    def token_times(self, i: int) -> np.ndarray:
+        """Request i's token times (float64, its own copy)."""
+        mine, buf = self.pieces[i], self.times
+        if len(mine) == 2:
+            part = buf[mine[0]:mine[1]]
+        else:
+            part = array("d")
+            for k in range(0, len(mine), 2):
+                part += buf[mine[k]:mine[k + 1]]
+        return np.frombuffer(part, dtype=np.float64)
