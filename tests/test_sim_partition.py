@@ -167,6 +167,37 @@ def test_records_cross_the_process_boundary_as_columns_and_come_back_the_same():
     assert RecordColumns.pack([odd]) is None
 
 
+@pytest.mark.parametrize("limit", [None, 12.0])  # 12: turns cut unreleased, requests unfinished
+def test_a_run_s_columns_are_its_records_field_for_field(limit):
+    """A worker builds its records' columns from the timeline (SimRun.record_columns), without a
+    record or an array each: unpacked, they are `records()` (reprs, token bytes), sessions, cut
+    turns and a time limit's unfinished requests included; a field a column would change gives None."""
+    import math
+
+    import numpy as np
+
+    from harness.backends.sim.cluster import ClusterSessionRun
+    from harness.backends.sim.loop import SimRun, step_until
+    from harness.backends.sim.timer import fast_timer
+    from harness.records import RequestSpec
+
+    reqs = _sessions(150, 9.0, 6)
+    run = ClusterSessionRun(reqs, _engines(1)[0], None, None)
+    step_until(run, fast_timer(_Scaled()), True, 0.0, limit or math.inf, final=True)
+    records = run.records()
+    assert limit is None or (any(r.error for r in records) and any(r.first_scheduled_s != r.first_scheduled_s
+                                                                    for r in records))
+    back = run.record_columns().unpack()
+    fields = ("request_id", "arrival_s", "prompt_len", "output_len", "first_scheduled_s", "first_token_s",
+              "finished_s", "dispatched_s", "num_preemptions", "error", "cached_tokens")
+    for a, b in zip(records, back, strict=True):
+        assert repr([getattr(a, f) for f in fields]) == repr([getattr(b, f) for f in fields])
+        assert b.token_times_s.dtype == np.float64 and a.token_times_s.tobytes() == b.token_times_s.tobytes()
+    odd = SimRun([RequestSpec(0, 0, 5, 2)], _engines(1)[0], None)  # an int arrival: a column says 0.0
+    step_until(odd, fast_timer(_Scaled()), True, 0.0, math.inf, final=True)
+    assert odd.record_columns() is None and odd.records()[0].arrival_s == 0
+
+
 def test_requests_cross_the_process_boundary_as_rows_and_come_back_the_same():
     """A replica's requests go to its worker as tuples of their fields (request_rows.py): after
     pickling, each is equal to what was sent and every field the same type (reprs equal), sessions'

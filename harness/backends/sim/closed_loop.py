@@ -10,13 +10,12 @@ flight, a finished one replaced by a waiting one.
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
-from dataclasses import replace
 
 import numpy as np
 
 from engines.core import Engine, Sequence
 from harness.backends.sim.sessions import sim_sequence
-from harness.records import RequestRecord, RequestSpec
+from harness.records import RequestSpec
 
 
 class ClosedLoop:
@@ -53,7 +52,6 @@ class ClosedLoop:
         self.released += more
         super().finished(seqs, t)
 
-    def records(self) -> list[RequestRecord]:
-        out = super().records()
-        return [replace(r, arrival_s=float(self.release[i])) if np.isfinite(self.release[i]) else r
-                for i, r in enumerate(out)]
+    def record_arrival(self, i: int) -> float:
+        """A released request's record states its release (SimRun.records); one never released, its plan."""
+        return float(self.release[i]) if np.isfinite(self.release[i]) else self.requests[i].arrival_s

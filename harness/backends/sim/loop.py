@@ -23,7 +23,8 @@ import numpy as np
 from engines.core import Batch, Engine, Sequence
 from harness.backends.sim.closed_loop import ClosedLoop
 from harness.backends.sim.pipeline import Pipeline
-from harness.backends.sim.sessions import SessionRelease, cache_block_size, has_sessions, sim_sequence
+from harness.backends.sim.record_columns import RecordColumns
+from harness.backends.sim.sessions import SessionRelease, cache_block_size, has_sessions, sim_sequence, unreleased_fields
 from harness.backends.sim.timeline import Timeline, Watch
 from harness.backends.sim.timer import FastTimer, IterationTimer, fast_timer
 from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
@@ -145,25 +146,44 @@ class SimRun:
         return self.requests[i].arrival_s
 
     def records(self) -> list[RequestRecord]:
+        """Every request's record, in input order (None for a request never released: SessionRelease's)."""
         out: list[RequestRecord] = [None] * len(self.requests)  # type: ignore[list-item]
-        for rank, i in enumerate(self.order):
-            spec = self.requests[i]
-            times = self.line.token_times(rank)
-            finished_s = float(self.line.finished[rank])
-            out[i] = RequestRecord(
-                request_id=spec.request_id,
-                arrival_s=self.record_arrival(i),
-                prompt_len=spec.prompt_len,
-                output_len=spec.output_len,
-                first_scheduled_s=float(self.line.first_scheduled[rank]),
-                first_token_s=float(times[0]) if len(times) else float("nan"),
-                finished_s=finished_s,
-                token_times_s=times,
-                num_preemptions=self.seqs[rank].num_preemptions,
-                error=None if not np.isnan(finished_s) else self.cut_off,
-                cached_tokens=self.seqs[rank].cached_tokens,
-            )
+        for i, rank, (rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, _), error \
+                in self._record_rows():
+            out[i] = RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, self.line.token_times(rank),
+                                   num_preemptions=preempted, error=error, cached_tokens=cached)
         return out
+
+    def record_columns(self) -> RecordColumns | None:
+        """The records as columns (record_columns.py), built from the timeline without a record or
+        an array each (a worker's records crossing back: partition.py): those of `records` field for
+        field. None where a field is not what a column gives back."""
+        n = len(self.requests)
+        ints: list = [None] * n
+        floats: list = [None] * n
+        ranks: list[int | None] = [None] * n
+        errors: dict[int, str] = {}
+        for i, rank, whole, real, error in self._record_rows():
+            ints[i], floats[i], ranks[i] = whole, real, rank
+            if error is not None:
+                errors[i] = error
+        for i in (i for i in range(n) if ints[i] is None):  # never released (a session's turn cut)
+            ints[i], floats[i] = unreleased_fields(self.requests[i])
+            errors[i] = self.cut_off
+        times, lengths = self.line.gathered(ranks)
+        return RecordColumns.build(ints, floats, times, lengths, errors)
+
+    def _record_rows(self):
+        """Per request released, in release order: its input index, its rank, the integer fields
+        (request_id, prompt_len, output_len, num_preemptions, cached_tokens), the float ones
+        (arrival_s, first_scheduled_s, first_token_s, finished_s, dispatched_s) and its error."""
+        line, requests, seqs = self.line, self.requests, self.seqs
+        for rank, i in enumerate(self.order):
+            spec, seq = requests[i], seqs[rank]
+            finished_s = float(line.finished[rank])
+            yield (i, rank, (spec.request_id, spec.prompt_len, spec.output_len, seq.num_preemptions, seq.cached_tokens),
+                   (self.record_arrival(i), float(line.first_scheduled[rank]), line.first_token(rank), finished_s,
+                    math.nan), None if finished_s == finished_s else self.cut_off)
 
 
 class ClosedLoopRun(ClosedLoop, SimRun):

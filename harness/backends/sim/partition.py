@@ -79,26 +79,23 @@ def _arrival_order(requests: Seq[RequestSpec]) -> list[int]:
     return sorted(range(len(arrivals)), key=arrivals.__getitem__)
 
 
-def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, bool, float | None, bool]]):
+def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, bool, float | None, bool]],
+                   columns: bool = False):
     """A worker's share: each instance alone, as `loop.simulate` runs one engine (pp=1); its
-    records, the requests it was given (a turn a time limit kept unreleased never was) and its
-    prefix cache's counters."""
+    records (with `columns`, as RecordColumns where their fields allow), the requests it was given
+    (a turn a time limit kept unreleased never was) and its prefix cache's counters."""
     with fewer_collections():  # a worker process runs no SimBackend.run
-        return [_run_instance(*part) for part in parts]
+        return [_run_instance(*part, columns=columns) for part in parts]
 
 
 def _run_shipped(parts: list[tuple[list[tuple], Engine, IterationTimer, bool, float | None, bool]]):
     """`_run_instances` in another process, of parts whose requests came as rows (`_shipped`): each
-    instance's records packed, to cross back as a few arrays."""
-    out = []
-    for records, routed, cache in _run_instances([(from_rows(p[0]), *p[1:]) for p in parts]):
-        packed = RecordColumns.pack(records)
-        out.append((records if packed is None else packed, routed, cache))
-    return out
+    instance's records as columns, to cross back as a few arrays."""
+    return _run_instances([(from_rows(p[0]), *p[1:]) for p in parts], columns=True)
 
 
 def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer, fast_forward: bool,
-                  limit: float | None, caching: bool):
+                  limit: float | None, caching: bool, columns: bool = False):
     stop = math.inf if limit is None else limit
     run = ClusterSessionRun(reqs, engine, None, None) if has_sessions(reqs) else SimRun(reqs, engine, None)
     step_until(run, fast_timer(timer), fast_forward, 0.0, stop, final=True)
@@ -106,7 +103,8 @@ def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer,
         while run.next_arrival <= stop < math.inf:  # after its instance's last iteration began: so here
             run.pop_release()
     routed = len(run.order) if isinstance(run, ClusterSessionRun) else len(reqs)
-    return run.records(), routed, cache_stats(engine) if caching else None
+    records = (run.record_columns() if columns else None) or run.records()
+    return records, routed, cache_stats(engine) if caching else None
 
 
 def _shares(sizes: list[int], workers: int) -> list[list[int]]:

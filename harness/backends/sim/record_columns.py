@@ -29,16 +29,26 @@ class RecordColumns:
     def pack(records: list[RequestRecord]) -> RecordColumns | None:
         """The records as columns; None if a field is not what a column gives back (an int where a
         float belongs, a numpy scalar: its repr would change), for the caller to send them as they are."""
-        ints = [(r.request_id, r.prompt_len, r.output_len, r.num_preemptions, r.cached_tokens) for r in records]
-        floats = [(r.arrival_s, r.first_scheduled_s, r.first_token_s, r.finished_s, r.dispatched_s) for r in records]
-        if set(map(type, chain.from_iterable(ints))) - {int} or set(map(type, chain.from_iterable(floats))) - {float} \
-                or any(r.token_times_s.dtype != np.float64 for r in records):
+        if any(r.token_times_s.dtype != np.float64 for r in records):
             return None
-        times = np.concatenate([r.token_times_s for r in records]) if records else np.empty(0)
-        return RecordColumns(np.array(ints, dtype=np.int64).reshape(len(records), 5),
-                             np.array(floats, dtype=np.float64).reshape(len(records), 5), times,
-                             list(accumulate(len(r.token_times_s) for r in records)),
-                             {i: r.error for i, r in enumerate(records) if r.error is not None})
+        return RecordColumns.build(
+            [(r.request_id, r.prompt_len, r.output_len, r.num_preemptions, r.cached_tokens) for r in records],
+            [(r.arrival_s, r.first_scheduled_s, r.first_token_s, r.finished_s, r.dispatched_s) for r in records],
+            np.concatenate([r.token_times_s for r in records]) if records else np.empty(0),
+            [len(r.token_times_s) for r in records], {i: r.error for i, r in enumerate(records) if r.error is not None})
+
+    @staticmethod
+    def build(ints: list[tuple], floats: list[tuple], times: np.ndarray, lengths: list[int],
+              errors: dict[int, str]) -> RecordColumns | None:
+        """Columns of the records whose fields are `ints` (request_id, prompt_len, output_len,
+        num_preemptions, cached_tokens) and `floats` (arrival_s, first_scheduled_s, first_token_s,
+        finished_s, dispatched_s), their token times one after another in `times` (`lengths` each);
+        None if a field is not what a column gives back."""
+        if set(map(type, chain.from_iterable(ints))) - {int} or set(map(type, chain.from_iterable(floats))) - {float}:
+            return None
+        return RecordColumns(np.array(ints, dtype=np.int64).reshape(len(ints), 5),
+                             np.array(floats, dtype=np.float64).reshape(len(floats), 5), times,
+                             list(accumulate(lengths)), errors)
 
     def unpack(self) -> list[RequestRecord]:
         times, errors, out = self.times, self.errors, []

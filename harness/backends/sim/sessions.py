@@ -12,6 +12,7 @@ can hit nothing, but its blocks are cached like any, as a server caches every re
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence as Seq
 
 import numpy as np
@@ -113,9 +114,18 @@ class SessionRelease:
     def records(self) -> list[RequestRecord]:
         released = super().records()  # the released ones, in input order; the rest are None
         out = []
-        for i, (spec, r) in enumerate(zip(self.requests, released)):
+        for spec, r in zip(self.requests, released):
             if r is None:
-                r = RequestRecord(spec.request_id, spec.arrival_s, spec.prompt_len, spec.output_len, np.nan, np.nan,
-                                  np.nan, np.empty(0), error=self.cut_off)
+                (rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, _) = unreleased_fields(spec)
+                r = RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, np.empty(0),
+                                  num_preemptions=preempted, error=self.cut_off, cached_tokens=cached)
             out.append(r)
         return out
+
+
+def unreleased_fields(spec: RequestSpec) -> tuple[tuple, tuple]:
+    """The integer fields (request_id, prompt_len, output_len, num_preemptions, cached_tokens) and
+    the float ones (arrival_s, first_scheduled_s, first_token_s, finished_s, dispatched_s) of the
+    record of a turn never released: not started, its session's start as its arrival."""
+    nan = math.nan
+    return (spec.request_id, spec.prompt_len, spec.output_len, 0, 0), (spec.arrival_s, nan, nan, nan, nan)

@@ -89,3 +89,23 @@ class Timeline:
             for k in range(0, len(mine), 2):
                 part += buf[mine[k]:mine[k + 1]]
         return np.frombuffer(part, dtype=np.float64)
+
+    def first_token(self, i: int) -> float:
+        """Request i's first token time, NaN before it has one."""
+        mine = self.pieces[i]
+        return self.times[mine[0]] if mine else math.nan
+
+    def gathered(self, order) -> tuple[np.ndarray, list[int]]:
+        """The token times of the requests `order` names (None: one without tokens), one request's
+        after another in one array, and how many each has: record_columns' in one copy."""
+        buf = np.frombuffer(self.times, dtype=np.float64)  # a view, released when this returns
+        empty: list[int] = []
+        parts, lengths = [], []
+        for i in order:
+            mine = self.pieces[i] if i is not None else empty
+            n = 0
+            for k in range(0, len(mine), 2):
+                parts.append(buf[mine[k]:mine[k + 1]])
+                n += mine[k + 1] - mine[k]
+            lengths.append(n)
+        return (np.concatenate(parts) if parts else np.empty(0)), lengths
