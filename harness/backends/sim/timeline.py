@@ -81,14 +81,7 @@ class Timeline:
 
     def token_times(self, i: int) -> np.ndarray:
         """Request i's token times (float64, its own copy)."""
-        mine, buf = self.pieces[i], self.times
-        if len(mine) == 2:
-            part = buf[mine[0]:mine[1]]
-        else:
-            part = array("d")
-            for k in range(0, len(mine), 2):
-                part += buf[mine[k]:mine[k + 1]]
-        return np.frombuffer(part, dtype=np.float64)
+        return self.gathered((i,))[0]
 
     def first_token(self, i: int) -> float:
         """Request i's first token time, NaN before it has one."""
@@ -97,7 +90,7 @@ class Timeline:
 
     def gathered(self, order) -> tuple[np.ndarray, list[int]]:
         """The token times of the requests `order` names (None: one without tokens), one request's
-        after another in one array, and how many each has: record_columns' in one copy."""
+        after another in one array (a copy: the store may grow on), and how many each has."""
         buf = np.frombuffer(self.times, dtype=np.float64)  # a view, released when this returns
         empty: list[int] = []
         parts, lengths = [], []
