@@ -21,7 +21,9 @@ from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.loadgen.http import Target
 from harness.loadgen.options import LoadOptions
 from harness.loadgen.pool import ConnectionPool
-from harness.loadgen.run import _continuous_usage_needed
+from harness.loadgen.collect import NEVER_ENDED_S, UNFINISHED
+from harness.loadgen.pacer import Pacer
+from harness.loadgen.run import _continuous_usage_needed, run_load
 from harness.records import RequestSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +121,25 @@ def test_the_check_stream_before_a_probe_is_cut_when_it_stalls_too():
     with misbehaving("never_end") as server:
         took = asyncio.run(check(server.base_url))
     assert took < 10, took  # 0.5 s of silence after the last token, not the 20 s timeout
+
+
+def test_a_stream_silent_briefly_when_the_run_stops_is_a_cut_off_however_slow_the_cleanup(monkeypatch):
+    """Its silence ends when the run stops reading, not when it has finished cleaning up. CI once
+    judged a stream never ended (142 of 142 tokens, then the probe stopped at another's fault) and
+    the search named that as its fault; the silence was measured to the cleanup's end, and a
+    loaded host's cleanup is no silence of the server's."""
+    real_stop = Pacer.stop
+
+    def slow_stop(self):  # a loaded host's cleanup, made certain
+        time.sleep(NEVER_ENDED_S + 0.5)
+        real_stop(self)
+    monkeypatch.setattr(Pacer, "stop", slow_stop)
+    spec = RequestSpec(0, 0.0, 8, 4, prompt_token_ids=tuple(range(10, 18)))
+    with misbehaving("never_end") as server:
+        opts = LoadOptions(base_url=server.base_url, model="misbehaving", time_limit_s=0.2, progress=False,
+                           stall_timeout_s=NEVER_ENDED_S)  # the check stream before the run ends at its stall
+        (record,) = run_load([spec], opts).records
+    assert record.error == UNFINISHED and len(record.token_times_s) == 4, record
 
 
 def test_without_a_stall_timeout_the_plans_time_limit_ends_the_probe(tmp_path):

@@ -129,8 +129,9 @@ def test_text_events_may_coalesce_tokens_but_usage_may_not_claim_fewer():
     assert error_kind(fewer.error) == "usage"
 
 
-def _attempt(spec, events, status=200):
-    """A finished request as run.py holds it: its planned and dispatch times and its Exchange."""
+def _attempt(spec, events, status=200, ended=True):
+    """A finished request as run.py holds it: its planned and dispatch times and its Exchange;
+    `ended=False`: its stream's end never came, the wait for it was cancelled."""
     x = Exchange(b"")
     x.status, x.sent_at = status, 0.0
     x.pieces = [(1.0 + i, b"data: " + e + b"\n\n") for i, e in enumerate(events)]
@@ -138,6 +139,9 @@ def _attempt(spec, events, status=200):
     class Done:
         def done(self):
             return True
+
+        def cancelled(self):
+            return not ended
     x.done = Done()
     return SimpleNamespace(x=x, error=None, dispatched=0.0, planned=0.0)
 
@@ -178,7 +182,7 @@ def test_a_cut_off_is_no_failure_at_a_glance_but_a_stream_that_never_ended_is_on
     a.error = UNFINISHED
     assert not failed_at_a_glance(SPEC, a, OPTS)
     assert request_error(SPEC, a, parse_stream(sse_events(a.x)), OPTS) == UNFINISHED
-    every_token = _attempt(SPEC, [_named("asked", [5, 6], "length", usage=2)])  # its last bytes at t = 1 s
+    every_token = _attempt(SPEC, [_named("asked", [5, 6], "length", usage=2)], ended=False)  # last bytes at 1 s
     every_token.error = "stalled: no bytes for 30 s mid-stream"
     error = request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS)
     assert error.startswith("stream did not end after its last token") and error_kind(error) == "stream_cut"
@@ -187,6 +191,10 @@ def test_a_cut_off_is_no_failure_at_a_glance_but_a_stream_that_never_ended_is_on
     assert request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS, 1.2) == UNFINISHED
     late = request_error(SPEC, every_token, parse_stream(sse_events(every_token.x)), OPTS, 5.0)
     assert late.startswith("stream did not end after its last token")
+    # ... unless its end came as the run stopped: the cancel won a race with a finished stream
+    finished = _attempt(SPEC, [_named("asked", [5, 6], "length", usage=2)])
+    finished.error = UNFINISHED
+    assert request_error(SPEC, finished, parse_stream(sse_events(finished.x)), OPTS, 5.0) == UNFINISHED
 
 
 @pytest.mark.parametrize("load, cause", [

@@ -88,7 +88,9 @@ def request_error(spec: RequestSpec, a, p, opts: LoadOptions, ended_at: float = 
     if math.isnan(a.dispatched):
         error = error or NOT_SENT
     if error == UNFINISHED or error_kind(error) == "timeout":
-        silent = ended_at - x.pieces[-1][0] > NEVER_ENDED_S if x.pieces else False
+        # its end arrived as the run stopped (the cancel won the race): it ended
+        ended = x.done is not None and x.done.done() and not x.done.cancelled() and x.error is None
+        silent = not ended and bool(x.pieces) and ended_at - x.pieces[-1][0] > NEVER_ENDED_S
         if x.status == 200 and n >= spec.output_len and (error != UNFINISHED or silent):
             return f"stream did not end after its last token ({n} of {spec.output_len} received; then: {error})"
         return error
@@ -138,10 +140,12 @@ def failed_at_a_glance(spec: RequestSpec, a, opts: LoadOptions) -> bool:
 
 
 def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts: LoadOptions, client: ClientLoad,
-            aborted: str | None = None, stopped: str | None = None) -> LoadResult:
+            aborted: str | None = None, stopped: str | None = None,
+            stopped_listening: float = math.inf) -> LoadResult:
     """`attempts[i]` (run.py's `_Attempt`) holds planned and dispatch times, the client-side error
     and the `Exchange` of `requests[i]`. `stopped`: the run ended once its failure was certain, so
-    what it cut off is marked STOPPED_EARLY (a cut-off, as a time limit's)."""
+    what it cut off is marked STOPPED_EARLY (a cut-off, as a time limit's). `stopped_listening`: the
+    clock's time the run stopped reading its streams (the end of their silence)."""
     same_clock = is_loopback(opts.base_url) if opts.same_clock is None else opts.same_clock
     records, sources, timings, events = [], [], [], []
     without_usage = 0
@@ -153,7 +157,7 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
         p = parse_stream(stream)
         without_usage += bool(stream) and not p.usage_sent
         times = np.asarray(p.token_times, dtype=np.float64) - t0
-        error = request_error(spec, a, p, opts, t0 + client.wall_s)
+        error = request_error(spec, a, p, opts, stopped_listening)
         if aborted is not None and error in (UNFINISHED, NOT_SENT):
             error = ABORTED + aborted
         elif stopped is not None and error in (UNFINISHED, NOT_SENT):

@@ -331,6 +331,9 @@ class _LoadRun:
             except TimeoutError:
                 pass
         finally:
+            # A stream silent since well before this moment never ended; the cleanup below can take
+            # over a second on a loaded host and is no silence of the server's
+            stopped_listening = clock()
             self.all_done.set()  # from here on a cancelled turn releases nothing
             if watchdog is not None:
                 watchdog.cancel()
@@ -353,7 +356,7 @@ class _LoadRun:
         client = ClientLoad(time.process_time() - cpu0, wall, pool.limit, pool.peak_open, pool.waited, self.continuous,
                             pool.direct_sends, realtime, pacer.wake_lag(opts.lag.quantile) if pacer else math.nan,
                             os.getloadavg()[0])
-        result = collect(requests, attempts, t0, opts, client, self.aborted, self.stopped)
+        result = collect(requests, attempts, t0, opts, client, self.aborted, self.stopped, stopped_listening)
         if opts.realtime_priority and not realtime:
             result = dataclasses.replace(result, notes=(*result.notes, "realtime priority was asked for (SCHED_FIFO) but "
                                                         "is not permitted here: the client ran at normal priority"))
