@@ -4,6 +4,10 @@ pool; the merged records and diagnostics are exactly the sequential loop's. A ro
 state (or anything else coupling the instances) is refused with its reason, and the loop runs."""
 from __future__ import annotations
 
+import mmap
+import os
+
+import numpy as np
 import pytest
 
 from engines.core import EngineConfig
@@ -14,6 +18,7 @@ from harness.backends.sim import simulate_cluster
 from harness.backends.sim.cache_stats import cache_stats
 from harness.backends.sim.keyed_heap import KeyedHeap
 from harness.backends.sim.partition import partition_plan, simulate_partitioned
+from harness.backends.sim.shared_array import SHM
 from harness.config import compose
 from harness.records import session_keys
 from harness.search.experiment import plan_experiment
@@ -97,6 +102,15 @@ def test_the_backend_runs_apart_with_the_same_records_and_diagnostics(capsys):
     assert one.diagnostics == two.diagnostics and one.diagnostics["prefix_cache"]["hits"] > 0
     for a, b in zip(one.records, two.records):
         same(a, b)
+    if os.path.isdir(SHM):  # the token times came through shared memory (mapped), its directory gone after
+        assert all(_mapped(r.token_times_s) for r in two.records if len(r.token_times_s))
+        assert not [d for d in os.listdir(SHM) if d.startswith(f"sarathi-sim-{os.getpid()}-")]
+
+
+def _mapped(a) -> bool:
+    while isinstance(a, np.ndarray):
+        a = a.base
+    return isinstance(a, memoryview) and isinstance(a.obj, mmap.mmap)
 
 
 @pytest.mark.parametrize("workers", [2, 1])  # apart (each instance's records as they come), the loop (at its end)

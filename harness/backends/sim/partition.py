@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 from engines.core import Engine
 from engines.routers import RouteRequest, Router
@@ -31,6 +32,7 @@ from harness.backends.sim.gc_pacing import fewer_collections
 from harness.backends.sim.loop import IterationTimer, SimRun, step_until
 from harness.backends.sim.record_columns import RecordColumns
 from harness.backends.sim.request_rows import from_rows, to_rows
+from harness.backends.sim.shared_array import remove_dir, shared_dir
 from harness.backends.sim.timer import fast_timer
 from harness.backends.sim.sessions import has_sessions
 from harness.records import RequestRecord, RequestSpec, session_keys
@@ -88,10 +90,13 @@ def _run_instances(parts: list[tuple[Seq[RequestSpec], Engine, IterationTimer, b
         return [_run_instance(*part, columns=columns) for part in parts]
 
 
-def _run_shipped(parts: list[tuple[list[tuple], Engine, IterationTimer, bool, float | None, bool]]):
+def _run_shipped(parts: list[tuple[list[tuple], Engine, IterationTimer, bool, float | None, bool]],
+                 into: str | None = None):
     """`_run_instances` in another process, of parts whose requests came as rows (`_shipped`): each
-    instance's records as columns, to cross back as a few arrays."""
-    return _run_instances([(from_rows(p[0]), *p[1:]) for p in parts], columns=True)
+    instance's records as columns, to cross back as a few arrays, their token times through a file
+    in directory `into` (shared_array.py) where it is given."""
+    out = _run_instances([(from_rows(p[0]), *p[1:]) for p in parts], columns=True)
+    return [(recs.shared(into) if isinstance(recs, RecordColumns) else recs, *rest) for recs, *rest in out]
 
 
 def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer, fast_forward: bool,
@@ -118,8 +123,8 @@ def _shares(sizes: list[int], workers: int) -> list[list[int]]:
     return [s for s in shares if s]
 
 
-def _run_one_shipped(part: tuple) -> tuple:
-    return _run_shipped([part])[0]
+def _run_one_shipped(part: tuple, into: str | None = None) -> tuple:
+    return _run_shipped([part], into)[0]
 
 
 def _shipped(part: tuple) -> tuple:
@@ -146,8 +151,12 @@ def _map(parts: list[tuple], workers: int) -> Iterator[tuple]:
         ctx.set_forkserver_preload(list(PRELOAD))
     print(f"cluster.workers={workers}: {len(parts)} instances in a process pool of {min(workers, len(parts))}",
           file=sys.stderr)
-    with ProcessPoolExecutor(max_workers=min(workers, len(parts)), mp_context=ctx) as pool:
-        yield from pool.map(_run_one_shipped, map(_shipped, parts))
+    into = shared_dir()  # the records' token times come back through shared memory, not the pipe
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers, len(parts)), mp_context=ctx) as pool:
+            yield from pool.map(partial(_run_one_shipped, into=into), map(_shipped, parts))
+    finally:
+        remove_dir(into)
 
 
 def _ray_map(ray, parts: list[tuple], workers: int) -> list:

@@ -3,17 +3,19 @@
 Pickling a list of `RequestRecord`s costs about 36 us a record (its dataclass and its token-time
 array each pickled as objects), as much as simulating a few of them: a fleet's day returns
 millions. Packed, a share's records are five arrays and a dict of the few errors, pickled at
-memory speed (Ray ships arrays without a copy), and rebuilt on the other side with each record's
-token times a view of one array. Every field comes back as it went: the same Python ints, floats
+memory speed (Ray ships arrays without a copy; a local pool's token times go through shared
+memory, shared_array.py), and rebuilt on the other side with each record's token times a view of
+one array. Every field comes back as it went: the same Python ints, floats
 and strings, the same float64 token times (tests/test_sim_partition.py compares the records).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate, chain
 
 import numpy as np
 
+from harness.backends.sim.shared_array import SharedArray
 from harness.records import RequestRecord
 
 
@@ -21,7 +23,7 @@ from harness.records import RequestRecord
 class RecordColumns:
     ints: np.ndarray  # (n, 5) int64: request_id, prompt_len, output_len, num_preemptions, cached_tokens
     floats: np.ndarray  # (n, 5) float64: arrival_s, first_scheduled_s, first_token_s, finished_s, dispatched_s
-    times: np.ndarray  # every record's token times, one after another
+    times: np.ndarray | SharedArray  # every record's token times, one after another
     ends: list[int]  # where each record's token times end in `times`
     errors: dict[int, str]  # record index -> its error (most have none)
 
@@ -50,8 +52,14 @@ class RecordColumns:
                              np.array(floats, dtype=np.float64).reshape(len(floats), 5), times,
                              list(accumulate(lengths)), errors)
 
+    def shared(self, directory: str | None) -> RecordColumns:
+        """These columns with their token times in a file of `directory` (shared_array.py), where it
+        can take them: `unpack` in another process maps them rather than receiving them through a pipe."""
+        return replace(self, times=SharedArray.put(self.times, directory))  # type: ignore[arg-type]
+
     def unpack(self) -> list[RequestRecord]:
-        times, errors, out = self.times, self.errors, []
+        times = self.times.take() if isinstance(self.times, SharedArray) else self.times
+        errors, out = self.errors, []
         start = 0
         for i, ((rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, dispatched), end) in \
                 enumerate(zip(self.ints.tolist(), self.floats.tolist(), self.ends)):
