@@ -30,8 +30,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from harness.backends import open_backend
 from harness.backends.sim import partition
+from harness.backends.sim.record_columns import field_column
 from harness.config import compose
 from harness.records import RequestSpec
 from harness.search.experiment import plan_experiment
@@ -159,7 +162,9 @@ class _Streamed:
         self.hashes: list[bytes] | None = [b""] * n if hashing else None
 
     def __call__(self, indices, records) -> None:
-        self.span = max([self.span] + [r.finished_s for r in records if r.finished_s == r.finished_s])
+        finished = field_column(records, "finished_s")  # (from a worker's columns: no record built)
+        if (finished == finished).any():
+            self.span = max(self.span, float(np.nanmax(finished)))
         if self.hashes is not None:
             for i, r in zip(indices, records):
                 self.hashes[i] = record_hash(r)

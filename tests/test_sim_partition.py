@@ -163,7 +163,7 @@ def test_records_cross_the_process_boundary_as_columns_and_come_back_the_same():
 
     import numpy as np
 
-    from harness.backends.sim.record_columns import RecordColumns
+    from harness.backends.sim.record_columns import RecordColumns, field_column
     from harness.records import RequestRecord
 
     reqs = requests_at_rate(load_workload({"name": "openchat_sharegpt4", "max_total_tokens": 2048}, 60, 1),
@@ -179,6 +179,19 @@ def test_records_cross_the_process_boundary_as_columns_and_come_back_the_same():
     assert RecordColumns.pack([]).unpack() == []
     odd = RequestRecord(1, 0, 5, 2, 0.1, 0.2, 0.3, np.array([0.2, 0.3]))  # an int arrival: a column says 0.0
     assert RecordColumns.pack([odd]) is None
+    # As a sequence (what a record sink is handed): each record built as it is read, the same; a field whole
+    columns = RecordColumns.pack(records)
+    assert len(columns) == len(records)
+    for i in (0, 7, len(records) - 1, -1, -len(records)):
+        a, b = records[i], columns[i]
+        assert repr([getattr(a, f) for f in fields]) == repr([getattr(b, f) for f in fields])
+        assert a.token_times_s.tobytes() == b.token_times_s.tobytes()
+    with pytest.raises(IndexError):
+        columns[len(records)]
+    for f in ("request_id", "cached_tokens", "arrival_s", "finished_s", "first_token_s"):
+        want = field_column(records, f)  # (from each record)
+        got = field_column(columns, f)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), f
 
 
 @pytest.mark.parametrize("limit", [None, 12.0])  # 12: turns cut unreleased, requests unfinished

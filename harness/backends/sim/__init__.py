@@ -42,8 +42,10 @@ class SimBackend:
     # Where a run's records go instead of being returned (None: returned): sink(indices, records), the
     # records of the requests at those input indices. A cluster run apart (partition.py) hands over
     # each instance's as they come, so they are never all held at once (a 64-replica day's take
-    # some 16 GB: benchmarks/bench_fleet.py --stream); any other run, all of them at its end.
-    record_sink: Callable[[Sequence[int], list[RequestRecord]], None] | None = None
+    # some 16 GB: benchmarks/bench_fleet.py --stream), as a sequence that builds each record as it is
+    # read and gives a field's column whole (record_columns.field_column); any other run, all of
+    # them at its end, as a list.
+    record_sink: Callable[[Sequence[int], Sequence[RequestRecord]], None] | None = None
 
     def __init__(self, job: BackendJob) -> None:
         self.conf = job.settings_as(SimSettings)

@@ -182,12 +182,13 @@ def simulate_partitioned(
     time_limit_s: float | None = None,
     caching: bool = False,
     stats: dict | None = None,
-    sink: Callable[[list[int], list[RequestRecord]], None] | None = None,
+    sink: Callable[[list[int], Seq[RequestRecord]], None] | None = None,
 ) -> tuple[list[RequestRecord], list[dict] | None]:
     """Run each instance's requests (`assignment[i]`: request i's instance) alone, `workers` at
     once; the records in input order and, with `caching`, each instance's prefix cache counters.
     `stats` receives `instance_requests`, as the sequential loop gives it. With `sink`, each
-    instance's records go to it as they come, with their input indices, and none are returned."""
+    instance's records go to it as they come, with their input indices, and none are returned (from a
+    worker, as RecordColumns: a sequence of the records, built as they are read)."""
     mine: list[list[int]] = [[] for _ in engines]
     for i, k in enumerate(assignment):
         mine[k].append(i)
@@ -198,8 +199,8 @@ def simulate_partitioned(
     caches: list[dict | None] = [None] * len(engines)
     routed = [0] * len(engines)
     for k, (recs, given, cache) in zip(order, results):
-        if isinstance(recs, RecordColumns):
-            recs = recs.unpack()
+        if isinstance(recs, RecordColumns):  # a sink reads its records from the columns (or each, built as read)
+            recs = recs.taken()
         if sink is not None:
             sink(mine[k], recs)
         else:

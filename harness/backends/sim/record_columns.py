@@ -7,9 +7,15 @@ memory speed (Ray ships arrays without a copy; a local pool's token times go thr
 memory, shared_array.py), and rebuilt on the other side with each record's token times a view of
 one array. Every field comes back as it went: the same Python ints, floats
 and strings, the same float64 token times (tests/test_sim_partition.py compares the records).
+
+The columns are also a sequence of their records, each built as it is read, and give a field's
+column whole (`field_column`): a record sink that reduces a fleet's day by a few fields reads
+them at numpy speed instead of building 5.5 million records (some 17 CPU s in the routing
+process, beside the workers on the same cores), and one that reads records gets them.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate, chain
 
@@ -17,6 +23,9 @@ import numpy as np
 
 from harness.backends.sim.shared_array import SharedArray
 from harness.records import RequestRecord
+
+INT_FIELDS = ("request_id", "prompt_len", "output_len", "num_preemptions", "cached_tokens")
+FLOAT_FIELDS = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s", "dispatched_s")
 
 
 @dataclass(frozen=True)
@@ -57,13 +66,39 @@ class RecordColumns:
         can take them: `unpack` in another process maps them rather than receiving them through a pipe."""
         return replace(self, times=SharedArray.put(self.times, directory))  # type: ignore[arg-type]
 
+    def taken(self) -> RecordColumns:
+        """These columns with their token times in this process (a shared file mapped: once)."""
+        return replace(self, times=self.times.take()) if isinstance(self.times, SharedArray) else self
+
     def unpack(self) -> list[RequestRecord]:
-        times = self.times.take() if isinstance(self.times, SharedArray) else self.times
-        errors, out = self.errors, []
+        return list(self.taken())
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        times, errors = self.times, self.errors
         start = 0
         for i, ((rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, dispatched), end) in \
                 enumerate(zip(self.ints.tolist(), self.floats.tolist(), self.ends)):
-            out.append(RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, times[start:end],
-                                     dispatched, preempted, errors.get(i), cached))
+            yield RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, times[start:end],  # type: ignore[index]
+                                dispatched, preempted, errors.get(i), cached)
             start = end
-        return out
+
+    def __getitem__(self, i: int) -> RequestRecord:  # type: ignore[override]
+        i = range(len(self))[i]  # (a negative index counts from the end; out of range raises IndexError)
+        (rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, dispatched) = \
+            self.ints[i].tolist(), self.floats[i].tolist()
+        return RequestRecord(rid, arrival, prompt, output, scheduled, first, finished,
+                             self.times[self.ends[i - 1] if i else 0:self.ends[i]],  # type: ignore[index]
+                             dispatched, preempted, self.errors.get(i), cached)
+
+
+def field_column(records: Sequence[RequestRecord], name: str) -> np.ndarray:
+    """One int or float field of every record, in order: read from the columns where `records` are
+    RecordColumns, from each record otherwise."""
+    if isinstance(records, RecordColumns):
+        if name in INT_FIELDS:
+            return records.ints[:, INT_FIELDS.index(name)]
+        return records.floats[:, FLOAT_FIELDS.index(name)]
+    return np.array([getattr(r, name) for r in records], dtype=np.int64 if name in INT_FIELDS else np.float64)
