@@ -109,15 +109,19 @@ class TurnParking:
         p = self._groups.get(self._mark[hint[0]])
         return p if p is not None and p.table is hint else None
 
-    def _unpark(self, b: int) -> None:
-        """Take parked block `b` out of its group singly (a stranger's hit, or a hint's past a group's
-        slice): its reference, the group's, is now the hitter's."""
-        p = self._groups[self._mark[b]]
-        self._mark[b] = -1
-        p.live -= 1
-        self._parked_blocks -= 1
-        if not p.live:
-            self._drop(p)
+    def _unpark(self, blocks: list[int]) -> None:
+        """Take parked `blocks` out of their groups singly (a stranger's hits, or a hint's past a
+        group's slice): their references, the groups', are now the hitter's. An admission's at
+        once: a session's first turn hits a system prompt's blocks parked by the turn before (a
+        fleet's replica-day unparks millions), and no other hit's branch reads a group's count."""
+        groups, mark = self._groups, self._mark
+        for b in blocks:
+            p = groups[mark[b]]
+            mark[b] = -1
+            p.live -= 1
+            if not p.live:
+                self._drop(p)
+        self._parked_blocks -= len(blocks)
 
     def _drop(self, p: ParkedTurn) -> None:
         """A group nothing is parked in any more."""
@@ -129,18 +133,19 @@ class TurnParking:
 
     def _evict_parked(self, p: ParkedTurn, want: int) -> list[int]:
         """Up to `want` of the oldest group's blocks, the next to go first (its table read tail
-        first, past blocks taken out of it): all of a group's blocks go before anything freed later."""
-        mark, table, gid, ref = self._mark, p.table, p.id, self._ref
+        first, past blocks taken out of it): all of a group's blocks go before anything freed later.
+        Each keeps its reference count, the group's hold: the eviction's taker (`_take`) sets it."""
+        mark, table, gid = self._mark, p.table, p.id
         out: list[int] = []
-        hi, live = p.hi, p.live
-        while live and len(out) < want:
+        hi, live, left = p.hi, p.live, want
+        while live and left:
             hi -= 1
             b = table[hi]
             if mark[b] == gid:
                 mark[b] = -1
-                ref[b] = 0  # the group's hold ends
                 out.append(b)
                 live -= 1
+                left -= 1
         p.hi, p.live = hi, live
         self._parked_blocks -= len(out)
         if not live:

@@ -206,20 +206,21 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         fresh = self._fresh_blocks(seq, len(hits))
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
-        ref, evictable, mark, groups = self._ref, self._evictable, self._mark, self._groups
+        ref, evictable, mark, groups, parked = self._ref, self._evictable, self._mark, self._groups, []
         first = self._take_back_hint(seq, hits)
         for i in range(first, len(hits)):
             b = hits[i]
             if ref[b] == 0:  # evictable singly
                 del evictable[b]
                 ref[b] = 1
-            elif mark[b] in groups:  # parked: its group's reference becomes this sequence's
-                self._unpark(b)
+            elif mark[b] in groups:  # parked: its group's reference becomes this sequence's (below, all at once)
+                parked.append(b)
             else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
                 ref[b] += 1
                 holder = self._live.get(mark[b])
                 if holder is not None:
                     holder.shared = True  # type: ignore[attr-defined]
+        self._unpark(parked)
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
         seq.blocks_unregistered = 0
@@ -265,7 +266,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         seq.block_table.extend(taken)
 
     def _evict(self, n: int) -> list[int]:
-        """The n least recently freed cached blocks, their content dropped (to the host tier, if any)."""
+        """The n least recently freed cached blocks, content dropped (to the host tier, if any); the caller sets their counts."""
         evictable, parked = self._evictable, self._parked
         popitem = evictable.popitem
         out: list[int] = []
