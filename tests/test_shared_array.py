@@ -73,3 +73,18 @@ def test_a_killed_pools_directory_is_removed_by_the_next_pool():
     finally:
         remove_dir(mine)
         remove_dir(dead)
+
+
+def test_columns_with_their_times_in_a_shared_file_are_read_once_taken(tmp_path):
+    from harness.backends.sim.record_columns import RecordColumns
+    from harness.records import RequestRecord
+
+    records = [RequestRecord(i, 0.5 * i, 8, 2, 0.5 * i, 0.5 * i + 0.1, 0.5 * i + 0.2,
+                             np.array([0.5 * i + 0.1, 0.5 * i + 0.2])) for i in range(4)]
+    shared = RecordColumns.pack(records).shared(str(tmp_path))
+    assert isinstance(shared.times, SharedArray)
+    with pytest.raises(RuntimeError, match="taken"):  # not read through a handle: said so
+        list(shared)
+    back = shared.taken()
+    assert [r.token_times_s.tobytes() for r in back] == [r.token_times_s.tobytes() for r in records]
+    assert [r.request_id for r in back] == [0, 1, 2, 3] and _mapped(back[2].token_times_s)

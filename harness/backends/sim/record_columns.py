@@ -76,12 +76,18 @@ class RecordColumns:
     def __len__(self) -> int:
         return len(self.ends)
 
+    @property
+    def _times(self) -> np.ndarray:
+        if isinstance(self.times, SharedArray):
+            raise RuntimeError("these columns' token times are still in their shared file: read them from taken()")
+        return self.times
+
     def __iter__(self) -> Iterator[RequestRecord]:
-        times, errors = self.times, self.errors
+        times, errors = self._times, self.errors
         start = 0
         for i, ((rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, dispatched), end) in \
                 enumerate(zip(self.ints.tolist(), self.floats.tolist(), self.ends)):
-            yield RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, times[start:end],  # type: ignore[index]
+            yield RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, times[start:end],
                                 dispatched, preempted, errors.get(i), cached)
             start = end
 
@@ -90,7 +96,7 @@ class RecordColumns:
         (rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, dispatched) = \
             self.ints[i].tolist(), self.floats[i].tolist()
         return RequestRecord(rid, arrival, prompt, output, scheduled, first, finished,
-                             self.times[self.ends[i - 1] if i else 0:self.ends[i]],  # type: ignore[index]
+                             self._times[self.ends[i - 1] if i else 0:self.ends[i]],
                              dispatched, preempted, self.errors.get(i), cached)
 
 
