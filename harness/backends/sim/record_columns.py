@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate, chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -30,8 +31,8 @@ FLOAT_FIELDS = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s",
 
 @dataclass(frozen=True)
 class RecordColumns:
-    ints: np.ndarray  # (n, 5) int64: request_id, prompt_len, output_len, num_preemptions, cached_tokens
-    floats: np.ndarray  # (n, 5) float64: arrival_s, first_scheduled_s, first_token_s, finished_s, dispatched_s
+    ints: np.ndarray  # (n, 5) int64: the INT_FIELDS
+    floats: np.ndarray  # (n, 5) float64: the FLOAT_FIELDS
     times: np.ndarray | SharedArray  # every record's token times, one after another
     ends: list[int]  # where each record's token times end in `times`
     errors: dict[int, str]  # record index -> its error (most have none)
@@ -43,8 +44,7 @@ class RecordColumns:
         if any(r.token_times_s.dtype != np.float64 for r in records):
             return None
         return RecordColumns.build(
-            [(r.request_id, r.prompt_len, r.output_len, r.num_preemptions, r.cached_tokens) for r in records],
-            [(r.arrival_s, r.first_scheduled_s, r.first_token_s, r.finished_s, r.dispatched_s) for r in records],
+            list(map(attrgetter(*INT_FIELDS), records)), list(map(attrgetter(*FLOAT_FIELDS), records)),
             np.concatenate([r.token_times_s for r in records]) if records else np.empty(0),
             [len(r.token_times_s) for r in records], {i: r.error for i, r in enumerate(records) if r.error is not None})
 
