@@ -121,7 +121,11 @@ class ServerConfig:
 _KNOB_HELP = {
     "max_num_seqs": "most sequences running at once",
     "token_budget": "tokens per iteration, decodes included",
-    "max_num_batched_tokens": "tokens of whole prompts in one prefill batch (default: max model len)",
+    # vLLM's --max-num-batched-tokens in both of vLLM's policies: the tokens of one step. V0 (`vllm`)
+    # runs prefill steps of whole prompts and decode steps apart, so only its prefill steps can reach it
+    # (V0 requires it >= max_num_seqs); V1 (`vllm_v1`) mixes them, so every step counts its decodes too.
+    "max_num_batched_tokens": "tokens of one step, vLLM's flag (vllm: a prefill step's whole prompts, default max "
+                              "model len; vllm_v1: decodes and prefill chunks together)",
     "chunk_size": "prefill tokens of the one chunk an iteration (decodes ride on top)",
     "tile_tokens": "cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)",
 }
