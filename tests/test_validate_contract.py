@@ -46,6 +46,10 @@ def test_tpot_is_the_mean_gap_between_output_tokens_in_both_columns():
         for stat in ("mean", "p50", "p90", "p99"):
             assert getattr(c.row(f"tpot.{stat}"), column) == pytest.approx(getattr(judged, stat), rel=1e-12), (column, stat)
     assert c.row("tpot.mean").real == pytest.approx(np.mean([0.5 / 3, 0.05, 0.25]))
+    # A run that kept only the first and last token's times (vllm bench serve without itls) gives the same TPOT
+    bare = [RequestRecord(r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.first_scheduled_s, r.first_token_s,
+                          r.finished_s, np.zeros(0)) for r in real]
+    assert compare(bare, sim, 0, per_token=False).row("tpot.mean").real == pytest.approx(c.row("tpot.mean").real)
 
 
 def _seed(n: int, gap: float | None = None) -> list[RequestRecord]:
