@@ -105,19 +105,23 @@ def test_the_fit_moves_every_factor_it_is_asked_to_fit(target, tmp_path, capsys)
 
 
 def test_the_held_out_error_is_measured_on_the_requests_not_fitted(target, tmp_path, capsys):
-    """Requests served one at a time; the engine took twice the per-step CPU time from halfway on.
-    The fit (on the first half) finds the first half's cost; the held-out error it carries is the
-    error of the second half, the same number `validate` with the calibration gives on those
-    requests alone, and far over the fitted part's."""
+    """Requests served one at a time; the engine took twice the per-step CPU time for the requests
+    the fit holds out (every other one, harness.validate.fit.split). The fit finds the fitted
+    requests' cost; the held-out error it carries is the error of the others, the same number
+    `validate` with the calibration gives on those requests alone, and far over the fitted part's."""
+    from harness.validate.fit import split
+
     seed = _seed(24, gap=2.0)
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     _run_file(first, target, seed, {"step_cpu_s": 0.004})
     _run_file(second, target, seed, {"step_cpu_s": 0.008})
-    lines = first.read_text().splitlines()[:12] + second.read_text().splitlines()[12:]
+    fitted, held = split(read_run(first), 0.5)
+    assert len(fitted) == len(held) == 12 and set(fitted) != set(range(12))  # spread over the run
+    cheap, dear = first.read_text().splitlines(), second.read_text().splitlines()
     run = tmp_path / "run.jsonl"
-    run.write_text("\n".join(lines) + "\n")
-    later = tmp_path / "later.jsonl"
-    later.write_text("\n".join(second.read_text().splitlines()[12:]) + "\n")
+    run.write_text("\n".join(cheap[i] if i in fitted else dear[i] for i in range(24)) + "\n")
+    later = tmp_path / "held.jsonl"
+    later.write_text("\n".join(dear[i] for i in held) + "\n")
     cal_path = tmp_path / "cal.json"
     cal = _calibrate(capsys, run, cal_path, "--factors", "step_cpu_s")
     assert cal["factors"]["step_cpu_s"] == pytest.approx(0.004, rel=0.08)
