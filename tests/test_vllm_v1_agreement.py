@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 
 from engines.core import Sequence
+from engines.core.tokens import TokenIds
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = os.environ.get("HARNESS_VLLM_PYTHON")
 BLOCK = 16
-STREAMS = 24
+STREAMS = 24  # without a prefix cache; as many again with one (prefix_stream)
+FAKE_TOKEN = 7  # scripts/vllm_scheduler_steps.py: every sampled token
 
 pytestmark = pytest.mark.skipif(not VLLM_PYTHON or not os.access(VLLM_PYTHON, os.X_OK),
                                 reason="no vLLM venv: set HARNESS_VLLM_PYTHON=DIR/bin/python (scripts/setup_vllm_cpu.sh)")
@@ -42,35 +44,58 @@ def stream(seed: int) -> dict:
                           "output_len": int(rng.integers(1, 61))} for _ in range(n)]}
 
 
+def prefix_stream(seed: int) -> dict:
+    """`stream(seed)` with a prefix cache: each prompt one of three shared prefixes of 16-199 tokens
+    and a tail of its own (1-99 tokens, at most 300 in all), on a pool no prompt mix fills (2,000
+    blocks: prefix hits, hits on blocks another request fills in the same step, no eviction)."""
+    spec = stream(seed) | {"prefix_caching": True, "num_blocks": 2000}
+    rng = np.random.default_rng(1000 + seed)
+    prefixes = [rng.integers(3, 2000, int(rng.integers(16, 200))).tolist() for _ in range(3)]
+    for r in spec["requests"]:
+        prompt = (prefixes[int(rng.integers(0, 3))] + rng.integers(3, 2000, int(rng.integers(1, 100))).tolist())[:300]
+        r.update(prompt=prompt, prompt_len=len(prompt))
+    return spec
+
+
 def harness_steps(spec: dict) -> list[dict]:
-    """What the project's vllm_v1 policy schedules on `spec`, step by step, as the script reports vLLM's."""
+    return harness_run(spec)[0]
+
+
+def harness_run(spec: dict):
+    """What the project's vllm_v1 policy schedules on `spec`, step by step, as the script reports
+    vLLM's; and the engine it ran on."""
     sched = SchedulerConfig("vllm_v1", max_num_batched_tokens=spec["max_num_batched_tokens"],
                             max_num_seqs=spec["max_num_seqs"], release="0.32",
                             long_prefill_token_threshold=spec["long_prefill_token_threshold"])
     # vLLM's pool of num_blocks holds one fewer: its BlockPool takes the first as the null block
     # (v1/core/block_pool.py BlockPool.__init__, 0.32 l. 187).
-    e = make_engine(EngineConfig(sched, (spec["num_blocks"] - 1) * BLOCK, spec["max_model_len"], BLOCK))
+    caching = spec["prefix_caching"]
+    e = make_engine(EngineConfig(sched, (spec["num_blocks"] - 1) * BLOCK, spec["max_model_len"], BLOCK,
+                                 prefix_caching=caching))
     reqs = spec["requests"]
     pending = sorted(range(len(reqs)), key=lambda i: (reqs[i]["arrival_step"], i))
     seqs, steps, step = {}, [], 0
     while pending or e.has_unfinished:
         while pending and reqs[pending[0]]["arrival_step"] <= step:
             i = pending.pop(0)
-            seqs[i] = Sequence(i, reqs[i]["prompt_len"], reqs[i]["output_len"])
+            ids = TokenIds(reqs[i]["prompt"], BLOCK) if caching else None
+            seqs[i] = Sequence(i, reqs[i]["prompt_len"], reqs[i]["output_len"], tokens=ids)
             e.add(seqs[i])
         before = {i: s.num_preemptions for i, s in seqs.items()}
         batch = e.schedule()
         tokens = {} if batch is None else {str(s.seq_id): n for s, n in zip(batch.seqs, batch.new_tokens)}
         if batch is not None:
-            e.complete(batch)
+            for seq in e.complete(batch).produced:
+                if caching:
+                    seq.tokens.append(FAKE_TOKEN)  # what the script's fake model samples
         steps.append({"tokens": tokens, "preempted": sorted(i for i, s in seqs.items() if s.num_preemptions != before[i])})
         step += 1
-    return steps
+    return steps, e
 
 
 @pytest.fixture(scope="module")
 def vllm_runs() -> tuple[list[dict], list[list[dict]]]:
-    specs = [stream(seed) for seed in range(STREAMS)]
+    specs = [stream(seed) for seed in range(STREAMS)] + [prefix_stream(seed) for seed in range(STREAMS)]
     out = subprocess.run([VLLM_PYTHON, str(ROOT / "scripts" / "vllm_scheduler_steps.py")], input=json.dumps(specs),
                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
@@ -88,14 +113,22 @@ def _first_difference(ours: list[dict], theirs: list[dict]) -> str | None:
     return None
 
 
-def test_the_streams_exercise_preemption_and_the_long_prefill_cap(vllm_runs):
+def test_the_streams_exercise_preemption_the_long_prefill_cap_and_prefix_hits(vllm_runs):
     specs, runs = vllm_runs
-    assert sum(any(s["preempted"] for s in run) for run in runs) >= STREAMS // 4
+    assert sum(any(s["preempted"] for s in run) for run in runs[:STREAMS]) >= STREAMS // 4
     capped = [spec["long_prefill_token_threshold"] for spec in specs]
     assert any(c and any(n == c for s in run for n in s["tokens"].values()) for c, run in zip(capped, runs))
+    # prefix hits in every stream with a cache (the harness's count; the steps agree with vLLM's)
+    assert all(harness_run(spec)[1].blocks.stats.hits > 0 for spec in specs[STREAMS:])
 
 
 @pytest.mark.parametrize("seed", range(STREAMS))
 def test_vllm_v1_schedules_what_vllm_schedules(vllm_runs, seed):
     specs, runs = vllm_runs
     assert _first_difference(harness_steps(specs[seed]), runs[seed]) is None
+
+
+@pytest.mark.parametrize("seed", range(STREAMS))
+def test_with_a_prefix_cache_too(vllm_runs, seed):
+    specs, runs = vllm_runs
+    assert _first_difference(harness_steps(specs[STREAMS + seed]), runs[STREAMS + seed]) is None

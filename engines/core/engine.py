@@ -71,7 +71,8 @@ class Engine:
     # -- operations the policies use --------------------------------------------------------
     def admit_next(self, num_tokens: int | None = None) -> Sequence:
         """Move the head of the waiting queue to running, allocating its KV blocks: its prompt's,
-        or (`num_tokens`, a paged cache without prefix caching) those of its first `num_tokens` tokens."""
+        or (`num_tokens`, a paged cache) those of its first `num_tokens` tokens (with a prefix cache,
+        its cached leading blocks and fresh ones after them)."""
         seq = self.waiting.popleft()
         if num_tokens is None:
             self.blocks.admit(seq)
