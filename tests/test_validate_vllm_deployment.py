@@ -83,3 +83,17 @@ def test_one_release_said_on_both_sides_runs(tmp_path):
     words = [w.replace("vllm-0.32", "vllm-0.19") for w in DP2] + ["scheduler.vllm_v1.release=0.19"]
     target = target_for(run, config_for(run, words))
     assert target.scheduler.release == "0.19"
+
+
+def test_validate_warns_when_the_replay_was_kv_bound(tmp_path, capsys):
+    """Item 7: a replay whose pool preempted requests says so (stderr, summary.json), naming where the
+    pool came from; one with room says nothing."""
+    path = _run_file(tmp_path)
+    one = ["model=qwen3-30b-a3b", "hardware=h100_80g", "scheduler=vllm_v1", "perf.stack=vllm-0.32", "max_model_len=1024"]
+    for kv, bound in ((2048, True), (None, False)):
+        out = tmp_path / f"out{kv}"
+        code = main(["validate", str(path), *one, "--out", str(out), *(["--kv-tokens", str(kv)] if kv else [])])
+        err = capsys.readouterr().err
+        assert code == 0, err
+        assert ("the replay was KV-bound" in err and "pool of 2048 tokens (the --kv-tokens given)" in err) == bound, err
+        assert json.loads((out / "summary.json").read_text())["kv_bound"] == bound

@@ -113,3 +113,15 @@ def replay(target: Target, records: Sequence[RequestRecord], calibration: Calibr
     if target.plan.dp > 1:  # one engine core per DP rank, each with its own limits and KV pool, as vLLM runs them
         return simulate_vllm_dp(specs_of(records), [target.engine] * target.plan.dp, timer)
     return simulate(specs_of(records), make_engine(target.engine), timer, pp=target.plan.pp)
+
+
+def kv_bound(target: Target, sim: Sequence[RequestRecord], given: bool) -> str | None:
+    """A warning when the replay preempted requests (its KV pool bound it): the result then rests on
+    the pool's size, which only the engine's own log states exactly (`given`: --kv-tokens was)."""
+    preempted = sum(r.num_preemptions > 0 for r in sim)
+    if not preempted:
+        return None
+    where = ("the --kv-tokens given" if given else
+             "the model's estimate; pass the engine's own (vLLM logs \"GPU KV cache size: N tokens\") as --kv-tokens N")
+    return (f"warning: the replay was KV-bound: {preempted} of {len(sim)} requests preempted with a pool of "
+            f"{target.kv_tokens} tokens{' a rank' if target.plan.dp > 1 else ''} ({where})")
