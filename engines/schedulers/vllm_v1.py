@@ -32,8 +32,9 @@ cache_blocks), so a request admitted later in the same step hits blocks another 
 and preemptions are vLLM 0.32's own Scheduler's on randomized streams, with and without a prefix
 cache (tests/test_vllm_v1_agreement.py, scripts/vllm_scheduler_steps.py), given the pool vLLM's N
 blocks leave usable: N - 1 (its BlockPool keeps one as the null block). Where the harness's engine
-is still not vLLM's (engines/core): which cached blocks a full pool evicts first (under KV pressure
-with a prefix cache the steps may part: not compared); a sequence in flight under pipeline
+is still not vLLM's (engines/core): the order a full pool takes blocks in (vLLM: freed blocks oldest
+first, cached or not; the engine: uncached ones first), so under KV pressure with a prefix cache the
+steps may part (not compared); a sequence in flight under pipeline
 parallelism is never a victim (V1 may pick one); vLLM's synchronous scheduler is the one compared
 (async scheduling's overlap of CPU and GPU is priced by the stack, vllm_releases.py). Release 0.19
 gets the same rules unverified: only 0.32's scheduler (the installed CPU build) is compared.
