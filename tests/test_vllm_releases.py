@@ -116,14 +116,15 @@ def test_kv_is_sized_after_a_profile_run_of_the_default_budget():
         assert got.activation_bytes == forward.activation_bytes  # the forward pass of the default budget
         peak = max(got.activation_bytes, got.sampler_bytes)
         want = memory.kv_capacity_tokens("sarathi-serve", replace(forward, activation_bytes=peak), 0.9, 16)
-        assert m.kv_capacity_tokens(0.9, 16) == want
+        assert m.kv_capacity_tokens(0.9, 16) == want - 16  # less the null block
     assert model("vllm-0.19").kv_capacity_tokens() == model().kv_capacity_tokens()  # graph memory: not priced
 
 
 def test_the_kv_block_count_of_llama3_8b_on_an_h100_as_vllm_032_sizes_it():
     """Llama-3-8B, one H100, `vllm serve` defaults (8,192 tokens, 1,024 sequences), utilization 0.9,
     every term written out from its source (memory.py [VLLM-V1], [VLLM-SAMPLER]): the sampler's
-    dummy run, not the forward pass, sets the profile peak, and the pool is 27,888 blocks."""
+    dummy run, not the forward pass, sets the profile peak, and the pool is 27,888 blocks, of which
+    the scheduler has 27,887 (the first is BlockPool's null block)."""
     vocab, hidden, rows, tokens, sms = 128256, 4096, 1024, 8192, 132  # config.json; [ARGS]; [SMS]
     sampler = ((tokens + 2 * rows) * hidden * 2  # hidden states held: the forward's output, the rows and their copy
                + rows * vocab * (2 + 4 + 4 + 4)  # bf16 logits, fp32 copy, softmax, exponential noise
@@ -134,7 +135,7 @@ def test_the_kv_block_count_of_llama3_8b_on_an_h100_as_vllm_032_sizes_it():
     inputs = memory.inputs(m.deployment, m.rules)
     assert inputs.sampler_bytes == sampler > inputs.activation_bytes and inputs.stage_weight_bytes == (weights,)
     blocks = math.floor((H100.visible_bytes * 0.9 - sampler - weights) / kv_block)
-    assert blocks == 27_888 and m.kv_capacity_tokens(0.9, 16) == blocks * 16 == 446_208
+    assert blocks == 27_888 and m.kv_capacity_tokens(0.9, 16) == (blocks - 1) * 16 == 446_192
 
 
 def test_the_sampler_peak_is_charged_when_it_outweighs_the_activations():
@@ -144,7 +145,7 @@ def test_the_sampler_peak_is_charged_when_it_outweighs_the_activations():
     sampler = memory.sampler_peak_bytes(d.model, d.gpu.sm_count, 1, 1024)
     assert m.sampler_bytes == sampler > m.activation_bytes
     kv_token = 2 * d.model.kv_heads_per_gpu(1) * d.model.head_dim * 2 * d.model.num_layers
-    want = math.floor((d.gpu.visible_bytes * 0.9 - sampler - m.stage_weight_bytes[0]) / (kv_token * 16)) * 16
+    want = (math.floor((d.gpu.visible_bytes * 0.9 - sampler - m.stage_weight_bytes[0]) / (kv_token * 16)) - 1) * 16
     assert memory.kv_capacity_tokens("vllm-v1", m, 0.9, 16) == want
 
 

@@ -141,7 +141,9 @@ def kv_capacity_tokens(recipe: str, m: MemoryInputs, gpu_memory_utilization: flo
         budget = m.gpu.visible_bytes * gpu_memory_utilization - max(m.activation_bytes, m.sampler_bytes)
         blocks = [math.floor((budget - w) / (layers * kv_head_bytes * block_size))
                   for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]
-        return max(0, min(blocks)) * block_size
+        # The scheduler has one block fewer than the pool (and the "GPU KV cache size" vLLM logs): its
+        # BlockPool keeps the first as the null block (v1/core/block_pool.py BlockPool.__init__, 0.32 l. 187).
+        return max(0, min(blocks) - 1) * block_size
     if recipe == "sarathi-2023":  # [SARATHI-2023]: tokens, the batch size B is tokens // L
         budget = m.gpu.visible_bytes * gpu_memory_utilization
         return max(0, min(math.floor((budget - w) / (layers * kv_head_bytes))

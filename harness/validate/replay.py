@@ -122,6 +122,7 @@ def kv_bound(target: Target, sim: Sequence[RequestRecord], given: bool) -> str |
     if not preempted:
         return None
     where = ("the --kv-tokens given" if given else
-             "the model's estimate; pass the engine's own (vLLM logs \"GPU KV cache size: N tokens\") as --kv-tokens N")
+             "the model's estimate; pass the engine's own: vLLM logs \"GPU KV cache size: N tokens\", its scheduler "
+             "has N less one block, its null block")
     return (f"warning: the replay was KV-bound: {preempted} of {len(sim)} requests preempted with a pool of "
             f"{target.kv_tokens} tokens{' a rank' if target.plan.dp > 1 else ''} ({where})")
