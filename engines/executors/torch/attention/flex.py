@@ -129,6 +129,16 @@ class FlexAttention:
             self._compiled = torch.compile(self._fn, dynamic=False, fullgraph=True)
         return self._compiled
 
+    def block_mask(self, t: dict, q_start: torch.Tensor, q_len: torch.Tensor, block_size: int, window: int | None,
+                   queries: int, num_blocks: int):
+        """A BlockMask over `paged_mask_tensors`' tensors, which it keeps (not copies): CUDA graphs
+        rewrite them in place between replays."""
+        return self._block_mask_cls.from_kv_blocks(
+            t["kv_num_blocks"], t["kv_indices"], t["full_kv_num_blocks"], t["full_kv_indices"],
+            BLOCK_SIZE=(Q_BLOCK, block_size), mask_mod=paged_mask_mod(t["logical"], q_start, q_len, block_size, window),
+            seq_lengths=(queries, num_blocks * block_size),
+            compute_q_blocks=False)  # inference only: no transposed (backward) indices
+
     def group(self, meta: AttentionMetadata, seqs: list[int], num_blocks: int) -> PagedGroup:
         """The padded batch and block mask of the sequences `seqs` of the step."""
         dev = meta.block_tables.device
@@ -147,11 +157,7 @@ class FlexAttention:
         q_len = torch.tensor(q_lens + pad, dtype=torch.long, device=dev)
         num_pages = torch.tensor(n_pages + pad, dtype=torch.long, device=dev)
         t = paged_mask_tensors(tables, num_pages, q_start, q_len, queries, bs, meta.sliding_window, num_blocks)
-        mask_mod = paged_mask_mod(t["logical"], q_start, q_len, bs, meta.sliding_window)
-        block_mask = self._block_mask_cls.from_kv_blocks(
-            t["kv_num_blocks"], t["kv_indices"], t["full_kv_num_blocks"], t["full_kv_indices"],
-            BLOCK_SIZE=(Q_BLOCK, bs), mask_mod=mask_mod, seq_lengths=(queries, num_blocks * bs),
-            compute_q_blocks=False)  # inference only: no transposed (backward) indices
+        block_mask = self.block_mask(t, q_start, q_len, bs, meta.sliding_window, queries, num_blocks)
         starts = meta.query_starts
         rows = [starts[i] + j for i in seqs for j in range(meta.query_lens[i])]
         brow = [b for b, i in enumerate(seqs) for _ in range(meta.query_lens[i])]
