@@ -99,3 +99,19 @@ def _greedy(backend: str) -> dict:
 
 def test_engine_greedy_tokens_same_with_flex_as_reference():
     assert _greedy("flex") == _greedy("reference")
+
+
+def test_warm_up_covers_the_buckets_a_run_meets():
+    """Compilation at warm-up, not per step: every (sequences, queries, pages) bucket the engine's
+    steps use was run by warm_up first (on CUDA each bucket is one compilation)."""
+    ex = TorchExecutor(tiny_llama(), dtype="float32", device="cpu", kv_capacity_tokens=1024, attention_backend="flex")
+    flex = ex._runner.backend
+    flex.shapes_seen.clear()  # the self-check's own small shapes
+    assert ex.warm_up(max_num_seqs=4, max_chunk=32) == 3 + 3 * 2
+    warmed = set(flex.shapes_seen)
+    assert {w for _, _, w in warmed} == {64}  # the page lists: 1,024 positions / 16, for every step
+    engine = make_engine(EngineConfig(SchedulerConfig.shared("sarathi", max_num_seqs=4, token_budget=32),
+                                      ex.kv_capacity_tokens, 256))
+    run_to_completion(engine, ex, _requests(n=5, output_len=6))
+    assert flex.shapes_seen == warmed
+    assert TorchExecutor(tiny_llama(), dtype="float32", device="cpu", kv_capacity_tokens=256).warm_up() == 0  # sdpa

@@ -41,3 +41,12 @@ def power_of_two_at_least(n: int, minimum: int = 1) -> int:
     """The bucket of a compiled kernel's dimension: the next power of two, at least `minimum`."""
     n = max(n, minimum, 1)
     return 1 << (n - 1).bit_length()
+
+
+def powers_of_two(lo: int, hi: int) -> list[int]:
+    """Every bucket of power_of_two_at_least(n, lo) for n <= hi: lo (a power of two) .. the bucket of hi."""
+    out, b = [], power_of_two_at_least(lo)
+    while b <= power_of_two_at_least(hi, lo):
+        out.append(b)
+        b *= 2
+    return out

@@ -164,6 +164,11 @@ class TorchExecutor:
         self._broadcast(("step", plan))
         return PendingStep(self, plan, slots)
 
+    def warm_up(self, max_num_seqs: int = 128, max_chunk: int = 512) -> int:
+        """Pay the attention backend's compilations for the shapes such a run meets (flex on CUDA;
+        ModelRunner.warm_up) before timing; one-process executors only. Shapes run."""
+        return self._runner.warm_up(max_num_seqs, max_chunk) if self._runner is not None else 0
+
     def free(self, seq_id: int) -> None:
         self._tokens.pop(seq_id, None)
         self._sampling.pop(seq_id, None)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engines.executors.torch.attention.flex import PagedGroup, paged_mask_tensors
-from engines.executors.torch.buckets import padded_size, power_of_two_at_least
+from engines.executors.torch.attention.flex import PagedGroup, page_width, paged_mask_tensors
+from engines.executors.torch.buckets import padded_size
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class DecodeGraphs:
             raise ValueError(f"CUDA graphs need the paged flex attention backend, not {flex.name!r}")
         self.model, self.cache, self.flex, self.sizes = model, cache, flex, tuple(sorted(sizes))
         self.num_blocks, self.block_size, self.window, self.scale = num_blocks, block_size, window, scale
-        self.pages = power_of_two_at_least(-(-max_len // block_size), 16)
+        self.pages = page_width(max_len, block_size)
         self.device = device
         self.capture = device.type == "cuda" and torch.cuda.is_available()
         self.pad_slot = num_blocks * block_size  # first slot of the scratch block

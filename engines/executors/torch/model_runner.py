@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 
 from engines.executors.torch.attention import AttentionMetadata, select_backend
-from engines.executors.torch.buckets import capture_sizes
+from engines.executors.torch.attention.flex import MIN_QUERY_BUCKET, page_width
+from engines.executors.torch.buckets import capture_sizes, powers_of_two
 from engines.executors.torch.graphs import DecodeGraphs, GraphChoice, choose
 from engines.executors.torch.kv_cache import PagedKVCache
 from engines.executors.torch.plan import StepPlan
@@ -96,11 +97,30 @@ class ModelRunner:
         extra = 1 if self._graphs_wanted else 0
         self.cache = PagedKVCache(self.model.num_local_layers, num_blocks + extra, self.block_size, self.kv_heads,
                                   self.config.head_dim, self.dtype, self.device)
+        if self.backend.name == "flex":
+            self.backend.max_pages = page_width(self.config.max_position_embeddings, self.block_size)
         if self._graphs_wanted:
             c = self.config
             self.graphs = DecodeGraphs(self.model, self.cache, self.backend, self.graph_sizes, num_blocks=num_blocks,
                                        block_size=self.block_size, window=c.sliding_window, scale=c.head_dim ** -0.5,
                                        max_len=c.max_position_embeddings, device=self.device)
+
+    def warm_up(self, max_num_seqs: int, max_chunk: int) -> int:
+        """Compile the flex attention buckets a run of up to `max_num_seqs` sequences and
+        `max_chunk`-token chunks meets most (decodes of every power-of-two batch; up to four
+        prefill chunks of every power-of-two length), so compilation is paid here, not in timed
+        steps (a step with more prefill chunks compiles its bucket when it first comes); how many
+        shapes ran (0: another backend, nothing to compile)."""
+        if self.backend.name != "flex" or self.cache is None:
+            return 0
+        shapes = [(b, 1) for b in powers_of_two(1, max_num_seqs)]
+        shapes += [(s, q) for s in powers_of_two(1, min(4, max_num_seqs)) for q in powers_of_two(MIN_QUERY_BUCKET, max_chunk)]
+        k_cache, v_cache = self.cache.layer(0)
+        c = self.config
+        with torch.inference_mode():
+            self.backend.warm(c.num_heads // self.parallel.tp_size, k_cache, v_cache, c.sliding_window,
+                              c.head_dim ** -0.5, shapes)
+        return len(shapes)
 
     # ------------------------------------------------------------------ one step
     def prepare(self, plan: StepPlan) -> StepInputs:

@@ -14,10 +14,11 @@ torch.nn.attention.experimental._paged_attention does; its allocator is not used
 blocks are the engine core's.
 
 One call per step for the decodes (Q = 1) and one for the prefill chunks. On CUDA the kernel is
-compiled once per (S, Q, pages) bucket (`buckets.power_of_two_at_least`), so a run meets a few
-shapes; `warm` pays those compilations before timing starts. On CPU it runs eagerly: flex's eager
-path evaluates the mask over every (query, cache slot) pair, a correctness path with the
-reference's cost, not a fast one.
+compiled once per (S, Q) bucket (powers of two, `buckets.power_of_two_at_least`; the page lists
+are as wide as the model's longest sequence, `max_pages`, which costs no work: the kernel loops
+over the listed pages only), so a run meets a few shapes; `warm` pays those compilations before
+timing starts. On CPU it runs eagerly: flex's eager path evaluates the mask over every (query,
+cache slot) pair, a correctness path with the reference's cost, not a fast one.
 """
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ from engines.executors.torch.buckets import power_of_two_at_least
 Q_BLOCK = 128  # flex's default sparse query tile; the Triton kernels' BLOCK_M divides it
 MIN_QUERY_BUCKET = 16
 MIN_PAGE_BUCKET = 16
+
+
+def page_width(max_len: int, block_size: int) -> int:
+    """Columns of the page lists for sequences of up to `max_len` tokens (one shape for all steps)."""
+    return power_of_two_at_least(-(-max_len // block_size), MIN_PAGE_BUCKET)
 
 
 def _import():
@@ -118,13 +124,14 @@ class FlexAttention:
     def __init__(self) -> None:
         self._block_mask_cls, self._fn = _import()
         self._compiled = None
+        self.max_pages: int | None = None  # set by the model runner: page_width of the model's length
         self.shapes_seen: set[tuple[int, int, int]] = set()  # (S, Q, pages) buckets run so far
 
     def _kernel(self, device: torch.device):
         if device.type != "cuda":
             return self._fn
         if self._compiled is None:
-            # One compilation per bucket; a run meets a few dozen (decode sizes x page buckets).
+            # One compilation per (S, Q) bucket: more than dynamo's default limit of 8 recompiles.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
             self._compiled = torch.compile(self._fn, dynamic=False, fullgraph=True)
         return self._compiled
@@ -148,6 +155,8 @@ class FlexAttention:
         batch = power_of_two_at_least(len(seqs))
         queries = 1 if max(q_lens) == 1 else power_of_two_at_least(max(q_lens), MIN_QUERY_BUCKET)
         width = power_of_two_at_least(max(n_pages), MIN_PAGE_BUCKET)
+        if self.max_pages is not None and self.max_pages >= width:
+            width = self.max_pages
         tables = torch.zeros(batch, width, dtype=torch.long, device=dev)
         cols = min(width, meta.block_tables.shape[1])
         idx = torch.tensor(seqs, dtype=torch.long, device=dev)
@@ -165,6 +174,17 @@ class FlexAttention:
         as_t = lambda x: torch.tensor(x, dtype=torch.long, device=dev)  # noqa: E731
         self.shapes_seen.add((batch, queries, width))
         return PagedGroup(as_t(rows), as_t(brow), as_t(qcol), batch, queries, block_mask)
+
+    def warm(self, q_heads: int, k_cache: torch.Tensor, v_cache: torch.Tensor, window: int | None, scale: float,
+             shapes: list[tuple[int, int]]) -> None:
+        """Run (and on CUDA compile) the buckets of `shapes`, (sequences, new tokens each), over
+        the cache's shapes; no cache entry is written."""
+        bs, dev = k_cache.shape[1], k_cache.device
+        for seqs, tokens in shapes:
+            table = [0] * -(-tokens // bs)
+            meta = AttentionMetadata.build([tokens] * seqs, [0] * seqs, [table] * seqs, bs, window, scale, dev)
+            q = torch.zeros(seqs * tokens, q_heads, k_cache.shape[-1], dtype=k_cache.dtype, device=dev)
+            self.forward(q, k_cache, v_cache, meta)
 
     def _groups(self, meta: AttentionMetadata, num_blocks: int) -> list[PagedGroup]:
         if "flex" not in meta.scratch:
