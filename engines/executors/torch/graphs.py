@@ -1,12 +1,18 @@
-"""CUDA graphs for decode-only steps: one graph per padded batch size, replayed when a step fits.
+"""CUDA graphs for decode-only and small mixed steps: one graph per padded token count,
+replayed when a step fits.
 
-A decode-only step of n sequences runs the graph captured for the smallest capture size >= n
-(buckets.capture_sizes: vLLM's rule), its inputs copied into that size's static buffers and the
-rows past n padded: token 0 at position 0, its K/V written to a scratch block no sequence owns,
-no keys visible (q_len 0), its output dropped. Steps with a prefill chunk, or more sequences than
-the largest size, run eagerly. Attention inside a graph is the paged FlexAttention backend over
-static block-mask tensors (flex.paged_mask_tensors) with a fixed page width (the model's maximum
-length), so nothing in the captured work depends on the step's data.
+Inside a graph every token is a row of its own that attends like a decode: a query at its
+position over its sequence's pages (its chunk's earlier tokens are in the cache by then, written
+before attention), so one fixed shape serves decodes and short prefill chunks alike. A step of n
+tokens runs the graph captured for the smallest capture size >= n (buckets.capture_sizes: vLLM's
+rule), its inputs copied into that size's static buffers and the rows past n padded: token 0 at
+position 0, its K/V written to a scratch block no sequence owns, no keys visible (q_len 0), its
+output dropped. A chunk's tokens each read their context (no reuse between them), which pays only
+for short chunks: steps with more than `max_chunk_tokens` prefill tokens, or more tokens than the
+largest size, run eagerly. (vLLM captures full graphs for uniform decode batches only and runs
+mixed batches' attention outside its piecewise graphs.) Attention inside a graph is the paged
+FlexAttention backend over static block-mask tensors (flex.paged_mask_tensors) with a fixed page
+width (the model's maximum length), so nothing in the captured work depends on the step's data.
 
 Off on CPU: without CUDA the same static buffers run without capture ("static" in the record),
 which is what the CPU tests exercise; capture and replay are behind `torch.cuda.is_available()`.
@@ -31,23 +37,28 @@ class GraphChoice:
     reason: str
 
 
-def choose(query_lens: list[int], sizes: tuple[int, ...], enabled: bool, captured) -> GraphChoice:
-    """The step's path: padded to a capture size when decode-only and small enough; replayed when
-    that size has a graph (`captured`), else run over the static buffers without one."""
+MAX_CHUNK_TOKENS = 16  # prefill tokens a step may carry into a graph (each reads its whole context)
+
+
+def choose(query_lens: list[int], sizes: tuple[int, ...], enabled: bool, captured,
+           max_chunk_tokens: int = MAX_CHUNK_TOKENS) -> GraphChoice:
+    """The step's path: padded to a capture size when its tokens fit and its prefill tokens are
+    few; replayed when that size has a graph (`captured`), else run over the static buffers."""
     n = sum(query_lens)
     if not enabled:
         return GraphChoice("eager", n, n, "graphs off")
-    if any(q != 1 for q in query_lens):
-        return GraphChoice("eager", n, n, "step has a prefill chunk")
+    chunk = sum(q for q in query_lens if q > 1)
+    if chunk > max_chunk_tokens:
+        return GraphChoice("eager", n, n, f"{chunk} prefill tokens over the graphs' {max_chunk_tokens}")
     size = padded_size(n, sizes)
     if size is None:
-        return GraphChoice("eager", n, n, f"{n} decodes over the largest capture size {sizes[-1]}")
-    return GraphChoice("graph" if size in captured else "static", n, size, "decode-only")
+        return GraphChoice("eager", n, n, f"{n} tokens over the largest capture size {sizes[-1]}")
+    return GraphChoice("graph" if size in captured else "static", n, size, "mixed" if chunk else "decode-only")
 
 
-class StaticDecodeBuffers:
-    """The inputs of one captured size: token ids, positions, cache slots, and the decode block
-    mask's tensors. `fill` rewrites them in place (their storage is what the graph reads)."""
+class StaticStepBuffers:
+    """The inputs of one captured size: token ids, positions, cache slots, and the block mask's
+    tensors, a row a token. `fill` rewrites them in place (their storage is what the graph reads)."""
 
     def __init__(self, size: int, pages: int, num_blocks: int, device: torch.device) -> None:
         self.size, self.pages, self.num_blocks = size, pages, num_blocks
@@ -65,36 +76,34 @@ class StaticDecodeBuffers:
                      "full_kv_indices": torch.zeros(size, 1, 1, pages, **i32)}
 
     def fill(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, tables: torch.Tensor,
-             context_lens: list[int], block_size: int, window: int | None, pad_slot: int) -> None:
-        """Copy a decode step of m <= size sequences in; pad rows m.. as described above.
-        `tables` [m, >= 1] the block tables (padded with anything)."""
-        m = len(context_lens)
+             block_size: int, window: int | None, pad_slot: int) -> None:
+        """Copy a step of m <= size tokens in; pad rows m.. as described above. `tables` [m, >= 1]
+        each token's sequence's block table (padded with anything)."""
+        m = len(tokens)
         if m > self.size:
-            raise ValueError(f"{m} decodes do not fit the buffers of size {self.size}")
-        for dst, src, pad in ((self.tokens, tokens, 0), (self.positions, positions, 0), (self.slots, slots, pad_slot)):
+            raise ValueError(f"{m} tokens do not fit the buffers of size {self.size}")
+        for dst, src, pad in ((self.tokens, tokens, 0), (self.positions, positions, 0), (self.slots, slots, pad_slot),
+                              (self.q_start, positions, 0)):
             dst[:m].copy_(src)
             dst[m:].fill_(pad)
-        dev = self.tokens.device
-        ctx = torch.tensor(context_lens, dtype=torch.long, device=dev)
-        self.q_start[:m].copy_(ctx)
-        self.q_start[m:].zero_()
         self.q_len[:m].fill_(1)
         self.q_len[m:].zero_()
+        dev = self.tokens.device
         cols = min(self.pages, tables.shape[1])
         padded = torch.zeros(self.size, self.pages, dtype=torch.long, device=dev)
         padded[:m, :cols] = tables[:, :cols]
         num_pages = torch.zeros(self.size, dtype=torch.long, device=dev)
-        num_pages[:m] = ctx // block_size + 1  # pages holding positions 0..ctx (the new token's included)
+        num_pages[:m] = positions // block_size + 1  # pages holding positions 0..the token's own
         fresh = paged_mask_tensors(padded, num_pages, self.q_start, self.q_len, 1, block_size, window, self.num_blocks)
         for name, t in fresh.items():
             self.mask[name].copy_(t)
 
 
-class _StaticDecodeContext:
+class _StaticContext:
     """The model's attention context over static buffers: write K/V at the static slots, then
     paged flex attention with the static block mask."""
 
-    def __init__(self, cache, flex, buffers: StaticDecodeBuffers, block_size: int, window: int | None,
+    def __init__(self, cache, flex, buffers: StaticStepBuffers, block_size: int, window: int | None,
                  scale: float) -> None:
         self.cache, self.flex, self.buffers, self.scale = cache, flex, buffers, scale
         n, dev = buffers.size, buffers.tokens.device
@@ -109,7 +118,7 @@ class _StaticDecodeContext:
         return self.flex.run(q, k_cache, v_cache, self.group, self.scale)[:, :, 0, :].to(q.dtype)
 
 
-class DecodeGraphs:
+class StepGraphs:
     """Per capture size: static buffers, the attention context over them, and (CUDA) the graph.
     `cache` must have one block past `num_blocks`: the scratch block padded rows write to."""
 
@@ -123,8 +132,8 @@ class DecodeGraphs:
         self.device = device
         self.capture = device.type == "cuda" and torch.cuda.is_available()
         self.pad_slot = num_blocks * block_size  # first slot of the scratch block
-        self._buffers: dict[int, StaticDecodeBuffers] = {}
-        self._contexts: dict[int, _StaticDecodeContext] = {}
+        self._buffers: dict[int, StaticStepBuffers] = {}
+        self._contexts: dict[int, _StaticContext] = {}
         self._graphs: dict[int, object] = {}
         self._outputs: dict[int, torch.Tensor] = {}
         self._pool = None
@@ -132,11 +141,11 @@ class DecodeGraphs:
     def choose(self, query_lens: list[int]) -> GraphChoice:
         return choose(query_lens, self.sizes, True, self._graphs.keys())
 
-    def _prepared(self, size: int) -> StaticDecodeBuffers:
+    def _prepared(self, size: int) -> StaticStepBuffers:
         if size not in self._buffers:
-            buf = StaticDecodeBuffers(size, self.pages, self.num_blocks + 1, self.device)  # the scratch block too
+            buf = StaticStepBuffers(size, self.pages, self.num_blocks + 1, self.device)  # the scratch block too
             self._buffers[size] = buf
-            self._contexts[size] = _StaticDecodeContext(self.cache, self.flex, buf, self.block_size, self.window,
+            self._contexts[size] = _StaticContext(self.cache, self.flex, buf, self.block_size, self.window,
                                                         self.scale)
         return self._buffers[size]
 
@@ -152,7 +161,7 @@ class DecodeGraphs:
         for size in sorted(self.sizes, reverse=True):
             buf = self._prepared(size)
             empty = torch.zeros(0, dtype=torch.long, device=self.device)
-            buf.fill(empty, empty, empty, torch.zeros(0, 1, dtype=torch.long, device=self.device), [],
+            buf.fill(empty, empty, empty, torch.zeros(0, 1, dtype=torch.long, device=self.device),
                      self.block_size, self.window, self.pad_slot)
             if not self.capture:
                 self._forward(size)
@@ -173,14 +182,15 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run(self, choice: GraphChoice, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-            tables: torch.Tensor, context_lens: list[int]) -> torch.Tensor:
-        """The decode step's hidden states [m, hidden] through the padded size `choice` names."""
+            tables: torch.Tensor) -> torch.Tensor:
+        """The step's hidden states [m, hidden] through the padded size `choice` names; `tables`
+        a row a token (its sequence's block table)."""
         size = choice.padded_tokens
         buf = self._prepared(size)
-        buf.fill(tokens, positions, slots, tables, context_lens, self.block_size, self.window, self.pad_slot)
+        buf.fill(tokens, positions, slots, tables, self.block_size, self.window, self.pad_slot)
         if size in self._graphs:
             self._graphs[size].replay()
             out = self._outputs[size]
         else:
             out = self._forward(size)
-        return out[:len(context_lens)]
+        return out[:len(tokens)]

@@ -10,7 +10,7 @@ import torch
 from engines.executors.torch.attention import AttentionMetadata, select_backend
 from engines.executors.torch.attention.flex import MIN_QUERY_BUCKET, page_width
 from engines.executors.torch.buckets import capture_sizes, powers_of_two
-from engines.executors.torch.graphs import DecodeGraphs, GraphChoice, choose
+from engines.executors.torch.graphs import StepGraphs, GraphChoice, choose
 from engines.executors.torch.kv_cache import PagedKVCache
 from engines.executors.torch.plan import StepPlan
 from engines.executors.torch.sampler import Sampler
@@ -40,8 +40,8 @@ class _Context:
 
 
 class ModelRunner:
-    """`cuda_graphs`: decode-only steps through graphs.DecodeGraphs (paged flex attention; one
-    process only), padded to `graph_sizes` (default vLLM's rule for 128 sequences); on CPU the
+    """`cuda_graphs`: decode-only and small mixed steps through graphs.StepGraphs (paged flex
+    attention; one process only), padded to `graph_sizes` (default vLLM's rule for 128 sequences); on CPU the
     padded static-buffer path without capture. `compile_elementwise`: torch.compile the norm,
     rotary and SiLU-gate functions (engines.models.layers.fused)."""
 
@@ -63,7 +63,7 @@ class ModelRunner:
         if cuda_graphs and self.backend.name != "flex":
             raise ValueError(f"CUDA graphs need attention_backend='flex', not {self.backend.name!r}")
         self.graph_sizes = tuple(graph_sizes) if graph_sizes else capture_sizes(128)
-        self.graphs: DecodeGraphs | None = None
+        self.graphs: StepGraphs | None = None
         self._graphs_wanted = cuda_graphs
         self.last_choice: GraphChoice | None = None
         if compile_elementwise:
@@ -101,7 +101,7 @@ class ModelRunner:
             self.backend.max_pages = page_width(self.config.max_position_embeddings, self.block_size)
         if self._graphs_wanted:
             c = self.config
-            self.graphs = DecodeGraphs(self.model, self.cache, self.backend, self.graph_sizes, num_blocks=num_blocks,
+            self.graphs = StepGraphs(self.model, self.cache, self.backend, self.graph_sizes, num_blocks=num_blocks,
                                        block_size=self.block_size, window=c.sliding_window, scale=c.head_dim ** -0.5,
                                        max_len=c.max_position_embeddings, device=self.device)
 
@@ -173,8 +173,10 @@ class ModelRunner:
             hidden = self.forward(inputs)
         else:
             m = inputs.meta
-            hidden = self.graphs.run(choice, inputs.tokens, inputs.positions, m.slot_mapping, m.block_tables,
-                                     m.context_lens)
+            seq_of_token = torch.repeat_interleave(torch.arange(m.num_seqs, device=self.device),
+                                                   torch.tensor(lens, device=self.device), output_size=len(inputs.tokens))
+            hidden = self.graphs.run(choice, inputs.tokens, inputs.positions, m.slot_mapping,
+                                     m.block_tables[seq_of_token])
         tokens = iter(self.sample(inputs, hidden))
         return [next(tokens) if item.sample else None for item in plan.items]
 
