@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +106,7 @@ def price_fn(a):
     return (lambda items: perf.iteration_time([n for _, n in items], [c for c, _ in items])), gpu
 
 
-def same_tokens(a, config: str, decode_sizes) -> dict[int, list[int]]:
+def same_tokens(a, config: str) -> dict[int, list[int]]:
     """Greedy outputs of a small fp32 model on the device under `config` (exactness check)."""
     from engines.executors.base import SamplingParams
     from engines.executors.torch import TorchExecutor
@@ -125,7 +126,9 @@ def same_tokens(a, config: str, decode_sizes) -> dict[int, list[int]]:
         return run_to_completion(engine, ex, reqs).outputs
 
 
-def measure_config(a, config: str, table: list[tuple[str, list]], deadline: float, log) -> dict[str, dict]:
+def measure_config(a, config: str, table: list[tuple[str, list]], deadline: float, log) -> tuple[dict, float]:
+    """Per shape {s, min_s, mode, padded} (or skipped / error), and the seconds the executor took
+    to build (weights, self-check, graph capture, elementwise compilation)."""
     import torch
 
     from engines.executors.torch import TorchExecutor
@@ -136,7 +139,8 @@ def measure_config(a, config: str, table: list[tuple[str, list]], deadline: floa
     t = time.monotonic()
     ex = TorchExecutor(a.model, dtype=a.dtype, device=a.device, kv_capacity_tokens=a.kv_tokens, block_size=16,
                        **executor_options(config, decode_sizes, a.tiny))
-    log(f"{config}: executor ready in {time.monotonic() - t:.1f}s (attention {ex.attention_backend})")
+    startup = time.monotonic() - t
+    log(f"{config}: executor ready in {startup:.1f}s (attention {ex.attention_backend})")
     bench, out = IterationBench(ex), {}
     try:
         for name, items in table:
@@ -146,7 +150,12 @@ def measure_config(a, config: str, table: list[tuple[str, list]], deadline: floa
             if not bench.fits(items):
                 out[name] = {"skipped": "KV cache too small"}
                 continue
-            med, best = measure(bench.batch(items), torch.device(a.device), warmup=3, repeats=a.repeats)
+            try:  # warm-up runs first: they pay this shape's compilation
+                med, best = measure(bench.batch(items), torch.device(a.device), warmup=3, repeats=a.repeats)
+            except Exception as e:  # one shape's failure is reported, not the end of the table
+                out[name] = {"error": f"{type(e).__name__}: {e}"}
+                log(f"{config}: {name} FAILED: {out[name]['error']}")
+                continue
             rec = ex.step_log[-1]
             out[name] = {"s": med, "min_s": best, "mode": rec.mode, "padded": rec.padded_tokens}
     finally:
@@ -155,14 +164,14 @@ def measure_config(a, config: str, table: list[tuple[str, list]], deadline: floa
         del ex
         if a.device == "cuda":
             torch.cuda.empty_cache()
-    return out
+    return out, startup
 
 
 def render(table, results: dict, prices: dict, configs: list[str], gpu: str | None) -> str:
     head = [f"{'shape':<34}", f"{STACK + ' model':>16}"] + [f"{c + ' ms':>16}" for c in configs]
     head += [f"{c + '/model':>13}" for c in configs]
     lines = [f"model price: {STACK} on {gpu or 'no catalog GPU'}; 'g' = replayed CUDA graph, 's' = static "
-             "buffers without capture, '*' = skipped", "  ".join(head)]
+             "buffers without capture, '*' = skipped, '!' = failed", "  ".join(head)]
     for name, _ in table:
         price = prices.get(name)
         cells = [f"{name:<34}", f"{price * 1e3:16.2f}" if price else f"{'-':>16}"]
@@ -170,7 +179,7 @@ def render(table, results: dict, prices: dict, configs: list[str], gpu: str | No
         for c in configs:
             r = results.get(c, {}).get(name, {"skipped": "not run"})
             if "s" not in r:
-                cells.append(f"{'*':>16}")
+                cells.append(f"{'!' if 'error' in r else '*':>16}")
                 ratios.append(f"{'-':>13}")
                 continue
             tag = {"graph": " g", "static": " s"}.get(r["mode"], "  ")
@@ -204,25 +213,32 @@ def main(argv=None) -> int:
     prices = {name: price(items) for name, items in table} if price else {}
     report: dict = {"args": {k: str(v) for k, v in vars(a).items()}, "gpu": gpu, "stack": STACK,
                     "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu", "torch": torch.__version__,
-                    "prices_s": prices, "tokens": {}, "results": {}}
-    reference = None
+                    "prices_s": prices, "tokens": {}, "results": {}, "startup_s": {}, "errors": {}}
+    reference, first = None, None
     ok = True
     for config in a.configs:
-        tokens = same_tokens(a, config, None)
-        reference = reference or tokens
-        agree = tokens == reference
-        report["tokens"][config] = "same as " + a.configs[0] if agree else "DIFFERENT"
-        log(f"{config}: greedy tokens {'same as ' + a.configs[0] if agree else 'DIFFER from ' + a.configs[0]}")
-        ok &= agree
-        report["results"][config] = measure_config(a, config, table, deadline, log)
+        try:
+            tokens = same_tokens(a, config)
+            if reference is None:
+                reference, first = tokens, config
+            agree = tokens == reference
+            report["tokens"][config] = f"same as {first}" if agree else f"DIFFERENT from {first}"
+            log(f"{config}: greedy tokens {report['tokens'][config]}")
+            ok &= agree
+            report["results"][config], report["startup_s"][config] = measure_config(a, config, table, deadline, log)
+        except Exception as e:  # a configuration that cannot build or serve: said, and the others still run
+            ok = False
+            report["errors"][config] = f"{type(e).__name__}: {e}"
+            log(f"{config}: FAILED: {report['errors'][config]}")
+            traceback.print_exc()
     text = render(table, report["results"], prices, a.configs, gpu)
     print("\n" + text + "\n")
-    skipped = [(c, n) for c, rows in report["results"].items() for n, r in rows.items() if "skipped" in r
-               and r["skipped"] != "KV cache too small"]
-    ok &= not skipped
-    report.update(table=text, skipped=skipped, passed=bool(ok), total_s=round(time.monotonic() - T0, 1))
+    missing = [(c, n) for c, rows in report["results"].items() for n, r in rows.items()
+               if "error" in r or r.get("skipped", "KV cache too small") != "KV cache too small"]
+    ok &= not missing
+    report.update(table=text, missing=missing, passed=bool(ok), total_s=round(time.monotonic() - T0, 1))
     (a.out / "speed_check.json").write_text(json.dumps(report, indent=2, default=str))
-    log(f"{'PASSED' if ok else 'FAILED'}{f' ({len(skipped)} skipped)' if skipped else ''}; "
+    log(f"{'PASSED' if ok else 'FAILED'}{f' ({len(missing)} shapes skipped or failed)' if missing else ''}; "
         f"report in {a.out / 'speed_check.json'}")
     return 0 if ok else 1
 

@@ -65,3 +65,17 @@ def test_tiny_pipeline_on_cpu(mod, tmp_path, capsys):
     assert set(report["prices_s"]) == set(shapes) and report["stack"] == "vllm-0.32"
     out = capsys.readouterr().out
     assert "vllm-0.32 model" in out and "graphs/model" in out
+
+
+def test_a_configuration_that_fails_is_reported_and_the_rest_still_run(mod, monkeypatch, tmp_path, capsys):
+    real = mod.executor_options
+
+    def broken(config, sizes, tiny):
+        return {"attention_backend": "flash_attn"} if config == "flex" else real(config, sizes, tiny)  # no CUDA here
+
+    monkeypatch.setattr(mod, "executor_options", broken)
+    assert mod.main(["--tiny", "--configs", "eager,flex", "--repeats", "1", "--out", str(tmp_path)]) == 1
+    report = json.loads((tmp_path / "speed_check.json").read_text())
+    assert "not available" in report["errors"]["flex"] and not report["passed"]
+    assert all("s" in r for r in report["results"]["eager"].values())
+    assert "FAILED" in capsys.readouterr().out
