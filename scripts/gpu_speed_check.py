@@ -117,9 +117,11 @@ def same_tokens(a, config: str) -> dict[int, list[int]]:
     cfg = ModelConfig(family="llama", vocab_size=512, hidden_size=256, num_layers=2, num_heads=8, num_kv_heads=2,
                       head_dim=32, intermediate_size=512, sliding_window=48, max_position_embeddings=512,
                       name="speed-check-small")
-    opts = executor_options(config, (1, 2, 4), True)
+    # Graph sizes 4 and 32 and a 24-token budget: decode steps pad to 4, short chunks with decodes
+    # (mixed steps) to 32, longer chunks run eagerly: every path of the configuration is exercised.
+    opts = executor_options(config, (4, 32), a.tiny)
     with TorchExecutor(cfg, dtype="float32", device=a.device, kv_capacity_tokens=2048, **opts) as ex:
-        engine = make_engine(EngineConfig(SchedulerConfig.shared("sarathi", max_num_seqs=4, token_budget=64),
+        engine = make_engine(EngineConfig(SchedulerConfig.shared("sarathi", max_num_seqs=4, token_budget=24),
                                           ex.kv_capacity_tokens, 512))
         reqs = [OfflineRequest(i, tuple(3 + (7 * i + 13 * j) % 500 for j in range(20 + 37 * i)), 12,
                                sampling=SamplingParams()) for i in range(4)]
