@@ -23,24 +23,3 @@ def test_torch_executor_serves_streams(policy):
         res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))
     assert [r.error for r in res.records] == [None] * 8
     assert all(r.completed and r.first_scheduled_s <= r.first_token_s for r in res.records)
-
-
-def test_server_flags_reach_the_torch_executors_speed_paths():
-    """--attention-backend / --cuda-graphs / --compile-elementwise of `python -m engines.server`
-    build the executor with them (CPU: graphs run their static buffers without capture)."""
-    import argparse
-
-    from engines.server.build import _torch_executor
-    from engines.server.config import add_flags, from_flags, server_flags
-
-    parser = argparse.ArgumentParser()
-    add_flags(parser)
-    cfg = from_flags(parser.parse_args(["--executor", "torch", "--model", "tiny-llama", "--kv-capacity-tokens", "1024",
-                                        "--attention-backend", "flex", "--cuda-graphs", "true"]))
-    assert (cfg.attention_backend, cfg.cuda_graphs, cfg.compile_elementwise) == ("flex", True, False)
-    assert from_flags(parser.parse_args(server_flags(cfg))) == cfg
-    ex = _torch_executor(cfg)
-    try:
-        assert ex.attention_backend == "flex" and ex._runner.graphs is not None
-    finally:
-        ex.close()

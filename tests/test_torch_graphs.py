@@ -97,3 +97,24 @@ def test_graphs_need_flex_and_one_process():
                       cuda_graphs=True)
     with pytest.raises(ValueError, match="one process"):
         TorchExecutor(tiny_llama(), dtype="float32", device="cpu", kv_capacity_tokens=256, tp=2, cuda_graphs=True)
+
+
+def test_server_flags_reach_the_torch_executors_speed_paths():
+    """--attention-backend / --cuda-graphs / --compile-elementwise of `python -m engines.server`
+    build the executor with them (CPU: graphs run their static buffers without capture)."""
+    import argparse
+
+    from engines.server.build import _torch_executor
+    from engines.server.config import add_flags, from_flags, server_flags
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    cfg = from_flags(parser.parse_args(["--executor", "torch", "--model", "tiny-llama", "--kv-capacity-tokens", "1024",
+                                        "--attention-backend", "flex", "--cuda-graphs", "true"]))
+    assert (cfg.attention_backend, cfg.cuda_graphs, cfg.compile_elementwise) == ("flex", True, False)
+    assert from_flags(parser.parse_args(server_flags(cfg))) == cfg
+    ex = _torch_executor(cfg)
+    try:
+        assert ex.attention_backend == "flex" and ex._runner.graphs is not None
+    finally:
+        ex.close()
