@@ -10,7 +10,7 @@ import torch
 from engines.executors.torch.attention import AttentionMetadata, select_backend
 from engines.executors.torch.attention.flex import MIN_QUERY_BUCKET, page_width
 from engines.executors.torch.buckets import capture_sizes, powers_of_two
-from engines.executors.torch.graphs import StepGraphs, GraphChoice, choose
+from engines.executors.torch.graphs import GraphChoice, StepGraphs, choose
 from engines.executors.torch.kv_cache import PagedKVCache
 from engines.executors.torch.plan import StepPlan
 from engines.executors.torch.sampler import Sampler
@@ -41,9 +41,9 @@ class _Context:
 
 class ModelRunner:
     """`cuda_graphs`: decode-only and small mixed steps through graphs.StepGraphs (paged flex
-    attention; one process only), padded to `graph_sizes` (default vLLM's rule for 128 sequences); on CPU the
-    padded static-buffer path without capture. `compile_elementwise`: torch.compile the norm,
-    rotary and SiLU-gate functions (engines.models.layers.fused)."""
+    attention; one process only), padded to `graph_sizes` (default: vLLM's rule for 128
+    sequences); on CPU the padded static-buffer path without capture. `compile_elementwise`:
+    torch.compile the norm, rotary and SiLU-gate functions (engines.models.layers.fused)."""
 
     def __init__(self, config: ModelConfig, *, dtype: torch.dtype, device: torch.device, block_size: int,
                  weights_dir=None, seed: int = 0, attention_backend: str = "auto", cuda_graphs: bool = False,
@@ -102,8 +102,8 @@ class ModelRunner:
         if self._graphs_wanted:
             c = self.config
             self.graphs = StepGraphs(self.model, self.cache, self.backend, self.graph_sizes, num_blocks=num_blocks,
-                                       block_size=self.block_size, window=c.sliding_window, scale=c.head_dim ** -0.5,
-                                       max_len=c.max_position_embeddings, device=self.device)
+                                     block_size=self.block_size, window=c.sliding_window, scale=c.head_dim ** -0.5,
+                                     max_len=c.max_position_embeddings, device=self.device)
 
     def warm_up(self, max_num_seqs: int, max_chunk: int) -> int:
         """Compile the flex attention buckets a run of up to `max_num_seqs` sequences and
@@ -114,7 +114,8 @@ class ModelRunner:
         if self.backend.name != "flex" or self.cache is None:
             return 0
         shapes = [(b, 1) for b in powers_of_two(1, max_num_seqs)]
-        shapes += [(s, q) for s in powers_of_two(1, min(4, max_num_seqs)) for q in powers_of_two(MIN_QUERY_BUCKET, max_chunk)]
+        chunks = powers_of_two(MIN_QUERY_BUCKET, max_chunk)
+        shapes += [(s, q) for s in powers_of_two(1, min(4, max_num_seqs)) for q in chunks]
         k_cache, v_cache = self.cache.layer(0)
         c = self.config
         with torch.inference_mode():
@@ -174,7 +175,8 @@ class ModelRunner:
         else:
             m = inputs.meta
             seq_of_token = torch.repeat_interleave(torch.arange(m.num_seqs, device=self.device),
-                                                   torch.tensor(lens, device=self.device), output_size=len(inputs.tokens))
+                                                   torch.tensor(lens, device=self.device),
+                                                   output_size=len(inputs.tokens))  # each token's sequence
             hidden = self.graphs.run(choice, inputs.tokens, inputs.positions, m.slot_mapping,
                                      m.block_tables[seq_of_token])
         tokens = iter(self.sample(inputs, hidden))

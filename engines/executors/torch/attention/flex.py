@@ -121,14 +121,20 @@ class FlexAttention:
     def available(device: torch.device, dtype: torch.dtype) -> bool:
         return _import() is not None
 
-    def __init__(self) -> None:
+    def __init__(self, compiled: bool | None = None) -> None:
+        """`compiled`: None compiles on CUDA only; True on any device (on CPU, Inductor's C++ flex
+        template, which the tests use to run the sparse page lists through a real kernel)."""
         self._block_mask_cls, self._fn = _import()
+        self._compile = compiled
         self._compiled = None
         self.max_pages: int | None = None  # set by the model runner: page_width of the model's length
         self.shapes_seen: set[tuple[int, int, int]] = set()  # (S, Q, pages) buckets run so far
 
+    def _compiles(self, device: torch.device) -> bool:
+        return device.type == "cuda" if self._compile is None else self._compile
+
     def _kernel(self, device: torch.device):
-        if device.type != "cuda":
+        if not self._compiles(device):
             return self._fn
         if self._compiled is None:
             # One compilation per (S, Q) bucket: more than dynamo's default limit of 8 recompiles.
@@ -157,6 +163,8 @@ class FlexAttention:
         width = power_of_two_at_least(max(n_pages), MIN_PAGE_BUCKET)
         if self.max_pages is not None and self.max_pages >= width:
             width = self.max_pages
+        if dev.type == "cpu" and self._compiles(dev):  # the C++ template wants lists spanning the whole cache
+            width = max(width, power_of_two_at_least(num_blocks))
         tables = torch.zeros(batch, width, dtype=torch.long, device=dev)
         cols = min(width, meta.block_tables.shape[1])
         idx = torch.tensor(seqs, dtype=torch.long, device=dev)
