@@ -84,6 +84,16 @@ def test_block_mask_covers_the_mask_and_full_pages_are_whole(window):
                 assert bool(real[:, page * bs:(page + 1) * bs].all()), (row, tile, page)
 
 
+def test_decode_rows_list_every_visible_page_partial():
+    """One query a row: no full lists, so the flex decoding kernel splits the KV by the listed
+    pages (with full lists it splits the whole cache length)."""
+    tables = torch.tensor([[7, 3, 9, 1], [2, 0, 0, 0]])
+    t = paged_mask_tensors(tables, torch.tensor([4, 1]), torch.tensor([60, 5]), torch.tensor([1, 1]), 1, 16, None, 12)
+    assert "full_kv_num_blocks" not in t and "full_kv_indices" not in t
+    assert t["kv_num_blocks"].flatten().tolist() == [4, 1]
+    assert t["kv_indices"][0, 0, 0].tolist() == [7, 3, 9, 1] and t["kv_indices"][1, 0, 0, 0] == 2
+
+
 def test_explicit_backend_must_pass_the_self_check(monkeypatch):
     assert select_backend("flex", "cpu", torch.float32).name == "flex"
     monkeypatch.setattr(BACKENDS["flex"], "forward", lambda self, q, k, v, meta: q * 0)

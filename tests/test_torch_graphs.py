@@ -62,7 +62,7 @@ def test_static_buffers_copy_in_place_and_pad():
     assert buf.tokens.tolist() == [10, 11, 12, 0, 0, 0, 0, 0]
     assert buf.slots.tolist()[3:] == [640] * 5  # padding writes the scratch block
     assert buf.q_len.tolist() == [1, 1, 1, 0, 0, 0, 0, 0] and buf.q_start.tolist()[:3] == [40, 5, 20]
-    n = buf.mask["kv_num_blocks"][:, 0, 0] + buf.mask["full_kv_num_blocks"][:, 0, 0]
+    n = buf.mask["kv_num_blocks"][:, 0, 0]
     assert n.tolist() == [3, 1, 2, 0, 0, 0, 0, 0]  # pages seen: ctx 40 -> 3 pages; padding sees none
     assert buf.mask["logical"][0, [3, 7, 9]].tolist() == [0, 1, 2] and buf.mask["logical"][0, 5] == -1
     buf.fill(t(1), t(2), t(3), tables[1:2], 16, None, 640)  # a smaller step clears the old rows

@@ -71,9 +71,7 @@ class StaticStepBuffers:
         i32 = dict(dtype=torch.int32, device=device)
         self.mask = {"logical": torch.full((size, num_blocks + 1), -1, **i32),
                      "kv_num_blocks": torch.zeros(size, 1, 1, **i32),
-                     "kv_indices": torch.zeros(size, 1, 1, pages, **i32),
-                     "full_kv_num_blocks": torch.zeros(size, 1, 1, **i32),
-                     "full_kv_indices": torch.zeros(size, 1, 1, pages, **i32)}
+                     "kv_indices": torch.zeros(size, 1, 1, pages, **i32)}  # one query a row: no full lists
 
     def fill(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, tables: torch.Tensor,
              block_size: int, window: int | None, pad_slot: int) -> None:

@@ -67,7 +67,12 @@ def paged_mask_tensors(tables: torch.Tensor, num_pages: torch.Tensor, q_start: t
     tables [S, P] physical page of each logical page (padding anything), num_pages [S] pages in
     use, q_start [S] position of each sequence's first new token, q_len [S] new tokens (0 for a
     padding row). Returns the BlockMask's kv tensors ([S, 1, tiles, P], int32) and the page
-    translation `logical` [S, num_blocks + 1] (the last column absorbs padded table entries)."""
+    translation `logical` [S, num_blocks + 1] (the last column absorbs padded table entries).
+
+    With one query a row (decodes) every page is listed partial and no full lists are returned:
+    the flex decoding kernel splits the KV across thread blocks by the listed pages only when
+    there are no full blocks (with them it splits the whole cache length; torch's
+    templates/flex_decode.py.jinja), and a decode's pages are all whole but its last anyway."""
     s, p = tables.shape
     dev = tables.device
     pages = torch.arange(p, device=dev)
@@ -87,11 +92,10 @@ def paged_mask_tensors(tables: torch.Tensor, num_pages: torch.Tensor, q_start: t
     if window is not None:
         visible &= k_hi > lo_q - window
         whole &= k_lo > hi_q - window
-    full = visible & whole
-    partial = visible & ~whole
+    lists = [("kv", visible)] if queries == 1 else [("kv", visible & ~whole), ("full_kv", visible & whole)]
     pages_of = tables.unsqueeze(1).expand(s, tiles, p)
     out = {"logical": logical}
-    for name, sel in (("kv", partial), ("full_kv", full)):
+    for name, sel in lists:
         order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True)  # selected pages first
         out[f"{name}_num_blocks"] = sel.sum(-1, dtype=torch.int32).unsqueeze(1)
         out[f"{name}_indices"] = pages_of.gather(-1, order).to(torch.int32).unsqueeze(1)
@@ -146,8 +150,13 @@ class FlexAttention:
                    queries: int, num_blocks: int):
         """A BlockMask over `paged_mask_tensors`' tensors, which it keeps (not copies): CUDA graphs
         rewrite them in place between replays."""
+        full_num, full_idx = t.get("full_kv_num_blocks"), t.get("full_kv_indices")
+        dev = t["kv_num_blocks"].device
+        if full_num is None and dev.type == "cpu" and self._compiles(dev):
+            # Inductor's C++ template (torch 2.13) reads full lists unconditionally: empty ones.
+            full_num, full_idx = torch.zeros_like(t["kv_num_blocks"]), torch.zeros_like(t["kv_indices"])
         return self._block_mask_cls.from_kv_blocks(
-            t["kv_num_blocks"], t["kv_indices"], t["full_kv_num_blocks"], t["full_kv_indices"],
+            t["kv_num_blocks"], t["kv_indices"], full_num, full_idx,
             BLOCK_SIZE=(Q_BLOCK, block_size), mask_mod=paged_mask_mod(t["logical"], q_start, q_len, block_size, window),
             seq_lengths=(queries, num_blocks * block_size),
             compute_q_blocks=False)  # inference only: no transposed (backward) indices
