@@ -44,6 +44,13 @@ class ServerConfig:
     prefix_caching: bool = field(default=False, metadata=_help("automatic prefix caching: true or false (engines/core/prefix_cache.py)"))
     time_scale: float = field(default=1.0, metadata=_help("realtime executor: stretch every predicted iteration"))
     seed: int = 0
+    # The torch executor's speed paths (docs/torch-engine.md).
+    attention_backend: str = field(default="auto", metadata=_help(
+        "torch executor: auto | flashinfer | flash_attn | flex | sdpa | reference (each self-checked before serving)"))
+    cuda_graphs: bool = field(default=False, metadata=_help(
+        "torch executor: decode and short-chunk steps through CUDA graphs (needs --attention-backend flex)"))
+    compile_elementwise: bool = field(default=False, metadata=_help(
+        "torch executor: torch.compile the norm (+ residual add), rotary and SiLU-gate functions"))
     # Disaggregated prefill/decode (engines/server/handoff.py): a router sends each request to a
     # prefill server, then to a decode server with what the prefill server reported.
     role: str = field(default="both", metadata=_help(
