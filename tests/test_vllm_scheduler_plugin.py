@@ -212,3 +212,38 @@ def test_another_vllm_release_is_refused_at_import():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "supports vLLM 0.32 only, not 0.19.1" in done.stderr.strip().splitlines()[-1]
+
+
+# -- the harness's wiring (no server started) ---------------------------------------------------
+def test_a_live_vllm_server_runs_the_policy_through_the_plugin_unless_native_is_asked():
+    from engines.external.vllm_scheduler import SCHEDULER_CLS
+    from harness.backends.live import LiveServerSpec, scheduler_class
+
+    sched = SchedulerConfig("orca", max_num_seqs=16)
+    spec = LiveServerSpec(kind="vllm", scheduler=sched, model="tiny", max_model_len=1024, vllm_command=("python",),
+                          vllm_scheduler="plugin", vllm_trace="/tmp/x/iterations.jsonl")
+    launch, _ = spec.launch()
+    at = launch.command.index("--scheduler-cls")
+    assert launch.command[at + 1] == SCHEDULER_CLS and "--enable-chunked-prefill" in launch.command
+    assert launch.command[launch.command.index("--max-num-batched-tokens") + 1] == str(16 * 1024)  # 16 whole prompts
+    assert scheduler_from_env(launch.env) == sched and launch.env[TRACE_ENV] == "/tmp/x/iterations.jsonl"
+    assert launch.env["PYTHONPATH"] == str(ROOT)
+    native, _ = LiveServerSpec(kind="vllm", scheduler=SchedulerConfig("sarathi"), model="tiny", max_model_len=1024,
+                               vllm_command=("python",), vllm_scheduler="native").launch()
+    assert "--scheduler-cls" not in native.command and POLICY_ENV not in native.env
+    assert scheduler_class("vllm", "plugin") == SCHEDULER_CLS and scheduler_class("inrepo", "plugin") is None
+    assert scheduler_class("vllm", "native").endswith("AsyncScheduler")
+
+
+def test_the_trace_becomes_the_run_directorys_iteration_table(tmp_path):
+    from harness.backends.live.iterations import iteration_frame
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"header": {"policy": "vllm"}}\n'
+                    '{"step": 0, "t_s": 0.0, "wall_s": 0.02, "prefill_ids": ["a"], "prefill_tokens": [40], '
+                    '"prefill_context": [0], "decode_ids": [], "decode_context": [], "preempted": [], '
+                    '"kv_blocks_used": 3, "kv_blocks_policy": 3, "running": 1, "waiting": 0}\n')
+    frame = iteration_frame(str(path), "vllm")
+    assert list(frame["scheduler"]) == ["vllm"] and list(frame["prefill_tokens"]) == [[40]]
+    frame.to_parquet(tmp_path / "iterations.parquet")  # list columns survive parquet
+    assert list(__import__("pandas").read_parquet(tmp_path / "iterations.parquet")["prefill_tokens"][0]) == [40]
