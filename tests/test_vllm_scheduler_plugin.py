@@ -28,6 +28,9 @@ PER_SEQ = MAX_LEN // BLOCK  # blocks a reserving policy holds per request: 3 fit
 # (arrival step, prompt tokens, max_tokens): short requests decode while long prompts arrive
 WORKLOAD = [(0, 40, 60), (0, 50, 60), (0, 30, 60), (0, 60, 60), (6, 400, 20), (8, 380, 20), (10, 300, 30),
             (30, 350, 20), (31, 200, 40), (32, 250, 40)]
+# (arrival, prompt, max_tokens, stop token as output token N (0: none), client abort at step (-1: none))
+STOPS = [(0, 40, 60, 5, -1), (0, 50, 60, 0, -1), (0, 30, 60, 0, 12), (2, 400, 20, 3, -1), (3, 300, 30, 0, 4),
+         (5, 380, 20, 0, -1), (20, 200, 40, 1, -1)]
 POLICIES = {
     "sarathi": {"token_budget": BUDGET, "max_num_seqs": SEQS},
     "vllm": {"max_num_seqs": SEQS},
@@ -42,6 +45,11 @@ POLICIES = {
     # a KV cache a third of the size: decodes run out of blocks and preempt (by recompute)
     "sarathi_preempting": {"policy": "sarathi", "token_budget": BUDGET, "max_num_seqs": SEQS, "vllm": {"kv_blocks": 40}},
     "vllm_preempting": {"policy": "vllm", "max_num_seqs": SEQS, "vllm": {"kv_blocks": 40}},
+    # requests that stop early (a stop token) or whose client goes away, one waiting and one running
+    "sarathi_stops": {"policy": "sarathi", "token_budget": BUDGET, "max_num_seqs": SEQS, "workload": STOPS,
+                      "vllm": {"kv_blocks": 40}},
+    "vllm_stops": {"policy": "vllm", "max_num_seqs": SEQS, "workload": STOPS, "vllm": {"kv_blocks": 40}},
+    "orca_stops": {"policy": "orca", "max_num_seqs": SEQS, "workload": STOPS},
     # refused, in one line each: what the adapter does not model
     "refused_prefix_caching": {"policy": "sarathi", "vllm": {"prefix_caching": True}},
     "refused_budget": {"policy": "orca", "max_num_seqs": SEQS, "vllm": {"max_num_batched_tokens": 2048}},
@@ -196,6 +204,17 @@ def test_chunked_only_never_mixes_and_hybrid_only_never_chunks(runs):
     assert all(c == 0 for s in hybrid for c in s["prefill_context"]) and any(s["prefill_ids"] and s["decode_ids"] for s in hybrid)
     no_decode_left_out(hybrid)
     no_decode_left_out(steps_of(runs, "vllm_v1"))
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", ["sarathi_stops", "vllm_stops", "orca_stops"])
+def test_requests_that_stop_early_or_are_aborted_leave_nothing_behind(runs, name):
+    result = json.loads((runs / f"{name}.json").read_text())
+    assert "error" not in result, result
+    expected = {str(i): stop or o for i, (_, _, o, stop, abort) in enumerate(STOPS) if abort < 0}
+    assert {r: n for r, n in result["produced"].items() if r in expected} == expected
+    left = result["left"]  # once all finished: the mirror forgot every request, every block is free again
+    assert left["mirror_sequences"] == 0 and left["mirror_free"] == left["vllm_free"] == left["kv_blocks"]
 
 
 @needs_vllm

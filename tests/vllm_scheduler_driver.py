@@ -3,9 +3,12 @@ no model: synthetic requests and a fake model output (token 7 for every request 
 prompt or decodes), stepped as vLLM's engine core steps an async scheduler (step N+1 scheduled
 before step N's output is processed). Run by tests/test_vllm_scheduler_plugin.py as
 `HARNESS_VLLM_PYTHON tests/vllm_scheduler_driver.py SPEC.json`; SPEC names the policies, the
-workload (per request: the step it arrives at, prompt tokens, max_tokens), the vLLM settings and
-the output folder. Per policy it writes `<name>.trace.jsonl` (the plugin's iteration trace) and
-`<name>.json` (each request's output token count, or the one-line error that stopped the run).
+workload (per request: the step it arrives at, prompt tokens, max_tokens, and optionally the
+output token at which the model emits a stop token (0: never) and the step at which the client
+aborts it (-1: never)), the vLLM settings and the output folder; a policy's entry may replace the
+workload and vLLM's settings. Per policy it writes `<name>.trace.jsonl` (the plugin's iteration trace) and
+`<name>.json` (each request's output token count, or the one-line error that stopped the run, and
+what the mirror and vLLM hold once everything finished: nothing, every block free).
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import json
 import os
 import sys
 from pathlib import Path
+
+STOP = 9  # the fake model's stop token
 
 
 def model_dir(folder: Path) -> str:
@@ -53,26 +58,37 @@ def run(spec: dict, name: str, knobs: dict, model: str, out: Path) -> dict:
 
     trace = out / f"{name}.trace.jsonl"
     settings = {**spec["vllm"], **knobs.pop("vllm", {})}  # an entry may change vLLM's settings
+    workload = [(list(w) + [0, -1])[:5] for w in knobs.pop("workload", spec["workload"])]
     os.environ["HARNESS_VLLM_POLICY"] = json.dumps({"policy": knobs.pop("policy", name), "knobs": knobs})
     os.environ["HARNESS_VLLM_TRACE"] = str(trace)
     try:
         scheduler = build(settings, model)
     except (ValueError, ImportError) as e:
         return {"refused": str(e)}
-    arrivals = sorted(enumerate(spec["workload"]), key=lambda item: item[1][0])
+    from vllm.v1.request import RequestStatus
+
+    arrivals = sorted(enumerate(workload), key=lambda item: item[1][0])
+    stop_after = {str(i): w[3] for i, w in enumerate(workload) if w[3]}
+    aborts = {w[4]: str(i) for i, w in enumerate(workload) if w[4] >= 0}
     produced: dict[str, int] = {}
     previous = None
     step = 0
     while (arrivals or scheduler.has_requests() or previous is not None) and step < spec["max_steps"]:
         while arrivals and arrivals[0][1][0] <= step:
-            i, (_, prompt, max_tokens) = arrivals.pop(0)
+            i, (_, prompt, max_tokens, _, _) = arrivals.pop(0)
             scheduler.add_request(Request(str(i), [1 + (i + t) % 2000 for t in range(prompt)],
-                                          SamplingParams(max_tokens=max_tokens, ignore_eos=True), None, arrival_time=0.0))
+                                          SamplingParams(max_tokens=max_tokens, ignore_eos=True, stop_token_ids=[STOP]),
+                                          None, arrival_time=0.0))
+        if step in aborts and aborts[step] in scheduler.requests:  # the client went away
+            scheduler.finish_requests(aborts[step], RequestStatus.FINISHED_ABORTED)
         try:
             output = scheduler.schedule()
         except RuntimeError as e:
             return {"error": str(e), "produced": produced}
         partial = {r for r in output.num_scheduled_tokens if scheduler.requests[r].is_prefill_chunk}
+        # the token each request makes: STOP as its `stop_after`-th output token, 7 otherwise
+        made = {r: len(scheduler.requests[r].output_token_ids) + scheduler.requests[r].num_output_placeholders
+                for r in output.num_scheduled_tokens}
         if previous is not None:
             finished = scheduler.update_from_output(*previous)
             for engine_outputs in finished.values():
@@ -80,10 +96,17 @@ def run(spec: dict, name: str, knobs: dict, model: str, out: Path) -> dict:
                     produced[o.request_id] = produced.get(o.request_id, 0) + len(o.new_token_ids)
         ids = list(output.num_scheduled_tokens)
         previous = (output, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                              sampled_token_ids=[[] if r in partial else [7] for r in ids])) if ids else None
+                                              sampled_token_ids=[[] if r in partial else
+                                                                 [STOP if made[r] == stop_after.get(r, 0) else 7]
+                                                                 for r in ids])) if ids else None
         step += 1
+    scheduler._catch_up()  # what vLLM freed since its last step
+    mirror = scheduler.mirror
+    left = {"mirror_sequences": len(mirror.seqs) + len(mirror.held) + len(mirror.parked),
+            "mirror_free": mirror.blocks.num_free, "vllm_free": scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+            "kv_blocks": mirror.blocks.num_blocks}
     scheduler.shutdown()
-    return {"produced": produced, "steps": step}
+    return {"produced": produced, "steps": step, "left": left}
 
 
 def main() -> None:

@@ -4,8 +4,12 @@ The command prefix comes from configuration (e.g. `[/path/to/vllm-venv/bin/pytho
 vllm.entrypoints.openai.api_server]` or `[vllm, serve]`), so vLLM lives in its own environment
 with its own torch; nothing here imports vLLM.
 
-Each policy's registration declares which of V1's two modes is its closest (`vllm=` of
-`register_policy`: chunked_prefill or whole_prompts; none: not expressible), and the policy object
+Two ways (`serve_command(plugin=...)`, the live backend's `backend.vllm_scheduler`): `plugin` runs
+the policy itself inside vLLM (`--scheduler-cls`, engines/external/vllm_scheduler: every registered
+policy, exactly; `plugin_flags`); `native` runs vLLM's own scheduler with the flags below, the
+closest V1 comes (`policy_flags`). For native mode, each policy's registration declares which of
+V1's two modes is its closest (`vllm=` of `register_policy`: chunked_prefill or whole_prompts;
+none: not expressible in native mode), and the policy object
 reports its batch limits (max_num_seqs, max_batch_tokens); nothing here branches on a policy's
 name. What modern vLLM (V1 engine, 0.6+; checked against 0.32) can express of the paper's policies:
 
