@@ -1,6 +1,8 @@
 """A prepared check of the scheduler plugin (engines/external/vllm_scheduler) in a real `vllm serve`:
 one server per policy (sarathi, vllm, orca by default), a short Poisson load each, then per policy
-the TTFT and TBT percentiles the client measured and the step times of the plugin's iteration trace.
+the TTFT and TBT percentiles the client measured and the step times of the plugin's iteration trace;
+last a stock vLLM (its own scheduler) under the same load. Every server then answers the same few
+greedy prompts one at a time: a policy changes when tokens are computed, never which (`= stock`).
 
 For a machine with vLLM 0.32 installed (a GPU, or the CPU build: scripts/setup_vllm_cpu.sh). Runs in
 the project's environment; vLLM runs in its own (`--vllm-python`, default $HARNESS_VLLM_PYTHON or
@@ -10,16 +12,19 @@ python3). Without a usable vLLM it says so in one line and exits 2, having start
   python scripts/vllm_plugin_check.py --requests 16 --qps 2 --extra-args=--enforce-eager   # CPU, tiny model
   (no --model: a tiny random Llama is built first, scripts/make_tiny_model.py)
 
-Exit status: 0 when every policy served every request; 1 otherwise; 2 no vLLM.
+Exit status: 0 when every policy served every request with stock vLLM's greedy tokens; 1
+otherwise; 2 no vLLM.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import warnings
 from pathlib import Path
 
@@ -55,29 +60,54 @@ def poisson(n: int, qps: float, max_model_len: int, seed: int) -> list[RequestSp
     return [RequestSpec(i, float(t[i]), int(prompts[i]), int(outputs[i])) for i in range(n)]
 
 
+def greedy(base_url: str, prompts: list[list[int]]) -> list[str]:
+    """Each prompt's greedy completion (16 tokens), asked one at a time."""
+    texts = []
+    for prompt in prompts:
+        body = json.dumps({"model": "model", "prompt": prompt, "max_tokens": 16, "temperature": 0.0,
+                           "ignore_eos": True}).encode()
+        req = urllib.request.Request(f"{base_url}/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as answer:
+            texts.append(json.loads(answer.read())["choices"][0]["text"])
+    return texts
+
+
 def ms(values) -> str:
     v = np.asarray(values, dtype=float)
     return "-" if v.size == 0 else f"{1e3 * np.percentile(v, 50):.1f} / {1e3 * np.percentile(v, 99):.1f}"
 
 
-def check(policy: str, args, model: str, work: Path, requests: list[RequestSpec]) -> tuple[bool, str]:
-    trace = work / f"{policy}.trace.jsonl"
-    spec = LiveServerSpec(kind="vllm", scheduler=SchedulerConfig(policy, **POLICIES[policy]), model=model,
-                          served_model_name="model", max_model_len=args.max_model_len,
+PROMPTS = [[1 + (7 * i + 3 * t) % 2000 for t in range(n)] for i, n in enumerate((24, 300, 700, 1000))]
+
+
+def serve_load(policy: str | None, args, model: str, work: Path, requests: list[RequestSpec]):
+    """(records, greedy completions of PROMPTS, trace path) of one server: `policy` through the
+    plugin, or (None) stock vLLM."""
+    trace = work / f"{policy or 'stock'}.trace.jsonl"
+    print(f"{policy or 'stock vLLM'}: a server, {len(requests)} requests, {len(PROMPTS)} greedy prompts", flush=True)
+    spec = LiveServerSpec(kind="vllm", scheduler=SchedulerConfig(policy or "vllm_v1", **POLICIES.get(policy, {})),
+                          model=model, served_model_name="model", max_model_len=args.max_model_len,
                           vllm_command=(args.vllm_python, "-m", "vllm.entrypoints.openai.api_server"),
-                          vllm_extra_args=tuple(shlex.split(args.extra_args)), vllm_scheduler="plugin",
-                          vllm_trace=str(trace), ready_timeout_s=600, log_dir=str(work))
+                          vllm_extra_args=tuple(shlex.split(args.extra_args)),
+                          vllm_scheduler="plugin" if policy else "native", vllm_trace=str(trace) if policy else None,
+                          ready_timeout_s=600, log_dir=str(work))
     with serve(spec) as endpoint, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dispatch-lag warnings on a busy host
         res = run_live_result(requests, endpoint, LiveRunOptions(progress=False, strict=False, seed=1))
+        texts = greedy(endpoint.base_url, PROMPTS)
+    return res, texts, trace
+
+
+def row(name: str, res, steps: list[dict], same: bool | None) -> tuple[bool, str]:
     ok = all(r.error is None and r.completed for r in res.records)
-    _, steps = read_trace(trace)
     kinds = [("P" if s["prefill_ids"] else "") + ("D" if s["decode_ids"] else "") for s in steps]
     ttft = [r.first_token_s - r.arrival_s for r in res.records if r.completed]
-    line = (f"{policy:8} {ms(ttft):>17} {ms(tbt_samples(res.records)):>15} {len(steps):6} "
-            f"{ms([s['wall_s'] for s in steps]):>17} {kinds.count('P'):6} {kinds.count('D'):6} {kinds.count('PD'):6} "
-            f"{sum(len(s['preempted']) for s in steps):8}" + ("" if ok else "  REQUESTS FAILED"))
-    return ok, line
+    line = (f"{name:8} {ms(ttft):>17} {ms(tbt_samples(res.records)):>15} {len(steps) or '-':>6} "
+            f"{ms([s['wall_s'] for s in steps]):>17} {kinds.count('P') if steps else '-':>6} "
+            f"{kinds.count('D') if steps else '-':>6} {kinds.count('PD') if steps else '-':>6} "
+            f"{sum(len(s['preempted']) for s in steps) if steps else '-':>8} {'-' if same is None else same!s:>8}"
+            + ("" if ok else "  REQUESTS FAILED"))
+    return ok and same is not False, line
 
 
 def main() -> int:
@@ -108,14 +138,18 @@ def main() -> int:
                        capture_output=True, timeout=600)
     requests = poisson(args.requests, args.qps, args.max_model_len, seed=0)
     print(f"vLLM {version}, model {model}, {args.requests} requests at {args.qps:g} QPS (Poisson); traces and logs in {work}")
+    runs = {p: serve_load(p, args, model, work, requests) for p in args.policies.split(",")}
+    stock, stock_texts, _ = serve_load(None, args, model, work, requests)
     print(f"{'policy':8} {'TTFT p50/p99 ms':>17} {'TBT p50/p99 ms':>15} {'steps':>6} {'step p50/p99 ms':>17} "
-          f"{'P-only':>6} {'D-only':>6} {'mixed':>6} {'preempts':>8}", flush=True)
+          f"{'P-only':>6} {'D-only':>6} {'mixed':>6} {'preempts':>8} {'= stock':>8}", flush=True)
     ok = True
-    for policy in args.policies.split(","):
-        passed, line = check(policy, args, model, work, requests)
+    for policy, (res, texts, trace) in runs.items():
+        passed, line = row(policy, res, read_trace(trace)[1], texts == stock_texts)
         ok &= passed
         print(line, flush=True)
-    return 0 if ok else 1
+    passed, line = row("stock", stock, [], None)
+    print(line + "   (vLLM's own scheduler, no plugin)")
+    return 0 if ok and passed else 1
 
 
 if __name__ == "__main__":

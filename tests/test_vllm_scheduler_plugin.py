@@ -42,6 +42,9 @@ POLICIES = {
     "orca_best": {"max_num_seqs": 3},
     "orca_worst": {"max_num_seqs": 3},
     "vllm_v1": {"max_num_batched_tokens": 256, "max_num_seqs": SEQS},
+    # a plugin policy (examples/policies), found through its module in vLLM's process
+    "shortest_prompt_first": {"token_budget": BUDGET, "max_num_seqs": SEQS,
+                              "module": "examples.policies.shortest_prompt_first"},
     # a KV cache a third of the size: decodes run out of blocks and preempt (by recompute)
     "sarathi_preempting": {"policy": "sarathi", "token_budget": BUDGET, "max_num_seqs": SEQS, "vllm": {"kv_blocks": 40}},
     "vllm_preempting": {"policy": "vllm", "max_num_seqs": SEQS, "vllm": {"kv_blocks": 40}},
@@ -66,6 +69,16 @@ def test_the_policy_travels_in_the_environment_and_a_bad_one_is_one_line():
         scheduler_from_env({})
     with pytest.raises(ValueError, match="no_such_policy"):
         scheduler_from_env({POLICY_ENV: '{"policy": "no_such_policy"}'})
+
+
+def test_a_plugin_policy_travels_with_its_module():
+    import examples.policies.shortest_prompt_first  # noqa: F401  (registers it)
+
+    env = plugin_env(SchedulerConfig("shortest_prompt_first", token_budget=256))
+    assert json.loads(env[POLICY_ENV])["module"] == "examples.policies.shortest_prompt_first"
+    assert "module" not in json.loads(plugin_env(SchedulerConfig("orca"))[POLICY_ENV])  # built-ins need none
+    with pytest.raises(ValueError, match="no_such_module"):
+        scheduler_from_env({POLICY_ENV: '{"policy": "x", "module": "no_such_module"}'})
 
 
 def test_supported_releases():
@@ -187,6 +200,15 @@ def test_a_request_level_batch_admits_nothing_until_it_drains(runs):
         earlier = [r for r, a in seen.items() if a[0] < at[0]]
         assert all(seen[r][-1] < at[0] for r in earlier), f"request {rid} admitted while an earlier batch ran"
     assert len({at[0] for at in seen.values()}) > 1  # more than one batch
+
+
+@needs_vllm
+def test_a_plugin_policy_runs_inside_vllm_and_admits_the_shortest_prompt_first(runs):
+    steps = steps_of(runs, "shortest_prompt_first")
+    assert all(sum(s["prefill_tokens"]) + len(s["decode_ids"]) <= BUDGET for s in steps if s["prefill_ids"])
+    assert steps[0]["prefill_ids"] == ["2", "0", "1", "3"]  # by prompt length: 30, 40, 50, 60 (the chunk)
+    assert steps_of(runs, "sarathi")[0]["prefill_ids"] == ["0", "1", "2", "3"]  # FCFS
+    no_decode_left_out(steps)
 
 
 @needs_vllm

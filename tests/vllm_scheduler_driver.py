@@ -59,7 +59,8 @@ def run(spec: dict, name: str, knobs: dict, model: str, out: Path) -> dict:
     trace = out / f"{name}.trace.jsonl"
     settings = {**spec["vllm"], **knobs.pop("vllm", {})}  # an entry may change vLLM's settings
     workload = [(list(w) + [0, -1])[:5] for w in knobs.pop("workload", spec["workload"])]
-    os.environ["HARNESS_VLLM_POLICY"] = json.dumps({"policy": knobs.pop("policy", name), "knobs": knobs})
+    module = knobs.pop("module", None)
+    os.environ["HARNESS_VLLM_POLICY"] = json.dumps({"policy": knobs.pop("policy", name), "knobs": knobs, "module": module})
     os.environ["HARNESS_VLLM_TRACE"] = str(trace)
     try:
         scheduler = build(settings, model)

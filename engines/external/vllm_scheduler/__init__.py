@@ -17,10 +17,11 @@ environment from here; `scheduler.py` (the class vLLM loads) imports vLLM and ch
 """
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Mapping
 
-from engines.schedulers import SchedulerConfig
+from engines.schedulers import SchedulerConfig, policy_spec
 
 SCHEDULER_CLS = "engines.external.vllm_scheduler.scheduler.PolicyScheduler"
 POLICY_ENV = "HARNESS_VLLM_POLICY"
@@ -37,22 +38,29 @@ def supports(version: str) -> bool:
 
 def plugin_env(cfg: SchedulerConfig, trace_path: str | None = None) -> dict[str, str]:
     """The environment that makes a `vllm serve --scheduler-cls SCHEDULER_CLS` run `cfg`'s policy."""
-    env = {POLICY_ENV: json.dumps({"policy": cfg.policy, "knobs": dict(cfg.knobs)})}
+    node = {"policy": cfg.policy, "knobs": dict(cfg.knobs)}
+    module = policy_spec(cfg.policy).cls.__module__
+    if not module.startswith("engines.schedulers."):  # a plugin policy: vLLM's Python has no entry points of ours
+        node["module"] = module
+    env = {POLICY_ENV: json.dumps(node)}
     if trace_path:
         env[TRACE_ENV] = trace_path
     return env
 
 
 def scheduler_from_env(environ: Mapping[str, str]) -> SchedulerConfig:
-    """The policy `plugin_env` put in `environ`; ValueError in one line when it is missing or bad."""
+    """The policy `plugin_env` put in `environ` (a plugin policy's module imported first: its
+    decorator registers it); ValueError in one line when it is missing or bad."""
     raw = environ.get(POLICY_ENV)
     if not raw:
         raise ValueError(f"{SCHEDULER_CLS} needs {POLICY_ENV}, e.g. "
                          f"{POLICY_ENV}='{{\"policy\": \"sarathi\", \"knobs\": {{\"token_budget\": 512}}}}'")
     try:
         node = json.loads(raw)
+        if node.get("module"):
+            importlib.import_module(node["module"])
         return SchedulerConfig(node["policy"], **node.get("knobs", {}))
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, ImportError) as e:
         raise ValueError(f"{POLICY_ENV}={raw!r}: {e}") from None
 
 
