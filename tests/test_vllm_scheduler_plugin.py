@@ -288,3 +288,12 @@ def test_the_trace_becomes_the_run_directorys_iteration_table(tmp_path):
     assert list(frame["scheduler"]) == ["vllm"] and list(frame["prefill_tokens"]) == [[40]]
     frame.to_parquet(tmp_path / "iterations.parquet")  # list columns survive parquet
     assert list(__import__("pandas").read_parquet(tmp_path / "iterations.parquet")["prefill_tokens"][0]) == [40]
+
+
+def test_an_unknown_vllm_scheduler_mode_is_one_line():
+    from common.errors import HarnessError
+    from harness.backends.live import LiveSettings
+
+    assert LiveSettings().vllm_scheduler == "plugin"
+    with pytest.raises(HarnessError, match="backend.vllm_scheduler must be one of plugin, native"):
+        LiveSettings(vllm_scheduler="stock")
