@@ -61,3 +61,15 @@ def test_a_live_capacity_search_runs_each_policy_inside_vllm_and_saves_its_trace
     assert (steps["wall_s"] > 0).all() and (steps["kv_blocks_used"] <= steps["kv_blocks_policy"]).all()
     for log in tmp_path.glob("server-vllm-*.log"):  # the plugin ran in each server
         assert "Using custom scheduler class" in log.read_text()
+
+
+def test_the_prepared_check_gives_stock_vllms_greedy_tokens_under_a_policy(model_dir, tmp_path):
+    """scripts/vllm_plugin_check.py with orca (the policy furthest from vLLM's own: KV reserved,
+    request-level admission) and a stock vLLM: every request served, the same greedy completions."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "vllm_plugin_check.py"), "--vllm-python", VLLM_PYTHON, "--model", model_dir,
+         "--policies", "orca", "--requests", "8", "--qps", "2", "--extra-args=--enforce-eager", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    orca = next(line for line in done.stdout.splitlines() if line.startswith("orca "))
+    assert orca.split()[-1] == "True" and "FAILED" not in done.stdout
