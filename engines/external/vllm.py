@@ -4,8 +4,12 @@ The command prefix comes from configuration (e.g. `[/path/to/vllm-venv/bin/pytho
 vllm.entrypoints.openai.api_server]` or `[vllm, serve]`), so vLLM lives in its own environment
 with its own torch; nothing here imports vLLM.
 
-Each policy's registration declares which of V1's two modes is its closest (`vllm=` of
-`register_policy`: chunked_prefill or whole_prompts; none: not expressible), and the policy object
+Two ways (`serve_command(plugin=...)`, the live backend's `backend.vllm_scheduler`): `plugin` runs
+the policy itself inside vLLM (`--scheduler-cls`, engines/external/vllm_scheduler: every registered
+policy, exactly; `plugin_flags`); `native` runs vLLM's own scheduler with the flags below, the
+closest V1 comes (`policy_flags`). For native mode, each policy's registration declares which of
+V1's two modes is its closest (`vllm=` of `register_policy`: chunked_prefill or whole_prompts;
+none: not expressible in native mode), and the policy object
 reports its batch limits (max_num_seqs, max_batch_tokens); nothing here branches on a policy's
 name. What modern vLLM (V1 engine, 0.6+; checked against 0.32) can express of the paper's policies:
 
@@ -86,6 +90,23 @@ def policy_flags(cfg: SchedulerConfig, max_model_len: int) -> list[str]:
     return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(budget), *seqs]
 
 
+def plugin_flags(cfg: SchedulerConfig, max_model_len: int, prefix_caching: bool = False) -> list[str]:
+    """The `vllm serve` flags that run `cfg`'s policy itself inside vLLM (the `--scheduler-cls`
+    plugin, engines/external/vllm_scheduler; its environment: `plugin_env`): any registered policy.
+    vLLM's token budget and batch slots are sized to hold the policy's largest step (a step of whole
+    prompts: max_num_seqs of max_model_len where the policy declares no token limit); chunked
+    prefill on, since the policy decides whether to chunk."""
+    from engines.external.vllm_scheduler import SCHEDULER_CLS
+
+    if prefix_caching:
+        raise UnsupportedPolicy("the vLLM scheduler plugin does not model prefix caching yet: run it without, or "
+                                "with backend.vllm_scheduler=native")
+    policy = make_policy(cfg, max_model_len)
+    tokens = max(policy.max_batch_tokens or policy.max_num_seqs * max_model_len, policy.max_num_seqs, max_model_len)
+    return ["--scheduler-cls", SCHEDULER_CLS, "--enable-chunked-prefill", "--max-num-batched-tokens", str(tokens),
+            "--max-num-seqs", str(policy.max_num_seqs)]
+
+
 def serve_command(
     prefix: Sequence[str],
     model: str,
@@ -98,8 +119,10 @@ def serve_command(
     served_model_name: str | None = None,
     seed: int = 0,
     extra_args: Sequence[str] = (),
+    plugin: bool = False,
 ) -> list[str]:
-    """The full command line: `prefix` (how to run vLLM's OpenAI server) plus mapped flags.
+    """The full command line: `prefix` (how to run vLLM's OpenAI server) plus mapped flags, or
+    with `plugin` the flags that run the policy itself (`plugin_flags`).
 
     The model is passed as `--model`, which both `vllm serve` and
     `python -m vllm.entrypoints.openai.api_server` accept.
@@ -117,6 +140,6 @@ def serve_command(
         # with a cache, the usage of each response says how many prompt tokens it found cached
         *(["--enable-prefix-caching", "--enable-prompt-tokens-details"] if prefix_caching
           else ["--no-enable-prefix-caching"]),
-        *policy_flags(scheduler, max_model_len),
+        *(plugin_flags(scheduler, max_model_len, prefix_caching) if plugin else policy_flags(scheduler, max_model_len)),
         *extra_args,
     ]

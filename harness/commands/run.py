@@ -16,6 +16,7 @@ from tqdm import tqdm
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
 from harness.commands.cache_report import cache_fields, print_cache_lines
+from harness.commands.offline import ITERATIONS_FILE
 from harness.commands.scaling_report import print_scaling_tables
 from harness.commands.table import disturbed_probes, print_table, shown_probe, starved
 from harness.results.schema import ProbeRow
@@ -66,6 +67,8 @@ def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     if where:
         print(f"backend {plan.backend.name}: the server at {where}, {', '.join(plan.schedulers)} (the deployment "
               f"above prices the SLO and the prompts' vocabulary only)", flush=True)
+    if cls := vllm_scheduler_cls(plan):
+        print(f"backend live: vllm serve with scheduler class {cls}", flush=True)
     prov = provenance()
     backend = backend_class(plan.backend.name)
     if not backend.deterministic:  # a measurement: say what it will cost and how the client runs
@@ -100,10 +103,13 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
     writer = RunWriter(cfg.results_dir, plan.name)  # claims the run's directory (kept partial until done)
     runs: list[SchedulerRun] = []
     token_frames = []
+    iterations: list[pd.DataFrame] = []
     try:
-        _run_all(plan, show, cache, pool, runs, token_frames, one_of_many)
+        _run_all(plan, show, cache, pool, runs, token_frames, one_of_many, iterations)
         tokens = pd.concat(token_frames, ignore_index=True) if token_frames else token_frame([])
         path = writer.write(_saved_config(cfg), _summary(plan, runs, prov), _requests(runs), tokens)
+        if iterations:  # the vLLM plugin's trace of every scheduler's server (harness/backends/live/iterations.py)
+            pd.concat(iterations, ignore_index=True).to_parquet(path / ITERATIONS_FILE, index=False)
     except BaseException as e:  # whatever stopped it, the claimed directory must say so
         if isinstance(e, HarnessError) and not runs:
             writer.discard()  # bad input a backend found before anything was measured: leave nothing
@@ -128,13 +134,22 @@ def _claim_and_run(cfg: DictConfig, plan: ExperimentPlan, show: bool, cache: Pro
     return path
 
 
+def vllm_scheduler_cls(plan: ExperimentPlan) -> str | None:
+    """The scheduler class a live vLLM server of the run runs (None: not a live vLLM run)."""
+    if plan.backend.name != "live":
+        return None
+    from harness.backends.live import scheduler_class  # the live backend's code only where a live run is
+
+    return scheduler_class(plan.backend.server, plan.backend.vllm_scheduler)
+
+
 def broken_reason(e: BaseException) -> str:
     """What a broken run's FAILED.txt says."""
     return str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
 
 
 def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: ProbeExecutor | None,
-             runs: list[SchedulerRun], token_frames: list, one_of_many: bool) -> None:
+             runs: list[SchedulerRun], token_frames: list, one_of_many: bool, iterations: list | None = None) -> None:
     """Every scheduler's search, seed by seed, appended to `runs` in that order (with what
     finished when another broke). Simulated searches of probes big enough to pay for a process
     run at once, one per CPU (`search.searches_at_once`): each gives what it gives alone."""
@@ -153,18 +168,21 @@ def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: P
                     done[i] = _search_job((p, name, show, cache, pool))
                 except SearchBroken as e:  # what it had measured is kept, marked, with no capacity
                     if e.probes:
-                        done[i] = (SchedulerRun(name, p.seed, CapacityResult(0.0, math.inf, e.probes), str(e)), None)
+                        done[i] = (SchedulerRun(name, p.seed, CapacityResult(0.0, math.inf, e.probes), str(e)), None, None)
                     raise
     finally:
         for i in sorted(done):
             runs.append(done[i][0])
             if done[i][1] is not None:
                 token_frames.append(done[i][1])
+            if iterations is not None and len(done[i]) > 2 and done[i][2] is not None:
+                iterations.append(done[i][2])
 
 
-def _search_job(job) -> tuple[SchedulerRun, object]:
-    """One scheduler's search (a process of its own when searches run at once): the run and the
-    token-time frame of its capacity probe. Other probes' token times stay behind (large, unused)."""
+def _search_job(job) -> tuple[SchedulerRun, object, object]:
+    """One scheduler's search (a process of its own when searches run at once): the run, the
+    token-time frame of its capacity probe (other probes' token times stay behind: large, unused)
+    and the server's iteration trace where the backend keeps one (live vLLM with the plugin)."""
     plan, name, show, cache, pool = job
     s = plan.search
     with open_backend(plan.job(name, progress=show)) as serving:
@@ -176,9 +194,11 @@ def _search_job(job) -> tuple[SchedulerRun, object]:
             # then is there a cache), so running the probe again gives the same records.
             label = f"{name} @ {shown.qps:.3g} QPS"
             records = serving.run(probe_requests(plan, shown.qps), label).records
+        trace = getattr(serving, "iteration_trace", None)  # optional: backends that keep one
+        iterations = trace() if trace is not None else None
     frame = token_frame(records, scheduler=name, seed=plan.seed, qps=shown.qps) if shown is not None else None
     probes = tuple(replace(p, detail=replace(p.detail, records=None)) for p in result.probes)
-    return SchedulerRun(name, plan.seed, replace(result, probes=probes)), frame
+    return SchedulerRun(name, plan.seed, replace(result, probes=probes)), frame, iterations
 
 
 def _saved_config(cfg: DictConfig) -> str:
@@ -322,6 +342,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         **prov,
         "seed": plan.seed,
         "backend": plan.backend.name,
+        **({"vllm_scheduler_cls": cls} if (cls := vllm_scheduler_cls(plan)) else {}),
         "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
         "deployment": plan.deployment.description,
         "calibration": calibration_entry(plan.deployment.calibration),

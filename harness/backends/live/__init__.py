@@ -6,8 +6,10 @@ probes are measurements, never cached."""
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
@@ -16,12 +18,13 @@ from harness.backends.deployment import DeploymentPlan
 from harness.backends.live.client import ClientSettings, LiveRunOptions, measure, run_live, run_live_result
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec, role_specs
 from harness.backends.live.lifecycle import HealthWatch, ServerProcess
-from harness.backends.live.server import SERVER_KINDS, Endpoint, LiveServerSpec, model_vocabulary, serve
+from harness.backends.live.iterations import iteration_frame, scheduler_class
+from harness.backends.live.server import SERVER_KINDS, VLLM_SCHEDULERS, Endpoint, LiveServerSpec, model_vocabulary, serve
 from harness.records import RequestSpec
 
 __all__ = [
     "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "VllmSettings",
-    "model_vocabulary", "cluster_spec", "run_live", "run_live_result", "serve", "server_spec",
+    "model_vocabulary", "cluster_spec", "run_live", "run_live_result", "scheduler_class", "serve", "server_spec",
 ]
 
 
@@ -43,7 +46,10 @@ class LiveSettings(ClientSettings):
     RETIRED_KEYS: ClassVar[tuple[str, ...]] = ("fast_forward",)  # in live configs saved before it left
 
     name: str = "live"
-    server: str = "inrepo"  # inrepo: python -m engines.server | vllm: vllm serve (flags from the policy)
+    server: str = "inrepo"  # inrepo: python -m engines.server | vllm: vllm serve
+    # server=vllm: plugin (the policy itself runs inside vLLM: --scheduler-cls, engines/external/vllm_scheduler,
+    # with its iteration trace) | native (vLLM's own scheduler, flags mapped from the policy: engines/external/vllm.py)
+    vllm_scheduler: str = "plugin"
     executor: str = "realtime"  # inrepo: realtime (perf model in real time) | null (zero time) | torch
     time_scale: float = 1.0  # realtime: stretch every predicted iteration (slow hosts; executors/realtime.py)
     host: str = "127.0.0.1"  # servers bind loopback only unless told otherwise
@@ -58,6 +64,8 @@ class LiveSettings(ClientSettings):
     def __post_init__(self) -> None:
         if self.server not in SERVER_KINDS:
             raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.server!r}")
+        if self.vllm_scheduler not in VLLM_SCHEDULERS:
+            raise HarnessError(f"backend.vllm_scheduler must be one of {', '.join(VLLM_SCHEDULERS)}, got {self.vllm_scheduler!r}")
 
 
 def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> LiveServerSpec:
@@ -83,7 +91,7 @@ def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> Li
         kv_capacity_tokens=kv, gpu_memory_utilization=s.gpu_memory_utilization, block_size=s.block_size,
         prefix_caching=job.prefix_caching,
         vllm_command=tuple(s.vllm.command), vllm_env=tuple(s.vllm.env.items()), vllm_extra_args=tuple(s.vllm.extra_args),
-        ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir, api_key=s.api_key,
+        vllm_scheduler=s.vllm_scheduler, ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir, api_key=s.api_key,
     )
 
 
@@ -129,6 +137,7 @@ class LiveBackend:
             for _, spec in self.cluster.servers:
                 spec.server_config(0)  # a bad role setting fails here, in one line, before anything starts
         self._process: ServerProcess | ClusterProcesses | None = None
+        self._trace_dir: tempfile.TemporaryDirectory | None = None
         self._health: HealthWatch | None = None
         self.endpoint: Endpoint | None = None
 
@@ -137,6 +146,9 @@ class LiveBackend:
             process = ClusterProcesses(self.cluster).__enter__()  # all up and warm (or all stopped, raised)
             endpoint = process.endpoint
         else:
+            if self.spec.kind == "vllm" and self.spec.vllm_scheduler == "plugin":  # the plugin's trace of this server
+                self._trace_dir = tempfile.TemporaryDirectory(prefix="vllm-trace-")
+                self.spec = dataclasses.replace(self.spec, vllm_trace=str(Path(self._trace_dir.name) / "iterations.jsonl"))
             launch, endpoint = self.spec.launch()
             process = ServerProcess(launch)
             process.__enter__()  # started, healthy and warmed up (or it raised, nothing left running)
@@ -151,6 +163,13 @@ class LiveBackend:
             health.__exit__(*exc)
         if process is not None:
             process.__exit__(*exc)
+
+    def iteration_trace(self):
+        """The vLLM plugin's iteration trace of this server so far (a DataFrame: iteration_frame),
+        or None (another server kind, or native vLLM). The file lives in a temporary folder, removed
+        with the backend object."""
+        path = self.spec.vllm_trace
+        return iteration_frame(path, self.job.scheduler_name) if path and Path(path).exists() else None
 
     def server_gone(self) -> str | None:
         """Why the server can no longer be measured (it exited, or stopped answering /health)."""

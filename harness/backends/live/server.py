@@ -33,6 +33,7 @@ from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.paths import ROOT as REPO_ROOT
 
 SERVER_KINDS = ("inrepo", "vllm")
+VLLM_SCHEDULERS = ("plugin", "native")  # the policy inside vLLM (--scheduler-cls) | vLLM's own, flags mapped
 _SERVER = ServerConfig()  # the in-repo server's defaults
 
 
@@ -81,6 +82,8 @@ class LiveServerSpec:
     vllm_command: tuple[str, ...] = ()
     vllm_env: tuple[tuple[str, str], ...] = ()
     vllm_extra_args: tuple[str, ...] = ()
+    vllm_scheduler: str = "native"  # VLLM_SCHEDULERS (the live backend says plugin unless told otherwise)
+    vllm_trace: str | None = None  # plugin: where it writes its iteration trace (None: no trace)
     api_key: str | None = field(default=None, repr=False)  # the server requires it; the client sends it
     # lifecycle
     ready_timeout_s: float = 180.0
@@ -103,7 +106,7 @@ class LiveServerSpec:
                 return serve_command(
                     self.vllm_command, self.model, scheduler=self.scheduler, max_model_len=self.max_model_len,
                     prefix_caching=self.prefix_caching, host=self.host, port=port, served_model_name=self.name, seed=self.seed,
-                    extra_args=self.vllm_extra_args,
+                    extra_args=self.vllm_extra_args, plugin=self.vllm_scheduler == "plugin",
                 )
             except (UnsupportedPolicy, ValueError) as e:
                 raise HarnessError(str(e)) from None
@@ -130,6 +133,10 @@ class LiveServerSpec:
             from engines.external.vllm import DEFAULT_ENV
 
             env = {**DEFAULT_ENV, **dict(self.vllm_env)}
+            if self.vllm_scheduler == "plugin":  # vLLM's process imports the policy from this repository
+                from engines.external.vllm_scheduler import plugin_env
+
+                env.update(plugin_env(self.scheduler, self.vllm_trace), PYTHONPATH=str(REPO_ROOT))
             key_env = "VLLM_API_KEY"  # vLLM's own spelling of --api-key
         else:
             env = {"PYTHONPATH": str(REPO_ROOT)}
