@@ -94,14 +94,17 @@ def test_the_fit_gives_back_each_factor_a_run_was_made_with(factor, target, tmp_
 
 
 def test_the_fit_moves_every_factor_it_is_asked_to_fit(target, tmp_path, capsys):
-    """All four at once, on a run made with all four changed: none is left at its start (the CPU
-    costs at 0), and the fitted part is matched better than uncalibrated."""
+    """All four at once, on a run made with all four changed: none is left at its start, the CPU
+    cost per step climbs from 0 to the run's magnitude (not left at microseconds while a speed takes
+    its share of the time: 7 us where the run was made at 4 ms, with steps from x2 alone), and the
+    fit explains the requests it was fitted on."""
     run = tmp_path / "run.jsonl"
     _run_file(run, target, _seed(48), TRUTH)
     cal = _calibrate(capsys, run, tmp_path / "cal.json")
     start = {"flops_scale": 1.0, "bandwidth_scale": 1.0, "step_cpu_s": 0.0, "seq_cpu_s": 0.0}
     assert all(cal["factors"][f] != start[f] for f in FACTORS), cal["factors"]
-    assert cal["factors"]["step_cpu_s"] > 1e-3 and cal["factors"]["flops_scale"] < 0.5, cal["factors"]
+    assert TRUTH["step_cpu_s"] / 2 < cal["factors"]["step_cpu_s"] < 2 * TRUTH["step_cpu_s"], cal["factors"]
+    assert cal["factors"]["flops_scale"] < 0.5 and cal["fit_error"] < 0.05, cal
 
 
 def test_the_held_out_error_is_measured_on_the_requests_not_fitted(target, tmp_path, capsys):
