@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.routers import InstanceState, RouteRequest, make_router
+from engines.routers import InstanceState, RouteRequest, least_outstanding, make_router
 from engines.routers.autoscale import ScalePolicy, ScaleSignals, desired_replicas, drain_choice
 from harness.backends.scaling import AutoscaleSettings, ScalePlan
 from harness.backends.sim import simulate_cluster
@@ -113,6 +113,56 @@ def test_draining_replicas_get_no_new_requests_and_finish_their_own(queue_day):
             assert r["last_request_s"] < r["drain_s"]
         assert r["end_s"] >= r["drain_s"]
     assert all(not math.isnan(r.finished_s) for r in records)  # everything routed finished, drained or not
+
+
+class WritingDown:
+    """least_outstanding, writing down the replica each request went to (its instance id)."""
+
+    name = "least_outstanding"
+    needs_state = True
+    needs_request = needs_cache = False
+
+    def __init__(self) -> None:
+        self.replica_of: list[int] = []  # by arrival order
+
+    def choose(self, states: list[InstanceState], request: RouteRequest | None = None) -> int:
+        k = least_outstanding(states)
+        self.replica_of.append(states[k].instance_id)
+        return k
+
+
+def test_a_drained_replica_costs_gpu_hours_until_its_last_request_finishes():
+    """Told to drain, a replica still holds its GPUs while its requests run: it is retired when the
+    last of them finishes (or at once, holding none), and the run's GPU-hours integrate that."""
+    reqs = day()
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(reqs, reqs[1:]))  # arrival order is input order
+    router, stats = WritingDown(), {}
+    records = simulate_autoscaled(reqs, replica, router, plan(up=8, down=3, cold=15.0), stats=stats)
+    a = stats["autoscale"]
+    last_finish: dict[int, float] = {}
+    for rec, k in zip(records, router.replica_of):
+        last_finish[k] = max(last_finish.get(k, 0.0), rec.finished_s)
+    drained = [(k, r) for k, r in enumerate(a["replicas"]) if r["drain_s"] is not None]
+    assert any(last_finish.get(k, 0.0) > r["drain_s"] for k, r in drained)  # some drained with work to finish
+    ends = []
+    for k, r in enumerate(a["replicas"]):
+        end = a["end_s"] if r["drain_s"] is None else max(r["drain_s"], last_finish.get(k, r["drain_s"]))
+        assert r["end_s"] == pytest.approx(end, abs=1e-9), (k, r)
+        ends.append(end)
+    held = sum(end - r["started_s"] for end, r in zip(ends, a["replicas"]))
+    assert a["gpu_hours"] == pytest.approx(held * 2 / 3600, rel=1e-9)
+
+
+def test_nothing_is_added_or_removed_while_a_replica_warms(queue_day):
+    """The cold start is the cooldown: a decision taken while a replica warms keeps the fleet as it
+    is, however far over or under its thresholds the signal is (and the rule alone says the same)."""
+    _, a = queue_day
+    warm = [d for d in a["decisions"] if d["warming"]]
+    assert any(d["signal"] > 8 for d in warm)  # a decision that would have added, had nothing warmed
+    assert all(d["desired"] == d["serving"] + d["warming"] for d in warm)
+    rule = ScalePolicy("queue", 1, 4, 4, 1)
+    assert desired_replicas(rule, ScaleSignals(1, 1, 100, 0.0)) == 2  # over `up`: no third replica yet
+    assert desired_replicas(rule, ScaleSignals(2, 1, 0, 0.0)) == 3  # under `down`: none removed yet
 
 
 def test_gpu_hours_are_the_integral_of_replicas_over_time(queue_day):

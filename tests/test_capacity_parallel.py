@@ -22,7 +22,7 @@ from harness.backends import open_backend
 from harness.commands.jobs import OUTPUT_KEYS
 from harness.commands.main import main
 from harness.config import compose
-from harness.config.diff import differences
+from harness.results.config_diff import differences
 from harness.search.cache import ProbeCache, cache_key
 from harness.search.capacity import Probe, find_capacity
 from harness.search.executor import LocalProcessPool, searches_at_once

@@ -115,6 +115,7 @@ def joblib_capacities(tmp_path_factory):
     return caps
 
 
+@pytest.mark.live
 def test_ray_launcher_multirun_equals_joblib(ray_cluster, joblib_capacities, tmp_path):
     p = harness("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", EXPERIMENTS, *TINY,
                 f"results_dir={tmp_path}", "cache=false")
@@ -144,6 +145,7 @@ def test_a_failing_job_loses_no_other_and_is_named(tmp_path):
     assert len(list(tmp_path.glob("mistral7b_strict/*/summary.json"))) == 1  # the good job's run is saved
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("launcher", ["ray", "submitit_local"])
 def test_figure_and_nightly_jobs_run_through_the_launcher(ray_cluster, tmp_path, capsys, launcher):
     from common.errors import HarnessError
@@ -162,6 +164,7 @@ def test_figure_and_nightly_jobs_run_through_the_launcher(ray_cluster, tmp_path,
     assert find_run(good) is not None and find_run(bad) is None
 
 
+@pytest.mark.live
 def test_parallel_search_with_the_ray_executor_gives_the_serial_answer(ray_cluster, tmp_path):
     small = ["experiment=yi34b_tp2_strict", "scheduler=[vllm]", "search.num_requests=64", "progress=false", "cache=false"]
     serial = harness(*small, f"results_dir={tmp_path / 'serial'}")
@@ -181,6 +184,7 @@ FLEET = ["experiment=mistral7b_strict", "dataset=sharegpt_conversations", "sched
          "progress=false", "cache=false"]
 
 
+@pytest.mark.live
 def test_a_fleet_apart_in_a_ray_job_sends_its_shares_as_ray_tasks(ray_cluster, tmp_path):
     """cluster.workers=2 in a job of hydra/launcher=ray: the replicas' shares run as Ray tasks on
     the job's cluster (partition.py), and the saved records are the one-process fleet's."""
@@ -198,6 +202,7 @@ def test_a_fleet_apart_in_a_ray_job_sends_its_shares_as_ray_tasks(ray_cluster, t
     assert a.num_rows == 80 and a.equals(b)
 
 
+@pytest.mark.live
 def test_a_job_whose_worker_dies_is_reported_and_the_others_kept(ray_cluster):
     from ray import cloudpickle
 

@@ -50,6 +50,14 @@ def test_a_live_job_asks_for_its_deployment(experiment, nodes, per_node):
         "nodes": nodes, "gpus_per_node": per_node, "tasks_per_node": 1}
 
 
+
+def test_a_data_parallel_job_asks_for_every_rank_s_gpus():
+    """vLLM's --data-parallel-size 2 on TP1 runs two engines, one GPU each: the job asks for the
+    planner's count, tp x pp x dp (it asked for tp x pp, half of them)."""
+    res = resources("experiment=mistral7b_strict", "model=qwen3-30b-a3b", "hardware=h100_80g", "parallel=dp2_ep",
+                    "scheduler=[vllm_v1]", "perf.stack=vllm-0.32", "slo.tbt_s=0.1", *LIVE)
+    assert (res.nodes, res.gpus_per_node, res.gpus) == (1, 2, 2)
+
 def test_what_needs_no_gpu_asks_for_none():
     for overrides in (["experiment=falcon180b_tp4pp2_strict"],                          # simulated
                       ["experiment=live_smoke"],                                        # the perf model in real time

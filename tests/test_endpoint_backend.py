@@ -57,6 +57,7 @@ def _get(url: str, key: str | None = None) -> tuple[int, dict | str]:
         return e.code, json.loads(e.read())
 
 
+@pytest.mark.live
 def test_the_keyed_server_guards_v1_only(keyed):
     base = f"http://127.0.0.1:{keyed}"
     status, body = _get(base + "/v1/models")
@@ -68,6 +69,7 @@ def test_the_keyed_server_guards_v1_only(keyed):
     assert _get(base + "/health")[0] == 200 and _get(base + "/metrics")[0] == 200
 
 
+@pytest.mark.live
 def test_a_capacity_probe_against_a_server_it_did_not_start(keyed, tmp_path):
     p = _harness(keyed, tmp_path, f"backend.api_key={KEY}")
     assert p.returncode == 0, p.stderr[-3000:]
@@ -86,6 +88,7 @@ def test_a_capacity_probe_against_a_server_it_did_not_start(keyed, tmp_path):
     (("backend.api_key=wrong",), {}, "the API key was refused"),
     ((f"backend.api_key={KEY}", "backend.served_model=gpt-4"), {}, "does not serve model 'gpt-4'; it serves: tiny-served"),
 ])
+@pytest.mark.live
 def test_bad_endpoint_input_is_one_line(keyed, tmp_path, extra, env, says):
     p = _harness(keyed, tmp_path, *extra, env=env)
     assert p.returncode == 2, p.stderr[-2000:]
@@ -99,6 +102,7 @@ def test_an_unreachable_endpoint_is_one_line(tmp_path):
     assert p.returncode == 2 and "does not answer" in p.stderr, p.stderr[-2000:]
 
 
+@pytest.mark.live
 def test_a_server_without_a_key_and_a_managed_server_with_one(tmp_path):
     server, port = _server(None)
     with server:

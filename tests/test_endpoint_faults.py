@@ -26,6 +26,8 @@ from harness.loadgen.pacer import Pacer
 from harness.loadgen.run import _continuous_usage_needed, run_load
 from harness.records import RequestSpec
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 NUM_REQUESTS = 48
 

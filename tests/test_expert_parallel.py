@@ -173,3 +173,21 @@ def test_backend_runs_dp_ranks_through_the_config() -> None:
     one = plan_experiment(compose([*words, "parallel=tp1"]))
     alone = summarize(open_backend(one.job("vllm_v1", progress=False)).run(reqs).records)
     assert summarize(run.records).scheduling_delay.p50 < alone.scheduling_delay.p50
+
+
+def test_every_deployment_knob_is_a_perf_key_and_ep_comm_reaches_the_deployment() -> None:
+    """The documented `perf.ep_comm=all2all` composes (it was refused as an unknown key: the perf
+    schema had drifted from the knobs a deployment takes) and reaches the MoE layer's exchange."""
+    import dataclasses
+
+    from harness.backends.deployment import DEPLOYMENT_KNOBS
+    from harness.config import compose
+    from harness.config.schema import PerfSchema
+    from harness.search.experiment import plan_experiment
+
+    assert set(DEPLOYMENT_KNOBS) <= {f.name for f in dataclasses.fields(PerfSchema)}
+    words = ["experiment=mistral7b_strict", f"model={MODEL}", "hardware=h100_80g", "scheduler=[vllm_v1]",
+             "perf.stack=vllm-0.32", "slo.tbt_s=0.1", "parallel=dp2_ep"]
+    default = plan_experiment(compose(words)).deployment.timer.deployment
+    all2all = plan_experiment(compose([*words, "perf.ep_comm=all2all"])).deployment.timer.deployment
+    assert (default.ep_comm, all2all.ep_comm) == ("allgather_reducescatter", "all2all")

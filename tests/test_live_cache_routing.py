@@ -30,6 +30,8 @@ from harness.workload import load_workload, requests_at_rate
 from tests.test_live_loopback import KV_TOKENS, MAX_LEN, _run
 from tests.test_live_sessions import SCHED, SESSIONS, SLOW_SCALE, _Scaled
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 TOLERANCE = {"session_affinity": 0.01, "prefix_aware": 0.03, "prefix_exact": 0.03}
 REPLICAS = 2
 

@@ -89,6 +89,7 @@ def probe():
     return plan, reqs, records, sim, dict(zip(names, pids))
 
 
+@pytest.mark.live
 def test_every_request_is_whole_and_its_second_token_waits_for_the_kv(probe):
     plan, reqs, records, _, procs = probe
     assert sorted(procs) == ["decode 0", "prefill 0", "router"]
@@ -105,6 +106,7 @@ def test_every_request_is_whole_and_its_second_token_waits_for_the_kv(probe):
         assert rec.token_times_s[1] - rec.token_times_s[0] >= transfer.seconds(spec.prompt_len)
 
 
+@pytest.mark.live
 def test_the_twin_agrees_with_the_simulator_on_the_same_requests(probe):
     _, reqs, records, sim, _ = probe
     live, simulated = summarize(records), summarize(sim)
@@ -120,6 +122,7 @@ def test_the_twin_agrees_with_the_simulator_on_the_same_requests(probe):
         assert 0.95 * sm <= lv <= 1.20 * sm, f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s"
 
 
+@pytest.mark.live
 def test_a_killed_decode_server_fails_every_request_and_the_run():
     plan = plan_experiment(compose(["experiment=live_smoke", "progress=false", *DISAGG]))
     backend = open_backend(plan.job("sarathi", progress=False))
@@ -152,6 +155,7 @@ def _pids_with(port: int) -> list[int]:
     return out
 
 
+@pytest.mark.live
 def test_a_decode_server_killed_mid_probe_breaks_the_cli_run_and_leaves_no_process(tmp_path):
     results, logs = tmp_path / "results", tmp_path / "logs"
     args = ["experiment=live_smoke", *DISAGG, f"results_dir={results}", f"backend.log_dir={logs}", "progress=false",
@@ -205,6 +209,7 @@ def _received(base_url: str) -> int:
     return int(float(re.search(r"^[^#\s]*requests_received_total(?:\{[^}]*\})? (\S+)$", text, re.M).group(1)))
 
 
+@pytest.mark.live
 def test_two_prefill_and_two_decode_servers_each_with_the_links_the_plan_priced():
     # Interleaved TP-2 instances on 4-GPU nodes (paper-a100): p0 d0 on node 0, p1 d1 on node 1,
     # PCIe between a node's NVLink pairs, Ethernet between nodes: each decode server has its own
@@ -227,6 +232,7 @@ def test_two_prefill_and_two_decode_servers_each_with_the_links_the_plan_priced(
     assert served["decode 0"] + served["decode 1"] == 2 + 26 and min(served.values()) > 1 + 3, served
 
 
+@pytest.mark.live
 def test_colocated_replicas_behind_the_router_share_the_requests():
     plan = plan_experiment(compose(["experiment=live_smoke", "progress=false", "cluster.instances=2"]))
     backend = open_backend(plan.job("sarathi", progress=False))

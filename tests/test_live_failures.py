@@ -12,7 +12,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.cli import kill_mid_run
+
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -57,6 +57,7 @@ def _wait_gone(pids: list[int], timeout_s: float = 5.0) -> bool:
     return False
 
 
+@pytest.mark.live
 def test_stop_takes_down_the_whole_process_group(tmp_path):
     srv, pids_file = _fake(tmp_path)
     with srv:
@@ -66,6 +67,7 @@ def test_stop_takes_down_the_whole_process_group(tmp_path):
     assert _wait_gone([leader, grandchild])
 
 
+@pytest.mark.live
 def test_an_exception_or_ctrl_c_inside_the_block_still_stops_everything(tmp_path):
     for exc in (RuntimeError("boom"), KeyboardInterrupt()):
         srv, pids_file = _fake(tmp_path)
@@ -76,6 +78,7 @@ def test_an_exception_or_ctrl_c_inside_the_block_still_stops_everything(tmp_path
         assert _wait_gone([srv.pid, grandchild])
 
 
+@pytest.mark.live
 def test_a_group_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     port = free_port()
     code = FAKE_SERVER.replace("import http.server", "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\nimport http.server")
@@ -89,6 +92,7 @@ def test_a_group_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     assert time.monotonic() - t0 < 15  # SIGKILL after stop_timeout_s = 1 s; without it the group never goes
 
 
+@pytest.mark.live
 def test_a_server_that_exits_shows_its_log_tail(tmp_path):
     spec = LaunchSpec([sys.executable, "-c", "print('cannot bind: port in use'); raise SystemExit(3)"],
                       f"http://127.0.0.1:{free_port()}", ready_timeout_s=20)
@@ -98,6 +102,7 @@ def test_a_server_that_exits_shows_its_log_tail(tmp_path):
     assert "status 3" in str(e.value) and "cannot bind: port in use" in str(e.value)
 
 
+@pytest.mark.live
 def test_a_server_that_never_gets_ready_times_out_with_its_log_tail(tmp_path):
     spec = LaunchSpec([sys.executable, "-c", "import time; print('loading weights...', flush=True); time.sleep(600)"],
                       f"http://127.0.0.1:{free_port()}", ready_timeout_s=1.5, stop_timeout_s=2)
@@ -121,6 +126,7 @@ def test_a_server_that_never_gets_ready_times_out_with_its_log_tail(tmp_path):
     assert _wait_gone([srv.pid])
 
 
+@pytest.mark.live
 def test_a_missing_command_is_a_clear_error():
     spec = LaunchSpec(["/nonexistent/vllm", "serve"], "http://127.0.0.1:1")
     with pytest.raises(ServerStartError, match="cannot start /nonexistent/vllm"):
@@ -128,6 +134,7 @@ def test_a_missing_command_is_a_clear_error():
             pass
 
 
+@pytest.mark.live
 def test_a_killed_harness_leaves_no_server_behind(tmp_path):
     """SIGKILL the harness itself (no cleanup code runs): the server still goes (PDEATHSIG)."""
     pids = tmp_path / "pids"

@@ -66,6 +66,7 @@ def twin_run():
         return reqs, _run(reqs, ep)
 
 
+@pytest.mark.live
 @pytest.mark.alone  # the load generator's timing against a realtime server: the other worker idles
 def test_client_timings_agree_with_the_servers_own(twin_run):
     _, res = twin_run
@@ -92,6 +93,7 @@ def test_client_timings_agree_with_the_servers_own(twin_run):
         assert r.dispatched_s - 0.0005 <= s.arrival_s <= r.first_scheduled_s <= r.first_token_s
 
 
+@pytest.mark.live
 def test_500_requests_at_a_fixed_rate_lose_nothing(endpoint):
     rng = np.random.default_rng(5)
     reqs = [RequestSpec(i, i / 100.0, int(rng.integers(16, 256)), int(rng.integers(2, 16))) for i in range(500)]
@@ -114,6 +116,7 @@ def test_500_requests_at_a_fixed_rate_lose_nothing(endpoint):
     assert res.client.realtime == realtime_permitted()
 
 
+@pytest.mark.live
 @pytest.mark.alone  # the load generator's timing against a realtime server: the other worker idles
 def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
     reqs, res = twin_run
@@ -151,6 +154,7 @@ def assert_in_band_unless_disturbed(res, live, sim, low=0.95, high=1.20):
     assert not bands, "; ".join(f"{what}: live {lv:.4f} s vs simulated {sm:.4f} s" for what, lv, sm in bands)
 
 
+@pytest.mark.live
 def test_time_limit_records_unfinished_and_unsent_requests(endpoint):
     reqs = [RequestSpec(i, 0.05 * i, 50, 400) for i in range(10)] + [RequestSpec(10, 5.0, 50, 5)]
     res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, time_limit_s=1.0))
@@ -167,6 +171,7 @@ def test_time_limit_records_unfinished_and_unsent_requests(endpoint):
     assert res.wall_s < 5.0
 
 
+@pytest.mark.live
 def test_http_errors_are_recorded_per_request_while_the_run_goes_on(endpoint):
     reqs = [RequestSpec(0, 0.0, 50, 5), RequestSpec(1, 0.01, 4000, 500), RequestSpec(2, 0.02, 50, 5)]
     res = _run(reqs, endpoint)
@@ -175,6 +180,7 @@ def test_http_errors_are_recorded_per_request_while_the_run_goes_on(endpoint):
     assert bad.error.startswith("HTTP 400") and "maximum context length" in bad.error and len(bad.token_times_s) == 0
 
 
+@pytest.mark.live
 def test_a_request_past_its_timeout_is_recorded_and_the_others_finish(endpoint):
     reqs = [RequestSpec(0, 0.0, 50, 3), RequestSpec(1, 0.0, 50, 2000), RequestSpec(2, 0.05, 50, 3)]
     res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, request_timeout_s=1.0))
@@ -191,6 +197,7 @@ def test_refused_connections_are_errors_not_crashes():
     assert all(r.error and "Connect" in r.error for r in res.records)
 
 
+@pytest.mark.live
 def test_closed_loop_keeps_the_concurrency_limit(endpoint):
     reqs = [RequestSpec(i, 0.0, 64, 6) for i in range(24)]
     res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, concurrency=4))
@@ -202,6 +209,7 @@ def test_closed_loop_keeps_the_concurrency_limit(endpoint):
     assert all(r.arrival_s <= r.dispatched_s for r in res.records)
 
 
+@pytest.mark.live
 def test_a_full_connection_pool_is_named_as_the_clients_own_saturation(endpoint):
     # 24 requests within 50 ms, each streaming for about a second, through 4 connections: most
     # must wait for one; the verdict blames the client, not the server.

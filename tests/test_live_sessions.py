@@ -39,6 +39,7 @@ def session_run():
     return reqs, res, counted
 
 
+@pytest.mark.live
 def test_turns_are_released_by_the_answer_before_them(session_run):
     reqs, res, _ = session_run
     by_id = {r.request_id: r for r in res.records}
@@ -50,6 +51,7 @@ def test_turns_are_released_by_the_answer_before_them(session_run):
         assert q.think_s <= gap <= q.think_s + 0.05
 
 
+@pytest.mark.live
 def test_the_server_found_what_the_simulator_finds(session_run):
     reqs, res, counted = session_run
     live = cache_summary(res.records, 16)

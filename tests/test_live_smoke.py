@@ -6,6 +6,7 @@ import dataclasses
 import time
 
 import numpy as np
+import pytest
 
 from harness.backends import open_backend
 from harness.backends.live import LiveBackend
@@ -16,6 +17,8 @@ from harness.config import compose
 from harness.records import CUT_OFF_KINDS, error_kind
 from harness.search.experiment import plan_experiment
 from harness.search.probe import run_probe, search_capacity
+
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
 
 
 class Scaled:

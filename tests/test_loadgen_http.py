@@ -66,6 +66,7 @@ def _one_exchange(answer, pieces_at=None) -> Exchange:
     return _run(go())
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("cut", range(1, len(HEAD_CHUNKED + _chunked(*EVENTS)), 7))
 def test_chunked_body_split_anywhere_gives_the_same_payload(cut):
     data = HEAD_CHUNKED + _chunked(*EVENTS)
@@ -76,6 +77,7 @@ def test_chunked_body_split_anywhere_gives_the_same_payload(cut):
     assert times == sorted(times)
 
 
+@pytest.mark.live
 def test_content_length_and_close_delimited_bodies_and_keep_alive():
     bodies = iter([
         b"HTTP/1.1 404 Not Found\r\nContent-Length: 11\r\n\r\nnot here...",
@@ -103,6 +105,7 @@ def test_content_length_and_close_delimited_bodies_and_keep_alive():
     assert a.request.startswith(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:")
 
 
+@pytest.mark.live
 def test_a_full_pool_makes_requests_wait_and_counts_them():
     async def go():
         server, port = await _serve(lambda h: HEAD_CHUNKED + _chunked(*EVENTS), [len(HEAD_CHUNKED) + 5])
@@ -120,6 +123,7 @@ def test_a_full_pool_makes_requests_wait_and_counts_them():
     assert sent[2] > sent[1]  # the third request left only when a connection came free
 
 
+@pytest.mark.live
 def test_a_keep_alive_connection_the_server_dropped_is_retried_once_on_a_new_one():
     answers = iter([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", None,  # served, then dropped
                     b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nagain"])
@@ -139,6 +143,7 @@ def test_a_keep_alive_connection_the_server_dropped_is_retried_once_on_a_new_one
     assert (second.error, second.body) == (None, b"again")
 
 
+@pytest.mark.live
 def test_errors_name_their_kind():
     async def refused():
         pool = ConnectionPool(Target.parse("http://127.0.0.1:9"), 1, connect_timeout_s=2)
@@ -162,6 +167,7 @@ def test_target_parse():
         Target.parse("ftp://x")
 
 
+@pytest.mark.live
 def test_the_pacer_thread_sends_on_an_idle_connection_and_the_loop_reads_the_answer():
     data = HEAD_CHUNKED + _chunked(*EVENTS)
 

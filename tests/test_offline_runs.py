@@ -101,6 +101,7 @@ def test_bad_input_is_one_line(tmp_path, override, message):
                               "search.num_requests=4", "name=x", override], message)
 
 
+@pytest.mark.live
 def test_an_offline_run_against_a_live_server(tmp_path):
     """The same mode through the in-repo server (its perf-model executor in real time): the load
     generator keeps the closed loop; a server keeps no iteration log, so composition is absent."""

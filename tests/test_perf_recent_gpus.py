@@ -20,7 +20,7 @@ CITED = {
                          attention=0.60),
     "l40s-48g": dict(peak=362.05e12, fp8=733e12, bw=864e9, sms=142, cuda_gib=44.42, matmul_tflops=269.15,
                      attention=0.60),
-    "rtx-pro-6000-server-96g": dict(peak=500e12, fp8=1000e12, bw=1792e9, sms=188, cuda_gib=94.97,
+    "rtx-pro-6000-server-96g": dict(peak=500e12, fp8=1000e12, bw=1597e9, sms=188, cuda_gib=94.97,
                                     matmul_tflops=417.34, attention=0.60),
     "rtx-pro-6000-ws-96g": dict(peak=500e12, fp8=1000e12, bw=1792e9, sms=188, cuda_gib=94.97, matmul_tflops=368.43,
                                 attention=0.60),

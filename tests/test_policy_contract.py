@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.core import Batch, PolicyBroken
+from engines.core import BasePolicy, Batch, PolicyBroken
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, register_policy, registry
 from engines.schedulers.sarathi import SarathiPolicy
 from harness.commands.main import main
@@ -55,6 +55,34 @@ class FinishedAgainSarathi(SarathiPolicy):
         return batch
 
 
+class UngrownDecodes(BasePolicy):
+    """Admits FCFS and runs each prompt whole, then decodes without growing the KV it holds: the
+    first decode past the prompt's last block computes a token no block of it can hold."""
+
+    def __init__(self, max_num_seqs: int = 16) -> None:
+        self.max_num_seqs = max_num_seqs
+
+    def schedule(self, engine):
+        items = [(s, s.remaining_prefill if s.is_prefill else 1) for s in engine.running if not s.in_flight]
+        while engine.waiting and len(engine.running) < self.max_num_seqs and engine.blocks.can_admit(engine.waiting[0]):
+            seq = engine.admit_next()
+            items.append((seq, seq.remaining_prefill))
+        return Batch.build(items) if items else None
+
+
+class DecodesUncountedSarathi(SarathiPolicy):
+    """Declares a budget of 256 tokens and keeps it in a batch of prefills alone, but fills a batch
+    holding decodes with prefill chunks as if the decodes took none of it (a mixed batch over it)."""
+
+    def __init__(self, token_budget: int = 256, max_num_seqs: int = 16) -> None:
+        super().__init__(token_budget, max_num_seqs)
+
+    def schedule(self, engine):
+        decoding = sum(1 for s in engine.running if not s.is_prefill and not s.in_flight)
+        self.token_budget = self.max_batch_tokens + decoding
+        return super().schedule(engine)
+
+
 PLUGINS = {"raising_sarathi": (RaisingSarathi, "schedule raised ZeroDivisionError: a plugin's bug"),
            "over_budget_sarathi": (OverBudgetSarathi, "tokens with a prefill, over its max_batch_tokens 256"),
            "finished_again_sarathi": (FinishedAgainSarathi, "is scheduled but finished")}
@@ -66,6 +94,8 @@ def plugins(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     for name, (cls, _) in PLUGINS.items():
         register_policy(name)(cls)
+    register_policy("ungrown_decodes")(UngrownDecodes)
+    register_policy("decodes_uncounted_sarathi")(DecodesUncountedSarathi)
 
 
 @pytest.mark.parametrize("name", PLUGINS)
@@ -123,3 +153,24 @@ def test_a_server_whose_policy_broke_fails_its_requests_and_refuses_more(plugins
     assert all(e is not None and "scheduling policy over_budget_sarathi broke its contract" in e for e in errors)
     assert refused.status == 500 and "over_budget_sarathi" in refused.message
 
+
+
+def test_a_batch_computing_past_the_kv_blocks_it_holds_is_refused_before_it_runs(plugins):
+    """Context plus the tokens computed now: a 304-token prompt holds 19 blocks of 16 (304 slots);
+    its first decode computes token 304, a 305th slot no block holds, and that batch is the one
+    refused (its own context, 304, is still within the blocks)."""
+    engine = make_engine(EngineConfig(SchedulerConfig("ungrown_decodes"), 64 * MAX_LEN, MAX_LEN))
+    with pytest.raises(PolicyBroken) as e:
+        drive(engine, [(304, 2)] * 4)
+    assert "computes tokens 304..304 but holds KV blocks for 304" in str(e.value)
+
+
+def test_a_mixed_batch_over_max_batch_tokens_is_refused(plugins):
+    """A prefill chunk with decodes counts the decodes too: the plugin's batches of prefills alone
+    keep its 256 tokens, its first batch with decodes (256 chunk tokens + the decodes) is refused."""
+    engine = make_engine(EngineConfig(SchedulerConfig("decodes_uncounted_sarathi"), 64 * MAX_LEN, MAX_LEN))
+    seen = []
+    with pytest.raises(PolicyBroken) as e:
+        drive(engine, [(300, 20)] * 40, check=lambda _, batch, __: seen.append(batch))
+    assert "tokens with a prefill, over its max_batch_tokens 256" in str(e.value)
+    assert seen and all(b.num_decodes == 0 and b.num_tokens <= 256 for b in seen)  # every batch before it: prefills alone

@@ -120,12 +120,15 @@ def _drive_checked(engine, seqs):
                 assert blocks.can_admit(seq) == exact
         batch = engine.schedule()
         assert batch is not None, "stalled"
+        # Blocks this iteration fills are written before any attention reads them (each layer writes
+        # the batch's KV, then attends), so a hit may be one filled in this very iteration: vLLM V1
+        # caches a chunk's blocks when it allocates them, and vllm_v1 does as it does.
+        for seq, n, ctx in zip(batch.seqs, batch.new_tokens, batch.context_lens):
+            for i in range(ctx // BS, (ctx + n) // BS):
+                content[seq.block_table[i]] = seq.tokens.block_hash(i)
         for seq in batch.seqs:  # what a hit reuses must hold exactly this sequence's tokens
             for i in range(seq.num_computed // BS):
                 assert content.get(seq.block_table[i]) == seq.tokens.block_hash(i)
-        for seq, n, ctx in zip(batch.seqs, batch.new_tokens, batch.context_lens):
-            for i in range(ctx // BS, (ctx + n) // BS):  # blocks this iteration fills
-                content[seq.block_table[i]] = seq.tokens.block_hash(i)
         out = engine.complete(batch)
         for s in out.produced:
             produced[s.seq_id] += 1

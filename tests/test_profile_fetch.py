@@ -56,6 +56,7 @@ def hosts(tmp_path):
     server.server_close()
 
 
+@pytest.mark.live
 def test_fetch_checks_converts_and_prices_as_the_vidur_directory(hosts, tmp_path):
     raw_url, lfs_url, _ = hosts
     out = tmp_path / "profiles"
@@ -73,6 +74,7 @@ def test_fetch_checks_converts_and_prices_as_the_vidur_directory(hosts, tmp_path
     assert np.allclose(from_long.batch_times(new, ctx), from_dir.batch_times(new, ctx), rtol=1e-12, atol=0)
 
 
+@pytest.mark.live
 def test_a_file_that_does_not_match_its_pin_writes_nothing(hosts, tmp_path):
     raw_url, lfs_url, root = hosts
     mlp = root / "raw" / PINNED_REF / "data/profiling/compute/a100" / MODEL / "mlp.csv"
@@ -85,6 +87,7 @@ def test_a_file_that_does_not_match_its_pin_writes_nothing(hosts, tmp_path):
     assert p.returncode == 0 and "MISMATCH, accepted" in p.stderr  # said loudly, on stderr
 
 
+@pytest.mark.live
 def test_git_lfs_content_that_does_not_match_its_pointer_writes_nothing(hosts, tmp_path):
     raw_url, lfs_url, root = hosts
     media = root / "media" / PINNED_REF / "data/profiling/compute/a100" / MODEL / "attention.csv"

@@ -14,6 +14,8 @@ import pytest
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from tests.hostile import MODEL, assert_quiet, slow_sender_and_early_leavers, storm
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 LIMITS = ["--body-timeout-s", "1", "--max-body-bytes", "65536", "--log-level", "INFO"]
 LAYOUTS = {"disaggregated": [("prefill", "--prefill"), ("decode", "--decode")],

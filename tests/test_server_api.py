@@ -19,6 +19,8 @@ import pytest
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from tests.hostile import post
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 MAX_MODEL_LEN = 1024
 MAX_BODY = 64 * 1024

@@ -61,6 +61,7 @@ def cluster():
             yield prefill, decode, router
 
 
+@pytest.mark.live
 def test_a_request_through_the_router_is_whole_and_waits_for_its_kv(cluster):
     _, _, router = cluster
     prompt = list(range(10, 2010))
@@ -85,6 +86,7 @@ def test_a_request_through_the_router_is_whole_and_waits_for_its_kv(cluster):
     assert np.all(np.diff(times[1:]) < price)  # decodes after it do not wait again
 
 
+@pytest.mark.live
 def test_a_whole_answer_through_the_router_joins_both_servers(cluster):
     _, _, router = cluster
     status, raw = _post(router.base_url, {"prompt": [5, 6, 7, 8], "max_tokens": 4})
@@ -93,6 +95,7 @@ def test_a_whole_answer_through_the_router_joins_both_servers(cluster):
     assert len(body["choices"][0]["text"].split()) == 4 and "kv_transfer_params" not in body
 
 
+@pytest.mark.live
 def test_the_roles_refuse_what_they_cannot_do(cluster):
     prefill, decode, router = cluster
     status, raw = _post(prefill.base_url, {"prompt": [5, 6], "max_tokens": 3})
@@ -112,6 +115,7 @@ def test_the_roles_refuse_what_they_cannot_do(cluster):
     assert status == 400 and "max_tokens must be >= 2" in json.loads(raw)["error"]["message"]
 
 
+@pytest.mark.live
 def test_a_dead_decode_server_is_an_error_in_the_stream_not_a_short_answer():
     prefill = _server("--role", "prefill", "--model", "mistral-7b", "--executor", "null")
     gone = f"http://127.0.0.1:{free_port()}"

@@ -11,6 +11,8 @@ import pytest
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from tests.hostile import assert_quiet, rss_mb, slow_sender_and_early_leavers, storm
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -19,6 +19,8 @@ from harness.backends.live.lifecycle import free_port
 from harness.records import RequestSpec
 from tests.policy_workloads import BUILT_IN
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

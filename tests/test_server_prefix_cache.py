@@ -11,6 +11,8 @@ import pytest
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from tests.test_server_api import _metrics, _post
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -11,6 +11,8 @@ from engines.schedulers import SchedulerConfig  # noqa: E402
 from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 
+pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
+
 
 @pytest.mark.parametrize("policy", ["sarathi", "vllm"])
 def test_torch_executor_serves_streams(policy):

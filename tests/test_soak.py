@@ -14,6 +14,7 @@ from engines.schedulers import EngineConfig, SchedulerConfig, make_engine  # noq
 MAX_LEN = 512
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("policy", ["sarathi", "vllm"])
 def test_a_short_soak_passes_its_checks(policy):
     s = SoakSettings(seconds_per_policy=5, policies=(policy,), workers=8, kv_tokens=1024, replay=20)  # 64 blocks: preempts

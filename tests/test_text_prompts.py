@@ -84,6 +84,7 @@ def test_requests_get_text_less_what_the_server_adds(tokenizer_files):
         TextPrompter(tokenizer_files[0].parent / "missing.json")
 
 
+@pytest.mark.live
 def test_the_server_chats_and_counts_its_template(server, tokenizer_files):
     p = TextPrompter(tokenizer_files[0])
     text = p.texts([12], [(0, 3, 0)])[0]
@@ -101,6 +102,7 @@ def test_the_server_chats_and_counts_its_template(server, tokenizer_files):
     assert e.value.code == 400 and "messages[0].role" in json.loads(e.value.read())["error"]["message"]
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_the_load_generator_streams_text_and_checks_the_servers_count(server, tokenizer_files, api):
     p = TextPrompter(tokenizer_files[0])
@@ -126,6 +128,7 @@ def _harness(server: str, tmp_path: Path, *extra: str) -> subprocess.CompletedPr
                           timeout=300, env=env)
 
 
+@pytest.mark.live
 def test_endpoint_chat_with_the_servers_tokenizer_runs_clean(server, tokenizer_files, tmp_path):
     proc = _harness(server, tmp_path, "backend.api=chat", f"backend.tokenizer={tokenizer_files[0]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -133,6 +136,7 @@ def test_endpoint_chat_with_the_servers_tokenizer_runs_clean(server, tokenizer_f
     assert "prompt_len" not in json.dumps(summary)
 
 
+@pytest.mark.live
 def test_endpoint_refuses_a_tokenizer_that_counts_otherwise(server, tokenizer_files, tmp_path):
     proc = _harness(server, tmp_path, "backend.api=chat", f"backend.tokenizer={tokenizer_files[1]}")
     assert proc.returncode == 2

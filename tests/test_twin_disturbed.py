@@ -35,6 +35,7 @@ def _stall(pids: set[int], done: threading.Event, every_s: float = 1.0, for_s: f
             os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.live
 @pytest.mark.alone  # a realtime server's timing: the other worker idles
 def test_a_twin_held_back_by_the_host_is_flagged(capsys):
     spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, executor="realtime",

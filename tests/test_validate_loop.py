@@ -177,6 +177,7 @@ def _validate(runs, tmp_name: str, *extra):
     return summary, {k: errors[k] for k in JUDGED}, p
 
 
+@pytest.mark.live
 def test_calibration_predicts_a_second_rate_and_batch_limit(runs, steady_host, calibration):
     # The calibration states how well it predicts the held-out part of its own run (harness/validate/fit.py).
     # Where that is over 2x, the host's speed moved inside the calibrating run (seen in a flake hunt at load
@@ -206,6 +207,7 @@ def _five_times_off(f: dict[str, float]) -> dict[str, float]:
     raise AssertionError(f"no 5x mistake within the factors' bounds: {f}")
 
 
+@pytest.mark.live
 def test_a_wrong_factor_fails(runs, steady_host, calibration, tmp_path):
     cal = json.loads(calibration.read_text())
     # The deliberate mistake: the fitted factors off by 5x, each in the slow direction (a device five times
@@ -221,6 +223,7 @@ def test_a_wrong_factor_fails(runs, steady_host, calibration, tmp_path):
     assert any(_off(e) > math.log(FACTOR) for e in err.values()), err
 
 
+@pytest.mark.live
 def test_every_format_reads_the_same_run(runs, tmp_path):
     """The JSONL run file, the same run as CSV with latencies relative to each arrival (no common
     clock), as vllm bench serve's detailed JSON, and as a harness run directory, read alike."""
@@ -263,6 +266,7 @@ def test_every_format_reads_the_same_run(runs, tmp_path):
     (lambda lines: lines[:3] + [json.dumps(json.loads(lines[3]) | {"first_token_s": json.loads(lines[3])["arrival_s"] - 1})]
      + lines[4:], "line 4, column first_token_s: first token at"),
 ])
+@pytest.mark.live
 def test_a_bad_run_file_is_one_line_and_nothing_written(runs, tmp_path, edit, message):
     _, (first, _), _ = runs
     bad = tmp_path / "bad.jsonl"
@@ -275,12 +279,14 @@ def test_a_bad_run_file_is_one_line_and_nothing_written(runs, tmp_path, edit, me
         assert not out.exists()
 
 
+@pytest.mark.live
 def test_max_error_exits_1_and_still_reports(runs):
     summary, _, p = _validate(runs, "gate", "--max-error", "0.5")  # uncalibrated: several x off
     assert p.returncode == 1 and "over --max-error 50.0%" in p.stdout
     assert summary["largest_headline_error"] > 0.5 and summary["calibration"] == "uncalibrated"
 
 
+@pytest.mark.live
 def test_a_calibrated_run_says_so_with_its_band(calibration, tmp_path):
     """`python -m harness` with perf.calibration: the header names it, summary.json carries it and
     each capacity's band; without it the summary says uncalibrated."""

@@ -31,10 +31,10 @@ from harness.records import RequestSpec
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_PYTHON = os.environ.get("HARNESS_VLLM_PYTHON")
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.live, pytest.mark.skipif(
     not VLLM_PYTHON or not os.access(VLLM_PYTHON, os.X_OK),
     reason="no vLLM venv: run scripts/setup_vllm_cpu.sh DIR and set HARNESS_VLLM_PYTHON=DIR/bin/python",
-)
+)]  # live: vllm serve (pyproject.toml markers)
 
 MAX_MODEL_LEN = 2048
 

@@ -111,19 +111,41 @@ def test_kv_is_sized_after_a_profile_run_of_the_default_budget():
     for gpu, tokens in (("h100", 8192), ("a100-80g-sxm", 2048)):
         m = model(gpu=gpu)
         d = m.deployment
-        want = memory.kv_capacity_tokens("sarathi-serve", memory.inputs(replace(d, activation_tokens=tokens)), 0.9, 16)
-        assert m.kv_capacity_tokens(0.9, 16) == want  # the activations outweigh the sampler's logits here
+        forward = memory.inputs(replace(d, activation_tokens=tokens))
+        got = memory.inputs(d, m.rules)
+        assert got.activation_bytes == forward.activation_bytes  # the forward pass of the default budget
+        peak = max(got.activation_bytes, got.sampler_bytes)
+        want = memory.kv_capacity_tokens("sarathi-serve", replace(forward, activation_bytes=peak), 0.9, 16)
+        assert m.kv_capacity_tokens(0.9, 16) == want - 16  # less the null block
     assert model("vllm-0.19").kv_capacity_tokens() == model().kv_capacity_tokens()  # graph memory: not priced
 
 
-def test_the_sampler_logits_are_charged_when_they_outweigh_the_activations():
+def test_the_kv_block_count_of_llama3_8b_on_an_h100_as_vllm_032_sizes_it():
+    """Llama-3-8B, one H100, `vllm serve` defaults (8,192 tokens, 1,024 sequences), utilization 0.9,
+    every term written out from its source (memory.py [VLLM-V1], [VLLM-SAMPLER]): the sampler's
+    dummy run, not the forward pass, sets the profile peak, and the pool is 27,888 blocks, of which
+    the scheduler has 27,887 (the first is BlockPool's null block)."""
+    vocab, hidden, rows, tokens, sms = 128256, 4096, 1024, 8192, 132  # config.json; [ARGS]; [SMS]
+    sampler = ((tokens + 2 * rows) * hidden * 2  # hidden states held: the forward's output, the rows and their copy
+               + rows * vocab * (2 + 4 + 4 + 4)  # bf16 logits, fp32 copy, softmax, exponential noise
+               + sms * vocab * 4)  # the Triton top-k/top-p buffer
+    weights = 8_030_261_248 * 2  # Llama-3-8B's parameters in bf16 (embedding and LM head untied)
+    kv_block = 2 * 8 * 128 * 2 * 32 * 16  # K and V, 8 KV heads of 128, bf16, 32 layers, 16 tokens
+    m = model()
+    inputs = memory.inputs(m.deployment, m.rules)
+    assert inputs.sampler_bytes == sampler > inputs.activation_bytes and inputs.stage_weight_bytes == (weights,)
+    blocks = math.floor((H100.visible_bytes * 0.9 - sampler - weights) / kv_block)
+    assert blocks == 27_888 and m.kv_capacity_tokens(0.9, 16) == (blocks - 1) * 16 == 446_192
+
+
+def test_the_sampler_peak_is_charged_when_it_outweighs_the_activations():
     d = model().deployment
     rules = StepRules(graph_sizes=(), overlap_cpu=True, profile_tokens=1, profile_seqs=1024)
     m = memory.inputs(d, rules)
-    sampler = 1024 * d.model.vocab_size * 4
+    sampler = memory.sampler_peak_bytes(d.model, d.gpu.sm_count, 1, 1024)
     assert m.sampler_bytes == sampler > m.activation_bytes
     kv_token = 2 * d.model.kv_heads_per_gpu(1) * d.model.head_dim * 2 * d.model.num_layers
-    want = math.floor((d.gpu.visible_bytes * 0.9 - sampler - m.stage_weight_bytes[0]) / (kv_token * 16)) * 16
+    want = (math.floor((d.gpu.visible_bytes * 0.9 - sampler - m.stage_weight_bytes[0]) / (kv_token * 16)) - 1) * 16
     assert memory.kv_capacity_tokens("vllm-v1", m, 0.9, 16) == want
 
 

@@ -44,6 +44,24 @@ def test_the_long_prefill_cap_and_when_it_applies(release, alone):
     assert step(e) == [(0, alone)]  # 0.32: not applied to a request alone (no one to starve)
 
 
+@pytest.mark.parametrize("release", ["0.19", "0.32"])
+def test_the_long_prefill_cap_bounds_every_chunk_of_a_long_prefill(release):
+    """Not only the first chunk (the WAITING walk, vLLM 0.32's v1/core/sched/scheduler.py l. 1155-1156):
+    a prefill running on is capped too (the RUNNING walk, l. 708-709: `if 0 < long_prefill_token_threshold
+    < num_new_tokens: num_new_tokens = long_prefill_token_threshold`), so two 3000-token prompts progress
+    512 tokens each a step, to their last chunks, and no step spends the budget on one of them."""
+    e = engine(long_prefill_token_threshold=512, release=release)
+    add(e, (3000, 50), (3000, 50))
+    chunks: dict[int, list[int]] = {0: [], 1: []}
+    while any(s.is_prefill for s in e.seqs.values()):
+        b = e.schedule()
+        for s, n, prefill in zip(b.seqs, b.new_tokens, b.is_prefill):
+            if prefill:
+                chunks[s.seq_id].append(n)
+        e.complete(b)
+    assert chunks == {0: [512] * 5 + [440], 1: [512] * 5 + [440]}
+
+
 def test_a_request_whose_kv_does_not_fit_preempts_the_last_admitted_and_nothing_is_admitted():
     """5 blocks of 16: three 16-token prompts take 3; at their first decodes two blocks remain, so
     the third preempts itself (the last admitted) and the step admits nobody, then repeats."""

@@ -51,8 +51,10 @@ class BlockManager:
     def can_admit(self, seq: Sequence) -> bool:
         return self.num_free - self.admission_blocks(seq) >= self.watermark_blocks
 
-    def admit(self, seq: Sequence) -> None:
-        self._take(seq, self.admission_blocks(seq))
+    def admit(self, seq: Sequence, num_tokens: int | None = None) -> None:
+        """Allocate the blocks of the prompt being prefilled, or (`num_tokens`) only those of its
+        first `num_tokens` tokens: vLLM V1 allocates a chunk's blocks when it schedules the chunk."""
+        self._take(seq, self.admission_blocks(seq) if num_tokens is None else self.blocks_to_grow(seq, num_tokens))
 
     def decode_headroom(self, seq: Sequence) -> int:
         """Decode tokens `seq` can still add before it needs a new block: its k-th next decode

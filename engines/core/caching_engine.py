@@ -15,7 +15,8 @@ from engines.core.sequence import Sequence
 
 
 class PrefixCachingEngine(Engine):
-    """Blocks are registered when a prefill chunk completes them and when a sequence frees its
+    """Blocks are registered when a prefill chunk completes them (or, by a policy that says so,
+    when it schedules the chunk: vllm_v1, as vLLM V1 caches them) and when a sequence frees its
     blocks (it finished, was preempted or aborted). Blocks a decode fills are registered at that
     free, not as they fill: only a request that carries the sequence's own generated tokens could
     find them, and a client has those once the answer is done (a conversation's next turn). This

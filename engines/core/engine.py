@@ -69,10 +69,15 @@ class Engine:
         return bool(self.waiting or self.running)
 
     # -- operations the policies use --------------------------------------------------------
-    def admit_next(self) -> Sequence:
-        """Move the head of the waiting queue to running, allocating its KV blocks."""
+    def admit_next(self, num_tokens: int | None = None) -> Sequence:
+        """Move the head of the waiting queue to running, allocating its KV blocks: its prompt's,
+        or (`num_tokens`, a paged cache) those of its first `num_tokens` tokens (with a prefix cache,
+        its cached leading blocks and fresh ones after them)."""
         seq = self.waiting.popleft()
-        self.blocks.admit(seq)
+        if num_tokens is None:
+            self.blocks.admit(seq)
+        else:
+            self.blocks.admit(seq, num_tokens)
         seq.status = SequenceStatus.RUNNING
         insort(self.running, seq, key=_arrival_order)
         return seq

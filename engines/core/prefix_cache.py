@@ -197,13 +197,13 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
             unused += len(hits) - list(map(self._groups.get, map(self._mark.__getitem__, hits))).count(None)
         return unused
 
-    def _fresh_blocks(self, seq: Sequence, hits: int) -> int:
-        tokens = self.reserve_tokens if self.reserve_tokens is not None else seq.prefill_target
-        return blocks_for(max(tokens, seq.prefill_target), self.block_size) - len(seq.block_table) - hits
+    def _fresh_blocks(self, seq: Sequence, hits: int, num_tokens: int | None = None) -> int:
+        tokens = num_tokens or max(self.reserve_tokens if self.reserve_tokens is not None else 0, seq.prefill_target)
+        return blocks_for(tokens, self.block_size) - len(seq.block_table) - hits
 
-    def admit(self, seq: Sequence) -> None:
+    def admit(self, seq: Sequence, num_tokens: int | None = None) -> None:  # num_tokens: vLLM V1's first chunk's blocks
         hits = self.lookup(seq)
-        fresh = self._fresh_blocks(seq, len(hits))
+        fresh = self._fresh_blocks(seq, len(hits), num_tokens)
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
         ref, evictable, mark, groups, parked = self._ref, self._evictable, self._mark, self._groups, []
@@ -329,13 +329,13 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         seq.block_table = []
         seq.blocks_hashed = 0
 
-    def register(self, seq: Sequence) -> None:
-        """Make `seq`'s full, computed blocks findable. A block whose hash another block already
-        holds (two requests computed the same prefix at once) stays unregistered: freed, it goes
-        back to the free list."""
+    def register(self, seq: Sequence, num_tokens: int | None = None) -> None:
+        """Make `seq`'s full, computed (or, to `num_tokens`, scheduled) blocks findable. A block whose
+        hash another block already holds (two requests computed the same prefix at once) stays
+        unregistered: freed, it goes back to the free list."""
         tokens = seq.tokens
         table = seq.block_table
-        n = min(seq.num_computed // self.block_size, len(table))
+        n = min((seq.num_computed if num_tokens is None else num_tokens) // self.block_size, len(table))
         first = seq.blocks_hashed
         if tokens is None or first >= n:
             return

@@ -50,8 +50,9 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = LlamaMLP(cfg)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionContext, layer: int) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, attn, layer)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        h = self.self_attn(self.input_layernorm(x), positions, attn, layer)
+        x, normed = self.post_attention_layernorm.add_and_norm(x, h)  # one kernel when compiled
+        return x + self.mlp(normed)
 
 
 _PROJ = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),

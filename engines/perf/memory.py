@@ -27,13 +27,27 @@ Sources:
       Here M_G is the device total CUDA reports x gpu_memory_utilization (1.0: the paper's rule).
   [VLLM-V1] vLLM V1 as it ships (vllm_releases.py [MEM], v1/worker/gpu_worker.py
       determine_available_memory): total x gpu_memory_utilization - weights - the profile run's
-      peak, a forward pass of the release's default max_num_batched_tokens and the sampler's fp32
-      logits over its default max_num_seqs rows (the full vocabulary after the gather; the two
-      peaks are not simultaneous: the larger is charged). Not charged, for want of a measurement
+      peak (torch's peak allocation over v1/worker/gpu_model_runner.py profile_run): a forward pass
+      of the release's default max_num_batched_tokens, then, while its output is still held, the
+      sampler's dummy run over its default max_num_seqs rows ([VLLM-SAMPLER]); the two peaks are
+      not simultaneous: the larger is charged. Not charged, for want of a measurement
       (KV is an upper bound by them): the non-torch memory (CUDA context, NCCL and custom
       all-reduce buffers), and in 0.32 the CUDA-graph estimate vLLM measures at start-up (0.36 GiB
       in one published log of a 16-graph piecewise capture, gpustack/runner PR #251; reported to
       overestimate, vllm issue #45178).
+  [VLLM-SAMPLER] vLLM 0.32, step by step: profile_run (gpu_model_runner.py l. 6133) keeps the
+      forward's `hidden_states` (tokens x hidden) and `last_hidden_states` (rows x hidden) and calls
+      _dummy_sampler_run (l. 5927), which draws a random copy of the rows (torch.rand_like), computes
+      their logits in the model's dtype (compute_logits: rows x the full vocabulary, all-gathered
+      under TP) and runs the sampler twice with temperature 0.5, top-p 0.9 and top-k V - 1; the
+      second run (a generator given: TopKTopPSampler.forward_native, v1/sample/ops/
+      topk_topp_sampler.py l. 263) is the one whose peak is read here, as its every tensor is: the
+      logits' fp32 copy (v1/sample/sampler.py Sampler.forward `logits.to(torch.float32)`; penalties
+      off, temperature in place), the top-k/top-p mask in place (apply_top_k_top_p_triton,
+      v1/sample/ops/topk_topp_triton.py l. 1613) with its cached buffer of min(SMs, rows) x vocab
+      fp32, the softmax's probabilities and the exponential noise of random_sample (fp32, each
+      rows x vocab). The first run (FlashInfer's top_k_top_p_sampling_from_logits where installed)
+      is taken to peak no higher (its internals are not in the CPU build to read).
   [CUDA-TOTAL] what CUDA reports as an 80 GB card's total (hardware.py GpuSpec.visible_bytes).
 """
 from __future__ import annotations
@@ -64,7 +78,7 @@ class MemoryInputs:
     activation_bytes: int  # peak activations of the profile pass (no logits)
     logits_bytes: int  # fp32 logits of the sampled rows (the datasheet recipe's reserve)
     kv_bytes_per_element: int = 2  # 16-bit, or 1 for an FP8 cache (precision.py)
-    sampler_bytes: int = 0  # [VLLM-V1] the profile run's fp32 logits (max_num_seqs rows, full vocabulary)
+    sampler_bytes: int = 0  # [VLLM-SAMPLER] the profile run's peak while sampling (max_num_seqs rows)
 
 
 def inputs(d, rules=None) -> MemoryInputs:
@@ -88,7 +102,17 @@ def inputs(d, rules=None) -> MemoryInputs:
         stage_weight_bytes=tuple(m.stage_weight_bytes_per_gpu(tp, d.pp, d.weight_bytes_per_param, d.expert_shards)),
         activation_bytes=d.activation_tokens * widths * m.bytes_per_param,
         logits_bytes=logits_rows * math.ceil(m.vocab_size / tp) * 4, kv_bytes_per_element=d.kv_bytes_per_element,
-        sampler_bytes=(rules.profile_seqs * m.vocab_size * 4) if rules is not None else 0)
+        sampler_bytes=sampler_peak_bytes(m, d.gpu.sm_count, rules.profile_tokens, rules.profile_seqs) if rules else 0)
+
+
+def sampler_peak_bytes(m: ModelArch, sms: int, tokens: int, rows: int) -> int:
+    """[VLLM-SAMPLER] what vLLM 0.32's profile run holds at its sampler's peak: the forward's
+    output over `tokens`, the `rows` sampled hidden states and their random copy, and over the full
+    vocabulary the logits in the model's dtype, their fp32 copy, the softmax's probabilities and
+    the exponential noise (fp32), and the Triton top-k/top-p buffer of min(SMs, rows) rows."""
+    act, v = m.bytes_per_param, m.vocab_size
+    buffer_rows = min(1 << (min(sms, rows) - 1).bit_length(), sms)  # min(next_power_of_2(programs), SMs)
+    return ((tokens + 2 * rows) * m.hidden_size * act + rows * v * (act + 4 + 4 + 4) + buffer_rows * v * 4)
 
 
 def check_recipe(name: str) -> str:
@@ -117,7 +141,9 @@ def kv_capacity_tokens(recipe: str, m: MemoryInputs, gpu_memory_utilization: flo
         budget = m.gpu.visible_bytes * gpu_memory_utilization - max(m.activation_bytes, m.sampler_bytes)
         blocks = [math.floor((budget - w) / (layers * kv_head_bytes * block_size))
                   for w, layers in zip(m.stage_weight_bytes, m.stage_layers)]
-        return max(0, min(blocks)) * block_size
+        # The scheduler has one block fewer than the pool (and the "GPU KV cache size" vLLM logs): its
+        # BlockPool keeps the first as the null block (v1/core/block_pool.py BlockPool.__init__, 0.32 l. 187).
+        return max(0, min(blocks) - 1) * block_size
     if recipe == "sarathi-2023":  # [SARATHI-2023]: tokens, the batch size B is tokens // L
         budget = m.gpu.visible_bytes * gpu_memory_utilization
         return max(0, min(math.floor((budget - w) / (layers * kv_head_bytes))

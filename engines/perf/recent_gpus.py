@@ -29,11 +29,18 @@ Sources:
   [L40S-DS]  NVIDIA L40S datasheet: 18,176 CUDA cores (142 SMs of 128), 48 GB GDDR6 with ECC,
              864 GB/s, BF16/FP16 Tensor 362.05 | 733 TFLOPS, FP8 733 | 1,466 (dense | sparse), 350 W; full-
              rate FP32 accumulate (the measured 269 TFLOPS BF16 below is over half of 362).
-  [PRO6000-DS] NVIDIA RTX PRO 6000 Blackwell Workstation / Server Edition datasheets: GB202, 188 SMs
-             (24,064 CUDA cores), 96 GB GDDR7 with ECC on 512 bits at 28 Gbps = 1,792 GB/s (the same
-             memory on every edition), "4,000 AI TOPS" (FP4 with sparsity: 2,000 dense, FP8 1,000,
-             FP16/BF16 500 with FP32 accumulate: a professional board, full rate; the measured
-             417 TFLOPS BF16 below could not happen at GeForce's half rate), PCIe Gen5 x16.
+  [PRO6000-DS] NVIDIA RTX PRO 6000 Blackwell Workstation Edition datasheet: GB202, 188 SMs (24,064
+             CUDA cores), 96 GB GDDR7 with ECC on 512 bits at 28 Gbps = 1,792 GB/s, 125 TFLOPS FP32,
+             "4,000 AI TOPS" (FP4 with sparsity: 2,000 dense, FP8 1,000, FP16/BF16 500 with FP32
+             accumulate: a professional board, full rate; the measured 417 TFLOPS BF16 below could
+             not happen at GeForce's half rate), PCIe Gen5 x16.
+  [PRO6000-SE] NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet (December 2025, p. 3) and
+             product page (nvidia.com/en-us/data-center/rtx-pro-6000-blackwell-server-edition): the
+             same GB202 and 96 GB GDDR7, but 1,597 GB/s (its memory clocked lower: 1,597 / 64 B =
+             25 Gbps a pin), 120 TFLOPS FP32, "FP4 Tensor Core 4 PFLOPS, FP8 2 PFLOPS, FP16/BF16
+             1 PFLOP" (with sparsity: 2,000 / 1,000 / 500 dense, the Workstation's; its FP32 figure
+             says its rated boost clock is 4 % under the Workstation's, which the measured matmul
+             fraction carries), up to 600 W, passive (server airflow).
   [H100-DS]  NVIDIA H100 Tensor Core GPU datasheet, column "H100 PCIe": BF16 1,513 TFLOPS and FP8
              3,026 with sparsity (756.5 / 1,513 dense), 80 GB HBM2e at 2 TB/s, 350 W, NVLink bridge
              600 GB/s, PCIe Gen5 128 GB/s; NVIDIA H100 Tensor Core GPU Architecture whitepaper: 114 SMs
@@ -88,9 +95,10 @@ _FA2_MMA_SYNC = 0.60
 _HBM_RESERVE = 80 * GiB - CUDA_TOTAL_80G
 
 
-def _pro6000(edition: str, matmul_efficiency: float) -> GpuSpec:
-    """One RTX PRO 6000 Blackwell edition: the same GB202 and memory [PRO6000-DS]; the editions
-    differ in cooling and power, which is what their measured matmul fractions show."""
+def _pro6000(edition: str, hbm_bandwidth: float, matmul_efficiency: float) -> GpuSpec:
+    """One RTX PRO 6000 Blackwell edition: the same GB202 and 96 GB [PRO6000-DS], [PRO6000-SE]; the
+    editions differ in memory clock (each datasheet's bandwidth), cooling and power (their measured
+    matmul fractions)."""
     return GpuSpec(
         name=f"rtx-pro-6000-{edition}-96g",
         sm_count=188,  # [PRO6000-DS]
@@ -98,7 +106,7 @@ def _pro6000(edition: str, matmul_efficiency: float) -> GpuSpec:
         fp8_peak_flops=1000e12,  # [PRO6000-DS] FP8 dense
         hbm_bytes=96 * GiB,  # [PRO6000-DS] 32 x 3 GB (24 Gb) GDDR7
         cuda_total_bytes=int(94.97 * GiB),  # [CUDA-TOTAL-ADA] ds4#431
-        hbm_bandwidth=1792e9,  # [PRO6000-DS]
+        hbm_bandwidth=hbm_bandwidth,
         matmul_efficiency=matmul_efficiency,
         attention_efficiency=_FA2_MMA_SYNC,  # [FA2-ADA] sibling (Ampere) figure
         hbm_efficiency=_GB202_READ * _SERVING_OF_BEST_READ,  # [BW-GB202] sibling (RTX 5090): 0.902
@@ -133,8 +141,9 @@ RECENT_GPUS: dict[str, GpuSpec] = {
         hbm_efficiency=_AD102_READ * _SERVING_OF_BEST_READ,  # [BW-ADA] sibling (RTX 4090, AD102): 0.883
         weight_stream_efficiency=WEIGHT_STREAM_EFF,
     ),
-    "rtx-pro-6000-server-96g": _pro6000("server", 417.34 / 500),  # [TORCH-PERF] #161: 0.835
-    "rtx-pro-6000-ws-96g": _pro6000("ws", 368.43 / 500),  # [TORCH-PERF] #160: 0.737
+    # bandwidth: [PRO6000-SE] 1,597 GB/s, [PRO6000-DS] 1,792 GB/s; matmul: [TORCH-PERF] #161 0.835, #160 0.737
+    "rtx-pro-6000-server-96g": _pro6000("server", 1597e9, 417.34 / 500),
+    "rtx-pro-6000-ws-96g": _pro6000("ws", 1792e9, 368.43 / 500),
     "h100-80g-pcie": GpuSpec(
         name="h100-80g-pcie",
         sm_count=114,  # [H100-DS] whitepaper

@@ -20,15 +20,28 @@ step); no admission in a step that preempted; max_num_batched_tokens >= max_num_
 refuses less (config/scheduler.py SchedulerConfig.__post_init__), so decodes always fit the budget.
 
 "Priority order" is V1's running list: the order of admission, a resumed (preempted) request
-appended at its end; the policy keeps that order itself (the engine keeps arrival order). Where the
-harness's engine is not vLLM's (engines/core): admission allocates the KV blocks of the whole prompt
-(V1 allocates each chunk's, KVCacheManager.allocate_slots) and keeps 1 % of the blocks free (V1
-keeps none by default); a sequence in flight under pipeline parallelism is never a victim (V1 may
-pick one). Async scheduling's overlap of CPU and GPU is priced by the stack (vllm_releases.py).
+appended at its end; the policy keeps that order itself (the engine keeps arrival order). Admission
+is V1's KV gate (0.32 v1/core/kv_cache_manager.py KVCacheManager.allocate_slots with
+full_sequence_must_fit, config/scheduler.py scheduler_reserve_full_isl = True): the blocks of the
+request's whole sequence so far must fit in the free ones, with no watermark (watermark = 0.0),
+and it then takes only its first chunk's blocks; later chunks take theirs as they are scheduled.
+With a prefix cache, the hits count as computed (evictable ones taken count against the free
+blocks), and a chunk's full blocks are findable as soon as it is scheduled (allocate_slots ->
+cache_blocks), so a request admitted later in the same step hits blocks another is filling in it
+(each layer writes the step's KV before attending). Step by step, each step's {request: tokens}
+and preemptions are vLLM 0.32's own Scheduler's on randomized streams, with and without a prefix
+cache (tests/test_vllm_v1_agreement.py, scripts/vllm_scheduler_steps.py), given the pool vLLM's N
+blocks leave usable: N - 1 (its BlockPool keeps one as the null block). Where the harness's engine
+is still not vLLM's (engines/core): the order a full pool takes blocks in (vLLM: freed blocks oldest
+first, cached or not; the engine: uncached ones first), so under KV pressure with a prefix cache the
+steps may part (not compared); a sequence in flight under pipeline
+parallelism is never a victim (V1 may pick one); vLLM's synchronous scheduler is the one compared
+(async scheduling's overlap of CPU and GPU is priced by the stack, vllm_releases.py). Release 0.19
+gets the same rules unverified: only 0.32's scheduler (the installed CPU build) is compared.
 """
 from __future__ import annotations
 
-from engines.core import BasePolicy, Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine, PrefixCachingBlockManager, Sequence
 from engines.schedulers.registry import register_policy, require_positive
 from engines.schedulers.sweep import Axis, Sweep
 
@@ -87,6 +100,7 @@ class VllmV1Policy(BasePolicy):
 
     def _walk_running(self, engine: Engine, cap: int, budget: int, items: list[tuple[Sequence, int]]) -> None:
         blocks = engine.blocks
+        caching = isinstance(blocks, PrefixCachingBlockManager)
         if len(self._admitted) > 2 * len(engine.running) + 1024:  # forget finished requests now and then
             self._admitted = {s.seq_id: self._admitted.get(s.seq_id, -1) for s in engine.running}
         order = self._admitted.get  # a sequence admitted elsewhere (a decode instance's) first, by arrival
@@ -103,18 +117,29 @@ class VllmV1Policy(BasePolicy):
                 if victim is seq:
                     return
             blocks.grow(seq, seq.num_computed + n)
+            if caching and seq.is_prefill:  # as at admission (below)
+                blocks.register(seq, seq.num_computed + n)
             items.append((seq, n))
             budget -= n
             i += 1
 
     def _admit(self, engine: Engine, cap: int, budget: int, items: list[tuple[Sequence, int]]) -> None:
+        blocks = engine.blocks
+        caching = isinstance(blocks, PrefixCachingBlockManager)
         while engine.waiting and budget > 0 and len(engine.running) < self.max_num_seqs:
             seq = engine.waiting[0]
-            if not engine.blocks.can_admit(seq):  # first: with a prefix cache it finds the cached part
+            # V1's gate (0.32 KVCacheManager.allocate_slots, full_sequence_must_fit: SchedulerConfig
+            # scheduler_reserve_full_isl = True): the blocks of its whole sequence so far, less its prefix
+            # hits (counting the evictable ones it takes), fit in the free ones, with no watermark
+            # (SchedulerConfig.watermark = 0.0); it then takes only this chunk's. (With a prefix cache
+            # admission_blocks looks the hits up first and sets num_computed to them.)
+            if blocks.admission_blocks(seq) > blocks.num_free:
                 return
             n = seq.remaining_prefill
             n = min(cap if 0 < cap < n else n, budget)
-            engine.admit_next()
+            engine.admit_next(seq.num_computed + n)
+            if caching:  # V1 caches a chunk's full blocks when it allocates them (allocate_slots -> cache_blocks)
+                blocks.register(seq, seq.num_computed + n)
             self._admitted[seq.seq_id] = self._clock
             self._clock += 1
             items.append((seq, n))

@@ -55,12 +55,19 @@ def _torch_executor(cfg: ServerConfig):
             "use --executor realtime (performance model in real time) or null"
         ) from None
     try:
-        return mod.TorchExecutor.from_config(
+        executor = mod.TorchExecutor.from_config(
             cfg.model, kv_capacity_tokens=cfg.kv_capacity_tokens, block_size=cfg.block_size, tp=cfg.tp,
             seed=cfg.seed, gpu_memory_utilization=cfg.gpu_memory_utilization,
+            attention_backend=cfg.attention_backend, cuda_graphs=cfg.cuda_graphs,
+            compile_elementwise=cfg.compile_elementwise,
         )
     except (ValueError, OSError, KeyError) as e:
         raise ExecutorUnavailable(f"--executor torch cannot load model {cfg.model!r}: {e}") from None
+    if executor.device.type == "cuda":  # compiled attention buckets before the first request, not in it
+        knobs = dict(cfg.scheduler.knobs)
+        chunk = knobs.get("token_budget") or knobs.get("chunk_size") or 512
+        executor.warm_up(max_num_seqs=knobs.get("max_num_seqs") or 128, max_chunk=min(chunk, 2048))
+    return executor
 
 
 class _HfTokenizer:

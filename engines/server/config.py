@@ -44,6 +44,13 @@ class ServerConfig:
     prefix_caching: bool = field(default=False, metadata=_help("automatic prefix caching: true or false (engines/core/prefix_cache.py)"))
     time_scale: float = field(default=1.0, metadata=_help("realtime executor: stretch every predicted iteration"))
     seed: int = 0
+    # The torch executor's speed paths (docs/torch-engine.md).
+    attention_backend: str = field(default="auto", metadata=_help(
+        "torch executor: auto | flashinfer | flash_attn | flex | sdpa | reference (each self-checked before serving)"))
+    cuda_graphs: bool = field(default=False, metadata=_help(
+        "torch executor: decode and short-chunk steps through CUDA graphs (needs --attention-backend flex)"))
+    compile_elementwise: bool = field(default=False, metadata=_help(
+        "torch executor: torch.compile the norm (+ residual add), rotary and SiLU-gate functions"))
     # Disaggregated prefill/decode (engines/server/handoff.py): a router sends each request to a
     # prefill server, then to a decode server with what the prefill server reported.
     role: str = field(default="both", metadata=_help(
@@ -121,7 +128,11 @@ class ServerConfig:
 _KNOB_HELP = {
     "max_num_seqs": "most sequences running at once",
     "token_budget": "tokens per iteration, decodes included",
-    "max_num_batched_tokens": "tokens of whole prompts in one prefill batch (default: max model len)",
+    # vLLM's --max-num-batched-tokens in both of vLLM's policies: the tokens of one step. V0 (`vllm`)
+    # runs prefill steps of whole prompts and decode steps apart, so only its prefill steps can reach it
+    # (V0 requires it >= max_num_seqs); V1 (`vllm_v1`) mixes them, so every step counts its decodes too.
+    "max_num_batched_tokens": "tokens of one step, vLLM's flag (vllm: a prefill step's whole prompts, default max "
+                              "model len; vllm_v1: decodes and prefill chunks together)",
     "chunk_size": "prefill tokens of the one chunk an iteration (decodes ride on top)",
     "tile_tokens": "cut the chunk so chunk + decodes fills whole tiles of this many tokens (0: no cut)",
 }

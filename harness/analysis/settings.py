@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
-from harness.config.diff import differences as config_differences
+from harness.results.config_diff import differences as config_differences
 
 # Where results go, which seed and how they are shown do not make a run another experiment; the
 # backend's knobs (live URL, sim fast-forward) and search.workers/executor/ray_address (probes at

@@ -15,7 +15,9 @@ from engines.perf.calibration import Calibration, load_calibration
 from engines.perf.cpu_costs import cpu_choice
 from engines.perf.factory import build_perf_model
 from engines.perf.hardware import get_gpu, get_topology
+from engines.perf.kernels import get_stack
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
+from engines.schedulers import SchedulerConfig
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,21 @@ def build_deployment(
         desc += f", {calibration.describe()}"
     return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size),
                           calibration, dp, ep)
+
+
+def check_one_release(deployment: Deployment, schedulers: Mapping[str, SchedulerConfig]) -> None:
+    """A shipped vLLM stack (perf.stack=vllm-X prices release X) and a `vllm_v1` scheduler running
+    another release's rules (scheduler.NAME.release, default 0.32) would be two engines in one run:
+    refused in one line until an engine release is one named choice of the config."""
+    release = get_stack(deployment.stack).release
+    if release is None:
+        return
+    for name, sc in schedulers.items():
+        other = sc.release if sc.policy == "vllm_v1" else release
+        if other != release:
+            raise HarnessError(f"perf.stack={deployment.stack} prices vLLM {release} but scheduler.{name}.release="
+                               f"{other} runs {other}'s scheduler: name one release (scheduler.{name}.release={release}, "
+                               f"or perf.stack=vllm-{other})")
 
 
 def _device(hardware: Mapping):

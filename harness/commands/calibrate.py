@@ -1,6 +1,6 @@
 """`python -m harness calibrate RUN [--window F] [--factors a,b] [--out FILE] [key=value ...]`: fit the
-calibration factors (engines/perf/calibration.py) on the run's early requests (the first --window
-share of its arrival span), report the error on the later ones, write the calibration file that
+calibration factors (engines/perf/calibration.py) on a --window share of the run's requests (spread
+over the run, the whole stream replayed), report the error on the others, write the calibration file that
 run, plan and validate take as perf.calibration=FILE. Bad input is one line, exit 2, nothing written."""
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def calibrate_command(argv: list[str]) -> int:
     print(f"fitted on {cal.fitted_on} ({fit.evaluations} simulations)")
     print(table(fit.before_held_out, "Held out, uncalibrated"))
     print(table(fit.held_out, "Held out, calibrated"))
+    for w in fit.warnings:
+        print(f"WARNING: {w}")
     print(f"factors: {describe_factors(cal.factors)}")
     print(f"error on the fitted part {100 * cal.fit_error:.1f}%, on the held-out part {100 * cal.held_out_error:.1f}% "
           f"(the band a prediction with this calibration carries)")

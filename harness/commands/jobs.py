@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError, RunBroken
-from harness.config.diff import differences
+from harness.results.config_diff import differences
 
 # search.workers/executor/ray_address: how fast and where, not what
 OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address",
@@ -21,7 +21,7 @@ OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers", "search.exe
 
 def _same(a: DictConfig, b: DictConfig) -> bool:
     """The same experiment: every setting both have agrees, except where output goes
-    (harness.config.diff: a key only one side has is a knob added since the other was saved)."""
+    (harness.results.config_diff: a key only one side has is a knob added since the other was saved)."""
     return not differences(OmegaConf.to_container(a, resolve=True), OmegaConf.to_container(b, resolve=True), OUTPUT_KEYS)
 
 

@@ -6,6 +6,7 @@ error, a figure, a summary. Exit 1 when the largest headline error is over --max
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from harness.validate.args import check_out, parse
 from harness.validate.bands import calibration_entry
 from harness.validate.compare import HEADLINE, compare, table
 from harness.validate.figure import write_figure
-from harness.validate.replay import config_for, replay, target_for
+from harness.validate.replay import config_for, kv_bound, replay, target_for
 from harness.validate.runfile import read_run
 
 USAGE = __doc__.split(":", 1)[0] + """
@@ -40,6 +41,9 @@ def validate_command(argv: list[str]) -> int:
     print(f"validate {run.describe()}")
     print(f"simulated on {target.describe()}")
     sim = replay(target, run.records)
+    bound = kv_bound(target, sim, words.flags["--kv-tokens"] is not None)
+    if bound:
+        print(bound, file=sys.stderr)
     result = compare(run.records, sim, run.dropped, run.per_token)
     text = table(result)
     print(text)
@@ -52,7 +56,7 @@ def validate_command(argv: list[str]) -> int:
     summary = {
         "run": str(run.path), "format": run.kind, "deployment": target.describe(),
         "calibration": calibration_entry(cal),
-        "compared": result.compared, "dropped_from_run": result.dropped_real, "unfinished_in_sim": result.dropped_sim,
+        "kv_bound": bound is not None, "compared": result.compared, "dropped_from_run": result.dropped_real, "unfinished_in_sim": result.dropped_sim,
         "headline": list(HEADLINE), "largest_headline_error": result.headline_error(),
         "rows": [{"metric": r.metric, "stat": r.stat, "real_s": r.real, "sim_s": r.sim, "error": r.error} for r in result.rows],
     }

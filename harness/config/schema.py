@@ -98,6 +98,7 @@ class PerfSchema:
     weight_dtype: str | None = None  # fp8: linear layers' weights in FP8 on H100/H200 (engines/perf/precision.py)
     kv_dtype: str | None = None  # fp8: the KV cache in FP8 (engines/perf/precision.py)
     cuda_graphs: bool | None = None  # false: a graph-capturing stack's kernels launched eagerly (engines/perf/launch.py)
+    ep_comm: str | None = None  # an expert-parallel MoE layer's token exchange: allgather_reducescatter | all2all (engines/perf/expert_parallel.py)
     calibration: str | None = None  # a calibration file (python -m harness calibrate; engines/perf/calibration.py)
     cpu_costs: str = "engine"  # engine: the stack's CPU costs; none: GPU kernels only (engines/perf/cpu_costs.py CPU_CHOICES)
 

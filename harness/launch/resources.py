@@ -2,7 +2,8 @@
 
 A simulated job needs CPUs only: one, or `search.workers` when its searches run their probes in
 a local process pool. A live job whose server runs the model (`backend.server=vllm`, or the
-in-repo server's torch executor) needs the deployment's GPUs: tp x pp of them, placed node by
+in-repo server's torch executor) needs the deployment's GPUs: tp x pp x dp of them (the planner's
+count, `DeploymentPlan.gpus`: each data-parallel rank is an engine of tp x pp GPUs), placed node by
 node as the deployment places them (`hardware.gpus_per_node`, or the GPU's usual node), so a
 multi-node deployment asks for `nodes` nodes of `gpus_per_node` GPUs each: one Ray placement-group
 bundle per node, or SLURM `--nodes/--gpus-per-node` with one task per node. The time limit is
@@ -84,22 +85,24 @@ def probe_seconds(cfg: Mapping) -> float:
 def time_limit_min(cfg: Mapping) -> int:
     schedulers = [k for k, v in (cfg.get("scheduler") or {}).items() if v and "policy" in v] or [None]
     search = cfg["search"]
-    runs = len(schedulers) * int(search.get("repeats", 1))
+    runs = len(schedulers) * int(search["repeats"])
     seconds = runs * probes_per_search(search) * probe_seconds(cfg)
     if (cfg.get("backend") or {}).get("name") == "live":
-        seconds += len(schedulers) * float(cfg["backend"].get("ready_timeout_s", 180.0))
+        seconds += len(schedulers) * float(cfg["backend"]["ready_timeout_s"])
     return max(MIN_TIMEOUT_MIN, math.ceil(TIME_MARGIN * seconds / 60.0))
 
 
 def job_resources(cfg: Mapping, live_gpus: bool = True) -> JobResources:
-    """The request of the job that runs experiment config `cfg` (a resolved config mapping)."""
+    """The request of the job that runs experiment config `cfg` (a resolved config mapping: every
+    key its schema declares is there, so no default is repeated here)."""
     search = cfg["search"]
-    workers = int(search.get("workers", 1))
-    cpus = workers if workers > 1 and search.get("executor", "local") == "local" else 1
+    workers = int(search["workers"])
+    cpus = workers if workers > 1 and search["executor"] == "local" else 1
     timeout = time_limit_min(cfg)
     if not needs_gpus(cfg, live_gpus):
         return JobResources(cpus_per_task=cpus, timeout_min=timeout)
-    gpus = int(cfg["parallel"]["tp"]) * int(cfg["parallel"]["pp"])
+    parallel = cfg["parallel"]
+    gpus = int(parallel["tp"]) * int(parallel["pp"]) * int(parallel["dp"])
     per_node = node_size(cfg)
     if per_node < 1:
         raise HarnessError(f"hardware.gpus_per_node must be >= 1, got {per_node}")

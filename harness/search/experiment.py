@@ -19,7 +19,8 @@ from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, polic
 from harness.backends import backend_class, backend_settings
 from harness.backends.base import BackendJob, BackendSettings, ClusterSettings, GiveUp
 from harness.backends.scaling import check_scaled_run, scale_plan
-from harness.backends.deployment import DeploymentPlan, DisaggPlan, build_deployment, plan_disaggregation, plan_replicas
+from harness.backends.deployment import (DeploymentPlan, DisaggPlan, build_deployment, check_one_release,
+                                         plan_disaggregation, plan_replicas)
 from harness.metrics import Slo
 from harness.search.offline import OfflineSettings, check_offline, is_offline
 from harness.search.slo import SloSettings, resolve_slo
@@ -249,6 +250,7 @@ def plan_experiment(cfg: Mapping) -> ExperimentPlan:
         schedulers, scheduler_knobs = {label: None}, {label: knobs}
     else:
         schedulers, caching = _scheduler_configs(cfg["scheduler"], engine)
+        check_one_release(deployment.perf.deployment, schedulers)
         scheduler_knobs = {name: {**_plain(cfg["scheduler"][name]), **({"prefix_caching": True} if name in caching else {})}
                            for name in schedulers}
     if offline is not None:

@@ -13,8 +13,8 @@ FLAGS = {
     "--max-error": (float, None),  # validate: exit 1 when the largest headline error is over this fraction
     "--out": (str, None),  # validate: the output directory; calibrate: the calibration file
     "--probe": (str, None),  # a harness run with several probes: SCHEDULER@QPS
-    "--kv-tokens": (int, None),  # the engine's KV pool in tokens, where it is not the deployment's
-    "--window": (float, 0.5),  # calibrate: the share of the run's arrival span fitted on
+    "--kv-tokens": (int, None),  # the engine's KV pool in tokens (one DP rank's), where it is not the deployment's
+    "--window": (float, 0.5),  # calibrate: the share of the run's requests fitted on (spread over the run)
     "--factors": (str, "flops_scale,bandwidth_scale,step_cpu_s,seq_cpu_s"),  # calibrate: the factors fitted
 }
 

@@ -72,6 +72,26 @@ def samples(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
     raise ValueError(metric)
 
 
+# TTFT and TPOT errors both beyond this, in opposite directions: a capacity mismatch, not a speed one.
+MISMATCH = 0.10
+
+
+def capacity_mismatch(c: Comparison, when: str) -> str | None:
+    """A line when the simulator's TTFT and TPOT (means) err in opposite directions, each by more
+    than MISMATCH: its requests wait longer (or shorter) for a first token while each token comes
+    faster (or slower). No speed factor moves both ways at once; the usual cause is the KV cache's
+    size (admission, preemption) or the scheduler's limits, not the kernels' speed: give the engine's
+    logged KV size (--kv-tokens) or its limits rather than trusting factors fitted across it."""
+    ttft, tpot = c.row("ttft.mean"), c.row("tpot.mean")
+    if ttft is None or tpot is None or not (math.isfinite(ttft.error) and math.isfinite(tpot.error)):
+        return None
+    if min(abs(ttft.error), abs(tpot.error)) <= MISMATCH or (ttft.error > 0) == (tpot.error > 0):
+        return None
+    return (f"{when}: TTFT {100 * ttft.error:+.0f}% but TPOT {100 * tpot.error:+.0f}% (opposite directions): "
+            f"a capacity mismatch (KV cache size, scheduler limits), not a speed one; factors fitted across it "
+            f"trade one speed against the other")
+
+
 def _stat(x: np.ndarray, stat: str) -> float:
     if len(x) == 0:
         return math.nan

@@ -12,8 +12,9 @@ from engines.perf.calibration import Calibration
 from engines.perf.factory import build_perf_model
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends import backend_settings
-from harness.backends.deployment import DeploymentPlan, build_deployment
+from harness.backends.deployment import DeploymentPlan, build_deployment, check_one_release
 from harness.backends.sim import simulate
+from harness.backends.sim.data_parallel import simulate_vllm_dp
 from harness.records import RequestRecord, RequestSpec
 from harness.search.experiment import EngineSettings, _scheduler_configs
 from harness.typed import typed
@@ -48,7 +49,8 @@ class Target:
     def describe(self) -> str:
         # the scheduler's entry as written: its knobs, then the engine's setting it carries
         knobs = ", ".join(f"{k}={v}" for k, v in (*self.scheduler.knobs, ("prefix_caching", self.engine.prefix_caching)))
-        return f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); KV {self.kv_tokens} tokens"
+        ranks = f" per rank (each of {self.plan.dp} DP ranks its own engine core)" if self.plan.dp > 1 else ""
+        return f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); KV {self.kv_tokens} tokens{ranks}"
 
 
 def config_for(run: MeasuredRun, overrides: Sequence[str]):
@@ -89,6 +91,7 @@ def target_for(run: MeasuredRun, cfg, kv_tokens: int | None = None) -> Target:
     backend = backend_settings(cfg["backend"])
     plan = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
                             block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"))
+    check_one_release(plan.perf.deployment, {name: sched})
     kv = int(kv_tokens) if kv_tokens else plan.kv_capacity_tokens
     try:
         engine = EngineConfig(sched, kv, max_model_len, plan.block_size, prefix_caching=name in caching)
@@ -107,5 +110,19 @@ def replay(target: Target, records: Sequence[RequestRecord], calibration: Calibr
     timer = target.plan.timer
     if calibration is not None:
         timer = build_perf_model(calibration.apply(target.base), target.perf_cfg)
-    engine = make_engine(target.engine)
-    return simulate(specs_of(records), engine, timer, pp=target.plan.pp)
+    if target.plan.dp > 1:  # one engine core per DP rank, each with its own limits and KV pool, as vLLM runs them
+        return simulate_vllm_dp(specs_of(records), [target.engine] * target.plan.dp, timer)
+    return simulate(specs_of(records), make_engine(target.engine), timer, pp=target.plan.pp)
+
+
+def kv_bound(target: Target, sim: Sequence[RequestRecord], given: bool) -> str | None:
+    """A warning when the replay preempted requests (its KV pool bound it): the result then rests on
+    the pool's size, which only the engine's own log states exactly (`given`: --kv-tokens was)."""
+    preempted = sum(r.num_preemptions > 0 for r in sim)
+    if not preempted:
+        return None
+    where = ("the --kv-tokens given" if given else
+             "the model's estimate; pass the engine's own: vLLM logs \"GPU KV cache size: N tokens\", its scheduler "
+             "has N less one block, its null block")
+    return (f"warning: the replay was KV-bound: {preempted} of {len(sim)} requests preempted with a pool of "
+            f"{target.kv_tokens} tokens{' a rank' if target.plan.dp > 1 else ''} ({where})")

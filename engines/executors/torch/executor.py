@@ -22,6 +22,8 @@ import queue
 import random
 import socket
 import time
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,6 +35,18 @@ from engines.executors.torch.plan import StepItem, StepPlan
 from engines.models.config import ModelConfig, resolve_model_config
 
 CPU_DEFAULT_KV_TOKENS = 16384
+STEP_LOG_LEN = 100_000  # step records kept (a benchmark's iterations; older ones drop off)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """How one iteration ran in this process: `mode` graph | static | eager (graphs.GraphChoice),
+    its tokens and the padded size it ran at, and why."""
+    step_id: int
+    mode: str
+    tokens: int
+    padded_tokens: int
+    reason: str
 
 
 class PendingStep:
@@ -52,7 +66,8 @@ class TorchExecutor:
     def __init__(self, model: str | Path | ModelConfig, *, dtype: str = "auto", device: str = "auto",
                  kv_capacity_tokens: int | None = None, block_size: int = 16, tp: int = 1, pp: int = 1,
                  seed: int = 0, attention_backend: str = "auto", gpu_memory_utilization: float = 0.9,
-                 startup_timeout_s: float = 600.0) -> None:
+                 startup_timeout_s: float = 600.0, cuda_graphs: bool = False,
+                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False) -> None:
         self.config, weights_dir = resolve_model_config(model)
         self.config.check_parallel(tp, pp)
         if device == "auto":
@@ -70,11 +85,16 @@ class TorchExecutor:
         self._next_step = 0
         self._runner = None
         self._procs: list = []
+        self.step_log: deque[StepRecord] = deque(maxlen=STEP_LOG_LEN)
+        if tp * pp > 1 and (cuda_graphs or compile_elementwise):
+            raise ValueError("cuda_graphs and compile_elementwise run in one process only (tp = pp = 1)")
         if tp * pp == 1:
             from engines.executors.torch.model_runner import ModelRunner
 
             self._runner = ModelRunner(self.config, dtype=self.dtype, device=self.device, block_size=block_size,
-                                       weights_dir=weights_dir, seed=seed, attention_backend=attention_backend)
+                                       weights_dir=weights_dir, seed=seed, attention_backend=attention_backend,
+                                       cuda_graphs=cuda_graphs, graph_sizes=graph_sizes,
+                                       compile_elementwise=compile_elementwise)
             measured = self._runner.kv_capacity_tokens(gpu_memory_utilization)
             self.attention_backend = self._runner.backend.name
         else:
@@ -87,6 +107,8 @@ class TorchExecutor:
         self.kv_capacity_tokens = self.num_blocks * block_size
         if self._runner is not None:
             self._runner.allocate_kv(self.num_blocks)
+            if self._runner.graphs is not None:
+                self._runner.graphs.warm()  # compile and capture every size now, not in the first steps
         else:
             self._broadcast(("alloc", self.num_blocks))
 
@@ -135,10 +157,17 @@ class TorchExecutor:
             return PendingStep(self, plan, slots, [])
         if self._runner is not None:
             tokens = self._runner.step(plan)
+            c = self._runner.last_choice
+            self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason))
             self._apply(plan, tokens)
             return PendingStep(self, plan, slots, tokens)
         self._broadcast(("step", plan))
         return PendingStep(self, plan, slots)
+
+    def warm_up(self, max_num_seqs: int = 128, max_chunk: int = 512) -> int:
+        """Pay the attention backend's compilations for the shapes such a run meets (flex on CUDA;
+        ModelRunner.warm_up) before timing; one-process executors only. Shapes run."""
+        return self._runner.warm_up(max_num_seqs, max_chunk) if self._runner is not None else 0
 
     def free(self, seq_id: int) -> None:
         self._tokens.pop(seq_id, None)

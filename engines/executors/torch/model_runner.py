@@ -8,6 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from engines.executors.torch.attention import AttentionMetadata, select_backend
+from engines.executors.torch.attention.flex import MIN_QUERY_BUCKET, page_width
+from engines.executors.torch.buckets import capture_sizes, powers_of_two
+from engines.executors.torch.graphs import GraphChoice, StepGraphs, choose
 from engines.executors.torch.kv_cache import PagedKVCache
 from engines.executors.torch.plan import StepPlan
 from engines.executors.torch.sampler import Sampler
@@ -37,8 +40,14 @@ class _Context:
 
 
 class ModelRunner:
+    """`cuda_graphs`: decode-only and small mixed steps through graphs.StepGraphs (paged flex
+    attention; one process only), padded to `graph_sizes` (default: vLLM's rule for 128
+    sequences); on CPU the padded static-buffer path without capture. `compile_elementwise`:
+    torch.compile the norm, rotary and SiLU-gate functions (engines.models.layers.fused)."""
+
     def __init__(self, config: ModelConfig, *, dtype: torch.dtype, device: torch.device, block_size: int,
-                 weights_dir=None, seed: int = 0, attention_backend: str = "auto") -> None:
+                 weights_dir=None, seed: int = 0, attention_backend: str = "auto", cuda_graphs: bool = False,
+                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False) -> None:
         self.config, self.dtype, self.device, self.block_size = config, dtype, device, block_size
         self.parallel = get_parallel()
         self.model = build_model(config, dtype=dtype, device=device, weights_dir=weights_dir, seed=seed)
@@ -49,6 +58,18 @@ class ModelRunner:
                                       window=config.sliding_window)
         self.sampler = Sampler(seed)
         self.cache: PagedKVCache | None = None
+        if cuda_graphs and (self.parallel.tp_size > 1 or self.parallel.pp_size > 1):
+            raise ValueError("CUDA graphs run in one process only (tp = pp = 1)")
+        if cuda_graphs and self.backend.name != "flex":
+            raise ValueError(f"CUDA graphs need attention_backend='flex', not {self.backend.name!r}")
+        self.graph_sizes = tuple(graph_sizes) if graph_sizes else capture_sizes(128)
+        self.graphs: StepGraphs | None = None
+        self._graphs_wanted = cuda_graphs
+        self.last_choice: GraphChoice | None = None
+        if compile_elementwise:
+            from engines.models.layers.fused import compile_elementwise as fuse
+
+            fuse(self.model)
         self.samples = self.parallel.is_last_stage and self.parallel.tp_rank == 0
 
     # ------------------------------------------------------------------ memory
@@ -72,8 +93,35 @@ class ModelRunner:
         return max(0, int(budget // self.kv_bytes_per_token()))
 
     def allocate_kv(self, num_blocks: int) -> None:
-        self.cache = PagedKVCache(self.model.num_local_layers, num_blocks, self.block_size, self.kv_heads,
+        """With graphs, one block more than the core's: the scratch block padded rows write to."""
+        extra = 1 if self._graphs_wanted else 0
+        self.cache = PagedKVCache(self.model.num_local_layers, num_blocks + extra, self.block_size, self.kv_heads,
                                   self.config.head_dim, self.dtype, self.device)
+        if self.backend.name == "flex":
+            self.backend.max_pages = page_width(self.config.max_position_embeddings, self.block_size)
+        if self._graphs_wanted:
+            c = self.config
+            self.graphs = StepGraphs(self.model, self.cache, self.backend, self.graph_sizes, num_blocks=num_blocks,
+                                     block_size=self.block_size, window=c.sliding_window, scale=c.head_dim ** -0.5,
+                                     max_len=c.max_position_embeddings, device=self.device)
+
+    def warm_up(self, max_num_seqs: int, max_chunk: int) -> int:
+        """Compile the flex attention buckets a run of up to `max_num_seqs` sequences and
+        `max_chunk`-token chunks meets most (decodes of every power-of-two batch; up to four
+        prefill chunks of every power-of-two length), so compilation is paid here, not in timed
+        steps (a step with more prefill chunks compiles its bucket when it first comes); how many
+        shapes ran (0: another backend, nothing to compile)."""
+        if self.backend.name != "flex" or self.cache is None:
+            return 0
+        shapes = [(b, 1) for b in powers_of_two(1, max_num_seqs)]
+        chunks = powers_of_two(MIN_QUERY_BUCKET, max_chunk)
+        shapes += [(s, q) for s in powers_of_two(1, min(4, max_num_seqs)) for q in chunks]
+        k_cache, v_cache = self.cache.layer(0)
+        c = self.config
+        with torch.inference_mode():
+            self.backend.warm(c.num_heads // self.parallel.tp_size, k_cache, v_cache, c.sliding_window,
+                              c.head_dim ** -0.5, shapes)
+        return len(shapes)
 
     # ------------------------------------------------------------------ one step
     def prepare(self, plan: StepPlan) -> StepInputs:
@@ -116,9 +164,22 @@ class ModelRunner:
         return self.sampler(logits, [i.seq_id for i in items], [i.sampling for i in items])
 
     def step(self, plan: StepPlan) -> list[int | None]:
-        """Single-process step (tp = pp = 1): one entry per plan item."""
+        """Single-process step (tp = pp = 1): one entry per plan item. `last_choice` says how it
+        ran (graph, static or eager, and the padding)."""
         inputs = self.prepare(plan)
-        tokens = iter(self.sample(inputs, self.forward(inputs)))
+        lens = inputs.meta.query_lens
+        choice = self.graphs.choose(lens) if self.graphs else choose(lens, self.graph_sizes, False, ())
+        self.last_choice = choice
+        if choice.mode == "eager":
+            hidden = self.forward(inputs)
+        else:
+            m = inputs.meta
+            seq_of_token = torch.repeat_interleave(torch.arange(m.num_seqs, device=self.device),
+                                                   torch.tensor(lens, device=self.device),
+                                                   output_size=len(inputs.tokens))  # each token's sequence
+            hidden = self.graphs.run(choice, inputs.tokens, inputs.positions, m.slot_mapping,
+                                     m.block_tables[seq_of_token])
+        tokens = iter(self.sample(inputs, hidden))
         return [next(tokens) if item.sample else None for item in plan.items]
 
     def free(self, seq_id: int) -> None:

@@ -7,17 +7,34 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual sum and its norm: one kernel when compiled (layers/fused.py)."""
+    s = x + delta
+    return s, rms_norm(s, weight, eps)
+
+
 class RMSNorm(nn.Module):
+    fusible = ("norm_fn", "add_norm_fn")  # attributes layers/fused.py may swap for compiled versions
+
     def __init__(self, hidden: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden), requires_grad=False)
+        self.norm_fn, self.add_norm_fn = rms_norm, add_rms_norm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return self.norm_fn(x, self.weight, self.eps)
+
+    def add_and_norm(self, x: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + delta, norm(x + delta))."""
+        return self.add_norm_fn(x, delta, self.weight, self.eps)
 
 
 class LayerNorm(nn.Module):

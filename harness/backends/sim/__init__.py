@@ -17,7 +17,7 @@ from harness.backends.sim.autoscale import simulate_autoscaled
 from harness.backends.sim.cache_stats import cache_stats, summed
 from harness.backends.sim.cluster import simulate_cluster
 from harness.backends.sim.gc_pacing import fewer_collections
-from harness.backends.sim.data_parallel import simulate_data_parallel
+from harness.backends.sim.data_parallel import simulate_vllm_dp
 from harness.backends.sim.disagg import simulate_disaggregated
 from harness.backends.sim.iterations import IterationLog
 from harness.backends.sim.loop import IterationTimer, simulate
@@ -118,10 +118,8 @@ class SimBackend:
                                                   fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s,
                                                   stats=stats), stats)
         if d.dp > 1:  # DP ranks in lockstep through their expert-parallel MoE layers
-            engines = [make_engine(config) for config, _ in self.configs]
-            router = make_router("vllm_dp")  # vLLM's API server balances its DP ranks so (engines.routers)
-            return BackendRun(simulate_data_parallel(requests, engines, d.timer, router, time_limit_s=job.time_limit_s,
-                                                     stats=stats), stats)
+            return BackendRun(simulate_vllm_dp(requests, [config for config, _ in self.configs], d.timer,
+                                               time_limit_s=job.time_limit_s, stats=stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
             plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
             engines, timers = zip(*(self._engine(p, *c) for p, c in zip(plans, self.configs)))

@@ -19,10 +19,27 @@ from collections.abc import Sequence as Seq
 import numpy as np
 
 from engines.core import Engine
-from engines.routers import Router
+from engines.routers import Router, make_router
+from engines.schedulers import EngineConfig, make_engine
 from harness.backends.sim.cluster import add_instance_stats, make_instances
 from harness.backends.sim.loop import SimRun
 from harness.records import RequestRecord, RequestSpec
+
+
+def simulate_vllm_dp(
+    requests: Seq[RequestSpec],
+    configs: Seq[EngineConfig],
+    timer,
+    *,
+    time_limit_s: float | None = None,
+    stats: dict | None = None,
+) -> list[RequestRecord]:
+    """vLLM's data-parallel deployment: one engine core per rank, built from that rank's config (its
+    own scheduler limits and KV pool), behind the API server's DP balancing (engines.routers `vllm_dp`).
+    The sim backend and `validate`'s replay both run DP ranks through here."""
+    engines = [make_engine(c) for c in configs]
+    return simulate_data_parallel(requests, engines, timer, make_router("vllm_dp"), time_limit_s=time_limit_s,
+                                  stats=stats)
 
 
 def simulate_data_parallel(

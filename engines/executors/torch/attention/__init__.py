@@ -4,7 +4,8 @@ Every backend computes the same function (metadata.py states it) and has
 `forward(q, k_cache, v_cache, meta) -> out`. `select_backend("auto", ...)` takes the first
 available of FlashInfer, FlashAttention, SDPA on a GPU and SDPA on a CPU, after checking it
 against the reference backend on a small mixed batch (a broken install falls through to the next
-one instead of producing wrong tokens).
+one instead of producing wrong tokens). A backend named explicitly passes the same check before it
+serves, or selection fails with the difference found.
 """
 from __future__ import annotations
 
@@ -35,7 +36,12 @@ def select_backend(name: str, device: torch.device | str, dtype: torch.dtype, nu
             raise ValueError(f"unknown attention backend {name!r}; known: auto, {', '.join(BACKENDS)}")
         if not BACKENDS[name].available(device, dtype):
             raise ValueError(f"attention backend {name!r} is not available on {device} for {dtype}")
-        return BACKENDS[name]()
+        backend = BACKENDS[name]()
+        if name != "reference":
+            err = self_check(backend, device, dtype, num_heads, num_kv_heads, head_dim, window)
+            if not err <= _tolerance(dtype):
+                raise ValueError(f"attention backend {name!r} differs from the reference by {err:.3g} on {device}")
+        return backend
     for candidate in _AUTO_ORDER:
         cls = BACKENDS[candidate]
         if not cls.available(device, dtype):

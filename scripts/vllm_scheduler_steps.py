@@ -1,0 +1,107 @@
+"""vLLM's own V1 scheduler, driven step by step on a synthetic stream: what it schedules, no model.
+
+    $HARNESS_VLLM_PYTHON scripts/vllm_scheduler_steps.py < stream.json > steps.json
+
+Run with the vLLM venv's python (scripts/setup_vllm_cpu.sh); imports nothing of the harness. The
+scheduler is built as vLLM's own scheduler tests build it (tests/v1/core/utils.py create_scheduler:
+a SchedulerConfig, a ModelConfig, a CacheConfig, a KVCacheConfig of `num_blocks` blocks of one
+full-attention group), here from a Llama config.json written to a temporary folder (no weights,
+no tokenizer: ModelConfig reads the config alone). Each step: the requests whose `arrival_step`
+has come are added (in stream order), `Scheduler.schedule()` runs, and a fake model output gives
+one sampled token to every request whose scheduled tokens reach its end (a prefill's last chunk,
+or a decode); `update_from_output` then finishes the requests that reached their `output_len`
+(max_tokens, ignore_eos). Synchronous scheduling (async_scheduling=False, as in those tests).
+
+stdin, JSON: a list of streams, each {"max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold",
+"num_blocks", "block_size", "max_model_len", "prefix_caching", "requests": [{"arrival_step",
+"prompt_len", "output_len", "prompt" (optional token ids: equal ids make prefix hits)}]}.
+stdout, JSON: {"version": vLLM's, "runs": [one per stream: [{"tokens": {index: tokens},
+"preempted": [index, ...]} one per step]]} (requests named by their index in the stream).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
+         "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 2048,
+         "max_position_embeddings": 1 << 16, "torch_dtype": "float16", "eos_token_id": 2, "bos_token_id": 1}
+MAX_STEPS = 100_000  # a stream that never drains is a bug of this script or of the stream
+
+
+def scheduler(spec: dict, folder: Path):
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    (folder / "config.json").write_text(json.dumps(LLAMA))
+    max_model_len = int(spec["max_model_len"])
+    sched = SchedulerConfig(max_num_seqs=spec["max_num_seqs"], max_num_batched_tokens=spec["max_num_batched_tokens"],
+                            max_model_len=max_model_len, is_encoder_decoder=False, enable_chunked_prefill=True,
+                            long_prefill_token_threshold=spec["long_prefill_token_threshold"], async_scheduling=False)
+    model = ModelConfig(model=str(folder), dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=max_model_len)
+    cache = CacheConfig(block_size=spec["block_size"], enable_prefix_caching=bool(spec["prefix_caching"]))
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
+    kv = KVCacheConfig(num_blocks=spec["num_blocks"], kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(spec["block_size"], num_kv_heads=1, head_size=1,
+                                                      dtype=torch.float32))])
+    cache.num_gpu_blocks = spec["num_blocks"]
+    return Scheduler(vllm_config=config, kv_cache_config=kv, block_size=spec["block_size"],
+                     structured_output_manager=StructuredOutputManager(config), log_stats=False)
+
+
+def requests(spec: dict) -> list:
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(spec["block_size"], sha256)
+    out = []
+    for i, r in enumerate(spec["requests"]):
+        prompt = r.get("prompt") or [3 + (i * 7919 + k) % 2000 for k in range(r["prompt_len"])]  # distinct prompts
+        params = SamplingParams(max_tokens=r["output_len"], ignore_eos=True)
+        out.append(Request(str(i), list(prompt), params, None, arrival_time=float(i), block_hasher=hasher))
+    return out
+
+
+def run(spec: dict) -> list[dict]:
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    with tempfile.TemporaryDirectory() as folder:
+        s = scheduler(spec, Path(folder))
+    pending = sorted(zip((r["arrival_step"] for r in spec["requests"]), range(len(spec["requests"])), requests(spec)),
+                     key=lambda a: (a[0], a[1]))
+    steps, step = [], 0
+    while (pending or s.has_unfinished_requests()) and step < MAX_STEPS:
+        while pending and pending[0][0] <= step:
+            s.add_request(pending.pop(0)[2])
+        out = s.schedule()
+        tokens = dict(out.num_scheduled_tokens)
+        sampled = [rid for rid, n in tokens.items()
+                   if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens]  # after schedule(): its end
+        ids = list(tokens)
+        result = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
+                                   sampled_token_ids=[[7] if rid in sampled else [] for rid in ids])
+        s.update_from_output(out, result)
+        steps.append({"tokens": {rid: n for rid, n in tokens.items()},
+                      "preempted": sorted(int(r) for r in (out.preempted_req_ids or ()))})
+        step += 1
+    if pending or s.has_unfinished_requests():
+        raise SystemExit(f"the stream did not drain in {MAX_STEPS} steps")
+    return steps
+
+
+def main() -> int:
+    import vllm
+    json.dump({"version": vllm.__version__, "runs": [run(spec) for spec in json.load(sys.stdin)]}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
