@@ -40,8 +40,12 @@ from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_resul
 from harness.metrics import tbt_samples  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 
+# Knobs per policy (any other registered policy runs with its defaults): batches of 64, Orca's 16.
 POLICIES = {"sarathi": {"token_budget": 512, "max_num_seqs": 64}, "vllm": {"max_num_seqs": 64},
-            "orca": {"max_num_seqs": 16}}
+            "orca": {"max_num_seqs": 16}, "hybrid_only": {"token_budget": 512, "max_num_seqs": 64},
+            "chunked_only": {"token_budget": 512, "max_num_seqs": 64}, "fastertransformer": {"max_num_seqs": 16},
+            "decode_maximal": {"max_num_seqs": 16, "chunk_size": 256}, "orca_best": {"max_num_seqs": 16},
+            "orca_worst": {"max_num_seqs": 16}, "vllm_v1": {"max_num_seqs": 64}}
 
 
 def vllm_version(python: str) -> str | None:
@@ -114,7 +118,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vllm-python", default=os.environ.get("HARNESS_VLLM_PYTHON", "python3"))
     ap.add_argument("--model", default=os.environ.get("HARNESS_VLLM_MODEL"), help="model dir or hub id (default: a tiny Llama)")
-    ap.add_argument("--policies", default="sarathi,vllm,orca")
+    ap.add_argument("--policies", default="sarathi,vllm,orca", help="registered policy names, comma-separated")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--qps", type=float, default=4.0)
     ap.add_argument("--max-model-len", type=int, default=2048)
