@@ -106,7 +106,7 @@ def row(name: str, res, steps: list[dict], same: bool | None) -> tuple[bool, str
     ok = all(r.error is None and r.completed for r in res.records)
     kinds = [("P" if s["prefill_ids"] else "") + ("D" if s["decode_ids"] else "") for s in steps]
     ttft = [r.first_token_s - r.arrival_s for r in res.records if r.completed]
-    line = (f"{name:8} {ms(ttft):>17} {ms(tbt_samples(res.records)):>15} {len(steps) or '-':>6} "
+    line = (f"{name:17} {ms(ttft):>17} {ms(tbt_samples(res.records)):>15} {len(steps) or '-':>6} "
             f"{ms([s['wall_s'] for s in steps]):>17} {kinds.count('P') if steps else '-':>6} "
             f"{kinds.count('D') if steps else '-':>6} {kinds.count('PD') if steps else '-':>6} "
             f"{sum(len(s['preempted']) for s in steps) if steps else '-':>8} {'-' if same is None else same!s:>8}"
@@ -144,7 +144,7 @@ def main() -> int:
     print(f"vLLM {version}, model {model}, {args.requests} requests at {args.qps:g} QPS (Poisson); traces and logs in {work}")
     runs = {p: serve_load(p, args, model, work, requests) for p in args.policies.split(",")}
     stock, stock_texts, _ = serve_load(None, args, model, work, requests)
-    print(f"{'policy':8} {'TTFT p50/p99 ms':>17} {'TBT p50/p99 ms':>15} {'steps':>6} {'step p50/p99 ms':>17} "
+    print(f"{'policy':17} {'TTFT p50/p99 ms':>17} {'TBT p50/p99 ms':>15} {'steps':>6} {'step p50/p99 ms':>17} "
           f"{'P-only':>6} {'D-only':>6} {'mixed':>6} {'preempts':>8} {'= stock':>8}", flush=True)
     ok = True
     for policy, (res, texts, trace) in runs.items():
