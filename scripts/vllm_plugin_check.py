@@ -40,8 +40,12 @@ from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_resul
 from harness.metrics import tbt_samples  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 
+# Knobs per policy (any other registered policy runs with its defaults): batches of 64, Orca's 16.
 POLICIES = {"sarathi": {"token_budget": 512, "max_num_seqs": 64}, "vllm": {"max_num_seqs": 64},
-            "orca": {"max_num_seqs": 16}}
+            "orca": {"max_num_seqs": 16}, "hybrid_only": {"token_budget": 512, "max_num_seqs": 64},
+            "chunked_only": {"token_budget": 512, "max_num_seqs": 64}, "fastertransformer": {"max_num_seqs": 16},
+            "decode_maximal": {"max_num_seqs": 16, "chunk_size": 256}, "orca_best": {"max_num_seqs": 16},
+            "orca_worst": {"max_num_seqs": 16}, "vllm_v1": {"max_num_seqs": 64}}
 
 
 def vllm_version(python: str) -> str | None:
@@ -102,7 +106,7 @@ def row(name: str, res, steps: list[dict], same: bool | None) -> tuple[bool, str
     ok = all(r.error is None and r.completed for r in res.records)
     kinds = [("P" if s["prefill_ids"] else "") + ("D" if s["decode_ids"] else "") for s in steps]
     ttft = [r.first_token_s - r.arrival_s for r in res.records if r.completed]
-    line = (f"{name:8} {ms(ttft):>17} {ms(tbt_samples(res.records)):>15} {len(steps) or '-':>6} "
+    line = (f"{name:17} {ms(ttft):>17} {ms(tbt_samples(res.records)):>15} {len(steps) or '-':>6} "
             f"{ms([s['wall_s'] for s in steps]):>17} {kinds.count('P') if steps else '-':>6} "
             f"{kinds.count('D') if steps else '-':>6} {kinds.count('PD') if steps else '-':>6} "
             f"{sum(len(s['preempted']) for s in steps) if steps else '-':>8} {'-' if same is None else same!s:>8}"
@@ -114,7 +118,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vllm-python", default=os.environ.get("HARNESS_VLLM_PYTHON", "python3"))
     ap.add_argument("--model", default=os.environ.get("HARNESS_VLLM_MODEL"), help="model dir or hub id (default: a tiny Llama)")
-    ap.add_argument("--policies", default="sarathi,vllm,orca")
+    ap.add_argument("--policies", default="sarathi,vllm,orca", help="registered policy names, comma-separated")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--qps", type=float, default=4.0)
     ap.add_argument("--max-model-len", type=int, default=2048)
@@ -140,7 +144,7 @@ def main() -> int:
     print(f"vLLM {version}, model {model}, {args.requests} requests at {args.qps:g} QPS (Poisson); traces and logs in {work}")
     runs = {p: serve_load(p, args, model, work, requests) for p in args.policies.split(",")}
     stock, stock_texts, _ = serve_load(None, args, model, work, requests)
-    print(f"{'policy':8} {'TTFT p50/p99 ms':>17} {'TBT p50/p99 ms':>15} {'steps':>6} {'step p50/p99 ms':>17} "
+    print(f"{'policy':17} {'TTFT p50/p99 ms':>17} {'TBT p50/p99 ms':>15} {'steps':>6} {'step p50/p99 ms':>17} "
           f"{'P-only':>6} {'D-only':>6} {'mixed':>6} {'preempts':>8} {'= stock':>8}", flush=True)
     ok = True
     for policy, (res, texts, trace) in runs.items():

@@ -17,44 +17,17 @@ import os
 import sys
 from pathlib import Path
 
+from engines.external.vllm_scheduler.offline import write_model_config
+
 STOP = 9  # the fake model's stop token
-
-
-def model_dir(folder: Path) -> str:
-    """A model config only (no weights: nothing runs a model here), as scripts/make_tiny_model.py shapes it."""
-    from transformers import LlamaConfig
-    LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-                vocab_size=2048, max_position_embeddings=4096).save_pretrained(folder)
-    return str(folder)
-
-
-def build(v: dict, model: str):
-    import torch
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    from engines.external.vllm_scheduler.scheduler import PolicyScheduler
-
-    blocks = v["kv_blocks"] + 1  # vLLM keeps block 0 as its null block
-    model_cfg = ModelConfig(model=model, max_model_len=v["max_model_len"], skip_tokenizer_init=True, dtype="float32")
-    sched_cfg = SchedulerConfig(max_num_seqs=v["max_num_seqs"], max_num_batched_tokens=v["max_num_batched_tokens"],
-                                max_model_len=v["max_model_len"], enable_chunked_prefill=True,
-                                is_encoder_decoder=False, async_scheduling=True)
-    cache_cfg = CacheConfig(block_size=v["block_size"], cache_dtype="auto", enable_prefix_caching=v.get("prefix_caching", False))
-    cache_cfg.num_gpu_blocks = blocks
-    config = VllmConfig(scheduler_config=sched_cfg, model_config=model_cfg, cache_config=cache_cfg,
-                        device_config=DeviceConfig("cpu"))
-    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
-        ["layer"], FullAttentionSpec(block_size=v["block_size"], num_kv_heads=1, head_size=64, dtype=torch.float32))])
-    return PolicyScheduler(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
-                           block_size=v["block_size"], log_stats=False)
 
 
 def run(spec: dict, name: str, knobs: dict, model: str, out: Path) -> dict:
     from vllm import SamplingParams
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
+    from vllm.v1.request import Request, RequestStatus
+
+    from engines.external.vllm_scheduler.offline import build_scheduler, step_output
+    from engines.external.vllm_scheduler.scheduler import PolicyScheduler
 
     trace = out / f"{name}.trace.jsonl"
     settings = {**spec["vllm"], **knobs.pop("vllm", {})}  # an entry may change vLLM's settings
@@ -63,11 +36,9 @@ def run(spec: dict, name: str, knobs: dict, model: str, out: Path) -> dict:
     os.environ["HARNESS_VLLM_POLICY"] = json.dumps({"policy": knobs.pop("policy", name), "knobs": knobs, "module": module})
     os.environ["HARNESS_VLLM_TRACE"] = str(trace)
     try:
-        scheduler = build(settings, model)
+        scheduler = build_scheduler(PolicyScheduler, model, **settings)
     except (ValueError, ImportError) as e:
         return {"refused": str(e)}
-    from vllm.v1.request import RequestStatus
-
     arrivals = sorted(enumerate(workload), key=lambda item: item[1][0])
     stop_after = {str(i): w[3] for i, w in enumerate(workload) if w[3]}
     aborts = {w[4]: str(i) for i, w in enumerate(workload) if w[4] >= 0}
@@ -86,20 +57,13 @@ def run(spec: dict, name: str, knobs: dict, model: str, out: Path) -> dict:
             output = scheduler.schedule()
         except RuntimeError as e:
             return {"error": str(e), "produced": produced}
-        partial = {r for r in output.num_scheduled_tokens if scheduler.requests[r].is_prefill_chunk}
-        # the token each request makes: STOP as its `stop_after`-th output token, 7 otherwise
-        made = {r: len(scheduler.requests[r].output_token_ids) + scheduler.requests[r].num_output_placeholders
-                for r in output.num_scheduled_tokens}
+        this = step_output(scheduler, output, lambda rid, made: STOP if made == stop_after.get(rid, 0) else 7)
         if previous is not None:
             finished = scheduler.update_from_output(*previous)
             for engine_outputs in finished.values():
                 for o in engine_outputs.outputs:
                     produced[o.request_id] = produced.get(o.request_id, 0) + len(o.new_token_ids)
-        ids = list(output.num_scheduled_tokens)
-        previous = (output, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                              sampled_token_ids=[[] if r in partial else
-                                                                 [STOP if made[r] == stop_after.get(r, 0) else 7]
-                                                                 for r in ids])) if ids else None
+        previous = (output, this) if this is not None else None
         step += 1
     scheduler._catch_up()  # what vLLM freed since its last step
     mirror = scheduler.mirror
@@ -113,7 +77,7 @@ def run(spec: dict, name: str, knobs: dict, model: str, out: Path) -> dict:
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     out = Path(spec["out"])
-    model = model_dir(out / "model")
+    model = write_model_config(out / "model")
     for name, knobs in spec["policies"].items():
         result = run(spec, name, dict(knobs), model, out)
         (out / f"{name}.json").write_text(json.dumps(result))
