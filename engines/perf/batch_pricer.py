@@ -56,6 +56,7 @@ class BatchPricer(DecodeRunPricing):
         self.prefill_fixed = float(att.prefill_fixed_units)
         self.decode_fixed = float(att.decode_fixed_units)
         self.call = att.decode_call  # the split-KV decode kernel, or None
+        self.mixed_rows = float(att.mixed_decode_rows)  # a decode's query tile in a mixed step, or 0
         self.layers = k.stage_layers
         self.last = k.pp - 1
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
@@ -182,6 +183,7 @@ class BatchPricer(DecodeRunPricing):
             raise HarnessError("new_tokens and context_lens must be >= 0")
         ones = new_tokens.count(1)
         units = 0.0
+        mixed = False  # a prefill chunk shares the step: decodes pay the varlen call's tile (kernels.py)
         if ones == b:  # decode-only
             seqs = tokens = b
             decodes = context_lens
@@ -194,13 +196,14 @@ class BatchPricer(DecodeRunPricing):
                 rest = zip(new_tokens, context_lens)
             for n, c in rest:
                 if n > 1:
+                    mixed = True
                     units += self._prefill_units(float(n), float(c))
             seqs = b - new_tokens.count(0)
             if not seqs:
                 return [0.0] * len(self.layers)
             tokens = sum(new_tokens)
         if ones:
-            units += self._decode_units_of(decodes)
+            units += self._mixed_decode_units(decodes) if mixed and self.mixed_rows else self._decode_units_of(decodes)
         return self._stages(self._shape(tokens, seqs), units * ops.TIME_QUANTUM_S)
 
     def _decode_units_of(self, decodes) -> float:
@@ -224,6 +227,17 @@ class BatchPricer(DecodeRunPricing):
         critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
         stream = keys * call._kv_units + seqs * call._qo_units
         return units + float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
+
+    def _mixed_decode_units(self, decodes) -> float:
+        """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile
+        of mixed_rows rows over its keys (operators._pad_mixed_decodes, same order); no split-KV term."""
+        w = self.window
+        rows, k_pairs, k_kv, k_qo = self.mixed_rows, self.k_pairs, self.k_kv, self.k_qo
+        units = self.decode_fixed
+        for c in decodes:
+            a = float(c) + 1.0 if w is None else min(float(c) + 1.0, float(w))  # keys read
+            units += math.floor(max((a * 2.0) * rows * k_pairs, a * k_kv + k_qo))
+        return units
 
     def _prefill_units(self, n: float, c: float) -> float:
         """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""
