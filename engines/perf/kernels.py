@@ -275,7 +275,8 @@ STACKS = {
     # decode batches, piecewise for the rest, up to 512 tokens; eager launches at launch.py LAUNCH_S.
     # CPU costs: V1's engine core as its developers measured its step components (cpu_costs.py
     # `vllm-v1`; synchronous scheduling, no overlap with the GPU priced). All-reduce: vLLM's own
-    # kernels where measured (links.py ALLREDUCE_KERNELS: H100 NVSwitch), NCCL's pricing elsewhere.
+    # kernels where they run (links.py ALLREDUCE_KERNELS: H100 NVSwitch, PCIe P2P pairs [VLLM-CAR]),
+    # NCCL's pricing elsewhere.
     "vllm-v1-2025": EngineStack(
         "vllm-v1-2025", gemm="cublas-2024", attention="fa2-ideal", attention_hopper="fa3-2024",
         elementwise="ideal", kv_memory="sarathi-serve", cpu="vllm-v1", graphs="full-and-piecewise", launch_s=4e-6,

@@ -14,7 +14,7 @@ import numpy as np
 
 from collections.abc import Sequence
 
-from .links import ALLREDUCE_KERNELS, Cheapest, Curve, LinkSpec
+from .links import Cheapest, Curve, LinkSpec, engine_allreduce
 
 # Per-item attention times are rounded down to whole units of 0.1 ps before they are summed, so a
 # batch's sum is exact whatever order numpy reduces in: a (k, B) call and k single-row calls agree
@@ -102,7 +102,7 @@ def allreduce_curve(ranks: int, link: LinkSpec | None, kernels: str | None = Non
     With an engine's own all-reduce `kernels` for the link (links.ALLREDUCE_KERNELS), the faster
     of the two at each size."""
     ring = _ring_curve(ranks, link, 2 * (ranks - 1))
-    own = ALLREDUCE_KERNELS.get(kernels or "", {}).get(link.name) if ranks > 1 and link is not None else None
+    own = engine_allreduce(kernels, link, ranks)
     return ring if own is None else Cheapest((ring, own.scaled(2 * (ranks - 1) / ranks)))
 
 
