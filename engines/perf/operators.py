@@ -118,7 +118,7 @@ def _ring_curve(ranks: int, link: LinkSpec | None, steps: int) -> Curve:
     if link.allreduce_curve is not None:
         return link.allreduce_curve.scaled(steps / ranks)
     fixed = steps * link.latency_s if link.collective_latency_s is None else link.collective_latency_s
-    return Curve(fixed, (steps / ranks / link.effective_bandwidth,))
+    return Curve(fixed, (steps / ranks / link.ring_bandwidth(ranks),))
 
 
 def p2p_curve(link: LinkSpec | None) -> Curve:
