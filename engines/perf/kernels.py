@@ -48,7 +48,8 @@ Sources:
                (m_block * kBlockM >= actual_seqlen_q) and runs a block's MMAs on all 64 rows: a
                decode in a mixed step is a 64-row query tile per query head over all its keys.
              * FA3 (sm90): hopper/flash_api.cpp get_pack_gqa packs query groups for paged KV without
-               TMA in every step, mixed or not, so a decode's tile is the same in both: no rule.
+               TMA in every step, mixed or not, and get_pagedkv_tma is false for vLLM's 16-token
+               pages (page_size % kBlockN != 0), so a decode's tile is the same in both: no rule.
              * FLASHINFER: vllm/v1/attention/backends/flashinfer.py orders decodes first
                (split_decodes_and_prefills) and runs them in BatchDecodeWithPagedKVCacheWrapper, the
                prefills in BatchPrefillWithPagedKVCacheWrapper: a decode's kernel is the same: no rule.
