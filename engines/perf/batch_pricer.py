@@ -71,6 +71,7 @@ class BatchPricer(DecodeRunPricing):
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
         self._floors: dict[int, float] = {}  # decode_floor's, per batch size
         self._alone: list[float] = []  # alone_decode_times's: per context, a lone decode's iteration
+        self._mixed: list[float] = []  # per context, a decode's units in a mixed step (mixed_rows > 0)
         self._start_runs()
 
     # -- tables ------------------------------------------------------------------------------
@@ -93,6 +94,10 @@ class BatchPricer(DecodeRunPricing):
         if self.call is not None:
             self._blocks_arr = np.ceil((cached + 1.0) / self.call.block)
             self._blocks = self._blocks_arr.tolist()
+        if self.mixed_rows:  # a decode's units in a step with a prefill chunk (_mixed_decode_units)
+            a = c[:, 0] + 1.0 if self.window is None else np.minimum(c[:, 0] + 1.0, float(self.window))
+            self._mixed = np.floor(np.maximum((a * 2.0) * self.mixed_rows * self.k_pairs,
+                                              a * self.k_kv + self.k_qo)).tolist()
 
     def _split_blocks(self, splits: int) -> list[float]:
         """Per context: the K/V blocks a CTA of one sequence streams under `splits` splits
@@ -230,14 +235,12 @@ class BatchPricer(DecodeRunPricing):
 
     def _mixed_decode_units(self, decodes) -> float:
         """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile
-        of mixed_rows rows over its keys (operators._pad_mixed_decodes, same order); no split-KV term."""
-        w = self.window
-        rows, k_pairs, k_kv, k_qo = self.mixed_rows, self.k_pairs, self.k_kv, self.k_qo
-        units = self.decode_fixed
-        for c in decodes:
-            a = float(c) + 1.0 if w is None else min(float(c) + 1.0, float(w))  # keys read
-            units += math.floor(max((a * 2.0) * rows * k_pairs, a * k_kv + k_qo))
-        return units
+        of mixed_rows rows over its keys (operators._pad_mixed_decodes, same order: a table by context,
+        keys read a = min(c + 1, window), floor(max(2a x rows x k_pairs, a x k_kv + k_qo))); no split-KV term."""
+        top = max(decodes)
+        if top >= len(self._decode_units):
+            self._grow(top)
+        return sum(map(self._mixed.__getitem__, decodes)) + self.decode_fixed
 
     def _prefill_units(self, n: float, c: float) -> float:
         """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""
