@@ -108,3 +108,40 @@ def test_vllm_v1_uses_its_own_all_reduce_where_it_is_faster():
     v1, nccl = (PerfModel(Deployment.create(model="qwen3-32b", gpu="h100", tp=4, stack=s)) for s in ("vllm-v1-2025", "ideal"))
     batch = ([1] * 60, [4000] * 60)
     assert v1.breakdown(*batch)["tp_comm"] < 0.5 * nccl.breakdown(*batch)["tp_comm"]
+
+
+def test_vllm_custom_all_reduce_on_pcie_runs_at_two_ranks_with_p2p_only():
+    """vLLM 0.32 custom_all_reduce.py: disabled on more than two PCIe-only GPUs and where the P2P
+    check fails; at TP2 over P2P its one-shot kernel (7.9 us + the payload at the link's ring fraction)
+    beats NCCL's 2 hops of 10 us, so a decode's all-reduce costs less; elsewhere NCCL's ring, unchanged."""
+    small = 2**19  # a decode batch's 0.5 MiB
+    for name, gbs in (("pcie4", 32 * 0.74), ("pcie5", 35.0)):
+        link = get_link(name)
+        pair = ops.allreduce_curve(2, link, "vllm-2025")
+        assert isinstance(pair, Cheapest)
+        assert pair.time(small) == pytest.approx(7.9e-6 + small / (gbs * 1e9), rel=1e-9)
+        assert pair.time(small) < ops.allreduce_curve(2, link).time(small)
+        assert ops.allreduce_curve(4, link, "vllm-2025") == ops.allreduce_curve(4, link)  # > 2 PCIe-only GPUs
+    for host in ("pcie4-host", "pcie5-host"):  # the P2P check fails: NCCL through host memory
+        link = get_link(host)
+        assert ops.allreduce_curve(2, link, "vllm-2025") == ops.allreduce_curve(2, link)
+    # end to end: an RTX PRO 6000 pair (P2P on by default) under vLLM against the same box without P2P
+    p2p, host = (PerfModel(Deployment.create(model="llama3-8b", gpu="rtx-pro-6000-ws", tp=2, stack="vllm-0.32",
+                                             topology=t)) for t in ("pcie5-p2p", "pcie5-no-p2p"))
+    batch = ([1] * 32, [2000] * 32)
+    assert p2p.breakdown(*batch)["tp_comm"] < 0.5 * host.breakdown(*batch)["tp_comm"]
+
+
+def test_a_gen5_ring_takes_the_measured_gb202_fraction():
+    """NVIDIA/nccl #1639: RTX 5090s over Gen5, 28 GB/s of bus bandwidth with 8 GPUs (0.4375 of 64 GB/s),
+    35 with 4 (0.547), for P2P on and off alike (the Gen4 ring's 0.74 before)."""
+    nbytes = 64 * 2**20
+    for name, hop in (("pcie5", 10e-6), ("pcie5-host", 20e-6)):
+        link = get_link(name)
+        assert link.efficiency == 28 / 64 and link.latency_s == hop
+        for ranks, gbs in ((2, 35e9), (4, 35e9), (8, 28e9)):
+            steps = 2 * (ranks - 1)
+            assert ops.allreduce_time(nbytes, ranks, link) == pytest.approx(
+                steps * hop + steps / ranks * nbytes / gbs, rel=1e-12), (name, ranks)
+    pcie4 = get_link("pcie4")  # Gen4 keeps one fraction at every size
+    assert pcie4.ring_bandwidth(2) == pcie4.ring_bandwidth(8) == pcie4.effective_bandwidth

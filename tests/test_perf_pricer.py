@@ -31,6 +31,9 @@ MODELS = {
     "mixtral-fp8-v1": perf("mixtral-8x7b", "h100-80g-sxm", tp=2, stack="vllm-v1-2025", weight_dtype="fp8", kv_dtype="fp8"),
     "qwen3-v1-eager-pp2": perf("qwen3-32b", "h200", tp=2, pp=2, stack="vllm-v1-2025", cuda_graphs=False),
     "qwen3-v1-graphs": perf("qwen3-32b", "h200", tp=4, stack="vllm-v1-2025"),
+    # FlashAttention-2's varlen call: decodes in a step with a prefill chunk pay a padded tile
+    "llama3-vllm-fa2": perf("llama3-8b", "rtx-4090", stack="vllm-0.32"),
+    "mistral-vllm-fa2-window": perf("mistral-7b", "a100-80g-pcie", stack="vllm-0.19"),
 }
 
 

@@ -103,8 +103,8 @@ def test_geforce_fp32_accumulate_is_half_the_box_figure():
                                            ("rtx-pro-6000-ws", "pcie5-p2p", "pcie5-no-p2p", 64e9)])
 def test_p2p_off_stages_through_host_memory(gpu, on, off, bw):
     """TP-2 all-reduce of a 512-token prefill's activations (4 MiB), twice a layer. P2P on: NCCL's
-    ring, 2 hops of 10 us + the payload at 0.74 of the PCIe peak (the measured Gen4 ring). Off:
-    every byte goes device -> host -> device, so half that fraction and two start-ups a hop."""
+    ring, 2 hops of 10 us + the payload at the measured ring fraction (Gen4 0.74; Gen5 0.547 up to 4
+    GPUs, NVIDIA/nccl #1639). Off: two start-ups a hop; Gen4 half the fraction, Gen5 the measured (host-staged) one."""
     payload = 512 * get_model("llama3-8b").hidden_size * 2
     layers = get_model("llama3-8b").num_layers
 
@@ -112,9 +112,15 @@ def test_p2p_off_stages_through_host_memory(gpu, on, off, bw):
         return layers * 2 * (2 * latency + payload / (bw * eff))
 
     comm = {t: _ideal(gpu, tp=2, topology=t).breakdown([512], [0])["tp_comm"] for t in (on, off)}
-    assert comm[on] == pytest.approx(expected(10e-6, 0.74), rel=1e-9)
-    assert comm[off] == pytest.approx(expected(20e-6, 0.37), rel=1e-9)
-    assert comm[off] / comm[on] == pytest.approx(2.0, rel=0.01)  # 4 MiB: the bandwidth term dominates
+    ring = 0.74 if bw == 32e9 else 35 / 64  # Gen5: the <= 4-GPU ring of nccl #1639
+    assert comm[on] == pytest.approx(expected(10e-6, ring), rel=1e-9)
+    assert comm[off] == pytest.approx(expected(20e-6, 0.37 if bw == 32e9 else ring), rel=1e-9)
+    # 4 MiB: the bandwidth term dominates; Gen5 staged through the host measures as the P2P ring,
+    # so only its doubled start-ups are left
+    if bw == 32e9:
+        assert comm[off] / comm[on] == pytest.approx(2.0, rel=0.01)
+    else:
+        assert 1.0 < comm[off] / comm[on] < 1.2
 
 
 def test_each_gpu_comes_in_its_usual_node():

@@ -56,6 +56,7 @@ class BatchPricer(DecodeRunPricing):
         self.prefill_fixed = float(att.prefill_fixed_units)
         self.decode_fixed = float(att.decode_fixed_units)
         self.call = att.decode_call  # the split-KV decode kernel, or None
+        self.mixed_rows = float(att.mixed_decode_rows)  # a decode's query tile in a mixed step, or 0
         self.layers = k.stage_layers
         self.last = k.pp - 1
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
@@ -70,6 +71,7 @@ class BatchPricer(DecodeRunPricing):
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
         self._floors: dict[int, float] = {}  # decode_floor's, per batch size
         self._alone: list[float] = []  # alone_decode_times's: per context, a lone decode's iteration
+        self._mixed: list[float] = []  # per context, a decode's units in a mixed step (mixed_rows > 0)
         self._start_runs()
 
     # -- tables ------------------------------------------------------------------------------
@@ -92,6 +94,10 @@ class BatchPricer(DecodeRunPricing):
         if self.call is not None:
             self._blocks_arr = np.ceil((cached + 1.0) / self.call.block)
             self._blocks = self._blocks_arr.tolist()
+        if self.mixed_rows:  # a decode's units in a step with a prefill chunk (_mixed_decode_units)
+            a = c[:, 0] + 1.0 if self.window is None else np.minimum(c[:, 0] + 1.0, float(self.window))
+            self._mixed = np.floor(np.maximum((a * 2.0) * self.mixed_rows * self.k_pairs,
+                                              a * self.k_kv + self.k_qo)).tolist()
 
     def _split_blocks(self, splits: int) -> list[float]:
         """Per context: the K/V blocks a CTA of one sequence streams under `splits` splits
@@ -182,6 +188,7 @@ class BatchPricer(DecodeRunPricing):
             raise HarnessError("new_tokens and context_lens must be >= 0")
         ones = new_tokens.count(1)
         units = 0.0
+        mixed = False  # a prefill chunk shares the step: decodes pay the varlen call's tile (kernels.py)
         if ones == b:  # decode-only
             seqs = tokens = b
             decodes = context_lens
@@ -194,13 +201,14 @@ class BatchPricer(DecodeRunPricing):
                 rest = zip(new_tokens, context_lens)
             for n, c in rest:
                 if n > 1:
+                    mixed = True
                     units += self._prefill_units(float(n), float(c))
             seqs = b - new_tokens.count(0)
             if not seqs:
                 return [0.0] * len(self.layers)
             tokens = sum(new_tokens)
         if ones:
-            units += self._decode_units_of(decodes)
+            units += self._mixed_decode_units(decodes) if mixed and self.mixed_rows else self._decode_units_of(decodes)
         return self._stages(self._shape(tokens, seqs), units * ops.TIME_QUANTUM_S)
 
     def _decode_units_of(self, decodes) -> float:
@@ -224,6 +232,15 @@ class BatchPricer(DecodeRunPricing):
         critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
         stream = keys * call._kv_units + seqs * call._qo_units
         return units + float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
+
+    def _mixed_decode_units(self, decodes) -> float:
+        """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile
+        of mixed_rows rows over its keys (operators._pad_mixed_decodes, same order: a table by context,
+        keys read a = min(c + 1, window), floor(max(2a x rows x k_pairs, a x k_kv + k_qo))); no split-KV term."""
+        top = max(decodes)
+        if top >= len(self._decode_units):
+            self._grow(top)
+        return sum(map(self._mixed.__getitem__, decodes)) + self.decode_fixed
 
     def _prefill_units(self, n: float, c: float) -> float:
         """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""

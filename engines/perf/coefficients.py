@@ -42,6 +42,7 @@ class AttentionCoefficients:
     prefill_fixed_units: int  # a call's fixed cost, in whole TIME_QUANTUM_S units
     decode_fixed_units: int
     decode_call: DecodeCall | None  # the split-KV decode kernel (split_kv.py), or None
+    mixed_decode_rows: int = 0  # a decode's padded query tile in a mixed step (kernels.py [FA2-VARLEN])
 
     def units(self, n: np.ndarray, c: np.ndarray, scratch) -> np.ndarray:
         """Per-row attention of one layer, in whole TIME_QUANTUM_S units (the split-KV call's included)."""
@@ -49,7 +50,8 @@ class AttentionCoefficients:
             n, c, window=self.window, flops_per_pair=self.flops_per_pair,
             kv_bytes_per_token=self.kv_bytes_per_token, qo_bytes_per_token=self.qo_bytes_per_token,
             flops=self.flops, bandwidth=self.bandwidth, scratch=scratch, causal=self.causal,
-            prefill_fixed_units=self.prefill_fixed_units, decode_fixed_units=self.decode_fixed_units)
+            prefill_fixed_units=self.prefill_fixed_units, decode_fixed_units=self.decode_fixed_units,
+            mixed_decode_rows=self.mixed_decode_rows)
         if self.decode_call is None:
             return units
         return units + self.decode_call.units(n, c, scratch[0])
@@ -231,4 +233,5 @@ def _attention(d: Deployment, k: Kernels, qh: int, kvh: int, hd: int, bpe: int, 
         decode_call=None if att.decode_split is None else DecodeCall(
             att.decode_split, sm_count=gpu.sm_count, q_heads=qh, kv_heads=kvh, head_dim=hd,
             kv_bytes_per_token=kv_bytes_per_token, qo_bytes_per_token=qo_bytes_per_token,
-            bandwidth=bandwidth, window=window))
+            bandwidth=bandwidth, window=window),
+        mixed_decode_rows=att.mixed_decode_rows)

@@ -272,9 +272,13 @@ _DEFAULT_TOPOLOGY = {
     "h100-80g-sxm": "dgx-h100",
     "h200-141g": "dgx-h100",
     # GeForce drivers refuse peer-to-peer between RTX 40-series cards (a patched kernel module,
-    # tinygrad/open-gpu-kernel-modules, exists to turn it on): NCCL stages through host memory.
+    # tinygrad/open-gpu-kernel-modules, exists to turn it on; "GeForce cards do not support P2P", the
+    # NCCL maintainer in NVIDIA/nccl-tests #287): NCCL stages through host memory, and vLLM's P2P
+    # check turns its custom all-reduce off (links.py [VLLM-CAR]).
     "rtx-4090-24g": "pcie4-no-p2p",
     "l40s-48g": "pcie-only",  # PCIe Gen4 x16, P2P supported
+    # professional cards: P2P over PCIe (vllm-project/vllm RFC #56128 measured four RTX PRO 6000 Server
+    # Edition with PCIe peer-to-peer, no NVLink), so vLLM's custom all-reduce runs at TP2 ([VLLM-CAR])
     "rtx-pro-6000-server-96g": "pcie5-p2p",
     "rtx-pro-6000-ws-96g": "pcie5-p2p",
     "h100-80g-pcie": "pcie5-p2p",  # the NVLink bridge is a choice: topology h100-pcie-nvlink

@@ -32,6 +32,27 @@ Sources:
              and vllm/config/compilation.py: cudagraph_mode FULL_AND_PIECEWISE (full graphs for
              uniform decode batches, piecewise graphs, attention left out, for the rest), captured
              up to max_cudagraph_capture_size = 512 tokens by default.
+  [FA2-VARLEN] How vLLM's attention backends run a step that holds prefill chunks and decodes:
+             * FLASH_ATTN: vllm/v1/attention/backends/flash_attn.py (vLLM 0.32.0), FlashAttentionImpl.
+               forward: one flash_attn_varlen_func call over the step's tokens, max_seqlen_q = the
+               step's max_query_len; its FlashAttentionMetadataBuilder comment: FA2 has "special
+               max_query_len=1 packed-GQA handling" that mixed prefill-decode steps do not get.
+             * FA2 there is vllm-project/flash-attention, csrc/flash_attn/flash_api.cpp (commit
+               617264c1c7955c9e84817654ebeedff069f3c5f1), mha_varlen_fwd: seqlenq_ngroups_swapped
+               (query groups packed into rows) only when max_seqlen_q == 1, and "Only apply split-k
+               for decoding" under the same condition; with paged KV, run_mha_fwd(params, stream,
+               paged_KV) forces the split kernel with num_splits <= 1, whose
+               src/flash_fwd_launch_template.h run_mha_fwd_splitkv_dispatch has kBlockM = 64 and a
+               grid of ceil(max_seqlen_q / 64) x batch x q_heads CTAs. src/flash_fwd_kernel.h
+               compute_attn_1rowblock_splitkv returns only for row blocks past the sequence's queries
+               (m_block * kBlockM >= actual_seqlen_q) and runs a block's MMAs on all 64 rows: a
+               decode in a mixed step is a 64-row query tile per query head over all its keys.
+             * FA3 (sm90): hopper/flash_api.cpp get_pack_gqa packs query groups for paged KV without
+               TMA in every step, mixed or not, and get_pagedkv_tma is false for vLLM's 16-token
+               pages (page_size % kBlockN != 0), so a decode's tile is the same in both: no rule.
+             * FLASHINFER: vllm/v1/attention/backends/flashinfer.py orders decodes first
+               (split_decodes_and_prefills) and runs them in BatchDecodeWithPagedKVCacheWrapper, the
+               prefills in BatchPrefillWithPagedKVCacheWrapper: a decode's kernel is the same: no rule.
 Launch costs and CUDA graphs: launch.py; CPU costs: cpu_costs.py.
 """
 from __future__ import annotations
@@ -40,7 +61,8 @@ from dataclasses import dataclass, replace
 
 from common.errors import HarnessError
 
-from .split_kv import SplitKvDecode
+from .cpu_device import CPU_NAMES
+from .split_kv import SPLIT_KERNEL_ROWS, SplitKvDecode
 from .vllm_releases import attention_backend
 
 
@@ -104,6 +126,10 @@ class AttentionKernel:
     # FlashAttention-2's split-KV decode (split_kv.py): small batches cost their busiest CTAs, not
     # their bytes. None: the decode call is its fixed cost + its KV stream.
     decode_split: SplitKvDecode | None = None
+    # A decode that shares one varlen call with a prefill chunk computes this many query rows per
+    # query head against its keys (the rows x keys rectangle at the prefill FLOP rate, or its KV
+    # stream if slower); 0: it costs what it costs in a decode-only call. [FA2-VARLEN]
+    mixed_decode_rows: int = 0
 
 
 # ----------------------------------------------------------------------------- GEMM kernels
@@ -211,6 +237,9 @@ class EngineStack:
     # A shipped vLLM release (vllm_releases.py RELEASES): its attention backend per architecture, CUDA-graph
     # capture sizes (batches padded to them), async scheduling (CPU overlapped with the GPU step) and KV sizing.
     release: str | None = None
+    # The engine runs a step's prefill chunks and decodes as one varlen attention call (vLLM V1's
+    # FLASH_ATTN backend [FA2-VARLEN]); False: separate prefill and decode calls ([SARATHI]).
+    varlen_mixed: bool = False
 
 
 STACKS = {
@@ -247,11 +276,12 @@ STACKS = {
     # decode batches, piecewise for the rest, up to 512 tokens; eager launches at launch.py LAUNCH_S.
     # CPU costs: V1's engine core as its developers measured its step components (cpu_costs.py
     # `vllm-v1`; synchronous scheduling, no overlap with the GPU priced). All-reduce: vLLM's own
-    # kernels where measured (links.py ALLREDUCE_KERNELS: H100 NVSwitch), NCCL's pricing elsewhere.
+    # kernels where they run (links.py ALLREDUCE_KERNELS: H100 NVSwitch, PCIe P2P pairs [VLLM-CAR]),
+    # NCCL's pricing elsewhere.
     "vllm-v1-2025": EngineStack(
         "vllm-v1-2025", gemm="cublas-2024", attention="fa2-ideal", attention_hopper="fa3-2024",
         elementwise="ideal", kv_memory="sarathi-serve", cpu="vllm-v1", graphs="full-and-piecewise", launch_s=4e-6,
-        graph_max_tokens=512, allreduce="vllm-2025",
+        graph_max_tokens=512, allreduce="vllm-2025", varlen_mixed=True,
         description="vLLM V1 (2025): cuBLAS GEMMs, FlashAttention-3 on Hopper / FA2 elsewhere, torch.compile-"
                     "fused add+norm, CUDA graphs (full for decodes, piecewise otherwise, up to 512 tokens), "
                     "V1's measured step CPU costs (0.43 ms + 1.1 us a sequence), its custom all-reduce on H100 NVSwitch"),
@@ -264,7 +294,7 @@ for _version in ("0.19", "0.32"):
     STACKS[f"vllm-{_version}"] = EngineStack(
         f"vllm-{_version}", gemm="cublas-2024", attention="fa2-ideal", elementwise="ideal", kv_memory="vllm-v1",
         cpu="vllm-v1", graphs="full-and-piecewise", launch_s=4e-6, graph_max_tokens=512, allreduce="vllm-2025",
-        release=_version,
+        release=_version, varlen_mixed=True,
         description=f"vLLM {_version} as it ships: V1 scheduler defaults, attention backend by compute capability, "
                     "CUDA graphs padded to its capture sizes, async scheduling hiding the engine core's CPU "
                     "time behind the GPU step (pp = 1), KV sized after a profile run")
@@ -301,6 +331,10 @@ def get_attention_kernel(name: str) -> AttentionKernel:
 
 _HOPPER = ("h100", "h200")  # hardware.py catalog names of sm90 parts
 _RELEASE_ATTENTION = {"fa2": "fa2-ideal", "fa3": "fa3-2024", "flashinfer": "flashinfer-2025"}
+# [FA2-VARLEN] a decode's query tile in a mixed varlen call: kBlockM of run_mha_fwd_splitkv_dispatch,
+# the split kernel's rows (split_kv.py). Priced for FlashAttention-2 as vLLM's stacks resolve it
+# (`fa2-ideal`); the measured `sarathi-2024` kernels model a separate split-KV decode call.
+_VARLEN_FA2 = "fa2-ideal"
 
 
 @dataclass(frozen=True)
@@ -319,6 +353,8 @@ def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
     if stack.release is not None:  # the release's backend on this architecture (vllm_releases.py [ATTN])
         hopper = _RELEASE_ATTENTION[attention_backend(gpu_name)]
     att = get_attention_kernel(attention or hopper or stack.attention)
+    if stack.varlen_mixed and att.name == _VARLEN_FA2 and gpu_name not in CPU_NAMES:  # FA2 runs on GPUs only
+        att = replace(att, mixed_decode_rows=SPLIT_KERNEL_ROWS)
     chip = _SAME_CHIP.get(gpu_name, gpu_name)
     if stack.gemm == "datasheet":
         gemm = _GEMM_IDEAL

@@ -117,12 +117,22 @@ class LinkSpec:
     # Links between nodes: all-reduce curves measured with g GPUs of the ring on each node, (g, curve)
     # by g; `for_ring` picks one (NCCL runs a ring's channels over several NICs, so g matters).
     allreduce_by_node: tuple[tuple[int, Curve], ...] = ()
+    # Rings of at most r ranks measured faster than the box's `efficiency`: (r, fraction) pairs,
+    # smallest r first; a ring takes the first whose r is not below its ranks.
+    efficiency_by_ranks: tuple[tuple[int, float], ...] = ()
 
     @property
     def effective_bandwidth(self) -> float:
         if self.allreduce_curve is not None:
             return self.allreduce_curve.final_bandwidth
         return self.bandwidth * self.efficiency
+
+    def ring_bandwidth(self, ranks: int) -> float:
+        """A collective's bus bandwidth over a ring of `ranks` ranks on this link."""
+        for most, fraction in self.efficiency_by_ranks:
+            if ranks <= most:
+                return self.bandwidth * fraction
+        return self.effective_bandwidth
 
     @property
     def p2p_bandwidth(self) -> float:
@@ -149,6 +159,17 @@ _HDR_ALLREDUCE_BY_NODE = (  # a100_dgx, two nodes of 1, 2, 4 and 8 GPUs: 2.2, 13
     (8, Curve.fitted(98.0, (0, 5.4), (6.67, 21.9))),
 )
 _NDR_ALLREDUCE_BY_NODE = tuple((g, c.faster(2.0)) for g, c in _HDR_ALLREDUCE_BY_NODE)
+
+# [NCCL-1639] NVIDIA/nccl issue #1639 (2025-03-14): 8 x RTX 5090 (GB202, PCIe Gen5 x16, two Xeon
+# 8480+, ACS off), nccl-tests all_reduce_perf 1-8 GB: 28 GB/s of bus bandwidth with 8 GPUs, 35 GB/s
+# with 4 ("on PCI systems, the performance you get is usually determined by the bandwidth your CPU
+# and memory can deliver", the NCCL maintainer's reply). GeForce cards do not support P2P (the same
+# maintainer, NVIDIA/nccl-tests issue #287), so the ring is staged through host memory. 28 / 64 =
+# 0.4375 of a Gen5 x16 direction for the 8-GPU box, 35 / 64 = 0.547 for rings of up to 4 GPUs (the
+# nearest measured size not below: TP2 and TP4 take it). No Gen5 ring with P2P on was found
+# published: P2P rings cross the same root complex and take these.
+_GEN5_RING = 28e9 / 64e9
+_GEN5_RING_BY_RANKS = ((4, 35e9 / 64e9),)
 
 _NVLINK3 = LinkSpec("nvlink3", bandwidth=300e9, latency_s=5e-6,
                     allreduce_curve=Curve.fitted(52.7, (0, 451.9), (6.85, 192.1)),
@@ -186,17 +207,22 @@ _LINKS: dict[str, LinkSpec] = {
     # H100 PCIe pairs with NVLink bridges: 600 GB/s bidirectional ([H100-DS] H100 PCIe column), the
     # bandwidth of the A100 PCIe's three bridges, whose measured pair curves ("nvlink3") it takes.
     "nvlink-bridge-h100": replace(_NVLINK3, name="nvlink-bridge-h100"),
-    # PCIe Gen5 x16: 128 GB/s bidirectional ([H100-DS] H100 PCIe, [PRO6000-DS]). No Gen5 ring is
-    # measured here: the Gen4 ring's 0.74 and 10 us a hop below (a sibling assumption).
-    "pcie5": LinkSpec("pcie5", bandwidth=64e9, latency_s=10e-6, efficiency=0.74),
+    # PCIe Gen5 x16: 128 GB/s bidirectional ([H100-DS] H100 PCIe, [PRO6000-DS]). Ring fraction
+    # [NCCL-1639]: 0.4375 of 64 GB/s, 0.547 up to 4 ranks (the Gen4 ring's 0.74 before: a sibling
+    # figure Gen5 boxes do not reach); 10 us a hop as Gen4's.
+    "pcie5": LinkSpec("pcie5", bandwidth=64e9, latency_s=10e-6, efficiency=_GEN5_RING,
+                      efficiency_by_ranks=_GEN5_RING_BY_RANKS),
     # Peer-to-peer off ("no-p2p" topologies: GeForce drivers refuse P2P, or NCCL_P2P_DISABLE=1): NCCL
     # moves each chunk through a pinned host buffer (its SHM transport), a device-to-host copy then a
-    # host-to-device copy, so every byte crosses PCIe twice and each hop pays two start-ups. Priced
-    # as that: half the P2P ring's fraction (0.37) and twice its hop latency. A send staged through
-    # host memory is the one such path measured here: the paper's A40 server, 4.1 GB/s = 0.128 of
-    # Gen4 ("pcie4-a40"), taken for both generations (Gen5's: a sibling assumption).
+    # host-to-device copy, so every byte crosses PCIe twice and each hop pays two start-ups. Gen4:
+    # priced as that, half the P2P ring's fraction (0.37) and twice its hop latency. Gen5: the
+    # measured ring [NCCL-1639] is this path (GeForce cards, no P2P), so its fraction, twice the hop
+    # latency. A send staged through host memory is the one such path measured here: the paper's A40
+    # server, 4.1 GB/s = 0.128 of Gen4 ("pcie4-a40"), taken for both generations (Gen5's: a sibling
+    # assumption).
     "pcie4-host": LinkSpec("pcie4-host", bandwidth=32e9, latency_s=20e-6, efficiency=0.37, p2p_efficiency=0.128),
-    "pcie5-host": LinkSpec("pcie5-host", bandwidth=64e9, latency_s=20e-6, efficiency=0.37, p2p_efficiency=0.128),
+    "pcie5-host": LinkSpec("pcie5-host", bandwidth=64e9, latency_s=20e-6, efficiency=_GEN5_RING,
+                           efficiency_by_ranks=_GEN5_RING_BY_RANKS, p2p_efficiency=0.128),
     # 100 Gbps Ethernet between the paper's A100 nodes (Sarathi-Serve OSDI'24, Sec. 5). Collectives:
     # 0.6 of 12.5 GB/s and 12 us a hop (no cross-node all-reduce is measured on these servers).
     # [VIDUR-NET] a100_pairwise_nvlink send_recv across nodes: 14 us, 8.6 GB/s, past 2.3 MiB
@@ -231,9 +257,38 @@ _LINKS: dict[str, LinkSpec] = {
 # 11.3 % over those 11 points (H200: the same NVLink4 switch, assumed alike). The same PR's NCCL
 # column is 17-26 us at TP4 0.5-2 MiB, where the nvlink4 line above gives 32-39 us: that line stays
 # the other engines' NCCL (no H100 NCCL profile here to replace it with).
+#
+# [VLLM-CAR] vLLM's custom all-reduce on GPUs joined by PCIe only (vllm 0.32.0,
+# distributed/device_communicators/custom_all_reduce.py `CustomAllreduce.__init__`): disabled on
+# "more than two PCIe-only GPUs" (same_node and world_size > 2 and not fully_connected), and
+# disabled where "your platform lacks GPU P2P capability or P2P test failed" (`_can_p2p`, which runs
+# all_reduce_utils.gpu_p2p_access_check); then `should_custom_ar` takes it at world size 2 for
+# payloads under max_size (8 MiB: no sm89/sm120 entry in all_reduce_utils.CUSTOM_ALL_REDUCE_MAX_SIZES)
+# and cuda_communicator.py `CudaCommunicator.all_reduce` falls back to pynccl otherwise. So at TP2
+# over a P2P link it runs the one-shot kernel (each rank reads its peer's payload: bus bytes = the
+# payload at p = 2), over a host-staged link ("-host": the P2P check fails) or at TP > 2 NCCL's ring.
+# Priced: the H100 fit's 7.9 us start-up (the same kernel; no PCIe timing of it was found, an
+# assumption) + the payload at the link's ring fraction of PCIe for 2 ranks (Gen4 0.74 [VIDUR], Gen5
+# 0.547 [NCCL-1639]: what the root complex delivers). Above 8 MiB vLLM runs NCCL, 2 x 10 us of hops instead
+# of 7.9 us at the same bandwidth: not priced apart (the cheaper is taken).
 ALLREDUCE_KERNELS: dict[str, dict[str, Curve]] = {
-    "vllm-2025": {"nvlink4": Curve.fitted(7.9, (0, 273.1))},
+    "vllm-2025": {"nvlink4": Curve.fitted(7.9, (0, 273.1)),
+                  "pcie4": Curve.fitted(7.9, (0, 32 * 0.74)),
+                  "pcie5": Curve.fitted(7.9, (0, 64 * _GEN5_RING_BY_RANKS[0][1]))},
 }
+# Links without NVLink between all GPUs: the engine's own kernels run at two ranks only [VLLM-CAR].
+PCIE_ONLY_LINKS = frozenset({"pcie4", "pcie5"})
+
+
+def engine_allreduce(kernels: str | None, link: LinkSpec | None, ranks: int) -> Curve | None:
+    """An engine's own all-reduce over `link` at `ranks` ranks where it runs one (curve over bus
+    bytes), else None (NCCL's ring)."""
+    if ranks <= 1 or link is None:
+        return None
+    own = ALLREDUCE_KERNELS.get(kernels or "", {}).get(link.name)
+    if own is None or (link.name in PCIE_ONLY_LINKS and ranks != 2):
+        return None
+    return own
 
 
 def _norm(name: str) -> str:

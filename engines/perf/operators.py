@@ -14,7 +14,7 @@ import numpy as np
 
 from collections.abc import Sequence
 
-from .links import ALLREDUCE_KERNELS, Cheapest, Curve, LinkSpec
+from .links import Cheapest, Curve, LinkSpec, engine_allreduce
 
 # Per-item attention times are rounded down to whole units of 0.1 ps before they are summed, so a
 # batch's sum is exact whatever order numpy reduces in: a (k, B) call and k single-row calls agree
@@ -102,7 +102,7 @@ def allreduce_curve(ranks: int, link: LinkSpec | None, kernels: str | None = Non
     With an engine's own all-reduce `kernels` for the link (links.ALLREDUCE_KERNELS), the faster
     of the two at each size."""
     ring = _ring_curve(ranks, link, 2 * (ranks - 1))
-    own = ALLREDUCE_KERNELS.get(kernels or "", {}).get(link.name) if ranks > 1 and link is not None else None
+    own = engine_allreduce(kernels, link, ranks)
     return ring if own is None else Cheapest((ring, own.scaled(2 * (ranks - 1) / ranks)))
 
 
@@ -118,7 +118,7 @@ def _ring_curve(ranks: int, link: LinkSpec | None, steps: int) -> Curve:
     if link.allreduce_curve is not None:
         return link.allreduce_curve.scaled(steps / ranks)
     fixed = steps * link.latency_s if link.collective_latency_s is None else link.collective_latency_s
-    return Curve(fixed, (steps / ranks / link.effective_bandwidth,))
+    return Curve(fixed, (steps / ranks / link.ring_bandwidth(ranks),))
 
 
 def p2p_curve(link: LinkSpec | None) -> Curve:
@@ -172,10 +172,20 @@ def kv_tokens_read(new: np.ndarray, context: np.ndarray, window: int | None) -> 
 _BIG = float(2**40)  # larger than any token count: min(x, new * _BIG) zeroes padding items only
 
 
+def _pad_mixed_decodes(n: np.ndarray, pairs: np.ndarray, rows: float) -> None:
+    """Scales in place the (query, key) pairs x 2 of each decode (n == 1) in a row that also holds a
+    prefill chunk (n >= 2) by `rows`: a decode's pairs are 2 x its keys under every formula above, so
+    the product is the rows x keys rectangle of a padded query tile (kernels.py [FA2-VARLEN])."""
+    mixed = (n == 1.0) & np.any(n > 1.0, axis=-1, keepdims=True)
+    if mixed.any():
+        pairs[mixed] *= rows
+
+
 def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None, flops_per_pair: float,
                     kv_bytes_per_token: float, qo_bytes_per_token: float, flops: float,
                     bandwidth: float, scratch: Sequence[np.ndarray] | None = None, causal: bool = True,
-                    prefill_fixed_units: int = 0, decode_fixed_units: int = 0) -> np.ndarray:
+                    prefill_fixed_units: int = 0, decode_fixed_units: int = 0,
+                    mixed_decode_rows: int = 0) -> np.ndarray:
     """Per-sequence attention time of one layer, in whole TIME_QUANTUM_S units (rounded down),
     summed over the last axis. `new` and `context` are float64 arrays of token counts.
 
@@ -194,6 +204,9 @@ def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None,
     the full rectangle of n queries x the keys read (a kernel that computes masked tiles).
     `prefill_fixed_units` is added per prefill item (n >= 2: one kernel call each),
     `decode_fixed_units` once per row holding a decode (n == 1: one batched call).
+    `mixed_decode_rows` (kernels.AttentionKernel.mixed_decode_rows): in a row that also holds a
+    prefill chunk, each decode computes a query tile of that many rows against its keys (the
+    rectangle, rows x keys) instead of its one row; 0: a decode costs the same in any row.
     """
     n = new
     if scratch is None:
@@ -232,6 +245,8 @@ def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None,
         np.minimum(a, tmp, out=a)  # KV read: min(c + n, W + n - 1)
     np.multiply(n, _BIG, out=tmp)
     np.minimum(a, tmp, out=a)  # padding items read nothing
+    if mixed_decode_rows:
+        _pad_mixed_decodes(n, pairs, float(mixed_decode_rows))
     pairs *= 0.5 * flops_per_pair / flops / TIME_QUANTUM_S
     a *= kv_bytes_per_token / bandwidth / TIME_QUANTUM_S
     np.multiply(n, qo_bytes_per_token / bandwidth / TIME_QUANTUM_S, out=tmp)
