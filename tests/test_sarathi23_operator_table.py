@@ -80,3 +80,13 @@ def test_a_bad_role_is_named(tmp_path):
     bad.write_text(yaml.safe_dump(raw))
     with pytest.raises(ValueError, match=f"claim {raw['claims'][0]['id']}: role 'guess'"):
         load_claims(bad)
+
+
+def test_the_figure_needs_no_run(tmp_path):
+    """The operator-table figure is model arithmetic beside the published numbers: drawn without runs."""
+    from harness.analysis.sarathi23.figures import Study
+    from harness.analysis.sarathi23.report import build
+
+    out = build(Study(pd.DataFrame(columns=["experiment", "scheduler", "pd_ratio"]), load_claims()), tmp_path,
+                only=("sarathi23_operator_table",))
+    assert len(out) == 1 and out[0].path is not None and out[0].path.stat().st_size > 10_000

@@ -7,6 +7,12 @@ from __future__ import annotations
 from harness.analysis.study import FigureSpec, Study, lazy
 
 FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("sarathi23_operator_table", "The paper's operator table and per-token costs, LLaMA-13B on the RTX A6000 (Sarathi 2023)",
+               lazy("harness.analysis.sarathi23.operator_figs:fig_operator_table"),
+               "Left: linear and attention time of the paper's three basic batches (decode-maximal batching), the model's "
+               "bars beside the published values (x); the hatched attention bars are the model's inputs (perf.stack="
+               "sarathi-2023 prices attention from them), the hybrid batch's is held out. Right: a decode token's cost over "
+               "a prefill token's at B sequences of 1,024 tokens (linear + attention), with the paper's 200x / 100x / 16.7x."),
     FigureSpec("sarathi23_decode_speedup", "Decode speedup of piggybacked decodes (Sarathi 2023, Sec. 5.1)",
                lazy("harness.analysis.sarathi23.figures:fig_decode_speedup"),
                "The paper's definition (Sec. 5.1): per-token time of a decode-only batch of B over the marginal per-token "
