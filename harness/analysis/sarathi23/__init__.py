@@ -38,6 +38,11 @@ FIGURES: tuple[FigureSpec, ...] = (
                "micro-batches and the pipeline's fill). Orca-style: one micro-batch per stage in flight, B split across "
                "them. Third: the four published ratios (grey) beside ours with the engine's CPU costs and with GPU kernels "
                "only (perf.cpu_costs=engine | none)."),
+    FigureSpec("sarathi23_bubbles", "Pipeline bubbles a request, their distribution (Sarathi 2023, Sec. 5.4)",
+               lazy("harness.analysis.sarathi23.bubble_figs:fig_bubbles"),
+               "GPT-3 175B, TP-8 x PP-8 on 64 A100s, 10,000 requests: the idle time each request's micro-batches spent "
+               "in the pipeline (every cause), its 10th to 99th percentile for Orca-style and Sarathi, with the engine's "
+               "CPU costs (left) and with GPU kernels only (right), and the ratio of the medians beside the paper's 6.29x."),
     FigureSpec("sarathi23_chunk_size", "Chunk size (Sarathi 2023, Sec. 5.5)",
                lazy("harness.analysis.sarathi23.figures:fig_chunk_size"),
                "Left: the performance model's chunked prefill and attention time over an unchunked 1K prefill. Right: the "
