@@ -45,8 +45,9 @@ FIGURES: tuple[FigureSpec, ...] = (
                "CPU costs (left) and with GPU kernels only (right), and the ratio of the medians beside the paper's 6.29x."),
     FigureSpec("sarathi23_chunk_size", "Chunk size (Sarathi 2023, Sec. 5.5)",
                lazy("harness.analysis.sarathi23.figures:fig_chunk_size"),
-               "Left: the performance model's chunked prefill and attention time over an unchunked 1K prefill. Right: the "
-               "gain of each chunk size over the P:D sweep (B 18)."),
+               "Left: the performance model's chunked prefill and attention time over an unchunked 1K prefill, and (dashed) "
+               "the attention under the what-if with a 21.5 us per-call cost (perf.attention_kernel=xformers-2023-percall), "
+               "which the operator table cannot rule out. Right: the gain of each chunk size over the P:D sweep (B 18)."),
     FigureSpec("sarathi23_composition", "Per-iteration composition of decode-maximal batches (Sarathi 2023)",
                lazy("harness.analysis.sarathi23.figures:fig_composition"),
                "From the simulator's iteration log of the C 256, B 18 sweep: below P:D 15 decodes outnumber what the chunks "
