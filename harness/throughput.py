@@ -26,6 +26,7 @@ import numpy as np
 from harness.records import RequestRecord
 
 BUBBLE_CAUSES = ("schedule", "send", "upstream")
+BUBBLE_QUANTILES = (10, 25, 50, 75, 90, 99)  # percentiles of the bubble time a request (the distribution, not only its median)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class OfflineSummary:
     bubble_p50_s: float | None = None
     bubble_mean_s: float | None = None
     bubble_share: dict[str, float] = field(default_factory=dict)  # cause -> share of all bubble time
+    bubble_quantiles_s: dict[str, float] = field(default_factory=dict)  # "p10" ... "p99" -> seconds a request
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -83,7 +85,8 @@ def bubbles(per_request: Mapping[str, np.ndarray]) -> dict:
     if not total.size or not total.any():
         return {}
     return {"bubble_p50_s": float(np.median(total)), "bubble_mean_s": float(total.mean()),
-            "bubble_share": {c: float(parts[i].sum() / total.sum()) for i, c in enumerate(BUBBLE_CAUSES)}}
+            "bubble_share": {c: float(parts[i].sum() / total.sum()) for i, c in enumerate(BUBBLE_CAUSES)},
+            "bubble_quantiles_s": {f"p{q}": float(np.percentile(total, q)) for q in BUBBLE_QUANTILES}}
 
 
 def offline_summary(records: Sequence[RequestRecord], iterations: Mapping | None = None,

@@ -87,6 +87,11 @@ def test_pipeline_bubbles_are_reported(tmp_path):
     assert s["bubble_p50_s"] > 0 and sum(s["bubble_share"].values()) == pytest.approx(1.0)
     requests = pd.read_parquet(run / "requests.parquet")
     assert {"bubble_schedule_s", "bubble_send_s", "bubble_upstream_s"} <= set(requests.columns)
+    # the distribution a request, not only its median: percentiles of the requests' summed bubble time
+    total = requests[["bubble_schedule_s", "bubble_send_s", "bubble_upstream_s"]].sum(axis=1).to_numpy()
+    q = s["bubble_quantiles_s"]
+    assert list(q) == ["p10", "p25", "p50", "p75", "p90", "p99"] and q["p50"] == pytest.approx(s["bubble_p50_s"])
+    assert q == pytest.approx({k: float(np.percentile(total, int(k[1:]))) for k in q}) and q["p10"] < q["p99"]
 
 
 @pytest.mark.parametrize("override,message", [

@@ -195,7 +195,8 @@ def _probe(probes, experiment: str, scheduler: str, qps: float | None = None):
 QUOTED_ON = {"headline table": "README.md", "prefill/decode table": "docs/routers.md",
              "the paper's matrix, live": "docs/clusters.md", "TP-8 median TBT": "docs/sarathi-serve.md",
              "four Yi replicas": "docs/routers.md", "attainment example": "docs/metrics.md",
-             "split vs replicas": "docs/routers.md", "DistServe": "docs/routers.md"}
+             "split vs replicas": "docs/routers.md", "DistServe": "docs/routers.md",
+             "Sarathi (2023) checks": "README.md", "Sarathi (2023) table": "README.md"}
 
 
 def readme_quotes(reference) -> dict[str, str]:
@@ -231,7 +232,18 @@ def readme_quotes(reference) -> dict[str, str]:
     check = distserve_check(inputs.runs, inputs.clusters)
     out["DistServe"] = (f"reaches {check['per_gpu']['disaggregated']:.3g} QPS per GPU against vLLM's "
                         f"{check['per_gpu']['colocated']:.3g} ({check['ratio']:.2f}x)")
+    out["Sarathi (2023) checks"], out["Sarathi (2023) table"] = sarathi23_quotes()
     return out
+
+
+def sarathi23_quotes() -> tuple[str, str]:
+    """The first Sarathi paper's count of checks within tolerance and end-to-end table, from its
+    reference runs (harness/analysis/sarathi23/report.py readme_quotes)."""
+    from harness.analysis.sarathi23 import report as s23
+    from harness.analysis.sarathi23.claims import claim_table
+
+    drawn, study = s23.load_study(ROOT / REFERENCE, None)
+    return s23.readme_quotes(study.claims, claim_table(study.claims, drawn.runs))
 
 
 def test_the_committed_reference_report_is_what_the_runs_give(reference):

@@ -74,24 +74,27 @@ def test_the_causal_what_if_differs_from_the_stand_in_only_by_its_masked_tiles()
     stand_in, what_if = get_attention_kernel("sarathi-2024"), get_attention_kernel("sarathi-2024-causal")
     assert not stand_in.causal_flops and what_if == replace(stand_in, name=what_if.name, causal_flops=True)
     assert all(s.attention != what_if.name and s.attention_hopper != what_if.name for s in STACKS.values())
+    assert STACKS["sarathi-2023"].attention != stand_in.name  # the 2023 engine's stand-in is now a what-if
 
     def attention(kernel, chunk):
         d = Deployment.create(model="llama-13b", gpu="a6000", stack="sarathi-2023", attention_kernel=kernel)
         return chunked_attention_time(PerfModel(d), 1024, chunk)
 
-    unchunked, causal = attention(None, 1024), attention("sarathi-2024-causal", 1024)
+    unchunked, causal = attention("sarathi-2024", 1024), attention("sarathi-2024-causal", 1024)
     calls = 40 * stand_in.prefill_fixed_s
     assert (causal - calls) / (unchunked - calls) == pytest.approx(1025 / 2048, rel=1e-6)
-    assert attention("sarathi-2024-causal", 64) == pytest.approx(attention(None, 64), rel=0.01)
-    assert attention("sarathi-2024-causal", 64) / causal > 3.0 > 1.7 > attention(None, 64) / unchunked
+    assert attention("sarathi-2024-causal", 64) == pytest.approx(attention("sarathi-2024", 64), rel=0.01)
+    assert attention("sarathi-2024-causal", 64) / causal > 3.0 > 1.7 > attention("sarathi-2024", 64) / unchunked
 
 
 def test_the_claims_price_a_model_claim_with_the_what_if_only_when_asked():
-    """benchmarks/sarathi23_masked_tiles.py reads the claims under the what-if: the chunk-64 attention
-    claim moves from the stand-in's rectangle to the causal pairs, and nothing moves by default."""
+    """benchmarks/sarathi23_masked_tiles.py reads the claims under a what-if: the chunk-64 attention
+    claim moves from the stand-in's rectangle to the causal pairs, and nothing moves by default (the
+    stack's own kernel, `xformers-2023`)."""
     from harness.analysis.sarathi23.claims import load_claims, model_value
 
     claim = next(c for c in load_claims() if c.id == "chunk64_attention")
-    stand_in, what_if = model_value(claim.params), model_value(claim.params, "sarathi-2024-causal")
-    assert model_value(claim.params, None) == stand_in and not claim.within(stand_in)
+    own = model_value(claim.params)
+    stand_in, what_if = model_value(claim.params, "sarathi-2024"), model_value(claim.params, "sarathi-2024-causal")
+    assert model_value(claim.params, "xformers-2023") == own != stand_in and not claim.within(stand_in)
     assert what_if / stand_in == pytest.approx(2.0, rel=0.1) and claim.within(what_if)

@@ -39,12 +39,13 @@ def test_the_claims_file_is_complete():
             assert any(n.startswith(c.params["prefix"]) for n in names), c.id
 
 
-def test_a_bad_claim_is_named(tmp_path):
+@pytest.mark.parametrize("field", ["kind", "role"])  # role: check | input | shown
+def test_a_bad_claim_is_named(tmp_path, field):
     raw = yaml.safe_load(CLAIMS_FILE.read_text())
-    raw["claims"][3]["kind"] = "guess"
+    raw["claims"][3][field] = "guess"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ValueError, match=f"claim {raw['claims'][3]['id']}: kind 'guess'"):
+    with pytest.raises(ValueError, match=f"claim {raw['claims'][3]['id']}: {field} 'guess'"):
         load_claims(bad)
 
 
@@ -78,7 +79,8 @@ def test_missing_runs_are_said_never_passed():
     runs = table[table["kind"] != "model"]
     assert runs["within"].isna().all() and runs["reproduced"].isna().all()
     assert runs["note"].str.startswith("not computed: no run of").all()
-    assert table[table["kind"] == "model"]["within"].notna().all()
+    model = table[table["kind"] == "model"]
+    assert model[model["role"] == "check"]["within"].notna().all() and model[model["role"] == "input"]["within"].isna().all()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ METRICS = ("completed", "makespan_s", "token_throughput", "output_token_throughp
            "piggybacked_share", "marginal_decode_s", "decode_alone_s", "decode_speedup", "bubble_p50_s", "bubble_mean_s")
 COLUMNS = ("experiment", "run", "run_dir", "git_commit", "backend", "model", "gpu", "tp", "pp", "parallel", "instances",
            "dataset", "sequence_length", "pd_ratio", "scheduler", "policy", "batch", "chunk_size", "tile_tokens", "baseline",
-           "gain", *METRICS, "bubble_share", "results_from", "config")
+           "gain", *METRICS, "bubble_share", "bubble_quantiles_s", "results_from", "config")
 
 
 def _float(v):
@@ -49,5 +49,6 @@ def load_offline(results_dir: str | Path) -> pd.DataFrame:
                 "chunk_size": knobs.get("chunk_size"), "tile_tokens": knobs.get("tile_tokens"),
                 "baseline": summary.get("baseline"), "gain": _float((summary.get("gains") or {}).get(name)),
                 **{m: _float(s.get(m)) for m in METRICS}, "bubble_share": s.get("bubble_share") or {},
+                "bubble_quantiles_s": s.get("bubble_quantiles_s") or {},
                 "results_from": str(r.path.parent.parent), "config": config})
     return pd.DataFrame(rows, columns=list(COLUMNS))

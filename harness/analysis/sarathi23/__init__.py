@@ -7,6 +7,12 @@ from __future__ import annotations
 from harness.analysis.study import FigureSpec, Study, lazy
 
 FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("sarathi23_operator_table", "The paper's operator table and per-token costs, LLaMA-13B on the RTX A6000 (Sarathi 2023)",
+               lazy("harness.analysis.sarathi23.operator_figs:fig_operator_table"),
+               "Left: linear and attention time of the paper's three basic batches (decode-maximal batching), the model's "
+               "bars beside the published values (x); the hatched attention bars are the model's inputs (perf.stack="
+               "sarathi-2023 prices attention from them), the hybrid batch's is held out. Right: a decode token's cost over "
+               "a prefill token's at B sequences of 1,024 tokens (linear + attention), with the paper's 200x / 100x / 16.7x."),
     FigureSpec("sarathi23_decode_speedup", "Decode speedup of piggybacked decodes (Sarathi 2023, Sec. 5.1)",
                lazy("harness.analysis.sarathi23.figures:fig_decode_speedup"),
                "The paper's definition (Sec. 5.1): per-token time of a decode-only batch of B over the marginal per-token "
@@ -32,10 +38,16 @@ FIGURES: tuple[FigureSpec, ...] = (
                "micro-batches and the pipeline's fill). Orca-style: one micro-batch per stage in flight, B split across "
                "them. Third: the four published ratios (grey) beside ours with the engine's CPU costs and with GPU kernels "
                "only (perf.cpu_costs=engine | none)."),
+    FigureSpec("sarathi23_bubbles", "Pipeline bubbles a request, their distribution (Sarathi 2023, Sec. 5.4)",
+               lazy("harness.analysis.sarathi23.bubble_figs:fig_bubbles"),
+               "GPT-3 175B, TP-8 x PP-8 on 64 A100s, 10,000 requests: the idle time each request's micro-batches spent "
+               "in the pipeline (every cause), its 10th to 99th percentile for Orca-style and Sarathi, with the engine's "
+               "CPU costs (left) and with GPU kernels only (right), and the ratio of the medians beside the paper's 6.29x."),
     FigureSpec("sarathi23_chunk_size", "Chunk size (Sarathi 2023, Sec. 5.5)",
                lazy("harness.analysis.sarathi23.figures:fig_chunk_size"),
-               "Left: the performance model's chunked prefill and attention time over an unchunked 1K prefill. Right: the "
-               "gain of each chunk size over the P:D sweep (B 18)."),
+               "Left: the performance model's chunked prefill and attention time over an unchunked 1K prefill, and (dashed) "
+               "the attention under the what-if with a 21.5 us per-call cost (perf.attention_kernel=xformers-2023-percall), "
+               "which the operator table cannot rule out. Right: the gain of each chunk size over the P:D sweep (B 18)."),
     FigureSpec("sarathi23_composition", "Per-iteration composition of decode-maximal batches (Sarathi 2023)",
                lazy("harness.analysis.sarathi23.figures:fig_composition"),
                "From the simulator's iteration log of the C 256, B 18 sweep: below P:D 15 decodes outnumber what the chunks "

@@ -2,7 +2,10 @@
 
 `load_claims()` validates the YAML once (errors name the claim): every tolerance is relative and
 carries its one-line reason (`tolerance_reason`); `sense: at_least` marks a published lower bound
-("over 2x"), within when the reproduced value is at least value x (1 - rel). `claim_table(claims,
+("over 2x"), within when the reproduced value is at least value x (1 - rel). `role: input` marks a
+published number the performance model takes as its input (the paper's own operator measurements):
+shown beside the model's value, never judged or counted; `role: shown` one the paper gives without
+saying what it spans, shown, not judged. `claim_table(claims,
 runs)` gives one row per claim: published, reproduced, tolerance, within, and a note (the YAML's,
 where a miss is explained, or why nothing was computed). Model claims are performance-model
 arithmetic (engines/perf/queries.py); the others read the offline runs (sarathi23/runs.py).
@@ -21,9 +24,10 @@ import yaml
 from harness.analysis.paper import Tolerance
 
 CLAIMS_FILE = Path(__file__).resolve().parents[3] / "data" / "paper" / "sarathi_2023.yaml"
-KINDS = ("model", "run", "ratio", "peak", "max")
-_COMMON = {"id", "claim", "source", "kind", "value", "tolerance", "tolerance_reason", "sense", "note"}
+KINDS = ("model", "run", "ratio", "peak", "max", "min")
+_COMMON = {"id", "claim", "source", "kind", "value", "tolerance", "tolerance_reason", "sense", "note", "role"}
 SENSES = ("about", "at_least")
+ROLES = ("check", "input", "shown")  # judged; the model's input; shown without a judgement
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,11 @@ class Claim:
     note: str = ""
     tolerance_reason: str = ""
     sense: str = "about"  # at_least: the paper gives a lower bound
+    role: str = "check"
+
+    @property
+    def judged(self) -> bool:
+        return self.role == "check"
 
     def within(self, reproduced: float) -> bool:
         if self.sense == "at_least":
@@ -63,9 +72,11 @@ def load_claims(path: str | Path = CLAIMS_FILE) -> tuple[Claim, ...]:
                 raise ValueError("the tolerance needs its one-line reason (tolerance_reason)")
             if c.get("sense", "about") not in SENSES:
                 raise ValueError(f"sense {c['sense']!r} is not one of {', '.join(SENSES)}")
+            if c.get("role", "check") not in ROLES:
+                raise ValueError(f"role {c['role']!r} is not one of {', '.join(ROLES)}")
             out.append(Claim(c["id"], c["claim"], c["source"], c["kind"], float(c["value"]), tol,
                              MappingProxyType({k: v for k, v in c.items() if k not in _COMMON}), str(c.get("note", "")),
-                             str(c["tolerance_reason"]).strip(), c.get("sense", "about")))
+                             str(c["tolerance_reason"]).strip(), c.get("sense", "about"), c.get("role", "check")))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: claim {c.get('id', '?')}: {e}") from None
     return tuple(out)
@@ -82,8 +93,12 @@ def model_value(p: Mapping, attention: str | None = None) -> float:
     """A model claim's value; `attention` prices it with another attention kernel (a what-if)."""
     from engines.perf.queries import chunked_attention_time, chunked_prefill_time, decode_speedup
 
+    from harness.analysis.sarathi23.operator_table import OPERATOR_METRICS, operator_value
+
     perf = _perf(p["model"], p["gpu"], p.get("stack", "sarathi-2023"), attention)
     metric = p["metric"]
+    if metric in OPERATOR_METRICS:
+        return operator_value(perf, p)
     if metric.startswith("decode_speedup_"):
         fits = perf.kv_capacity_tokens(1.0)  # the paper's memory rule: B sequences of the length must fit
         grid = [decode_speedup(perf, b, c, p["chunk"], p.get("tile", 0))
@@ -125,7 +140,7 @@ def reproduced(c: Claim, runs: pd.DataFrame, attention: str | None = None) -> fl
         return _value(runs, num["experiment"], num["scheduler"], p["metric"]) / \
             _value(runs, den["experiment"], den["scheduler"], p["metric"])
     sweep = _sweep(runs, p["prefix"], p["scheduler"], p.get("metric", "gain"))
-    return float(sweep.idxmax()) if c.kind == "peak" else float(sweep.max())
+    return float(sweep.idxmax()) if c.kind == "peak" else float(sweep.max() if c.kind == "max" else sweep.min())
 
 
 def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame, attention: str | None = None) -> pd.DataFrame:
@@ -133,11 +148,11 @@ def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame, attention: str | 
     must then have been made with it too: benchmarks/sarathi23_masked_tiles.py)."""
     rows = []
     for c in claims:
-        row = {"id": c.id, "claim": c.claim, "source": c.source, "kind": c.kind, "published": c.value,
+        row = {"id": c.id, "claim": c.claim, "source": c.source, "kind": c.kind, "role": c.role, "published": c.value,
                "reproduced": float("nan"), "tolerance": c.describe_tolerance(), "within": None, "note": c.note}
         try:
             row["reproduced"] = reproduced(c, runs, attention)
-            row["within"] = c.within(row["reproduced"])
+            row["within"] = c.within(row["reproduced"]) if c.judged else None
         except LookupError as e:  # a run not made yet: said, never a silent pass
             row["note"] = f"not computed: {e}"
         rows.append(row)
@@ -145,7 +160,8 @@ def claim_table(claims: tuple[Claim, ...], runs: pd.DataFrame, attention: str | 
 
 
 def within_count(table: pd.DataFrame) -> tuple[int, int]:
-    judged = table["within"].dropna()
+    """(checks within tolerance, checks with a result): inputs and shown rows are not checks."""
+    judged = table[table["role"] == "check"]["within"].dropna()
     return int(judged.astype(bool).sum()), len(judged)
 
 
@@ -157,7 +173,7 @@ def _priced(c: Claim, suffix: str) -> Claim:
     params = {k: ({**v, "experiment": v["experiment"] + suffix} if k in ("numerator", "denominator") else v)
               for k, v in c.params.items()}
     return Claim(c.id, c.claim, c.source, c.kind, c.value, c.tolerance, MappingProxyType(params), c.note,
-                 c.tolerance_reason, c.sense)
+                 c.tolerance_reason, c.sense, c.role)
 
 
 def pipeline_table(claims: tuple[Claim, ...], runs: pd.DataFrame, choices: Mapping[str, str]) -> pd.DataFrame:
