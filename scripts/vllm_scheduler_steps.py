@@ -2,15 +2,16 @@
 
     $HARNESS_VLLM_PYTHON scripts/vllm_scheduler_steps.py < stream.json > steps.json
 
-Run with the vLLM venv's python (scripts/setup_vllm_cpu.sh); imports nothing of the harness. The
-scheduler is built as vLLM's own scheduler tests build it (tests/v1/core/utils.py create_scheduler:
-a SchedulerConfig, a ModelConfig, a CacheConfig, a KVCacheConfig of `num_blocks` blocks of one
-full-attention group), here from a Llama config.json written to a temporary folder (no weights,
-no tokenizer: ModelConfig reads the config alone). Each step: the requests whose `arrival_step`
-has come are added (in stream order), `Scheduler.schedule()` runs, and a fake model output gives
-one sampled token to every request whose scheduled tokens reach its end (a prefill's last chunk,
-or a decode); `update_from_output` then finishes the requests that reached their `output_len`
-(max_tokens, ignore_eos). Synchronous scheduling (async_scheduling=False, as in those tests).
+Run with the vLLM venv's python (scripts/setup_vllm_cpu.sh); of the project it imports the vLLM
+plugin's `offline` module alone (engines/external/vllm_scheduler/offline.py), which builds the
+scheduler as vLLM's own scheduler tests build it (tests/v1/core/utils.py create_scheduler: a
+SchedulerConfig, a ModelConfig read from a config.json alone, a CacheConfig, a KVCacheConfig of
+`num_blocks` blocks of one full-attention group, the first of them vLLM's null block) and gives the
+fake model's output. Each step: the requests whose `arrival_step` has come are added (in stream
+order), `Scheduler.schedule()` runs, and one sampled token goes to every request whose scheduled
+tokens reach its end (a prefill's last chunk, or a decode); `update_from_output` then finishes the
+requests that reached their `output_len` (max_tokens, ignore_eos). Synchronous scheduling
+(async_scheduling=False, as in those tests).
 
 stdin, JSON: a list of streams, each {"max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold",
 "num_blocks", "block_size", "max_model_len", "prefix_caching", "requests": [{"arrival_step",
@@ -25,33 +26,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
-         "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 2048,
-         "max_position_embeddings": 1 << 16, "torch_dtype": "float16", "eos_token_id": 2, "bos_token_id": 1}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: engines.external...offline
 MAX_STEPS = 100_000  # a stream that never drains is a bug of this script or of the stream
 
 
 def scheduler(spec: dict, folder: Path):
-    import torch
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
 
-    (folder / "config.json").write_text(json.dumps(LLAMA))
-    max_model_len = int(spec["max_model_len"])
-    sched = SchedulerConfig(max_num_seqs=spec["max_num_seqs"], max_num_batched_tokens=spec["max_num_batched_tokens"],
-                            max_model_len=max_model_len, is_encoder_decoder=False, enable_chunked_prefill=True,
-                            long_prefill_token_threshold=spec["long_prefill_token_threshold"], async_scheduling=False)
-    model = ModelConfig(model=str(folder), dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=max_model_len)
-    cache = CacheConfig(block_size=spec["block_size"], enable_prefix_caching=bool(spec["prefix_caching"]))
-    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
-    kv = KVCacheConfig(num_blocks=spec["num_blocks"], kv_cache_tensors=[], kv_cache_groups=[
-        KVCacheGroupSpec(["layer"], FullAttentionSpec(spec["block_size"], num_kv_heads=1, head_size=1,
-                                                      dtype=torch.float32))])
-    cache.num_gpu_blocks = spec["num_blocks"]
-    return Scheduler(vllm_config=config, kv_cache_config=kv, block_size=spec["block_size"],
-                     structured_output_manager=StructuredOutputManager(config), log_stats=False)
+    from engines.external.vllm_scheduler.offline import build_scheduler, write_model_config
+
+    return build_scheduler(Scheduler, write_model_config(folder), kv_blocks=spec["num_blocks"] - 1,
+                           block_size=spec["block_size"], max_model_len=int(spec["max_model_len"]),
+                           max_num_seqs=spec["max_num_seqs"], max_num_batched_tokens=spec["max_num_batched_tokens"],
+                           prefix_caching=bool(spec["prefix_caching"]),
+                           long_prefill_token_threshold=spec["long_prefill_token_threshold"], async_scheduling=False)
 
 
 def requests(spec: dict) -> list:
@@ -73,6 +61,8 @@ def requests(spec: dict) -> list:
 def run(spec: dict) -> list[dict]:
     from vllm.v1.outputs import ModelRunnerOutput
 
+    from engines.external.vllm_scheduler.offline import step_output
+
     with tempfile.TemporaryDirectory() as folder:
         s = scheduler(spec, Path(folder))
     pending = sorted(zip((r["arrival_step"] for r in spec["requests"]), range(len(spec["requests"])), requests(spec)),
@@ -82,14 +72,9 @@ def run(spec: dict) -> list[dict]:
         while pending and pending[0][0] <= step:
             s.add_request(pending.pop(0)[2])
         out = s.schedule()
-        tokens = dict(out.num_scheduled_tokens)
-        sampled = [rid for rid, n in tokens.items()
-                   if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens]  # after schedule(): its end
-        ids = list(tokens)
-        result = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
-                                   sampled_token_ids=[[7] if rid in sampled else [] for rid in ids])
+        result = step_output(s, out) or ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[])
         s.update_from_output(out, result)
-        steps.append({"tokens": {rid: n for rid, n in tokens.items()},
+        steps.append({"tokens": dict(out.num_scheduled_tokens),
                       "preempted": sorted(int(r) for r in (out.preempted_req_ids or ()))})
         step += 1
     if pending or s.has_unfinished_requests():

@@ -17,13 +17,16 @@ def write_model_config(folder: Path) -> str:
     from transformers import LlamaConfig
 
     LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
-                vocab_size=2048, max_position_embeddings=4096).save_pretrained(folder)
+                vocab_size=2048, max_position_embeddings=1 << 16).save_pretrained(folder)  # any max_model_len a test asks
     return str(folder)
 
 
 def build_scheduler(cls, model: str, *, kv_blocks: int, block_size: int, max_model_len: int, max_num_seqs: int,
-                    max_num_batched_tokens: int, prefix_caching: bool = False):
-    """`cls` (PolicyScheduler, or vLLM's AsyncScheduler for a baseline) as vLLM's engine core builds it."""
+                    max_num_batched_tokens: int, prefix_caching: bool = False, long_prefill_token_threshold: int = 0,
+                    async_scheduling: bool = True):
+    """`cls` (PolicyScheduler, or vLLM's AsyncScheduler or Scheduler for a baseline) as vLLM's engine
+    core builds it; `async_scheduling=False` for the synchronous Scheduler (as vLLM's own scheduler
+    tests run it: tests/v1/core/utils.py create_scheduler)."""
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -33,7 +36,8 @@ def build_scheduler(cls, model: str, *, kv_blocks: int, block_size: int, max_mod
     model_cfg = ModelConfig(model=model, max_model_len=max_model_len, skip_tokenizer_init=True, dtype="float32")
     sched_cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                 max_model_len=max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
-                                async_scheduling=True)
+                                long_prefill_token_threshold=long_prefill_token_threshold,
+                                async_scheduling=async_scheduling)
     cache_cfg = CacheConfig(block_size=block_size, cache_dtype="auto", enable_prefix_caching=prefix_caching)
     cache_cfg.num_gpu_blocks = blocks
     config = VllmConfig(scheduler_config=sched_cfg, model_config=model_cfg, cache_config=cache_cfg,
