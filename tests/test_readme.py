@@ -302,7 +302,7 @@ def test_the_pages_name_no_path_outside_the_repository():
 
 def test_the_site_builds_strict(tmp_path):
     """mkdocs.yml and docs/ build with no warning (a broken link or anchor, a page left out of the
-    nav); CI builds it too (.ci/run)."""
+    nav). This is CI's build of the site (.ci/run runs the suite and builds no other)."""
     pytest.importorskip("mkdocs", reason="the dev extra installs mkdocs-material")
     p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
                        capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
