@@ -239,3 +239,28 @@ def test_the_gpu_check_names_the_new_cards():
              "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "rtx-pro-6000-ws-96g",
              "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": None}
     assert {n: mod.gpu_catalog_key(n) for n in names} == names
+
+
+def test_ad102_and_gb202_decode_prices_are_the_named_stand_ins():
+    """Issue 50 item 4: no serving-kernel measurement on AD102 or GB202 was found, so the parts' decode is
+    priced with stand-ins, each named with its source (recent_gpus.py DECODE_STAND_INS) and listed in the
+    reference; a part that changes how its decode is priced must change its entry (and the page) too."""
+    from pathlib import Path
+
+    from engines.perf.kernels import get_stack, kernels_for
+    from engines.perf.recent_gpus import DECODE_STAND_INS, RECENT_GPUS
+
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs/performance-model/reference.md").read_text().split())
+    section = page[page.index("Decode on AD102 and GB202"):]
+    assert set(DECODE_STAND_INS) == {n for n in RECENT_GPUS if n.startswith(("rtx-", "l40s"))}
+    for name, entry in DECODE_STAND_INS.items():
+        gpu = RECENT_GPUS[name]
+        measured = kernels_for(get_stack("vllm-0.32"), name, gpu.matmul_efficiency)
+        assert measured.gemm.stream_efficiency == 0.884 and "0.884" in entry["weight_stream"]  # the A100 PCIe fit
+        assert gpu.weight_stream_efficiency == WEIGHT_STREAM and "0.73" in entry["weight_stream"]
+        att = measured.attention  # vLLM's FLASH_ATTN on sm89/sm120: FA2, no per-call or per-sequence cost
+        assert (att.name, att.decode_fixed_s, att.decode_efficiency, att.decode_split) == ("fa2-ideal", 0.0, None, None)
+        assert "no per-call or per-sequence cost" in entry["decode_attention"]
+        read = 0.914 if name in ("rtx-4090-24g", "l40s-48g") else 0.934  # [BW-ADA], [BW-GB202]: read tests
+        assert gpu.hbm_efficiency == pytest.approx(read * 0.85 / 0.88)
+        assert f"`{name}`" in section, f"the reference's stand-in table should name {name}"

@@ -185,6 +185,33 @@ RECENT_GPUS: dict[str, GpuSpec] = {
     ),
 }
 
+# Decode on the Ada and Blackwell RTX parts (issue 50 item 4): what their weight-streaming GEMMs and paged
+# decode attention are priced with, and why. Serving kernels measured on these chips, at decode shapes, were
+# searched for and not found with absolute times (docs/performance-model/reference.md, "Decode on AD102 and
+# GB202": the search and the near misses), so every entry is a stand-in, named with its source; the one
+# published paged-decode timing on AD102, FlashInfer's MLA kernel on an RTX 4090 ([FI-MLA-4090]), is a
+# different kernel and serves as a check, not a constant.
+#   [FI-MLA-4090] flashinfer-ai/flashinfer PR #551 (MLA decode), nvbench on a GeForce RTX 4090, page size 64:
+#             16 x 1,024 tokens read 18.1 MiB in 38.0 us (504 GB/s, 0.50 of 1,008); 256 x 1,024 and
+#             16 x 16,384 0.78; 256 x 16,384 4.5 GiB in 5.13 ms (944 GB/s, 0.936).
+_AD102_STAND_INS = {
+    "weight_stream": "measured stacks: the A100 80GB PCIe cuBLAS fit, 0.884 of bandwidth (kernels.py _GEMM_2024, "
+                     "[VIDUR-OPS]); ideal: 0.73 ([VIDUR-MLP], A40/A100)",
+    "decode_attention": "vLLM's FA2 (fa2-ideal): KV at hbm_efficiency, the best read [BW-ADA] x 0.85/0.88, no "
+                        "per-call or per-sequence cost; sarathi-2024: the A100's split-KV fit (6.45 us a call, 0.830 "
+                        "of bandwidth, 10.2 GB/s a CTA). Check [FI-MLA-4090]: 0.936 at 256 x 16k (priced 0.883), "
+                        "0.50 at 16 x 1k (a per-call cost fa2-ideal leaves out)",
+}
+_GB202_STAND_INS = {
+    "weight_stream": _AD102_STAND_INS["weight_stream"],
+    "decode_attention": "vLLM's FA2 (fa2-ideal): KV at hbm_efficiency, the RTX 5090's best read [BW-GB202] x "
+                        "0.85/0.88, no per-call or per-sequence cost; sarathi-2024: the A100's split-KV fit",
+}
+DECODE_STAND_INS: dict[str, dict[str, str]] = {
+    "rtx-4090-24g": _AD102_STAND_INS, "l40s-48g": _AD102_STAND_INS,
+    "rtx-pro-6000-server-96g": _GB202_STAND_INS, "rtx-pro-6000-ws-96g": _GB202_STAND_INS,
+}
+
 RECENT_ALIASES = {
     "rtx-4090": "rtx-4090-24g", "rtx4090": "rtx-4090-24g", "4090": "rtx-4090-24g",
     "geforce-rtx-4090": "rtx-4090-24g", "nvidia-geforce-rtx-4090": "rtx-4090-24g",
