@@ -185,31 +185,21 @@ RECENT_GPUS: dict[str, GpuSpec] = {
     ),
 }
 
-# Decode on the Ada and Blackwell RTX parts (issue 50 item 4): what their weight-streaming GEMMs and paged
-# decode attention are priced with, and why. Serving kernels measured on these chips, at decode shapes, were
-# searched for and not found with absolute times (docs/performance-model/reference.md, "Decode on AD102 and
-# GB202": the search and the near misses), so every entry is a stand-in, named with its source; the one
-# published paged-decode timing on AD102, FlashInfer's MLA kernel on an RTX 4090 ([FI-MLA-4090]), is a
-# different kernel and serves as a check, not a constant.
-#   [FI-MLA-4090] flashinfer-ai/flashinfer PR #551 (MLA decode), nvbench on a GeForce RTX 4090, page size 64:
-#             16 x 1,024 tokens read 18.1 MiB in 38.0 us (504 GB/s, 0.50 of 1,008); 256 x 1,024 and
-#             16 x 16,384 0.78; 256 x 16,384 4.5 GiB in 5.13 ms (944 GB/s, 0.936).
-_AD102_STAND_INS = {
-    "weight_stream": "measured stacks: the A100 80GB PCIe cuBLAS fit, 0.884 of bandwidth (kernels.py _GEMM_2024, "
-                     "[VIDUR-OPS]); ideal: 0.73 ([VIDUR-MLP], A40/A100)",
-    "decode_attention": "vLLM's FA2 (fa2-ideal): KV at hbm_efficiency, the best read [BW-ADA] x 0.85/0.88, no "
-                        "per-call or per-sequence cost; sarathi-2024: the A100's split-KV fit (6.45 us a call, 0.830 "
-                        "of bandwidth, 10.2 GB/s a CTA). Check [FI-MLA-4090]: 0.936 at 256 x 16k (priced 0.883), "
-                        "0.50 at 16 x 1k (a per-call cost fa2-ideal leaves out)",
-}
-_GB202_STAND_INS = {
-    "weight_stream": _AD102_STAND_INS["weight_stream"],
-    "decode_attention": "vLLM's FA2 (fa2-ideal): KV at hbm_efficiency, the RTX 5090's best read [BW-GB202] x "
-                        "0.85/0.88, no per-call or per-sequence cost; sarathi-2024: the A100's split-KV fit",
-}
-DECODE_STAND_INS: dict[str, dict[str, str]] = {
-    "rtx-4090-24g": _AD102_STAND_INS, "l40s-48g": _AD102_STAND_INS,
-    "rtx-pro-6000-server-96g": _GB202_STAND_INS, "rtx-pro-6000-ws-96g": _GB202_STAND_INS,
+# Decode on the Ada and Blackwell RTX parts (issue 50 item 4): where their weight-streaming GEMMs and vLLM's
+# paged decode attention come from. Measured on the L40S (AD102) and the RTX PRO 6000 Server (GB202) in
+# NVIDIA AIConfigurator's operator profiles (kernels.py [AIC-DECODE], [AIC-GEMM]); the RTX 4090 and the
+# Workstation Edition take their chip sibling's (no profile of them was found). Under `ideal` every part
+# keeps the datasheet fractions (weights at 0.73, KV at hbm_efficiency above), and under `sarathi-serve-2024`
+# decode attention stays the A100's split-KV fit (Sarathi-Serve's own decode call).
+DECODE_SOURCES: dict[str, dict[str, str]] = {
+    "l40s-48g": {"weight_stream": "measured: 0.819 [AIC-GEMM] (vLLM 0.22's bf16 GEMMs on an L40S)",
+                 "decode_attention": "measured: vLLM 0.24's FA2 on an L40S [AIC-DECODE]"},
+    "rtx-pro-6000-server-96g": {"weight_stream": "measured: 0.939 [AIC-GEMM] (SGLang 0.5.10's bf16 GEMMs)",
+                                "decode_attention": "measured: vLLM 0.24's FA2 on this part [AIC-DECODE]"},
+    "rtx-4090-24g": {"weight_stream": "sibling: the L40S's 0.819 (AD102)",
+                     "decode_attention": "sibling: the L40S's (AD102), times as measured, KV at 0.853 of its own bandwidth"},
+    "rtx-pro-6000-ws-96g": {"weight_stream": "sibling: the Server Edition's 0.939 (GB202)",
+                            "decode_attention": "sibling: the Server Edition's (GB202), KV at 0.947 of its own bandwidth"},
 }
 
 RECENT_ALIASES = {
