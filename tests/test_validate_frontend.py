@@ -50,6 +50,7 @@ def test_a_vllm_cpu_replay_delivers_each_token_after_its_steps_outputs_are_proce
     steps = simulate(specs_of(run.records), make_engine(target.engine), target.plan.timer)
     got = replay(target, run.records)
     front = frontend_costs("vllm-0.32-cpu-plugin")
+    assert "API server's output processing" in target.describe()
     for a, b in zip(got, deliver(steps, front), strict=True):
         assert np.array_equal(a.token_times_s, b.token_times_s)
     for sim, plain in zip(got, steps):  # every token later than its step's end by at least one request's processing

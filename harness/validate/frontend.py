@@ -33,14 +33,14 @@ def delivery_times(step_ends: Counter, costs: FrontendCosts) -> dict[float, floa
 def deliver(records: Sequence[RequestRecord], costs: FrontendCosts) -> list[RequestRecord]:
     """`records` with every token at its delivery time. Tokens of one step share its end exactly
     (the simulator stamps a step's tokens with one time), which is how they are counted together."""
-    ends = Counter(float(t) for r in records for t in r.token_times_s)
+    ends = Counter(float(t) for r in records for t in r.token_times_s if np.isfinite(t))
     when = delivery_times(ends, costs)
     out = []
     for r in records:
         if len(r.token_times_s) == 0:
             out.append(r)
             continue
-        times = np.array([when[float(t)] for t in r.token_times_s])
+        times = np.array([when[float(t)] if np.isfinite(t) else float(t) for t in r.token_times_s])
         out.append(dataclasses.replace(r, token_times_s=times, first_token_s=float(times[0]),
                                        finished_s=float(times[-1]) if np.isfinite(r.finished_s) else r.finished_s))
     return out

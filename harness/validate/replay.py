@@ -52,7 +52,11 @@ class Target:
         # the scheduler's entry as written: its knobs, then the engine's setting it carries
         knobs = ", ".join(f"{k}={v}" for k, v in (*self.scheduler.knobs, ("prefix_caching", self.engine.prefix_caching)))
         ranks = f" per rank (each of {self.plan.dp} DP ranks its own engine core)" if self.plan.dp > 1 else ""
-        return f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); KV {self.kv_tokens} tokens{ranks}"
+        cpu = str((self.perf_cfg or {}).get("cpu_costs") or "engine")
+        front = (f"; each token delivered after the API server's output processing (perf.cpu_costs={cpu})"
+                 if frontend_costs(cpu) is not None else "")
+        return (f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); "
+                f"KV {self.kv_tokens} tokens{ranks}{front}")
 
 
 def config_for(run: MeasuredRun, overrides: Sequence[str]):
