@@ -273,3 +273,5 @@ def test_ad102_and_gb202_decode_is_priced_from_their_measured_kernels():
     # Sarathi-Serve's own decode call keeps the A100's split-KV fit; the datasheet stack its fractions
     assert kernels_for(get_stack("sarathi-serve-2024"), "l40s-48g", 0.743).attention.name == "sarathi-2024"
     assert kernels_for(get_stack("ideal"), "l40s-48g", 0.743).attention.decode_per_cta_s == 0.0
+    # a what-if that names the unmeasured kernel gets it
+    assert kernels_for(get_stack("vllm-0.32"), "l40s-48g", 0.743, attention="fa2-ideal").attention.decode_fixed_s == 0.0

@@ -422,7 +422,7 @@ def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
     att = get_attention_kernel(attention or hopper or stack.attention)
     if stack.varlen_mixed and att.name == _VARLEN_FA2 and gpu_name not in CPU_NAMES:  # FA2 runs on GPUs only
         att = replace(att, mixed_decode_rows=SPLIT_KERNEL_ROWS)
-        measured = fa2_decode_source(gpu_name)
+        measured = None if attention else fa2_decode_source(gpu_name)  # a kernel named by hand stays as named
         if measured is not None:  # vLLM's FA2 decode as measured on this chip [AIC-DECODE]
             fixed, per_cta, eta = _FA2_DECODE_MEASURED[measured]
             att = replace(att, name="fa2-vllm-measured", decode_fixed_s=fixed, decode_per_cta_s=per_cta,
