@@ -239,3 +239,39 @@ def test_the_gpu_check_names_the_new_cards():
              "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "rtx-pro-6000-ws-96g",
              "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": None}
     assert {n: mod.gpu_catalog_key(n) for n in names} == names
+
+
+def test_ad102_and_gb202_decode_is_priced_from_their_measured_kernels():
+    """Issue 50 item 4: vLLM's decode on the L40S and the RTX PRO 6000 Server is priced from their measured
+    operator profiles (kernels.py [AIC-DECODE], [AIC-GEMM]), the RTX 4090 and the Workstation Edition from their
+    chip sibling's; a decode-only step's attention is the fitted law, derived here from the cited constants."""
+    from pathlib import Path
+
+    from engines.perf.kernels import get_stack, kernels_for
+    from engines.perf.recent_gpus import DECODE_SOURCES, RECENT_GPUS
+
+    measured = {"l40s-48g": (9.02e-6, 0.0142e-6, 0.853, 0.819),
+                "rtx-pro-6000-server-96g": (10.13e-6, 0.0146e-6, 0.947, 0.939)}
+    sibling = {"rtx-4090-24g": "l40s-48g", "rtx-pro-6000-ws-96g": "rtx-pro-6000-server-96g"}
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs/performance-model/reference.md").read_text().split())
+    section = page[page.index("Decode on AD102 and GB202"):]
+    assert set(DECODE_SOURCES) == {n for n in RECENT_GPUS if n.startswith(("rtx-", "l40s"))}
+    for name in DECODE_SOURCES:
+        gpu = RECENT_GPUS[name]
+        fixed, per_cta, eta, stream = measured[sibling.get(name, name)]
+        k = kernels_for(get_stack("vllm-0.32"), name, gpu.matmul_efficiency)
+        assert k.gemm.stream_efficiency == stream
+        att = k.attention
+        assert (att.decode_fixed_s, att.decode_per_cta_s, att.decode_efficiency) == (fixed, per_cta, eta)
+        # Llama-3-8B (8 KV heads, head dim 128, 32 layers): 32 decodes at 4,096 tokens, one layer's call
+        p = PerfModel(Deployment.create(model="llama3-8b", gpu=name, stack="vllm-0.32"))
+        kv_bytes = 32 * (4096 + 1) * 8 * 128 * 2 * 2
+        qo_bytes = 32 * 32 * 128 * 2 * 2
+        law = fixed + per_cta * 32 * 8 + (kv_bytes + qo_bytes) / (eta * gpu.hbm_bandwidth)
+        assert p.breakdown([1] * 32, [4096] * 32)["attention"] / 32 == pytest.approx(law, rel=1e-6)
+        assert f"`{name}`" in section, f"the reference's table should name {name}"
+    # Sarathi-Serve's own decode call keeps the A100's split-KV fit; the datasheet stack its fractions
+    assert kernels_for(get_stack("sarathi-serve-2024"), "l40s-48g", 0.743).attention.name == "sarathi-2024"
+    assert kernels_for(get_stack("ideal"), "l40s-48g", 0.743).attention.decode_per_cta_s == 0.0
+    # a what-if that names the unmeasured kernel gets it
+    assert kernels_for(get_stack("vllm-0.32"), "l40s-48g", 0.743, attention="fa2-ideal").attention.decode_fixed_s == 0.0

@@ -85,7 +85,7 @@ class BatchPricer(DecodeRunPricing):
         units = ops.attention_units(
             np.ones_like(c), c, window=self.window, flops_per_pair=att.flops_per_pair,
             kv_bytes_per_token=att.kv_bytes_per_token, qo_bytes_per_token=att.qo_bytes_per_token,
-            flops=att.flops, bandwidth=att.bandwidth, causal=self.causal)
+            flops=att.flops, bandwidth=att.bandwidth, causal=self.causal, decode_seq_units=att.decode_seq_units)
         self._decode_units_arr = units
         self._decode_units = units.tolist()
         cached = c[:, 0] if self.window is None else np.minimum(c[:, 0], float(self.window - 1))
@@ -96,8 +96,8 @@ class BatchPricer(DecodeRunPricing):
             self._blocks = self._blocks_arr.tolist()
         if self.mixed_rows:  # a decode's units in a step with a prefill chunk (_mixed_decode_units)
             a = c[:, 0] + 1.0 if self.window is None else np.minimum(c[:, 0] + 1.0, float(self.window))
-            self._mixed = np.floor(np.maximum((a * 2.0) * self.mixed_rows * self.k_pairs,
-                                              a * self.k_kv + self.k_qo)).tolist()
+            self._mixed = (np.floor(np.maximum((a * 2.0) * self.mixed_rows * self.k_pairs,
+                                               a * self.k_kv + self.k_qo)) + float(att.decode_seq_units)).tolist()
 
     def _split_blocks(self, splits: int) -> list[float]:
         """Per context: the K/V blocks a CTA of one sequence streams under `splits` splits

@@ -43,6 +43,7 @@ class AttentionCoefficients:
     decode_fixed_units: int
     decode_call: DecodeCall | None  # the split-KV decode kernel (split_kv.py), or None
     mixed_decode_rows: int = 0  # a decode's padded query tile in a mixed step (kernels.py [FA2-VARLEN])
+    decode_seq_units: int = 0  # each decode's own cost (its CTAs: one per KV head on this GPU), whole units
 
     def units(self, n: np.ndarray, c: np.ndarray, scratch) -> np.ndarray:
         """Per-row attention of one layer, in whole TIME_QUANTUM_S units (the split-KV call's included)."""
@@ -51,7 +52,7 @@ class AttentionCoefficients:
             kv_bytes_per_token=self.kv_bytes_per_token, qo_bytes_per_token=self.qo_bytes_per_token,
             flops=self.flops, bandwidth=self.bandwidth, scratch=scratch, causal=self.causal,
             prefill_fixed_units=self.prefill_fixed_units, decode_fixed_units=self.decode_fixed_units,
-            mixed_decode_rows=self.mixed_decode_rows)
+            mixed_decode_rows=self.mixed_decode_rows, decode_seq_units=self.decode_seq_units)
         if self.decode_call is None:
             return units
         return units + self.decode_call.units(n, c, scratch[0])
@@ -234,4 +235,5 @@ def _attention(d: Deployment, k: Kernels, qh: int, kvh: int, hd: int, bpe: int, 
             att.decode_split, sm_count=gpu.sm_count, q_heads=qh, kv_heads=kvh, head_dim=hd,
             kv_bytes_per_token=kv_bytes_per_token, qo_bytes_per_token=qo_bytes_per_token,
             bandwidth=bandwidth, window=window),
-        mixed_decode_rows=att.mixed_decode_rows)
+        mixed_decode_rows=att.mixed_decode_rows,
+        decode_seq_units=math.floor(att.decode_per_cta_s * kvh / ops.TIME_QUANTUM_S))

@@ -42,6 +42,39 @@ step carries 2K-token prompts; a decode step sends only per-request diffs, so th
 part is not measured: 0). Sampling and detokenization are not in them (V1 detokenizes in the API
 server's process, beside the engine core). A check, not a fit: vllm issue #48229 reports ~6 ms
 steps for Qwen2.5-7B at batch 32 on one H100 with CUDA graphs.
+
+What vLLM's async engine does not hide (vLLM 0.32.0, read whole; issue 50). With async scheduling
+(`v1/engine/core.py` `step_with_batch_queue`) step N+1 is scheduled and handed to the workers before
+N's output is awaited, and N's `update_from_output` runs while N+1 computes: a step costs
+max(GPU, CPU), priced by the `vllm-0.19`/`vllm-0.32` stacks. Two costs stay outside that overlap:
+
+* **On a CPU platform there is no overlap.** `platforms/cpu.py` sets `scheduler_config.
+  async_scheduling = False` ("async scheduling is not required on CPU"), so `EngineCore.step` runs
+  `Scheduler.schedule()`, the model and `Scheduler.update_from_output()` in series: the scheduler's
+  time adds to every step. Profiles `vllm-0.32-cpu` (vLLM's own `Scheduler`) and
+  `vllm-0.32-cpu-plugin` (the harness's `PolicyScheduler` running Sarathi-Serve: the CPU loop's
+  engine, `benchmarks/bench_validate.py --engine vllm`), timed in-process on the project's 2-core
+  development host by `scripts/vllm_cpu_costs.py` (decode steps of 1-32 requests, no model; the
+  table is its output, medians of three runs, load average 7-9); least-squares lines through them:
+
+      requests (n)              1     2     4     8    16    32   priced
+      Scheduler (us)           38   101   197   283   542   988   45 + 30 n  (n = 1: +94 %, else within 17 %)
+      PolicyScheduler (us)    176   267   316   471   830  1468  156 + 41 n  (within 12 %)
+      process_outputs (us)      7    13    23    53   297   572   the table, piecewise linear (no line fits:
+                                                                 6.6 us a request to 8, 18 from 16 on)
+
+* **The API server's output processing is after the step, every step, on any device.** The engine
+  core sends each step's outputs to the API server process, whose one `AsyncLLM.output_handler`
+  task (`v1/engine/async_llm.py`) runs `OutputProcessor.process_outputs` on them
+  (`v1/engine/output_processor.py`: detokenize each request's new tokens, build its RequestOutput,
+  put it in the request's queue) before any request's stream sees its token: a token reaches the
+  client that long after its step ends, and a step's outputs wait for the previous step's (one task,
+  in order). `FrontendCosts` (the row `process_outputs` above, measured with the tiny model's
+  tokenizer, streaming completions). Priced where measured: the CPU profiles above, applied by
+  `validate`/`calibrate` (harness/validate/frontend.py) to the replay's token times; no measurement
+  of it on a GPU server's host was found, so the GPU stacks leave it out (an under-estimate of TTFT
+  and ITL by it). Not priced anywhere, for want of a measurement: the HTTP/SSE layer, a request's
+  intake (`InputProcessor.process_inputs`, the ZMQ hops), the engine core's output serialization.
 """
 from __future__ import annotations
 
@@ -85,18 +118,58 @@ HOST_OVERHEADS: dict[tuple[str, str], CpuCosts] = {
 }
 
 
+
+
+@dataclass(frozen=True)
+class FrontendCosts:
+    """The API server's work on one step's outputs (module docstring), measured at `requests` with a
+    token in the step: piecewise linear between them, the last segment's slope past the last, 0 for
+    none. It starts when the step ends and the previous step's is done."""
+
+    requests: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def time(self, requests: int) -> float:
+        if requests <= 0:
+            return 0.0
+        n, t = (0, *self.requests), (0.0, *self.seconds)
+        if requests >= n[-1]:
+            return t[-1] + (requests - n[-1]) * (t[-1] - t[-2]) / (n[-1] - n[-2])
+        i = next(k for k in range(1, len(n)) if requests <= n[k])
+        return t[i - 1] + (requests - n[i - 1]) * (t[i] - t[i - 1]) / (n[i] - n[i - 1])
+
+
+# vLLM 0.32 on a CPU host (module docstring: serial steps, no async scheduling), measured on the project's
+# 2-core development host by scripts/vllm_cpu_costs.py; least-squares lines through its medians.
+CPU_PROFILES["vllm-0.32-cpu"] = CpuCosts(cpu_overhead_s=45e-6, cpu_overhead_per_seq_s=30e-6,
+                                         multi_gpu_overhead_s=0.0, multi_gpu_overhead_per_seq_s=0.0)
+CPU_PROFILES["vllm-0.32-cpu-plugin"] = CpuCosts(cpu_overhead_s=156e-6, cpu_overhead_per_seq_s=41e-6,
+                                                multi_gpu_overhead_s=0.0, multi_gpu_overhead_per_seq_s=0.0)
+_VLLM_032_CPU_FRONTEND = FrontendCosts(requests=(1, 2, 4, 8, 16, 32),
+                                       seconds=(7e-6, 13e-6, 23e-6, 53e-6, 297e-6, 572e-6))
+FRONTEND_PROFILES: dict[str, FrontendCosts] = {"vllm-0.32-cpu": _VLLM_032_CPU_FRONTEND,
+                                               "vllm-0.32-cpu-plugin": _VLLM_032_CPU_FRONTEND}
+
 # What a run prices on the CPU (`perf.cpu_costs`): "engine" the stack's profile above (an engine's
 # iteration as run), "none" GPU kernels only, as an operator-profile simulator prices them (the first
 # Sarathi paper's Sec. 5.4 simulator; its successor Vidur skips CPU overheads unless asked,
-# vidur/config/config.py skip_cpu_overhead_modeling = True).
-CPU_CHOICES = ("engine", "none")
+# vidur/config/config.py skip_cpu_overhead_modeling = True), or a measured host profile by name
+# (the vLLM CPU ones above: the engine core's costs, and its API server's where `FRONTEND_PROFILES` has it).
+CPU_CHOICES = ("engine", "none", "vllm-0.32-cpu", "vllm-0.32-cpu-plugin")
 
 
 def cpu_choice(choice: str) -> dict[str, float]:
     """Deployment field values for a `perf.cpu_costs` choice ({}: the stack's own)."""
     if choice not in CPU_CHOICES:
         raise HarnessError(f"perf.cpu_costs must be one of {', '.join(CPU_CHOICES)}, got {choice!r}")
+    if choice in CPU_PROFILES:
+        return asdict(CPU_PROFILES[choice])
     return {} if choice == "engine" else dict.fromkeys(CPU_FIELDS, 0.0)
+
+
+def frontend_costs(choice: str) -> FrontendCosts | None:
+    """The API server's measured costs for a `perf.cpu_costs` choice (None: not measured, not priced)."""
+    return FRONTEND_PROFILES.get(choice)
 
 
 def cpu_costs(profile: str, host: str | None = None) -> dict[str, float]:

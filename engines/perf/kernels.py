@@ -57,6 +57,20 @@ Sources:
              * FLASHINFER: vllm/v1/attention/backends/flashinfer.py orders decodes first
                (split_decodes_and_prefills) and runs them in BatchDecodeWithPagedKVCacheWrapper, the
                prefills in BatchPrefillWithPagedKVCacheWrapper: a decode's kernel is the same: no rule.
+  [AIC-DECODE] NVIDIA AIConfigurator's measured operator profiles (ai-dynamo/aiconfigurator, commit
+             095f58a51c4ca8e61b66ec108d86f223f8d559ce, aic-core/src/aiconfigurator_core/systems/data/
+             {l40s,rtx_pro_6000_server}/attention/vllm/0.24.0/generation_attention_perf.parquet):
+             vLLM 0.24's FlashAttention-2 decode (kernel_source vllm_flash_attn_fa2) on an NVIDIA L40S
+             (AD102) and an RTX PRO 6000 Blackwell Server Edition (GB202), batch 1-2,048 x context
+             2-131,072, 1-96 query and 1-8 KV heads, head dim 128, bf16 KV, no window. Fitted by
+             `python benchmarks/fit_decode_ad102_gb202.py AIC_REPO` (least squares of relative error on even
+             points, scored on odd; points whose KV fits in L2, 96 / 128 MB, left out unless
+             under 1/16 of it: the profiler re-reads a warm cache, a serving step does not):
+             t = t0 + per CTA x sequences x KV heads + KV bytes / (eta x bandwidth).
+  [AIC-GEMM] The same repository and commit, .../{l40s/gemm/vllm/0.22.0, rtx_pro_6000_server/gemm/sglang/
+             0.5.10}/gemm_perf.parquet: bf16 GEMMs (torch's, i.e. cuBLAS, as vLLM 0.22 and SGLang 0.5.10
+             call them) at M = 1-32,768 x N, K = 32-65,536 on the same two GPUs; the decode shapes'
+             weight-streaming fraction by the same script.
 Launch costs and CUDA graphs: launch.py; CPU costs: cpu_costs.py.
 """
 from __future__ import annotations
@@ -134,6 +148,9 @@ class AttentionKernel:
     # query head against its keys (the rows x keys rectangle at the prefill FLOP rate, or its KV
     # stream if slower); 0: it costs what it costs in a decode-only call. [FA2-VARLEN]
     mixed_decode_rows: int = 0
+    # Each decode's own cost in a decode call beyond its KV stream: this much per CTA, one per decode
+    # sequence and KV head on the GPU (FA2 packs a KV head's query group into one CTA) [AIC-DECODE].
+    decode_per_cta_s: float = 0.0
 
 
 # ----------------------------------------------------------------------------- GEMM kernels
@@ -151,6 +168,13 @@ _GEMM_2024 = {
 # and fixed cost. An assumption, named here: no profile of those GPUs is in [VIDUR-OPS].
 _GEMM_2024_FALLBACK = "a100-80g-pcie"
 _GEMM_FALLBACK_MAMF = 0.811  # hardware.py: a100-80g-pcie matmul_efficiency
+# Where a GPU's decode GEMMs were measured, its own weight-streaming fraction replaces the A100's 0.884
+# [AIC-GEMM]: the median over bf16 GEMMs of M <= 16 whose weights are over 4 x L2 of bytes / ((t - 5.7 us)
+# x bandwidth): L40S 0.819, RTX PRO 6000 Server 0.939 (decode-GEMM MAPE with the A100 fit's other constants
+# 8.4 -> 4.6 % and 8.3 -> 2.5 %). A part of the same chip takes its sibling's (kernels of the chip, memory of
+# its own datasheet): the RTX 4090 the L40S's, the Workstation Edition the Server's.
+_GEMM_STREAM_MEASURED = {"l40s-48g": 0.819, "rtx-pro-6000-server-96g": 0.939}
+_GEMM_STREAM_SIBLING = {"rtx-4090-24g": "l40s-48g", "rtx-pro-6000-ws-96g": "rtx-pro-6000-server-96g"}
 _GEMM_IDEAL = GemmKernel("datasheet", compute_efficiency=0.0, k_half=0.0, stream_efficiency=0.0, fixed_s=0.0,
                          smooth=False)  # 0.0: the GPU's matmul_efficiency / weight_stream_efficiency
 
@@ -356,6 +380,22 @@ def get_attention_kernel(name: str) -> AttentionKernel:
     return _ATTENTION[key]
 
 
+# vLLM's FlashAttention-2 decode as measured on the Ada and Blackwell RTX chips [AIC-DECODE]: (per call s,
+# per CTA s, fraction of bandwidth), held-out MAPE over the profile's kept points 14.9 % (L40S) and 15.9 % (RTX PRO
+# 6000 Server), where the unmeasured `fa2-ideal` decode (KV at a read test's fraction, no per-call or per-CTA
+# cost) scores 74 and 78 %. A part of the same chip takes its sibling's times and fraction (of its own
+# bandwidth): the RTX 4090 the L40S's (AD102), the Workstation Edition the Server's (GB202).
+_FA2_DECODE_MEASURED = {"l40s-48g": (9.02e-6, 0.0142e-6, 0.853),
+                        "rtx-pro-6000-server-96g": (10.13e-6, 0.0146e-6, 0.947)}
+_FA2_DECODE_SIBLING = {"rtx-4090-24g": "l40s-48g", "rtx-pro-6000-ws-96g": "rtx-pro-6000-server-96g"}
+
+
+def fa2_decode_source(gpu_name: str) -> str | None:
+    """The part whose measured FA2 decode `gpu_name` is priced with (itself or its chip's sibling), or None."""
+    name = _FA2_DECODE_SIBLING.get(gpu_name, gpu_name)
+    return name if name in _FA2_DECODE_MEASURED else None
+
+
 _HOPPER = ("h100", "h200")  # hardware.py catalog names of sm90 parts
 _RELEASE_ATTENTION = {"fa2": "fa2-ideal", "fa3": "fa3-2024", "flashinfer": "flashinfer-2025"}
 # [FA2-VARLEN] a decode's query tile in a mixed varlen call: kBlockM of run_mha_fwd_splitkv_dispatch,
@@ -382,6 +422,11 @@ def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
     att = get_attention_kernel(attention or hopper or stack.attention)
     if stack.varlen_mixed and att.name == _VARLEN_FA2 and gpu_name not in CPU_NAMES:  # FA2 runs on GPUs only
         att = replace(att, mixed_decode_rows=SPLIT_KERNEL_ROWS)
+        measured = None if attention else fa2_decode_source(gpu_name)  # a kernel named by hand stays as named
+        if measured is not None:  # vLLM's FA2 decode as measured on this chip [AIC-DECODE]
+            fixed, per_cta, eta = _FA2_DECODE_MEASURED[measured]
+            att = replace(att, name="fa2-vllm-measured", decode_fixed_s=fixed, decode_per_cta_s=per_cta,
+                          decode_efficiency=eta)
     chip = _SAME_CHIP.get(gpu_name, gpu_name)
     if stack.gemm == "datasheet":
         gemm = _GEMM_IDEAL
@@ -390,5 +435,8 @@ def kernels_for(stack: EngineStack, gpu_name: str, gpu_matmul_efficiency: float,
     else:
         base = _GEMM_2024[_GEMM_2024_FALLBACK]
         gemm = replace(base, compute_efficiency=base.compute_efficiency * gpu_matmul_efficiency / _GEMM_FALLBACK_MAMF)
+        stream = _GEMM_STREAM_MEASURED.get(_GEMM_STREAM_SIBLING.get(chip, chip))
+        if stream is not None:  # its decode GEMMs as measured on its chip [AIC-GEMM]
+            gemm = replace(gemm, stream_efficiency=stream)
     ew = _IDEAL if stack.elementwise == "ideal" else _VLLM_2024.get(chip, _VLLM_2024[_VLLM_2024_FALLBACK])
     return Kernels(gemm, att, ew)

@@ -185,7 +185,7 @@ def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None,
                     kv_bytes_per_token: float, qo_bytes_per_token: float, flops: float,
                     bandwidth: float, scratch: Sequence[np.ndarray] | None = None, causal: bool = True,
                     prefill_fixed_units: int = 0, decode_fixed_units: int = 0,
-                    mixed_decode_rows: int = 0) -> np.ndarray:
+                    mixed_decode_rows: int = 0, decode_seq_units: int = 0) -> np.ndarray:
     """Per-sequence attention time of one layer, in whole TIME_QUANTUM_S units (rounded down),
     summed over the last axis. `new` and `context` are float64 arrays of token counts.
 
@@ -207,6 +207,7 @@ def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None,
     `mixed_decode_rows` (kernels.AttentionKernel.mixed_decode_rows): in a row that also holds a
     prefill chunk, each decode computes a query tile of that many rows against its keys (the
     rectangle, rows x keys) instead of its one row; 0: a decode costs the same in any row.
+    `decode_seq_units` is added per decode item (n == 1): its own CTAs' cost beyond its KV stream.
     """
     n = new
     if scratch is None:
@@ -256,6 +257,10 @@ def attention_units(new: np.ndarray, context: np.ndarray, *, window: int | None,
     if prefill_fixed_units:
         np.greater(n, 1.0, out=tmp)
         tmp *= float(prefill_fixed_units)
+        pairs += tmp
+    if decode_seq_units:
+        np.equal(n, 1.0, out=tmp)
+        tmp *= float(decode_seq_units)
         pairs += tmp
     units = pairs.sum(axis=-1)
     if decode_fixed_units:

@@ -185,6 +185,23 @@ RECENT_GPUS: dict[str, GpuSpec] = {
     ),
 }
 
+# Decode on the Ada and Blackwell RTX parts (issue 50 item 4): where their weight-streaming GEMMs and vLLM's
+# paged decode attention come from. Measured on the L40S (AD102) and the RTX PRO 6000 Server (GB202) in
+# NVIDIA AIConfigurator's operator profiles (kernels.py [AIC-DECODE], [AIC-GEMM]); the RTX 4090 and the
+# Workstation Edition take their chip sibling's (no profile of them was found). Under `ideal` every part
+# keeps the datasheet fractions (weights at 0.73, KV at hbm_efficiency above), and under `sarathi-serve-2024`
+# decode attention stays the A100's split-KV fit (Sarathi-Serve's own decode call).
+DECODE_SOURCES: dict[str, dict[str, str]] = {
+    "l40s-48g": {"weight_stream": "measured: 0.819 [AIC-GEMM] (vLLM 0.22's bf16 GEMMs on an L40S)",
+                 "decode_attention": "measured: vLLM 0.24's FA2 on an L40S [AIC-DECODE]"},
+    "rtx-pro-6000-server-96g": {"weight_stream": "measured: 0.939 [AIC-GEMM] (SGLang 0.5.10's bf16 GEMMs)",
+                                "decode_attention": "measured: vLLM 0.24's FA2 on this part [AIC-DECODE]"},
+    "rtx-4090-24g": {"weight_stream": "sibling: the L40S's 0.819 (AD102)",
+                     "decode_attention": "sibling: the L40S's (AD102), times as measured, KV at 0.853 of its own bandwidth"},
+    "rtx-pro-6000-ws-96g": {"weight_stream": "sibling: the Server Edition's 0.939 (GB202)",
+                            "decode_attention": "sibling: the Server Edition's (GB202), KV at 0.947 of its own bandwidth"},
+}
+
 RECENT_ALIASES = {
     "rtx-4090": "rtx-4090-24g", "rtx4090": "rtx-4090-24g", "4090": "rtx-4090-24g",
     "geforce-rtx-4090": "rtx-4090-24g", "nvidia-geforce-rtx-4090": "rtx-4090-24g",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from common.errors import HarnessError
 from engines.perf import Deployment
 from engines.perf.calibration import Calibration
+from engines.perf.cpu_costs import frontend_costs
 from engines.perf.factory import build_perf_model
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends import backend_settings
@@ -19,6 +20,7 @@ from harness.records import RequestRecord, RequestSpec
 from harness.search.experiment import EngineSettings, _scheduler_configs
 from harness.typed import typed
 
+from .frontend import deliver
 from .runfile import MeasuredRun
 
 GROUPS = ("model", "hardware", "parallel", "perf", "scheduler", "backend", "dataset", "arrival", "slo", "search")
@@ -50,7 +52,11 @@ class Target:
         # the scheduler's entry as written: its knobs, then the engine's setting it carries
         knobs = ", ".join(f"{k}={v}" for k, v in (*self.scheduler.knobs, ("prefix_caching", self.engine.prefix_caching)))
         ranks = f" per rank (each of {self.plan.dp} DP ranks its own engine core)" if self.plan.dp > 1 else ""
-        return f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); KV {self.kv_tokens} tokens{ranks}"
+        cpu = str((self.perf_cfg or {}).get("cpu_costs") or "engine")
+        front = (f"; each token delivered after the API server's output processing (perf.cpu_costs={cpu})"
+                 if frontend_costs(cpu) is not None else "")
+        return (f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); "
+                f"KV {self.kv_tokens} tokens{ranks}{front}")
 
 
 def config_for(run: MeasuredRun, overrides: Sequence[str]):
@@ -111,8 +117,11 @@ def replay(target: Target, records: Sequence[RequestRecord], calibration: Calibr
     if calibration is not None:
         timer = build_perf_model(calibration.apply(target.base), target.perf_cfg)
     if target.plan.dp > 1:  # one engine core per DP rank, each with its own limits and KV pool, as vLLM runs them
-        return simulate_vllm_dp(specs_of(records), [target.engine] * target.plan.dp, timer)
-    return simulate(specs_of(records), make_engine(target.engine), timer, pp=target.plan.pp)
+        sim = simulate_vllm_dp(specs_of(records), [target.engine] * target.plan.dp, timer)
+    else:
+        sim = simulate(specs_of(records), make_engine(target.engine), timer, pp=target.plan.pp)
+    front = frontend_costs(str((target.perf_cfg or {}).get("cpu_costs") or "engine"))
+    return sim if front is None else deliver(sim, front)  # the API server's output processing, where measured
 
 
 def kv_bound(target: Target, sim: Sequence[RequestRecord], given: bool) -> str | None:
