@@ -1,7 +1,8 @@
 """`perf.cpu_costs=engine|none`: the engine's CPU costs per iteration (the stack's profile,
 engines/perf/cpu_costs.py) or GPU kernels only, as an operator-profile simulator prices them. The
 default is `engine` (results unchanged); `none` removes exactly the CPU part, which only the last
-pipeline stage carries."""
+pipeline stage carries. The measured vLLM CPU profiles (`vllm-0.32-cpu`, `vllm-0.32-cpu-plugin`) are
+tests/test_validate_frontend.py's."""
 from __future__ import annotations
 
 import numpy as np

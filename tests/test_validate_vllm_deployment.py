@@ -55,10 +55,18 @@ def test_a_dp2_replay_runs_max_num_seqs_on_each_rank(tmp_path):
 
 
 def test_validate_runs_a_dp2_deployment(tmp_path, capsys):
+    """The user's path, `python -m harness validate RUN ... parallel=dp2_ep ...`, replays two engine
+    cores of max_num_seqs each: the 16 requests run in two waves of 8, so the later ones wait about
+    one request's service time for a first token (one engine with one rank's limits ran four waves
+    of 4: a TTFT P90 of about three service times)."""
     code = main(["validate", str(_run_file(tmp_path)), *DP2, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert (tmp_path / "out").is_dir()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert "per rank (each of 2 DP ranks its own engine core)" in summary["deployment"]
+    sim = {(row["metric"], row["stat"]): row["sim_s"] for row in summary["rows"]}
+    service = 199 * sim["tpot", "mean"]  # a request's decodes, the bulk of its time on a rank
+    assert sim["ttft", "p90"] < 1.5 * service, (sim["ttft", "p90"], service)
 
 
 TWO_RELEASES = "perf.stack=vllm-0.19 prices vLLM 0.19 but scheduler.vllm_v1.release=0.32 runs 0.32's scheduler"

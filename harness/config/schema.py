@@ -100,7 +100,7 @@ class PerfSchema:
     cuda_graphs: bool | None = None  # false: a graph-capturing stack's kernels launched eagerly (engines/perf/launch.py)
     ep_comm: str | None = None  # an expert-parallel MoE layer's token exchange: allgather_reducescatter | all2all (engines/perf/expert_parallel.py)
     calibration: str | None = None  # a calibration file (python -m harness calibrate; engines/perf/calibration.py)
-    cpu_costs: str = "engine"  # engine: the stack's CPU costs; none: GPU kernels only (engines/perf/cpu_costs.py CPU_CHOICES)
+    cpu_costs: str = "engine"  # engine: the stack's; none: GPU kernels only; vllm-0.32-cpu[-plugin]: measured on a CPU host (engines/perf/cpu_costs.py CPU_CHOICES)
 
 
 ClusterSchema = schema_of(ClusterSettings)
