@@ -25,3 +25,18 @@ def test_torch_executor_serves_streams(policy):
         res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))
     assert [r.error for r in res.records] == [None] * 8
     assert all(r.completed and r.first_scheduled_s <= r.first_token_s for r in res.records)
+
+
+def test_live_spec_selects_flex_and_graphs(tmp_path):
+    """LiveServerSpec's torch paths reach the server process: it serves with them (CPU: the graphs'
+    static buffers without capture) and names them in its start line."""
+    spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig.shared("sarathi", max_num_seqs=4, token_budget=32),
+                          model="tiny-llama", max_model_len=256, executor="torch", kv_capacity_tokens=2048,
+                          attention_backend="flex", cuda_graphs=True, ready_timeout_s=120, log_dir=str(tmp_path))
+    reqs = [RequestSpec(i, 0.01 * i, 20 + 9 * i, 3 + i) for i in range(4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))
+    assert [r.error for r in res.records] == [None] * 4
+    log = "".join(p.read_text() for p in tmp_path.glob("server-*.log"))
+    assert "executor torch; attention flex, cuda graphs at" in log, log

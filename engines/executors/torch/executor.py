@@ -117,6 +117,17 @@ class TorchExecutor:
         """The constructor the live server calls; keyword arguments as for __init__."""
         return cls(model, **kwargs)
 
+    @property
+    def speed_paths(self) -> str:
+        """One line: the attention backend, and (one process) the graphs and elementwise paths."""
+        out = f"attention {self.attention_backend}"
+        if self._runner is not None:
+            g = self._runner.graphs
+            out += ", cuda graphs off" if g is None else \
+                f", cuda graphs at {len(g.sizes)} sizes ({'captured' if g.capture else 'static buffers, no CUDA'})"
+            out += f", compiled elementwise {'on' if self._runner.compiled_elementwise else 'off'}"
+        return out
+
     # ------------------------------------------------------------------ Executor protocol
     @property
     def eos_token_ids(self) -> tuple[int, ...]:

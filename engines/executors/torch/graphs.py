@@ -162,8 +162,7 @@ class StepGraphs:
             buf.fill(empty, empty, empty, torch.zeros(0, 1, dtype=torch.long, device=self.device),
                      self.block_size, self.window, self.pad_slot)
             if not self.capture:
-                self._forward(size)
-                continue
+                continue  # nothing to compile or capture: the buffers are ready
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # compile and autotune outside the capture

@@ -66,6 +66,7 @@ class ModelRunner:
         self.graphs: StepGraphs | None = None
         self._graphs_wanted = cuda_graphs
         self.last_choice: GraphChoice | None = None
+        self.compiled_elementwise = compile_elementwise
         if compile_elementwise:
             from engines.models.layers.fused import compile_elementwise as fuse
 
