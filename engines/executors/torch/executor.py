@@ -41,12 +41,14 @@ STEP_LOG_LEN = 100_000  # step records kept (a benchmark's iterations; older one
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """How one iteration ran in this process: `mode` graph | static | eager (graphs.GraphChoice),
-    its tokens and the padded size it ran at, and why."""
+    its tokens and the padded size it ran at, why (the graph taken: "decode-only" or "mixed"; or
+    why eager), and its prefill chunks."""
     step_id: int
     mode: str
     tokens: int
     padded_tokens: int
     reason: str
+    chunks: int = 0
 
 
 class PendingStep:
@@ -169,7 +171,7 @@ class TorchExecutor:
         if self._runner is not None:
             tokens = self._runner.step(plan)
             c = self._runner.last_choice
-            self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason))
+            self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason, c.chunks))
             self._apply(plan, tokens)
             return PendingStep(self, plan, slots, tokens)
         self._broadcast(("step", plan))

@@ -40,9 +40,9 @@ class _Context:
 
 
 class ModelRunner:
-    """`cuda_graphs`: decode-only and small mixed steps through graphs.StepGraphs (paged flex
-    attention; one process only), padded to `graph_sizes` (default: vLLM's rule for 128
-    sequences); on CPU the padded static-buffer path without capture. `compile_elementwise`:
+    """`cuda_graphs`: decode-only and mixed steps (up to graphs.MAX_GRAPH_CHUNKS prefill chunks)
+    through graphs.StepGraphs (paged flex attention; one process only), padded to `graph_sizes`
+    (default: vLLM's rule for 128 sequences); on CPU the padded static-buffer path without capture. `compile_elementwise`:
     torch.compile the norm, rotary and SiLU-gate functions (engines.models.layers.fused)."""
 
     def __init__(self, config: ModelConfig, *, dtype: torch.dtype, device: torch.device, block_size: int,
@@ -178,8 +178,9 @@ class ModelRunner:
             seq_of_token = torch.repeat_interleave(torch.arange(m.num_seqs, device=self.device),
                                                    torch.tensor(lens, device=self.device),
                                                    output_size=len(inputs.tokens))  # each token's sequence
+            chunks = [(start, n) for start, n in zip(m.query_starts, lens) if n > 1]
             hidden = self.graphs.run(choice, inputs.tokens, inputs.positions, m.slot_mapping,
-                                     m.block_tables[seq_of_token])
+                                     m.block_tables[seq_of_token], chunks)
         tokens = iter(self.sample(inputs, hidden))
         return [next(tokens) if item.sample else None for item in plan.items]
 
