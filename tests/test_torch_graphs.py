@@ -44,12 +44,14 @@ def test_padded_size_and_buckets():
 def test_choose_pads_decode_and_mixed_steps_and_runs_the_rest_eagerly():
     sizes = capture_sizes(8)  # ... 16
     c = choose([1] * 3, sizes, True, {("decode", 4)})
-    assert (c.mode, c.tokens, c.padded_tokens, c.reason, c.kind) == ("graph", 3, 4, "decode-only", "decode")
+    assert (c.mode, c.tokens, c.padded_tokens, c.reason, c.graph) == ("graph", 3, 4, "decode-only", "decode")
     assert choose([1] * 5, sizes, True, {("decode", 4)}).mode == "static"  # size 8 has no graph (no CUDA)
-    assert choose([1] * 3, sizes, True, {("mixed", 4)}).mode == "static"  # a decode step takes the decode graph
+    c = choose([1] * 5, sizes, True, {("decode", 4), ("mixed", 8)})  # no decode graph at 8: the mixed one
+    assert (c.mode, c.padded_tokens, c.reason, c.graph) == ("graph", 8, "decode-only", "mixed")
     assert choose([1] * 17, sizes, True, set()).mode == "eager"
     c = choose([7, 1, 1], sizes, True, {("mixed", 16)})
-    assert (c.mode, c.padded_tokens, c.reason, c.chunks, c.kind) == ("graph", 16, "mixed", 1, "mixed")
+    assert (c.mode, c.padded_tokens, c.reason, c.chunks, c.graph) == ("graph", 16, "mixed", 1, "mixed")
+    assert choose([7, 1, 1], sizes, True, {("decode", 16)}).mode == "static"  # a mixed step takes mixed graphs only
     # Chunks longer than 16 tokens take mixed graphs (vLLM's capture sizes count every token).
     c = choose([200, 40, 1, 1], capture_sizes(128), True, {("mixed", 248)})
     assert (c.mode, c.tokens, c.padded_tokens, c.chunks) == ("graph", 242, 248, 2)
@@ -57,6 +59,20 @@ def test_choose_pads_decode_and_mixed_steps_and_runs_the_rest_eagerly():
     assert (c.mode, c.reason) == ("eager", "5 prefill chunks over the graphs' 4")
     assert choose([3, 3, 1], sizes, True, {("mixed", 8)}, max_chunks=1).mode == "eager"
     assert choose([1], sizes, False, {("decode", 1)}).mode == "eager"
+
+
+def test_graphs_captured_follow_vllms_keys():
+    """Mixed graphs at every capture size past 1, decode graphs up to max_num_seqs (vLLM 0.32,
+    CudagraphDispatcher.initialize_cudagraph_keys); StepGraphs.keys is what warm() captures."""
+    from engines.executors.torch.attention.flex import FlexAttention
+    from engines.executors.torch.graphs import StepGraphs
+
+    def keys(**kw):
+        return StepGraphs(None, None, FlexAttention(), (1, 2, 4, 8, 16), num_blocks=4, block_size=16, window=None,
+                          scale=1.0, max_len=64, device=torch.device("cpu"), **kw).keys
+    assert keys(max_decode=5) == [("mixed", 16), ("mixed", 8), ("mixed", 4), ("decode", 4), ("mixed", 2),
+                                  ("decode", 2), ("decode", 1)]
+    assert len(keys()) == 9 and keys(max_chunks=0) == [("decode", s) for s in (16, 8, 4, 2, 1)]
 
 
 def test_static_buffers_copy_in_place_and_pad():

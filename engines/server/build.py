@@ -66,6 +66,7 @@ def _torch_executor(cfg: ServerConfig):
             attention_backend=cfg.attention_backend, cuda_graphs=cfg.cuda_graphs,
             # vLLM's capture sizes for this policy's sequences and step tokens (buckets.capture_sizes)
             graph_sizes=capture_sizes(max_num_seqs, step_tokens) if cfg.cuda_graphs else None,
+            graph_max_seqs=max_num_seqs,
             compile_elementwise=cfg.compile_elementwise,
         )
     except (ValueError, OSError, KeyError) as e:

@@ -49,6 +49,7 @@ class StepRecord:
     padded_tokens: int
     reason: str
     chunks: int = 0
+    graph: str | None = None
 
 
 class PendingStep:
@@ -69,7 +70,8 @@ class TorchExecutor:
                  kv_capacity_tokens: int | None = None, block_size: int = 16, tp: int = 1, pp: int = 1,
                  seed: int = 0, attention_backend: str = "auto", gpu_memory_utilization: float = 0.9,
                  startup_timeout_s: float = 600.0, cuda_graphs: bool = False,
-                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False) -> None:
+                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False,
+                 graph_max_seqs: int | None = None) -> None:
         self.config, weights_dir = resolve_model_config(model)
         self.config.check_parallel(tp, pp)
         if device == "auto":
@@ -96,7 +98,7 @@ class TorchExecutor:
             self._runner = ModelRunner(self.config, dtype=self.dtype, device=self.device, block_size=block_size,
                                        weights_dir=weights_dir, seed=seed, attention_backend=attention_backend,
                                        cuda_graphs=cuda_graphs, graph_sizes=graph_sizes,
-                                       compile_elementwise=compile_elementwise)
+                                       compile_elementwise=compile_elementwise, graph_max_seqs=graph_max_seqs)
             measured = self._runner.kv_capacity_tokens(gpu_memory_utilization)
             self.attention_backend = self._runner.backend.name
         else:
@@ -171,7 +173,8 @@ class TorchExecutor:
         if self._runner is not None:
             tokens = self._runner.step(plan)
             c = self._runner.last_choice
-            self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason, c.chunks))
+            self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason, c.chunks,
+                                            c.graph))
             self._apply(plan, tokens)
             return PendingStep(self, plan, slots, tokens)
         self._broadcast(("step", plan))

@@ -8,9 +8,8 @@ prefill and mixed prefill-decode steps at every capture size (buckets.capture_si
 decode graph for uniform decode steps; a step of n tokens runs at the smallest capture size >= n,
 eagerly when n exceeds the largest. vLLM's mixed graphs are piecewise (attention runs outside
 them, between captured pieces); here attention is captured too, over static tensors, so a mixed
-graph is one replay. (vLLM captures decode graphs at sizes <= max_num_seqs only; here at every
-capture size, which a decode step of up to max_num_seqs sequences never exceeds by more than the
-padding.)
+graph is one replay. (Decode graphs are captured at sizes up to max_num_seqs, as vLLM's; a decode step padded past it
+takes the mixed graph of its size.)
 
 Inside a graph a decode is a row of its own: one query at its position over its sequence's pages
 (paged FlexAttention with a fixed page width, the model's maximum length). A mixed graph has those
@@ -39,17 +38,14 @@ from engines.executors.torch.buckets import padded_size, power_of_two_at_least
 class GraphChoice:
     """How one step ran (the executor's step record): `mode` graph (replayed), static (the padded
     static-buffer path without capture: no CUDA) or eager; tokens before and after padding; why
-    ("decode-only" or "mixed": the graph it took; else why it ran eagerly); its prefill chunks."""
+    ("decode-only" or "mixed"; else why it ran eagerly); its prefill chunks; and which graph's
+    buffers it ran through, "decode" or "mixed" (None: eager)."""
     mode: str
     tokens: int
     padded_tokens: int
     reason: str
     chunks: int = 0
-
-    @property
-    def kind(self) -> str | None:
-        """The graph it took: "decode" or "mixed" (None: eager)."""
-        return None if self.mode == "eager" else ("mixed" if self.chunks else "decode")
+    graph: str | None = None
 
 
 MAX_GRAPH_CHUNKS = 4  # prefill chunks a mixed graph holds (a Sarathi step carries one or two)
@@ -63,9 +59,10 @@ def chunk_queries(size: int) -> int:
 def choose(query_lens: list[int], sizes: tuple[int, ...], enabled: bool, captured,
            max_chunks: int = MAX_GRAPH_CHUNKS) -> GraphChoice:
     """The step's path: padded to the smallest capture size >= its tokens, in the decode graph
-    when every sequence brings one token, else in the mixed graph if it has at most `max_chunks`
-    prefill chunks; replayed when that (kind, size) has a graph (`captured`), else run over the
-    static buffers."""
+    when every sequence brings one token (the mixed graph of that size when it has no decode
+    graph, as vLLM's dispatcher falls back to its piecewise graph), else in the mixed graph if it
+    has at most `max_chunks` prefill chunks; replayed when that (graph, size) was captured
+    (`captured`), else run over the static buffers."""
     n = sum(query_lens)
     chunks = sum(q > 1 for q in query_lens)  # a one-token chunk is a decode-like row
     if not enabled:
@@ -75,9 +72,9 @@ def choose(query_lens: list[int], sizes: tuple[int, ...], enabled: bool, capture
     size = padded_size(n, sizes)
     if size is None:
         return GraphChoice("eager", n, n, f"{n} tokens over the largest capture size {sizes[-1]}", chunks)
-    kind = "mixed" if chunks else "decode"
-    return GraphChoice("graph" if (kind, size) in captured else "static", n, size,
-                       "mixed" if chunks else "decode-only", chunks)
+    graph = "mixed" if chunks or (("decode", size) not in captured and ("mixed", size) in captured) else "decode"
+    return GraphChoice("graph" if (graph, size) in captured else "static", n, size,
+                       "mixed" if chunks else "decode-only", chunks, graph)
 
 
 class StaticStepBuffers:
@@ -200,18 +197,18 @@ class _StaticContext:
 
 
 class StepGraphs:
-    """Per (kind, capture size): static buffers, the attention context over them, and (CUDA) the
-    graph; kind "decode" (every row a decode) or "mixed" (decode rows and `max_chunks` chunk
-    slots). `cache` must have one block past `num_blocks`: the scratch block padded rows write to."""
+    """Per (graph, capture size): static buffers, the attention context over them, and (CUDA) the
+    captured graph; graph "decode" (every row a decode) or "mixed" (decode rows and `max_chunks`
+    chunk slots). `cache` must have one block past `num_blocks`: the scratch block padded rows write to."""
 
     def __init__(self, model, cache, flex, sizes: tuple[int, ...], *, num_blocks: int, block_size: int,
                  window: int | None, scale: float, max_len: int, device: torch.device,
-                 max_chunks: int = MAX_GRAPH_CHUNKS) -> None:
+                 max_chunks: int = MAX_GRAPH_CHUNKS, max_decode: int | None = None) -> None:
         if flex.name != "flex":
             raise ValueError(f"CUDA graphs need the paged flex attention backend, not {flex.name!r}")
         self.model, self.cache, self.flex, self.sizes = model, cache, flex, tuple(sorted(sizes))
         self.num_blocks, self.block_size, self.window, self.scale = num_blocks, block_size, window, scale
-        self.max_chunks = max_chunks
+        self.max_chunks, self.max_decode = max_chunks, max_decode
         self.pages = page_width(max_len, block_size)
         self.device = device
         self.capture = device.type == "cuda" and torch.cuda.is_available()
@@ -224,9 +221,11 @@ class StepGraphs:
 
     @property
     def keys(self) -> list[tuple[str, int]]:
-        """Every (kind, size) a step may take, largest first (a mixed step has at least 2 tokens)."""
+        """The graphs warm() captures, largest first: mixed at every size past 1 (a chunk has two
+        tokens or more), decode at sizes up to `max_decode` (vLLM: max_num_seqs; None: all)."""
+        top = self.max_decode if self.max_decode is not None else self.sizes[-1]
         return [(kind, size) for size in sorted(self.sizes, reverse=True) for kind in ("mixed", "decode")
-                if kind == "decode" or (size > 1 and self.max_chunks)]
+                if (kind == "decode" and size <= top) or (kind == "mixed" and size > 1 and self.max_chunks)]
 
     def choose(self, query_lens: list[int]) -> GraphChoice:
         return choose(query_lens, self.sizes, True, self._graphs.keys(), self.max_chunks)
@@ -276,7 +275,7 @@ class StepGraphs:
             tables: torch.Tensor, chunk_rows: list[tuple[int, int]] = ()) -> torch.Tensor:
         """The step's hidden states [m, hidden] through the graph `choice` names; `tables` a row a
         token (its sequence's block table), `chunk_rows` (start row, tokens) of each prefill chunk."""
-        key = (choice.kind, choice.padded_tokens)
+        key = (choice.graph, choice.padded_tokens)
         buf = self._prepared(key)
         buf.fill(tokens, positions, slots, tables, self.block_size, self.window, self.pad_slot, chunk_rows)
         if key in self._graphs:

@@ -42,12 +42,14 @@ class _Context:
 class ModelRunner:
     """`cuda_graphs`: decode-only and mixed steps (up to graphs.MAX_GRAPH_CHUNKS prefill chunks)
     through graphs.StepGraphs (paged flex attention; one process only), padded to `graph_sizes`
-    (default: vLLM's rule for 128 sequences); on CPU the padded static-buffer path without capture. `compile_elementwise`:
+    (default: vLLM's rule for `graph_max_seqs`, else 128, sequences; decode graphs at sizes up to
+    `graph_max_seqs`, as vLLM's); on CPU the padded static-buffer path without capture. `compile_elementwise`:
     torch.compile the norm, rotary and SiLU-gate functions (engines.models.layers.fused)."""
 
     def __init__(self, config: ModelConfig, *, dtype: torch.dtype, device: torch.device, block_size: int,
                  weights_dir=None, seed: int = 0, attention_backend: str = "auto", cuda_graphs: bool = False,
-                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False) -> None:
+                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False,
+                 graph_max_seqs: int | None = None) -> None:
         self.config, self.dtype, self.device, self.block_size = config, dtype, device, block_size
         self.parallel = get_parallel()
         self.model = build_model(config, dtype=dtype, device=device, weights_dir=weights_dir, seed=seed)
@@ -62,7 +64,8 @@ class ModelRunner:
             raise ValueError("CUDA graphs run in one process only (tp = pp = 1)")
         if cuda_graphs and self.backend.name != "flex":
             raise ValueError(f"CUDA graphs need attention_backend='flex', not {self.backend.name!r}")
-        self.graph_sizes = tuple(graph_sizes) if graph_sizes else capture_sizes(128)
+        self.graph_sizes = tuple(graph_sizes) if graph_sizes else capture_sizes(graph_max_seqs or 128)
+        self.graph_max_seqs = graph_max_seqs
         self.graphs: StepGraphs | None = None
         self._graphs_wanted = cuda_graphs
         self.last_choice: GraphChoice | None = None
@@ -104,7 +107,8 @@ class ModelRunner:
             c = self.config
             self.graphs = StepGraphs(self.model, self.cache, self.backend, self.graph_sizes, num_blocks=num_blocks,
                                      block_size=self.block_size, window=c.sliding_window, scale=c.head_dim ** -0.5,
-                                     max_len=c.max_position_embeddings, device=self.device)
+                                     max_len=c.max_position_embeddings, device=self.device,
+                                     max_decode=self.graph_max_seqs)
 
     def warm_up(self, max_num_seqs: int, max_chunk: int) -> int:
         """Compile the flex attention buckets a run of up to `max_num_seqs` sequences and
