@@ -15,6 +15,7 @@ executor is built and in each shape's warm-up runs, never inside the timed runs.
 """
 from __future__ import annotations
 
+import gc
 import time
 
 CONFIGS = ("eager", "flex", "graphs")
@@ -147,6 +148,7 @@ def measure_config(a, config: str, table, deadline: float, log, keep: bool = Fal
         return out, startup, ex
     ex.close()
     del ex, bench
+    gc.collect()  # the next configuration's weights and KV need this one's memory back
     if a.device == "cuda":
         torch.cuda.empty_cache()
     return out, startup, None

@@ -180,10 +180,16 @@ class TorchExecutor:
         self._broadcast(("step", plan))
         return PendingStep(self, plan, slots)
 
-    def warm_up(self, max_num_seqs: int = 128, max_chunk: int = 512) -> int:
-        """Pay the attention backend's compilations for the shapes such a run meets (flex on CUDA;
-        ModelRunner.warm_up) before timing; one-process executors only. Shapes run."""
-        return self._runner.warm_up(max_num_seqs, max_chunk) if self._runner is not None else 0
+    def warm_up(self, max_num_seqs: int = 128, max_chunk: int = 512, deadline: float | None = None) -> int:
+        """Pay the attention backend's compilations for the shapes such a run meets outside its
+        graphs (flex on CUDA; ModelRunner.warm_up) before timing, starting none after `deadline`
+        (time.monotonic()); one-process executors only. Shapes run."""
+        return self._runner.warm_up(max_num_seqs, max_chunk, deadline) if self._runner is not None else 0
+
+    @property
+    def attention_shapes(self) -> int:
+        """Flex kernel buckets run so far (each compiled once, on CUDA); 0 for other backends."""
+        return self._runner.attention_shapes if self._runner is not None else 0
 
     def free(self, seq_id: int) -> None:
         self._tokens.pop(seq_id, None)

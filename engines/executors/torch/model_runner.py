@@ -110,23 +110,39 @@ class ModelRunner:
                                      max_len=c.max_position_embeddings, device=self.device,
                                      max_decode=self.graph_max_seqs)
 
-    def warm_up(self, max_num_seqs: int, max_chunk: int) -> int:
+    def warm_up(self, max_num_seqs: int, max_chunk: int, deadline: float | None = None) -> int:
         """Compile the flex attention buckets a run of up to `max_num_seqs` sequences and
-        `max_chunk`-token chunks meets most (decodes of every power-of-two batch; up to four
-        prefill chunks of every power-of-two length), so compilation is paid here, not in timed
-        steps (a step with more prefill chunks compiles its bucket when it first comes); how many
+        `max_chunk`-token chunks meets most outside any graph (decodes of every power-of-two batch
+        that no decode graph takes; up to four prefill chunks of every power-of-two length), so
+        compilation is paid here, not in timed steps (a step with more prefill chunks compiles its
+        bucket when it first comes); none is started after `deadline` (time.monotonic()). How many
         shapes ran (0: another backend, nothing to compile)."""
+        import time
+
         if self.backend.name != "flex" or self.cache is None:
             return 0
-        shapes = [(b, 1) for b in powers_of_two(1, max_num_seqs)]
+        in_graphs = 0
+        if self.graphs is not None:  # decode steps up to the largest decode graph never run eagerly
+            in_graphs = max((size for graph, size in self.graphs.keys if graph == "decode"), default=0)
+        shapes = [(b, 1) for b in powers_of_two(1, max_num_seqs) if b > in_graphs]
         chunks = powers_of_two(MIN_QUERY_BUCKET, max_chunk)
         shapes += [(s, q) for s in powers_of_two(1, min(4, max_num_seqs)) for q in chunks]
         k_cache, v_cache = self.cache.layer(0)
         c = self.config
+        done = 0
         with torch.inference_mode():
-            self.backend.warm(c.num_heads // self.parallel.tp_size, k_cache, v_cache, c.sliding_window,
-                              c.head_dim ** -0.5, shapes)
-        return len(shapes)
+            for shape in shapes:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                self.backend.warm(c.num_heads // self.parallel.tp_size, k_cache, v_cache, c.sliding_window,
+                                  c.head_dim ** -0.5, [shape])
+                done += 1
+        return done
+
+    @property
+    def attention_shapes(self) -> int:
+        """Compiled-kernel buckets the flex backend has run so far (0 for other backends)."""
+        return len(getattr(self.backend, "shapes_seen", ()))
 
     # ------------------------------------------------------------------ one step
     def prepare(self, plan: StepPlan) -> StepInputs:
