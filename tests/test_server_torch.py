@@ -31,9 +31,9 @@ def test_live_spec_selects_flex_and_graphs(tmp_path):
     """LiveServerSpec's torch paths reach the server process: it serves with them (CPU: the graphs'
     static buffers without capture) and names them in its start line."""
     spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig.shared("sarathi", max_num_seqs=4, token_budget=32),
-                          model="tiny-llama", max_model_len=256, executor="torch", kv_capacity_tokens=2048,
+                          model="tiny-llama", max_model_len=128, executor="torch", kv_capacity_tokens=512,
                           attention_backend="flex", cuda_graphs=True, ready_timeout_s=120, log_dir=str(tmp_path))
-    reqs = [RequestSpec(i, 0.01 * i, 20 + 9 * i, 3 + i) for i in range(4)]
+    reqs = [RequestSpec(i, 0.01 * i, 12 + 9 * i, 2 + i) for i in range(4)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))

@@ -275,6 +275,8 @@ def run_phases(a, report: dict, deadline: float) -> None:
         if kept is not None and name == "iterations" and "serving" not in todo:
             kept.close()
             kept = None
+        # What is known so far, in case the machine's own time limit ends the check before its table.
+        (a.out / "gpu_check.json").write_text(json.dumps(report | {"partial": True}, indent=2, default=str))
 
 
 def serving_perf(a, gpu: str | None, executor):
