@@ -151,12 +151,9 @@ def phase_environment(a) -> dict:
         env.update(gpu_name=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
     dev, dt = torch.device(a.device), getattr(torch, a.dtype)
     env["attention_backends_available"] = [n for n, b in BACKENDS.items() if b.available(dev, dt)]
-    try:
-        import triton
+    import importlib.util
 
-        env["triton"] = triton.__version__
-    except Exception:
-        env["triton"] = None
+    env["triton"] = importlib.util.find_spec("triton") is not None
     return env
 
 
@@ -202,21 +199,27 @@ def phase_correctness(a) -> dict:
     return out
 
 
-def serving_executor(a, report: dict, kept):
-    """The executor the serving runs use: --serve-with's from the iterations phase when it was kept
-    and its tokens were right, else one built now (eager when that configuration failed)."""
-    from engines.executors.torch import TorchExecutor
-    from scripts.gpu_check.speed import executor_options
-
+def serving_config(a, report: dict) -> str:
+    """The configuration the serving runs use: --serve-with, or eager when it failed its tokens or
+    could not start."""
     config = a.serve_with
     if (report.get("tokens") or {}).get(config, {}).get("same") is False or config in report["errors"]:
         log(f"  serving with eager: {config} failed its tokens or its start")
-        config, kept = "eager", None
+        config = "eager"
     report["serving_config"] = config
-    if kept is not None:
-        return kept
-    return TorchExecutor(a.model, dtype=a.dtype, device=a.device, kv_capacity_tokens=a.kv_tokens, block_size=16,
-                         seed=a.seed, **executor_options(config, a.tiny, max_num_seqs=a.max_num_seqs))
+    return config
+
+
+def release(executor) -> None:
+    """Close an executor and give its memory back before another is built."""
+    import gc
+
+    import torch
+
+    executor.close()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def run_phases(a, report: dict, deadline: float) -> None:
@@ -239,7 +242,7 @@ def run_phases(a, report: dict, deadline: float) -> None:
                 report["correctness"] = phase_correctness(a)
                 log(f"  {report['correctness']}")
             elif name == "tokens":
-                report["tokens"] = speed.phase_tokens(a, end, lambda m: log(m))
+                report["tokens"] = speed.phase_tokens(a, end, log)
             elif name == "iterations":
                 order = [c for c in a.configs if c != a.serve_with] + [c for c in a.configs if c == a.serve_with]
                 for j, config in enumerate(order):  # --serve-with last: its executor stays for the serving runs
@@ -257,11 +260,13 @@ def run_phases(a, report: dict, deadline: float) -> None:
                         log(f"  {config}: FAILED: {report['errors'][config]}")
                         traceback.print_exc()
             elif name == "serving":
-                ex = serving_executor(a, report, kept)
-                kept = None
-                perf = serving_perf(a, report["gpu"], ex)
-                report["serving"] = serving.phase_serving(a, ex, perf, end, log)
-                ex.close()
+                config = serving_config(a, report)
+                if kept is not None and config != a.serve_with:  # its memory back before eager's is taken
+                    release(kept)
+                    kept = None
+                ex, kept = kept or speed.build_executor(a, config), None
+                report["serving"] = serving.phase_serving(a, ex, serving_perf(a, report["gpu"]), end, log)
+                release(ex)
                 del ex
             elif name == "sarathi23":
                 from scripts.gpu_check.sarathi_batches import run as sarathi_batches
@@ -273,13 +278,13 @@ def run_phases(a, report: dict, deadline: float) -> None:
             log(f"{name}: FAILED: {e}")
             traceback.print_exc()
         if kept is not None and name == "iterations" and "serving" not in todo:
-            kept.close()
+            release(kept)
             kept = None
         # What is known so far, in case the machine's own time limit ends the check before its table.
         (a.out / "gpu_check.json").write_text(json.dumps(report | {"partial": True}, indent=2, default=str))
 
 
-def serving_perf(a, gpu: str | None, executor):
+def serving_perf(a, gpu: str | None):
     if gpu is None:
         return None
     from engines.perf import Deployment, PerfModel

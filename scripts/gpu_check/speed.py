@@ -111,19 +111,25 @@ def phase_tokens(a, deadline: float, log) -> dict:
     return out
 
 
+def build_executor(a, config: str):
+    """The check's executor of `config`: its model, dtype, device, KV capacity and seed."""
+    from engines.executors.torch import TorchExecutor
+
+    return TorchExecutor(a.model, dtype=a.dtype, device=a.device, kv_capacity_tokens=a.kv_tokens, block_size=16,
+                         seed=a.seed, **executor_options(config, a.tiny, max_num_seqs=a.max_num_seqs))
+
+
 def measure_config(a, config: str, table, deadline: float, log, keep: bool = False):
     """Per shape {s, min_s, mode, padded} (or skipped / error), the seconds the executor took to
     build (weights, self-check, graph capture, elementwise compilation), and the executor when
     `keep` (for the serving phase; else closed)."""
     import torch
 
-    from engines.executors.torch import TorchExecutor
     from harness.profile.iteration import IterationBench
     from harness.profile.ops import measure
 
     t = time.monotonic()
-    ex = TorchExecutor(a.model, dtype=a.dtype, device=a.device, kv_capacity_tokens=a.kv_tokens, block_size=16,
-                       seed=a.seed, **executor_options(config, a.tiny, max_num_seqs=a.max_num_seqs))
+    ex = build_executor(a, config)
     startup = time.monotonic() - t
     log(f"  {config}: executor ready in {startup:.1f}s ({ex.speed_paths})")
     bench, out = IterationBench(ex), {}
