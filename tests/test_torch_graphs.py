@@ -126,12 +126,12 @@ def _run(**kw):
     ex = TorchExecutor(tiny_llama(sliding_window=40), dtype="float32", device="cpu", kv_capacity_tokens=1024, **kw)
     engine = make_engine(EngineConfig(SchedulerConfig.shared("sarathi", max_num_seqs=5, token_budget=24),
                                       ex.kv_capacity_tokens, 256))
-    return run_to_completion(engine, ex, _requests(n=5, output_len=8)).outputs, list(ex.step_log)
+    return run_to_completion(engine, ex, _requests(n=5, output_len=8)).outputs, list(ex.step_log), ex.metrics()
 
 
 def test_engine_tokens_through_static_decode_and_mixed_buffers_equal_the_reference():
-    ref, _ = _run(attention_backend="reference")
-    out, log = _run(attention_backend="flex", cuda_graphs=True, graph_sizes=(1, 4, 8, 32))
+    ref, _, _ = _run(attention_backend="reference")
+    out, log, m = _run(attention_backend="flex", cuda_graphs=True, graph_sizes=(1, 4, 8, 32))
     assert out == ref
     # No CUDA: the padded path runs without capture. Steps of 21-24 tokens with one chunk (at most
     # 4 decodes beside it) carry a chunk of over 16 tokens through the mixed graph's chunk slot.
@@ -140,6 +140,11 @@ def test_engine_tokens_through_static_decode_and_mixed_buffers_equal_the_referen
     assert any(r.mode == "static" and r.reason == "decode-only" and r.padded_tokens > r.tokens for r in log)
     assert all(r.mode == "static" and r.padded_tokens == min(s for s in (1, 4, 8, 32) if s >= r.tokens)
                for r in log)
+    # the server's /metrics counters (executor.metrics()): the step log summed
+    assert m["torch_steps_static_mixed_total"] == sum(r.graph == "mixed" for r in log) > 0
+    assert m["torch_steps_static_decode_total"] == sum(r.graph == "decode" for r in log) > 0
+    assert m["torch_step_padding_tokens_total"] == sum(r.padded_tokens - r.tokens for r in log) > 0
+    assert m["torch_step_tokens_total"] == sum(r.tokens for r in log)
 
 
 def test_graphs_need_flex_and_one_process():

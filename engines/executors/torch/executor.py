@@ -90,6 +90,7 @@ class TorchExecutor:
         self._runner = None
         self._procs: list = []
         self.step_log: deque[StepRecord] = deque(maxlen=STEP_LOG_LEN)
+        self._step_counts: dict[str, int] = {}  # metrics(): steps by path, tokens and padding, since the start
         if tp * pp > 1 and (cuda_graphs or compile_elementwise):
             raise ValueError("cuda_graphs and compile_elementwise run in one process only (tp = pp = 1)")
         if tp * pp == 1:
@@ -175,6 +176,11 @@ class TorchExecutor:
             c = self._runner.last_choice
             self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason, c.chunks,
                                             c.graph))
+            counts = self._step_counts
+            for key, n in ((f"torch_steps_{c.mode}_{c.graph}_total" if c.graph else "torch_steps_eager_total", 1),
+                           ("torch_step_tokens_total", c.tokens), ("torch_step_padding_tokens_total",
+                                                                    c.padded_tokens - c.tokens)):
+                counts[key] = counts.get(key, 0) + n
             self._apply(plan, tokens)
             return PendingStep(self, plan, slots, tokens)
         self._broadcast(("step", plan))
@@ -185,6 +191,11 @@ class TorchExecutor:
         graphs (flex on CUDA; ModelRunner.warm_up) before timing, starting none after `deadline`
         (time.monotonic()); one-process executors only. Shapes run."""
         return self._runner.warm_up(max_num_seqs, max_chunk, deadline) if self._runner is not None else 0
+
+    def metrics(self) -> dict[str, float]:
+        """Counters for the server's /metrics (one process): steps by path (graph / static, decode
+        / mixed graph; eager), and the tokens the steps computed and padded."""
+        return dict(self._step_counts)
 
     @property
     def attention_shapes(self) -> int:
