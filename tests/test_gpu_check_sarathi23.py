@@ -39,7 +39,7 @@ def test_the_phase_runs_on_cpu(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.gpu_catalog_key("NVIDIA RTX A6000") == "rtx-a6000-48g"
-    rc = mod.main(["--tiny", "--requests", "4", "--qps", "40", "--out", str(tmp_path), "--budget-s", "120"])
+    rc = mod.main(["--tiny", "--phases", "sarathi23", "--out", str(tmp_path), "--budget-s", "120"])
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert rc == 0, report
     s = report["sarathi23_batches"]

@@ -140,3 +140,16 @@ def test_compiled_flex_reads_the_page_lists_right():
                                                     ([1, 130], [700, 300], None, 8)):
         out, ref = _attend(flex, query_lens, context_lens, heads=heads, window=window)
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_warm_up_leaves_decodes_to_the_graphs_and_stops_at_its_deadline():
+    import time
+
+    ex = TorchExecutor(tiny_llama(), dtype="float32", device="cpu", kv_capacity_tokens=1024, attention_backend="flex",
+                       cuda_graphs=True, graph_sizes=(1, 2, 4, 8), graph_max_seqs=4)
+    flex = ex._runner.backend
+    flex.shapes_seen.clear()
+    assert ex.warm_up(max_num_seqs=8, max_chunk=32) == 1 + 3 * 2  # decodes of 8 only: 1, 2, 4 are graphs'
+    assert {(s, q) for s, q, _ in flex.shapes_seen} == {(8, 1)} | {(s, q) for s in (1, 2, 4) for q in (16, 32)}
+    assert ex.attention_shapes == 7
+    assert ex.warm_up(max_num_seqs=8, max_chunk=32, deadline=time.monotonic() - 1) == 0

@@ -1,7 +1,8 @@
 """CUDA-graph bookkeeping, on CPU: vLLM's capture sizes, the padded size a step runs at, which
-steps take the graph path (decodes and short chunks), the static buffers' in-place copies and
-padding, and the engine's greedy tokens through the padded static-buffer path (what a graph
-replays) equal to the reference's, with each step's choice in the executor's step log."""
+graph a step takes (decode-only, or mixed with up to 4 prefill chunks of any length), the static
+buffers' in-place copies and padding (decode rows and chunk slots), and the engine's greedy tokens
+through the padded static-buffer path (what a graph replays) equal to the reference's, with each
+step's choice in the executor's step log."""
 from __future__ import annotations
 
 import pytest
@@ -40,17 +41,38 @@ def test_padded_size_and_buckets():
     assert [power_of_two_at_least(n, 16) for n in (1, 16, 17, 300)] == [16, 16, 32, 512]
 
 
-def test_choose_pads_decodes_and_short_chunks_and_runs_the_rest_eagerly():
+def test_choose_pads_decode_and_mixed_steps_and_runs_the_rest_eagerly():
     sizes = capture_sizes(8)  # ... 16
-    c = choose([1] * 3, sizes, True, {4})
-    assert (c.mode, c.tokens, c.padded_tokens, c.reason) == ("graph", 3, 4, "decode-only")
-    assert choose([1] * 5, sizes, True, {4}).mode == "static"  # size 8 has no graph (no CUDA)
+    c = choose([1] * 3, sizes, True, {("decode", 4)})
+    assert (c.mode, c.tokens, c.padded_tokens, c.reason, c.graph) == ("graph", 3, 4, "decode-only", "decode")
+    assert choose([1] * 5, sizes, True, {("decode", 4)}).mode == "static"  # size 8 has no graph (no CUDA)
+    c = choose([1] * 5, sizes, True, {("decode", 4), ("mixed", 8)})  # no decode graph at 8: the mixed one
+    assert (c.mode, c.padded_tokens, c.reason, c.graph) == ("graph", 8, "decode-only", "mixed")
     assert choose([1] * 17, sizes, True, set()).mode == "eager"
-    c = choose([7, 1, 1], sizes, True, {16})
-    assert (c.mode, c.padded_tokens, c.reason) == ("graph", 16, "mixed")
-    assert choose([9, 8, 1], sizes, True, {16}).reason == "17 prefill tokens over the graphs' 16"
-    assert choose([9, 8, 1], capture_sizes(128), True, {32}, max_chunk_tokens=17).padded_tokens == 24
-    assert choose([1], sizes, False, {1}).mode == "eager"
+    c = choose([7, 1, 1], sizes, True, {("mixed", 16)})
+    assert (c.mode, c.padded_tokens, c.reason, c.chunks, c.graph) == ("graph", 16, "mixed", 1, "mixed")
+    assert choose([7, 1, 1], sizes, True, {("decode", 16)}).mode == "static"  # a mixed step takes mixed graphs only
+    # Chunks longer than 16 tokens take mixed graphs (vLLM's capture sizes count every token).
+    c = choose([200, 40, 1, 1], capture_sizes(128), True, {("mixed", 248)})
+    assert (c.mode, c.tokens, c.padded_tokens, c.chunks) == ("graph", 242, 248, 2)
+    c = choose([3, 3, 3, 3, 3, 1], sizes, True, {("mixed", 16)})
+    assert (c.mode, c.reason) == ("eager", "5 prefill chunks over the graphs' 4")
+    assert choose([3, 3, 1], sizes, True, {("mixed", 8)}, max_chunks=1).mode == "eager"
+    assert choose([1], sizes, False, {("decode", 1)}).mode == "eager"
+
+
+def test_graphs_captured_follow_vllms_keys():
+    """Mixed graphs at every capture size past 1, decode graphs up to max_num_seqs (vLLM 0.32,
+    CudagraphDispatcher.initialize_cudagraph_keys); StepGraphs.keys is what warm() captures."""
+    from engines.executors.torch.attention.flex import FlexAttention
+    from engines.executors.torch.graphs import StepGraphs
+
+    def keys(**kw):
+        return StepGraphs(None, None, FlexAttention(), (1, 2, 4, 8, 16), num_blocks=4, block_size=16, window=None,
+                          scale=1.0, max_len=64, device=torch.device("cpu"), **kw).keys
+    assert keys(max_decode=5) == [("mixed", 16), ("mixed", 8), ("mixed", 4), ("decode", 4), ("mixed", 2),
+                                  ("decode", 2), ("decode", 1)]
+    assert len(keys()) == 9 and keys(max_chunks=0) == [("decode", s) for s in (16, 8, 4, 2, 1)]
 
 
 def test_static_buffers_copy_in_place_and_pad():
@@ -73,22 +95,56 @@ def test_static_buffers_copy_in_place_and_pad():
         buf.fill(t(*range(9)), t(*range(9)), t(*range(9)), tables.repeat(3, 1), 16, None, 640)
 
 
+def test_mixed_buffers_put_chunks_in_slots_and_decodes_in_rows():
+    buf = StaticStepBuffers(size=32, pages=16, num_blocks=40, device=torch.device("cpu"), chunks=2)
+    assert buf.queries == 32 and buf.chunk_src.shape == (64,)
+    ptrs = [t.data_ptr() for t in (buf.chunk_src, buf.row_chunk_pos, *buf.chunk_mask.values())]
+    t = lambda *x: torch.tensor(x)  # noqa: E731
+    # a decode of a sequence at position 40 (pages 3, 7, 9), then a 20-token chunk at positions
+    # 16..35 (pages 5, 6, 8), then another decode at position 3 (page 11)
+    tables = torch.tensor([[3, 7, 9]] + [[5, 6, 8]] * 20 + [[11, 0, 0]])
+    positions = torch.cat([t(40), torch.arange(16, 36), t(3)])
+    slots = torch.cat([t(9 * 16 + 8), 6 * 16 + torch.arange(0, 16), 8 * 16 + torch.arange(0, 4), t(11 * 16 + 3)])
+    buf.fill(torch.arange(22), positions, slots, tables, 16, None, 640, chunk_rows=[(1, 20)])
+    assert buf.q_len.tolist() == [1] + [0] * 20 + [1] + [0] * 10  # decode rows only; chunk rows are the slot's
+    assert buf.mask["kv_num_blocks"][:, 0, 0].tolist()[:22] == [3] + [0] * 20 + [1]
+    assert buf.chunk_start.tolist() == [16, 0] and buf.chunk_len.tolist() == [20, 0]  # slot 1 unused
+    assert buf.chunk_src[:20].tolist() == list(range(1, 21))
+    assert buf.row_from_chunk.tolist() == [False] + [True] * 20 + [False] * 11
+    assert buf.row_chunk_pos[1:21].tolist() == list(range(20))
+    pages = lambda name: buf.chunk_mask[f"{name}_num_blocks"][:, 0, 0].tolist()  # noqa: E731
+    assert pages("kv") == [2, 0] and pages("full_kv") == [1, 0]  # page 5 whole; 6 and 8 cut by causality
+    assert buf.chunk_mask["logical"][0, [5, 6, 8]].tolist() == [0, 1, 2]
+    buf.fill(t(1, 2), t(7, 8), t(3, 4), torch.tensor([[2], [2]]), 16, None, 640)  # a decode step clears the slots
+    assert buf.chunk_len.tolist() == [0, 0] and not buf.row_from_chunk.any() and pages("kv") == [0, 0]
+    assert ptrs == [t.data_ptr() for t in (buf.chunk_src, buf.row_chunk_pos, *buf.chunk_mask.values())]
+    with pytest.raises(ValueError, match="3 prefill chunks"):
+        buf.fill(t(1, 2, 3), t(7, 8, 9), t(3, 4, 5), torch.tensor([[2]] * 3), 16, None, 640, [(0, 1), (1, 1), (2, 1)])
+
+
 def _run(**kw):
     ex = TorchExecutor(tiny_llama(sliding_window=40), dtype="float32", device="cpu", kv_capacity_tokens=1024, **kw)
-    engine = make_engine(EngineConfig(SchedulerConfig.shared("sarathi", max_num_seqs=5, token_budget=20),
+    engine = make_engine(EngineConfig(SchedulerConfig.shared("sarathi", max_num_seqs=5, token_budget=24),
                                       ex.kv_capacity_tokens, 256))
-    return run_to_completion(engine, ex, _requests(n=5, output_len=8)).outputs, list(ex.step_log)
+    return run_to_completion(engine, ex, _requests(n=5, output_len=8)).outputs, list(ex.step_log), ex.metrics()
 
 
-def test_engine_tokens_through_static_decode_buffers_equal_the_reference():
-    ref, _ = _run(attention_backend="reference")
-    out, log = _run(attention_backend="flex", cuda_graphs=True, graph_sizes=(1, 2, 4, 8, 16, 32))
+def test_engine_tokens_through_static_decode_and_mixed_buffers_equal_the_reference():
+    ref, _, _ = _run(attention_backend="reference")
+    out, log, m = _run(attention_backend="flex", cuda_graphs=True, graph_sizes=(1, 4, 8, 32))
     assert out == ref
-    modes = {(r.mode, r.reason) for r in log}
-    # No CUDA: the padded path runs without capture; long chunks run eagerly.
-    assert {("static", "decode-only"), ("static", "mixed")} <= modes
-    assert any(r.mode == "static" and r.padded_tokens > r.tokens for r in log)  # e.g. 3 decodes ran as 4
-    assert all("prefill tokens over" in r.reason for r in log if r.mode == "eager")
+    # No CUDA: the padded path runs without capture. Steps of 21-24 tokens with one chunk (at most
+    # 4 decodes beside it) carry a chunk of over 16 tokens through the mixed graph's chunk slot.
+    assert any(r.mode == "static" and r.reason == "mixed" and r.chunks == 1 and r.tokens > 20 for r in log)
+    assert any(r.mode == "static" and r.reason == "mixed" and r.chunks == 2 for r in log)
+    assert any(r.mode == "static" and r.reason == "decode-only" and r.padded_tokens > r.tokens for r in log)
+    assert all(r.mode == "static" and r.padded_tokens == min(s for s in (1, 4, 8, 32) if s >= r.tokens)
+               for r in log)
+    # the server's /metrics counters (executor.metrics()): the step log summed
+    assert m["torch_steps_static_mixed_total"] == sum(r.graph == "mixed" for r in log) > 0
+    assert m["torch_steps_static_decode_total"] == sum(r.graph == "decode" for r in log) > 0
+    assert m["torch_step_padding_tokens_total"] == sum(r.padded_tokens - r.tokens for r in log) > 0
+    assert m["torch_step_tokens_total"] == sum(r.tokens for r in log)
 
 
 def test_graphs_need_flex_and_one_process():

@@ -47,7 +47,9 @@ async def serve(cfg: ServerConfig, ready=None) -> None:
     app = make_app(cfg, parts)
     server = app[SERVER_KEY]
     runner, port = await listen(app, cfg.host, cfg.port, cfg.shutdown_grace_s)
-    print(f"serving {cfg.name} on http://{cfg.host}:{port} (policy {cfg.policy}, executor {cfg.executor})", flush=True)
+    paths = getattr(parts.executor, "speed_paths", None)  # the torch executor's: what a live run selected
+    print(f"serving {cfg.name} on http://{cfg.host}:{port} (policy {cfg.policy}, executor {cfg.executor}"
+          f"{f'; {paths}' if paths else ''})", flush=True)
     if cfg.api_key is None and not _loopback(cfg.host):
         print(f"WARNING: serving on {cfg.host} without an API key: anyone who can reach it may use it "
               f"(--api-key or ${API_KEY_ENV})", file=sys.stderr, flush=True)

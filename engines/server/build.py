@@ -54,19 +54,26 @@ def _torch_executor(cfg: ServerConfig):
             f"--executor torch needs engines.executors.torch and torch, which failed to import ({e}); "
             "use --executor realtime (performance model in real time) or null"
         ) from None
+    knobs = dict(cfg.scheduler.knobs)
+    max_num_seqs = knobs.get("max_num_seqs") or 128
+    step_tokens = knobs.get("token_budget") or knobs.get("max_num_batched_tokens")
     try:
+        from engines.executors.torch.buckets import capture_sizes
+
         executor = mod.TorchExecutor.from_config(
             cfg.model, kv_capacity_tokens=cfg.kv_capacity_tokens, block_size=cfg.block_size, tp=cfg.tp,
             seed=cfg.seed, gpu_memory_utilization=cfg.gpu_memory_utilization,
             attention_backend=cfg.attention_backend, cuda_graphs=cfg.cuda_graphs,
+            # vLLM's capture sizes for this policy's sequences and step tokens (buckets.capture_sizes)
+            graph_sizes=capture_sizes(max_num_seqs, step_tokens) if cfg.cuda_graphs else None,
+            graph_max_seqs=max_num_seqs,
             compile_elementwise=cfg.compile_elementwise,
         )
     except (ValueError, OSError, KeyError) as e:
         raise ExecutorUnavailable(f"--executor torch cannot load model {cfg.model!r}: {e}") from None
     if executor.device.type == "cuda":  # compiled attention buckets before the first request, not in it
-        knobs = dict(cfg.scheduler.knobs)
         chunk = knobs.get("token_budget") or knobs.get("chunk_size") or 512
-        executor.warm_up(max_num_seqs=knobs.get("max_num_seqs") or 128, max_chunk=min(chunk, 2048))
+        executor.warm_up(max_num_seqs=max_num_seqs, max_chunk=min(chunk, 2048))
     return executor
 
 

@@ -64,7 +64,7 @@ def render_prometheus(stats: LoopStats, *, running: int, waiting: int, blocks_us
         metric("kv_books_balanced", "gauge", "1 if every KV block is free, cached or held with reference counts "
                "matching the requests' block tables (GET /metrics?audit=1).", int(books_balanced))
     for key, value in (executor_metrics or {}).items():
-        metric(key, "counter", "Executor self-check (see the executor's module).", value)
+        metric(key, "counter", "The executor's own counter (see its metrics()).", value)
 
     name = "engine:iteration_time_seconds"
     lines.append(f"# HELP {name} Wall time of one engine iteration (schedule, execute, complete).")

@@ -1,25 +1,33 @@
-"""The GPU check behind scripts/gpu_check.sh (see there for usage). Phases, each timed and
-skipped with a note when the budget runs short:
+"""The GPU check: the in-repo torch engine on a GPU in one call, one table (issue 53).
 
-1. environment: torch / CUDA / GPU, which attention backends are importable and which was chosen;
-2. correctness on the device: a small model's chunked prefill (chunks 1, 7, 16, 64) against a
-   full prefill, and the chosen backend against the reference backend, in the run's dtype;
-3. the model: a random-weight Mistral-7B-shaped model (engines.perf catalog shapes), fp16;
-4. iterations: measured step times of a few batch shapes (the paper's SLO-defining decode
-   iteration among them) next to the performance model's prediction;
-5. serving: one Poisson workload per policy through make_engine + TorchExecutor on the real clock,
-   and the same arrivals through the simulator with the performance model; throughput,
-   TTFT and TBT side by side;
-6. sarathi23 batches: the first Sarathi paper's three basic batches on a LLaMA-13B-shaped model
-   (sarathi_batches.py), measured beside the model's prediction, and the decode speedup of each.
+    python scripts/gpu_check                  # on the GPU machine: all phases, < 8 minutes on an H100
+    python scripts/gpu_check --tiny           # the same pipeline on CPU with a tiny model
+    python scripts/gpu_check --configs eager,graphs --qps 6 --budget-s 300 --out DIR
 
-Writes gpu_check.json and serving.csv / iterations.csv to --out.
+Phases, each given a share of --budget-s (a phase that ends early leaves its time to the later
+ones; what is left out when time runs short is marked skipped, and the check fails):
+
+1. environment: torch / CUDA / GPU, the attention backends importable;
+2. correctness: a small model's chunked prefill (chunks 1, 7, 16, 64) against a full prefill, and
+   the auto-chosen attention backend against the reference, in the run's dtype;
+3. tokens: each configuration (eager, flex, graphs; speed.py) serves greedy requests with a small
+   fp32 model; its tokens must equal the reference backend's;
+4. iterations: the paper's three batches, a decode / prefill / mixed grid, each configuration
+   timed beside the performance model's price for vLLM 0.32 on this GPU (speed.py);
+5. serving: Poisson workloads at --qps (6 and 12) under the sarathi and vllm policies, served by
+   one configuration (--serve-with, default graphs; eager if that one failed its tokens), beside
+   the simulator; each run saved as a run file for `python -m harness validate` (serving.py);
+6. sarathi23: the first Sarathi paper's batches on LLaMA-13B's shape (sarathi_batches.py).
+
+Prints one table at the end and writes gpu_check.json, gpu_check.txt (the table), serving.csv and
+the run files to --out (default $OUT, else results/gpu_check). Exit 0 when every phase ran and
+passed, 1 otherwise; 2 with one line for a bad argument or no CUDA device (without --tiny).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import sys
 import time
 import traceback
@@ -29,16 +37,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from engines.executors.base import SamplingParams  # noqa: E402
-from engines.executors.torch import TorchExecutor  # noqa: E402
-from engines.executors.torch.loop import OfflineRequest, run_realtime  # noqa: E402
-from engines.schedulers import EngineConfig, SchedulerConfig, make_engine  # noqa: E402
-from harness.records import RequestRecord, RequestSpec  # noqa: E402
-
 T0 = time.monotonic()
+# Each phase's share of the budget, in seconds of an 8-minute H100 run (compilation included);
+# a phase that ends early leaves its time to the later ones (share_deadline).
+PHASES = {"correctness": 15.0, "tokens": 50.0, "iterations": 250.0, "serving": 100.0, "sarathi23": 25.0}
+POLICIES = ("sarathi", "vllm", "orca", "fastertransformer")
 
 
 def log(msg: str) -> None:
@@ -65,78 +68,101 @@ def gpu_catalog_key(name: str) -> str | None:
                 None)
 
 
+def share_deadline(now: float, deadline: float, weights: list[float]) -> float:
+    """The deadline of the first of `weights`' parts when the time left is shared in proportion
+    to them (a part that ends early leaves its time to the next ones)."""
+    left = max(0.0, deadline - now)
+    total = sum(weights)
+    return now + (left * weights[0] / total if total > 0 else left)
+
+
+class UsageError(Exception):
+    """Bad arguments: one line and exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own usage errors: one line, exit 2 as well
+        raise UsageError(message)
+
+
+def _names(text: str, known, what: str) -> list[str]:
+    got = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in got if c not in known]
+    if bad or not got:
+        raise UsageError(f"{what}: unknown {bad or 'empty'}; choose from {', '.join(known)}")
+    return got
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_check")
-    ap.add_argument("--tiny", action="store_true", help="CPU, tiny model, small workload: the pipeline without a GPU")
-    ap.add_argument("--model", default=None, help="catalog name or HF directory (default mistral-7b; tiny-llama with --tiny)")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--dtype", default=None)
-    ap.add_argument("--gpu", default=None, help="performance-model GPU (default: detected; h200-141g on CPU)")
+    from scripts.gpu_check.speed import CONFIGS
+
+    ap = _Parser(prog="gpu_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="CPU, tiny model, small shapes: the pipeline without a GPU")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / "results" / "gpu_check"))
+    ap.add_argument("--model", default=None, help="catalog name (default mistral-7b; tiny-llama with --tiny)")
+    ap.add_argument("--gpu", default=None, help="performance-model GPU (default: detected; h100-80g-sxm with --tiny)")
+    ap.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {', '.join(PHASES)}")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    ap.add_argument("--serve-with", default="graphs", choices=CONFIGS, help="the configuration the serving runs use")
     ap.add_argument("--policies", default="sarathi,vllm")
-    ap.add_argument("--requests", type=int, default=None)
-    ap.add_argument("--qps", default=None,
-                    help="request rate(s) of the serving phase, comma-separated (each rate one run per policy)")
-    ap.add_argument("--prompt-median", type=int, default=None)
-    ap.add_argument("--prompt-max", type=int, default=None)
-    ap.add_argument("--output-median", type=int, default=None)
-    ap.add_argument("--output-max", type=int, default=None)
+    ap.add_argument("--qps", default=None, help="rates of the serving phase, comma-separated (default 6,12)")
+    ap.add_argument("--requests", type=int, default=None, help="requests a serving run (default 128)")
+    for name, default in (("prompt-median", 512), ("prompt-max", 2048), ("output-median", 128), ("output-max", 384)):
+        ap.add_argument(f"--{name}", type=int, default=None, help=f"default {default}")
     ap.add_argument("--token-budget", type=int, default=512, help="sarathi token budget (the paper's strict setting)")
     ap.add_argument("--max-num-seqs", type=int, default=128)
-    ap.add_argument("--kv-tokens", type=int, default=None, help="KV capacity (default 262144 on GPU; 0 = all free memory)")
-    ap.add_argument("--attention-backend", default="auto")
-    ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting phases after this")
+    ap.add_argument("--kv-tokens", type=int, default=None, help="KV capacity (default 262,144; 1,024 with --tiny)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs a shape")
+    ap.add_argument("--budget-s", type=float, default=450.0, help="the whole check's time (8 minutes less start-up)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    a.phases = _names(a.phases, PHASES, "--phases")
+    a.configs = _names(a.configs, CONFIGS, "--configs")
+    a.policies = _names(a.policies, POLICIES, "--policies")
+    try:
+        a.qps = [float(q) for q in (a.qps or ("40" if a.tiny else "6,12")).split(",")]
+    except ValueError:
+        raise UsageError(f"--qps: comma-separated numbers, got {a.qps!r}") from None
+    if min(a.qps) <= 0 or a.repeats < 1 or a.budget_s <= 0 or (a.requests is not None and a.requests < 1):
+        raise UsageError("--qps must be > 0, --repeats and --requests >= 1, --budget-s > 0")
     tiny = a.tiny
     a.model = a.model or ("tiny-llama" if tiny else "mistral-7b")
-    a.device = a.device or ("cpu" if tiny else ("cuda" if torch.cuda.is_available() else "cpu"))
-    a.dtype = a.dtype or ("float32" if a.device == "cpu" else "float16")
-    a.requests = a.requests or (16 if tiny else 128)
-    a.qps = [float(q) for q in str(a.qps).split(",")] if a.qps else [8.0 if tiny else 6.0]
-    a.prompt_median = a.prompt_median or (64 if tiny else 512)
-    a.prompt_max = a.prompt_max or (256 if tiny else 2048)
-    a.output_median = a.output_median or (16 if tiny else 128)
-    a.output_max = a.output_max or (32 if tiny else 384)
-    if a.kv_tokens is None:
-        a.kv_tokens = 16384 if a.device == "cpu" else 262144
+    a.device, a.dtype = ("cpu", "float32") if tiny else ("cuda", "float16")
+    a.attention_backend = "auto"  # the correctness and sarathi23 phases: what the engine picks by itself
+    a.requests = a.requests or (8 if tiny else 128)
+    a.prompt_median = a.prompt_median or (24 if tiny else 512)
+    a.prompt_max = a.prompt_max or (96 if tiny else 2048)
+    a.output_median = a.output_median or (6 if tiny else 128)
+    a.output_max = a.output_max or (12 if tiny else 384)
+    a.kv_tokens = a.kv_tokens or (1024 if tiny else 262144)
     return a
-
-
-def make_workload(a: argparse.Namespace, qps: float) -> list[RequestSpec]:
-    """Poisson arrivals; lognormal prompt and output lengths around the medians, clipped."""
-    rng = np.random.default_rng(a.seed)
-    gaps = rng.exponential(1.0 / qps, a.requests)
-    arrivals = np.cumsum(gaps) - gaps[0]
-    prompts = np.clip(np.round(rng.lognormal(math.log(a.prompt_median), 0.8, a.requests)), 8, a.prompt_max)
-    outputs = np.clip(np.round(rng.lognormal(math.log(a.output_median), 0.6, a.requests)), 2, a.output_max)
-    return [RequestSpec(i, float(t), int(p), int(o)) for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs))]
 
 
 # ---------------------------------------------------------------------------------- phases
 def phase_environment(a) -> dict:
+    import torch
+
     from engines.executors.torch.attention import BACKENDS
 
     env = {"torch": torch.__version__, "device": a.device, "dtype": a.dtype, "cuda": torch.version.cuda,
            "python": sys.version.split()[0]}
-    if a.device.startswith("cuda"):
+    if a.device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        env.update(gpu_name=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                   gpu_count=torch.cuda.device_count())
+        env.update(gpu_name=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
     dev, dt = torch.device(a.device), getattr(torch, a.dtype)
     env["attention_backends_available"] = [n for n, b in BACKENDS.items() if b.available(dev, dt)]
-    try:
-        import triton
+    import importlib.util
 
-        env["triton"] = triton.__version__
-    except Exception:
-        env["triton"] = None
+    env["triton"] = importlib.util.find_spec("triton") is not None
     return env
 
 
 def phase_correctness(a) -> dict:
     """Chunked vs full prefill on the device with the auto-chosen backend, and that backend vs the
     reference, on a small Mistral-like model (sliding window shorter than the prompt)."""
+    import torch
+
+    from engines.executors.base import SamplingParams
     from engines.executors.torch.attention import BACKENDS, self_check
     from engines.executors.torch.model_runner import ModelRunner
     from engines.executors.torch.plan import StepItem, StepPlan
@@ -165,235 +191,204 @@ def phase_correctness(a) -> dict:
     out = {"backend": chosen.name, "chunks": {}}
     tol = 1e-3 if dt == torch.float32 else 5e-2
     scale = float(ref.abs().max())
-    ok = True
     for chunk in (1, 7, 16, 64, len(prompt)):
-        err = float((logits(chunk, 20, chosen) - ref).abs().max()) / scale
-        out["chunks"][chunk] = err
-        ok &= err <= tol
+        out["chunks"][chunk] = float((logits(chunk, 20, chosen) - ref).abs().max()) / scale
     out["backend_vs_reference_attention"] = self_check(chosen, dev, dt, 8, 2, 128, window=48)
     out["tolerance_relative"] = tol
-    out["passed"] = bool(ok)
+    out["passed"] = bool(max(out["chunks"].values()) <= tol)
     return out
 
 
-def phase_model(a) -> TorchExecutor:
-    return TorchExecutor.from_config(model=a.model, dtype=a.dtype, device=a.device, block_size=16,
-                                     kv_capacity_tokens=a.kv_tokens or None, attention_backend=a.attention_backend,
-                                     seed=a.seed)
+def serving_config(a, report: dict) -> str:
+    """The configuration the serving runs use: --serve-with, or eager when it failed its tokens or
+    could not start."""
+    config = a.serve_with
+    if (report.get("tokens") or {}).get(config, {}).get("same") is False or config in report["errors"]:
+        log(f"  serving with eager: {config} failed its tokens or its start")
+        config = "eager"
+    report["serving_config"] = config
+    return config
 
 
-def perf_model(a, executor):
+def release(executor) -> None:
+    """Close an executor and give its memory back before another is built."""
+    import gc
+
+    import torch
+
+    executor.close()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_phases(a, report: dict, deadline: float) -> None:
+    """Each phase in order under its share of the time left; failures are recorded, not raised."""
+    from scripts.gpu_check import serving, speed
+
+    todo = [p for p in PHASES if p in a.phases]
+    kept = None
+    for i, name in enumerate(todo):
+        now = time.monotonic()
+        if now > deadline - 1:
+            report["skipped"].append(name)
+            log(f"{name}: skipped (out of budget)")
+            continue
+        end = share_deadline(now, deadline, [PHASES[p] for p in todo[i:]])
+        log(f"{name} (until {end - T0:.0f}s) ...")
+        t = now
+        try:
+            if name == "correctness":
+                report["correctness"] = phase_correctness(a)
+                log(f"  {report['correctness']}")
+            elif name == "tokens":
+                report["tokens"] = speed.phase_tokens(a, end, log)
+            elif name == "iterations":
+                order = [c for c in a.configs if c != a.serve_with] + [c for c in a.configs if c == a.serve_with]
+                for j, config in enumerate(order):  # --serve-with last: its executor stays for the serving runs
+                    if time.monotonic() > end:
+                        report["errors"][config] = "out of budget"
+                        continue
+                    c_end = share_deadline(time.monotonic(), end, [speed.CONFIG_WEIGHTS[c] for c in order[j:]])
+                    try:
+                        res, report["startup_s"][config], ex = speed.measure_config(
+                            a, config, report["table_shapes"], c_end, log, keep=config == a.serve_with)
+                        report["results"][config] = res
+                        kept = ex or kept
+                    except Exception as e:  # a configuration that cannot start: said, the others still run
+                        report["errors"][config] = f"{type(e).__name__}: {e}"
+                        log(f"  {config}: FAILED: {report['errors'][config]}")
+                        traceback.print_exc()
+            elif name == "serving":
+                config = serving_config(a, report)
+                if kept is not None and config != a.serve_with:  # its memory back before eager's is taken
+                    release(kept)
+                    kept = None
+                ex, kept = kept or speed.build_executor(a, config), None
+                report["serving"] = serving.phase_serving(a, ex, serving_perf(a, report["gpu"]), end, log)
+                release(ex)
+                del ex
+            elif name == "sarathi23":
+                from scripts.gpu_check.sarathi_batches import run as sarathi_batches
+
+                report["sarathi23_batches"] = sarathi_batches(a, report["gpu"], log)
+            report["phase_s"][name] = round(time.monotonic() - t, 1)
+        except Exception as e:
+            report["errors"][name] = f"{type(e).__name__}: {e}"
+            log(f"{name}: FAILED: {e}")
+            traceback.print_exc()
+        if kept is not None and name == "iterations" and "serving" not in todo:
+            release(kept)
+            kept = None
+        # What is known so far, in case the machine's own time limit ends the check before its table.
+        (a.out / "gpu_check.json").write_text(json.dumps(report | {"partial": True}, indent=2, default=str))
+
+
+def serving_perf(a, gpu: str | None):
+    if gpu is None:
+        return None
     from engines.perf import Deployment, PerfModel
+    from scripts.gpu_check.speed import STACK
 
-    gpu = a.gpu
-    if gpu is None:
-        gpu = gpu_catalog_key(torch.cuda.get_device_properties(0).name) if a.device.startswith("cuda") else "h200-141g"
-    if gpu is None:
-        return None, None
-    model = a.model if not Path(a.model).is_dir() else None
-    if model is None:
-        from engines.perf.architectures import ModelArch
-
-        model = ModelArch.from_hf_config(a.model)
-    return PerfModel(Deployment.create(model=model, gpu=gpu)), gpu
+    return PerfModel(Deployment.create(model=a.model, gpu=gpu, stack=STACK))
 
 
-def phase_iterations(a, executor, perf) -> list[dict]:
-    from harness.profile.iteration import IterationBench
-    from harness.profile.ops import measure
-
-    # The paper's SLO-defining decode iteration (batch 32 at 4k context), a large decode batch,
-    # two prefills and a Sarathi hybrid batch; scaled down with --tiny.
-    c_long, c_mid, chunk, long_prefill, big_batch = (4096, 1024, 512, 2048, 128) if not a.tiny else (256, 128, 64, 128, 16)
-    shapes = [
-        (f"decode b=32 c={c_long}", [(c_long, 1)] * 32),
-        (f"decode b={big_batch} c={c_mid}", [(c_mid, 1)] * big_batch),
-        (f"prefill {chunk}", [(0, chunk)]),
-        (f"prefill {long_prefill}", [(0, long_prefill)]),
-        (f"mixed {chunk}-chunk + 31 decodes c={2 * c_mid}", [(2 * c_mid, chunk)] + [(2 * c_mid, 1)] * 31),
-    ]
-    bench = IterationBench(executor)
-    rows = []
-    for name, items in shapes:
-        if not bench.fits(items):
-            rows.append({"shape": name, "note": "KV cache too small"})
-            continue
-        med, best = measure(bench.batch(items), torch.device(a.device), warmup=2, repeats=5)
-        row = {"shape": name, "measured_s": med, "measured_min_s": best}
-        if perf is not None:
-            row["predicted_s"] = perf.iteration_time([n for _, n in items], [c for c, _ in items])
-            row["measured_over_predicted"] = med / row["predicted_s"]
-        rows.append(row)
-        log(f"  {name:<40} measured {med * 1e3:8.2f} ms" +
-            (f"   predicted {row['predicted_s'] * 1e3:8.2f} ms" if "predicted_s" in row else ""))
-    bench.release()
-    return rows
+# ---------------------------------------------------------------------------------- the table
+def verdict(a, report: dict) -> list[str]:
+    """Why the check fails (empty: it passed)."""
+    why = [f"{k}: {v}" for k, v in report["errors"].items()]
+    why += [f"phase {p} skipped (out of budget)" for p in report["skipped"]]
+    c = report.get("correctness")
+    if c is not None and not c["passed"]:
+        why.append("correctness: chunked prefill differs from the full prefill")
+    for config, t in (report.get("tokens") or {}).items():
+        if not t.get("same", False):
+            why.append(f"tokens {config}: {t}")
+    for config, rows in report["results"].items():
+        bad = [n for n, r in rows.items() if "error" in r or r.get("skipped", "KV cache too small") != "KV cache too small"]
+        why += [f"iterations {config}: {len(bad)} shapes skipped or failed"] if bad else []
+    for r in report.get("serving") or []:
+        if r["source"] == "torch" and ("skipped" in r or r["completed"] != r["requests"]):
+            why.append(f"serving {r['policy']} {r['qps']:g} QPS: {r.get('skipped') or 'unfinished requests'}")
+    return why
 
 
-def scheduler_config(a, policy: str, max_model_len: int) -> SchedulerConfig:
-    if policy in ("orca", "fastertransformer"):
-        return SchedulerConfig(policy, max_num_seqs=16)
-    if policy == "vllm":
-        return SchedulerConfig(policy, max_num_seqs=a.max_num_seqs, max_num_batched_tokens=max_model_len)
-    return SchedulerConfig(policy, max_num_seqs=a.max_num_seqs, token_budget=a.token_budget)
+def render(a, report: dict) -> str:
+    from scripts.gpu_check import serving, speed
 
-
-def records_from_stats(specs: list[RequestSpec], stats) -> list[RequestRecord]:
-    out = []
-    nan = float("nan")
-    for s in specs:
-        times = np.array(stats.token_times_s.get(s.request_id, []), dtype=np.float64)
-        done = s.request_id not in stats.unfinished and len(times) == s.output_len
-        out.append(RequestRecord(
-            request_id=s.request_id, arrival_s=s.arrival_s, prompt_len=s.prompt_len, output_len=s.output_len,
-            first_scheduled_s=stats.first_scheduled_s.get(s.request_id, nan),
-            first_token_s=float(times[0]) if len(times) else nan,
-            finished_s=float(times[-1]) if done else nan, token_times_s=times,
-            num_preemptions=stats.num_preemptions.get(s.request_id, 0),
-            error=None if done else "unfinished at time limit"))
-    return out
-
-
-def summary_row(policy: str, source: str, records, iterations: int | None, wall: float | None) -> dict:
-    from harness.metrics import summarize
-
-    s = summarize(records)
-    return {"policy": policy, "source": source, "completed": s.num_completed, "requests": s.num_requests,
-            "output_tok_per_s": s.output_token_throughput, "req_per_s": s.request_throughput,
-            "ttft_p50_s": s.ttft.p50, "ttft_p99_s": s.ttft.p99, "tbt_p50_s": s.tbt.p50, "tbt_p99_s": s.tbt.p99,
-            "sched_delay_p50_s": s.scheduling_delay.p50, "preemptions": s.num_preemptions,
-            "iterations": iterations, "wall_s": wall}
-
-
-def phase_serving(a, executor, perf, specs, deadline: float, qps: float) -> list[dict]:
-    from harness.backends.sim import simulate
-    from harness.validate.runfile import write_jsonl
-
-    max_model_len = max(a.prompt_max + a.output_max, 512)
-    max_model_len = 1 << (max_model_len - 1).bit_length()  # a power of two, like the paper's 4k/8k/16k
-    rows = []
-    reqs = [OfflineRequest(s.request_id, None, s.output_len, prompt_len=s.prompt_len, arrival_s=s.arrival_s)
-            for s in specs]
-    for policy in a.policies.split(","):
-        cfg = scheduler_config(a, policy, max_model_len)
-        left = deadline - time.monotonic()
-        if left < 30:
-            log(f"  {policy}: skipped, {left:.0f}s of budget left")
-            continue
-        engine = make_engine(EngineConfig(cfg, executor.kv_capacity_tokens, max_model_len))
-        t = time.monotonic()
-        stats = run_realtime(engine, executor, reqs, time_limit_s=left - 20)
-        wall = time.monotonic() - t
-        measured = records_from_stats(specs, stats)
-        write_jsonl(a.out / f"requests_{policy}_qps{qps:g}.jsonl", measured)  # the run file validate reads
-        rows.append(summary_row(policy, "torch", measured, stats.iterations, wall) | {"qps": qps})
-        if perf is not None:
-            sim_engine = make_engine(EngineConfig(cfg, executor.kv_capacity_tokens, max_model_len))
-            rows.append(summary_row(policy, "perf-model", simulate(specs, sim_engine, perf), None, None) | {"qps": qps})
-        for r in rows[-2:]:
-            log(f"  {r['policy']:<9} {r['source']:<10} {r['output_tok_per_s']:9.1f} tok/s  TTFT p50 "
-                f"{r['ttft_p50_s']:.3f}s p99 {r['ttft_p99_s']:.3f}s  TBT p50 {r['tbt_p50_s'] * 1e3:.1f}ms "
-                f"p99 {r['tbt_p99_s'] * 1e3:.1f}ms  done {r['completed']}/{r['requests']}")
-    return rows
-
-
-def print_table(rows: list[dict]) -> None:
-    cols = ("policy", "qps", "source", "completed", "output_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s",
-            "tbt_p99_s", "sched_delay_p50_s", "preemptions")
-    print("\n" + "  ".join(f"{c:>16}" for c in cols))
-    for r in rows:
-        cells = []
-        for c in cols:
-            v = r.get(c)
-            cells.append(f"{v:>16.4g}" if isinstance(v, float) else f"{str(v):>16}")
-        print("  ".join(cells))
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    import csv
-    if rows:
-        keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99)
-        with path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(rows)
+    env = report.get("environment") or {}
+    lines = [f"GPU check: {env.get('gpu_name', a.device)} (model prices: {report['gpu'] or 'none'}), torch "
+             f"{env.get('torch')}, {a.model} {a.dtype}, {time.monotonic() - T0:.0f} s"]
+    c = report.get("correctness")
+    if c:
+        worst = max(c["chunks"].values())
+        lines.append(f"correctness ({c['backend']}): chunked vs full prefill {worst:.1e} relative (tolerance "
+                     f"{c['tolerance_relative']:g}), attention vs reference {c['backend_vs_reference_attention']:.1e}: "
+                     f"{'PASS' if c['passed'] else 'FAIL'}")
+    for config, t in (report.get("tokens") or {}).items():
+        said = ("same as the reference" if t["same"] else "DIFFERENT from the reference") if "same" in t else \
+            f"not checked ({t.get('error') or t.get('skipped')})"
+        lines.append(f"greedy tokens {config}: {said}; steps ran {', '.join(t.get('paths', [])) or '-'}")
+    if report["results"]:
+        lines += ["", speed.render(report["table_shapes"], report["results"], report["prices_s"], a.configs, report["gpu"])]
+        lines.append("start-up s (weights, self-check, compilation, capture): " +
+                     ", ".join(f"{k} {v:.0f}" for k, v in report["startup_s"].items()))
+        lines += speed.targets(report["results"], report["prices_s"], a.tiny)
+    if report.get("serving"):
+        lines += ["", serving.render(report["serving"], report.get("serving_config", "?"))]
+    s = report.get("sarathi23_batches")
+    if s and "measured" in s:
+        got = [f"{k} {v:.2f}" for k, v in (("measured", s["measured"]["decode_speedup"]),
+                                            ("model", (s.get("predicted") or {}).get("decode_speedup"))) if v]
+        lines.append(f"\nsarathi23 batches ({s['model']}): decode speedup {', '.join(got) or 'not positive'}")
+    why = verdict(a, report)
+    lines += ["", "PASSED" if not why else "FAILED: " + "; ".join(why)]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    a = parse_args(argv)
+    global T0
+    T0 = time.monotonic()  # the budget counts from here (a test may load the module long before)
+    try:
+        a = parse_args(argv)
+    except UsageError as e:
+        print(f"gpu_check: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    if not a.tiny and not torch.cuda.is_available():
+        print("gpu_check: needs a CUDA device (none found); --tiny runs the pipeline on CPU", file=sys.stderr)
+        return 2
     if a.tiny:
         torch.set_num_threads(1)  # small shared CPUs: OpenMP spinning costs more than it gives
+    from scripts.gpu_check import speed
+
     a.out.mkdir(parents=True, exist_ok=True)
     deadline = T0 + a.budget_s
-    report: dict = {"args": {k: str(v) for k, v in vars(a).items()}, "phases": {}}
-    ok = True
+    report: dict = {"args": {k: str(v) for k, v in vars(a).items()}, "errors": {}, "skipped": [], "phase_s": {},
+                    "results": {}, "startup_s": {}, "stack": speed.STACK}
+    report["environment"] = phase_environment(a)
+    log(f"environment: {report['environment']}")
+    report["gpu"] = a.gpu or ("h100-80g-sxm" if a.tiny else gpu_catalog_key(report["environment"]["gpu_name"]))
+    report["table_shapes"] = speed.shapes(a.tiny)
+    price = speed.price_fn(a.model, report["gpu"])
+    report["prices_s"] = {name: price(items) for name, items in report["table_shapes"]} if price else {}
+    run_phases(a, report, deadline)
+    text = render(a, report)
+    print("\n" + text + "\n", flush=True)
+    (a.out / "gpu_check.txt").write_text(text + "\n")
+    if report.get("serving"):
+        import csv
 
-    def phase(name, fn, *args):
-        nonlocal ok
-        if time.monotonic() > deadline:
-            report["phases"][name] = {"skipped": "out of budget"}
-            log(f"{name}: skipped (out of budget)")
-            ok = False
-            return None
-        log(f"{name} ...")
-        t = time.monotonic()
-        try:
-            result = fn(*args)
-        except Exception as exc:
-            ok = False
-            report["phases"][name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-            log(f"{name}: FAILED: {exc}")
-            traceback.print_exc()
-            return None
-        report["phases"][name] = {"seconds": round(time.monotonic() - t, 2)}
-        return result
-
-    env = phase("environment", phase_environment, a)
-    report["environment"] = env
-    log(f"  {env}")
-    corr = phase("correctness", phase_correctness, a)
-    report["correctness"] = corr
-    if corr is not None:
-        log(f"  backend {corr['backend']}: chunked-vs-full relative errors {corr['chunks']}, "
-            f"attention vs reference {corr['backend_vs_reference_attention']:.2e} -> "
-            f"{'PASS' if corr['passed'] else 'FAIL'}")
-        ok &= corr["passed"]
-    executor = phase("model", phase_model, a)
-    if executor is None:
-        return _finish(a, report, False)
-    report["model"] = {"name": executor.config.name, "layers": executor.config.num_layers,
-                       "kv_capacity_tokens": executor.kv_capacity_tokens, "attention_backend": executor.attention_backend}
-    log(f"  {report['model']}")
-    perf, gpu = perf_model(a, executor)
-    report["perf_model_gpu"] = gpu
-    report["iterations"] = phase("iterations", phase_iterations, a, executor, perf)
-    serving, report["workload"] = [], []
-    for qps in a.qps:
-        specs = make_workload(a, qps)
-        report["workload"].append({"requests": len(specs), "qps": qps, "span_s": specs[-1].arrival_s,
-                                   "prompt_tokens": sum(s.prompt_len for s in specs),
-                                   "output_tokens": sum(s.output_len for s in specs)})
-        log(f"  workload {report['workload'][-1]}")
-        serving += phase(f"serving at {qps:g} QPS", phase_serving, a, executor, perf, specs, deadline, qps) or []
-    report["serving"] = serving
-    executor.close()
-    from scripts.gpu_check.sarathi_batches import run as sarathi_batches  # the repo root is on sys.path (above)
-    report["sarathi23_batches"] = phase("sarathi23 batches", sarathi_batches, a, gpu, log)
-    if serving:
-        print_table(serving)
-        write_csv(a.out / "serving.csv", serving)
-    if report.get("iterations"):
-        write_csv(a.out / "iterations.csv", report["iterations"])
-    ok &= bool(serving) and all(r["completed"] == r["requests"] for r in serving if r["source"] == "torch")
-    return _finish(a, report, ok)
-
-
-def _finish(a, report: dict, ok: bool) -> int:
-    report["passed"] = bool(ok)
-    report["total_s"] = round(time.monotonic() - T0, 1)
+        rows = [r for r in report["serving"] if "skipped" not in r]
+        with (a.out / "serving.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+            w.writeheader()
+            w.writerows(rows)
+    report.update(passed=not verdict(a, report), total_s=round(time.monotonic() - T0, 1))
     (a.out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
-    log(f"{'PASSED' if ok else 'FAILED'}; report in {a.out / 'gpu_check.json'}")
-    return 0 if ok else 1
+    log(f"{'PASSED' if report['passed'] else 'FAILED'}; report in {a.out / 'gpu_check.json'}")
+    return 0 if report["passed"] else 1
 
 
 if __name__ == "__main__":

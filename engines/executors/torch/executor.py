@@ -41,12 +41,15 @@ STEP_LOG_LEN = 100_000  # step records kept (a benchmark's iterations; older one
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """How one iteration ran in this process: `mode` graph | static | eager (graphs.GraphChoice),
-    its tokens and the padded size it ran at, and why."""
+    its tokens and the padded size it ran at, why (the graph taken: "decode-only" or "mixed"; or
+    why eager), and its prefill chunks."""
     step_id: int
     mode: str
     tokens: int
     padded_tokens: int
     reason: str
+    chunks: int = 0
+    graph: str | None = None
 
 
 class PendingStep:
@@ -67,7 +70,8 @@ class TorchExecutor:
                  kv_capacity_tokens: int | None = None, block_size: int = 16, tp: int = 1, pp: int = 1,
                  seed: int = 0, attention_backend: str = "auto", gpu_memory_utilization: float = 0.9,
                  startup_timeout_s: float = 600.0, cuda_graphs: bool = False,
-                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False) -> None:
+                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False,
+                 graph_max_seqs: int | None = None) -> None:
         self.config, weights_dir = resolve_model_config(model)
         self.config.check_parallel(tp, pp)
         if device == "auto":
@@ -86,6 +90,7 @@ class TorchExecutor:
         self._runner = None
         self._procs: list = []
         self.step_log: deque[StepRecord] = deque(maxlen=STEP_LOG_LEN)
+        self._step_counts: dict[str, int] = {}  # metrics(): steps by path, tokens and padding, since the start
         if tp * pp > 1 and (cuda_graphs or compile_elementwise):
             raise ValueError("cuda_graphs and compile_elementwise run in one process only (tp = pp = 1)")
         if tp * pp == 1:
@@ -94,7 +99,7 @@ class TorchExecutor:
             self._runner = ModelRunner(self.config, dtype=self.dtype, device=self.device, block_size=block_size,
                                        weights_dir=weights_dir, seed=seed, attention_backend=attention_backend,
                                        cuda_graphs=cuda_graphs, graph_sizes=graph_sizes,
-                                       compile_elementwise=compile_elementwise)
+                                       compile_elementwise=compile_elementwise, graph_max_seqs=graph_max_seqs)
             measured = self._runner.kv_capacity_tokens(gpu_memory_utilization)
             self.attention_backend = self._runner.backend.name
         else:
@@ -116,6 +121,17 @@ class TorchExecutor:
     def from_config(cls, model: str | Path | ModelConfig, **kwargs) -> TorchExecutor:
         """The constructor the live server calls; keyword arguments as for __init__."""
         return cls(model, **kwargs)
+
+    @property
+    def speed_paths(self) -> str:
+        """One line: the attention backend, and (one process) the graphs and elementwise paths."""
+        out = f"attention {self.attention_backend}"
+        if self._runner is not None:
+            g = self._runner.graphs
+            out += ", cuda graphs off" if g is None else \
+                f", cuda graphs at {len(g.sizes)} sizes ({'captured' if g.capture else 'static buffers, no CUDA'})"
+            out += f", compiled elementwise {'on' if self._runner.compiled_elementwise else 'off'}"
+        return out
 
     # ------------------------------------------------------------------ Executor protocol
     @property
@@ -158,16 +174,33 @@ class TorchExecutor:
         if self._runner is not None:
             tokens = self._runner.step(plan)
             c = self._runner.last_choice
-            self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason))
+            self.step_log.append(StepRecord(plan.step_id, c.mode, c.tokens, c.padded_tokens, c.reason, c.chunks,
+                                            c.graph))
+            counts = self._step_counts
+            for key, n in ((f"torch_steps_{c.mode}_{c.graph}_total" if c.graph else "torch_steps_eager_total", 1),
+                           ("torch_step_tokens_total", c.tokens), ("torch_step_padding_tokens_total",
+                                                                    c.padded_tokens - c.tokens)):
+                counts[key] = counts.get(key, 0) + n
             self._apply(plan, tokens)
             return PendingStep(self, plan, slots, tokens)
         self._broadcast(("step", plan))
         return PendingStep(self, plan, slots)
 
-    def warm_up(self, max_num_seqs: int = 128, max_chunk: int = 512) -> int:
-        """Pay the attention backend's compilations for the shapes such a run meets (flex on CUDA;
-        ModelRunner.warm_up) before timing; one-process executors only. Shapes run."""
-        return self._runner.warm_up(max_num_seqs, max_chunk) if self._runner is not None else 0
+    def warm_up(self, max_num_seqs: int = 128, max_chunk: int = 512, deadline: float | None = None) -> int:
+        """Pay the attention backend's compilations for the shapes such a run meets outside its
+        graphs (flex on CUDA; ModelRunner.warm_up) before timing, starting none after `deadline`
+        (time.monotonic()); one-process executors only. Shapes run."""
+        return self._runner.warm_up(max_num_seqs, max_chunk, deadline) if self._runner is not None else 0
+
+    def metrics(self) -> dict[str, float]:
+        """Counters for the server's /metrics (one process): steps by path (graph / static, decode
+        / mixed graph; eager), and the tokens the steps computed and padded."""
+        return dict(self._step_counts)
+
+    @property
+    def attention_shapes(self) -> int:
+        """Flex kernel buckets run so far (each compiled once, on CUDA); 0 for other backends."""
+        return self._runner.attention_shapes if self._runner is not None else 0
 
     def free(self, seq_id: int) -> None:
         self._tokens.pop(seq_id, None)

@@ -40,14 +40,16 @@ class _Context:
 
 
 class ModelRunner:
-    """`cuda_graphs`: decode-only and small mixed steps through graphs.StepGraphs (paged flex
-    attention; one process only), padded to `graph_sizes` (default: vLLM's rule for 128
-    sequences); on CPU the padded static-buffer path without capture. `compile_elementwise`:
+    """`cuda_graphs`: decode-only and mixed steps (up to graphs.MAX_GRAPH_CHUNKS prefill chunks)
+    through graphs.StepGraphs (paged flex attention; one process only), padded to `graph_sizes`
+    (default: vLLM's rule for `graph_max_seqs`, else 128, sequences; decode graphs at sizes up to
+    `graph_max_seqs`, as vLLM's); on CPU the padded static-buffer path without capture. `compile_elementwise`:
     torch.compile the norm, rotary and SiLU-gate functions (engines.models.layers.fused)."""
 
     def __init__(self, config: ModelConfig, *, dtype: torch.dtype, device: torch.device, block_size: int,
                  weights_dir=None, seed: int = 0, attention_backend: str = "auto", cuda_graphs: bool = False,
-                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False) -> None:
+                 graph_sizes: tuple[int, ...] | None = None, compile_elementwise: bool = False,
+                 graph_max_seqs: int | None = None) -> None:
         self.config, self.dtype, self.device, self.block_size = config, dtype, device, block_size
         self.parallel = get_parallel()
         self.model = build_model(config, dtype=dtype, device=device, weights_dir=weights_dir, seed=seed)
@@ -62,10 +64,12 @@ class ModelRunner:
             raise ValueError("CUDA graphs run in one process only (tp = pp = 1)")
         if cuda_graphs and self.backend.name != "flex":
             raise ValueError(f"CUDA graphs need attention_backend='flex', not {self.backend.name!r}")
-        self.graph_sizes = tuple(graph_sizes) if graph_sizes else capture_sizes(128)
+        self.graph_sizes = tuple(graph_sizes) if graph_sizes else capture_sizes(graph_max_seqs or 128)
+        self.graph_max_seqs = graph_max_seqs
         self.graphs: StepGraphs | None = None
         self._graphs_wanted = cuda_graphs
         self.last_choice: GraphChoice | None = None
+        self.compiled_elementwise = compile_elementwise
         if compile_elementwise:
             from engines.models.layers.fused import compile_elementwise as fuse
 
@@ -103,25 +107,42 @@ class ModelRunner:
             c = self.config
             self.graphs = StepGraphs(self.model, self.cache, self.backend, self.graph_sizes, num_blocks=num_blocks,
                                      block_size=self.block_size, window=c.sliding_window, scale=c.head_dim ** -0.5,
-                                     max_len=c.max_position_embeddings, device=self.device)
+                                     max_len=c.max_position_embeddings, device=self.device,
+                                     max_decode=self.graph_max_seqs)
 
-    def warm_up(self, max_num_seqs: int, max_chunk: int) -> int:
+    def warm_up(self, max_num_seqs: int, max_chunk: int, deadline: float | None = None) -> int:
         """Compile the flex attention buckets a run of up to `max_num_seqs` sequences and
-        `max_chunk`-token chunks meets most (decodes of every power-of-two batch; up to four
-        prefill chunks of every power-of-two length), so compilation is paid here, not in timed
-        steps (a step with more prefill chunks compiles its bucket when it first comes); how many
+        `max_chunk`-token chunks meets most outside any graph (decodes of every power-of-two batch
+        that no decode graph takes; up to four prefill chunks of every power-of-two length), so
+        compilation is paid here, not in timed steps (a step with more prefill chunks compiles its
+        bucket when it first comes); none is started after `deadline` (time.monotonic()). How many
         shapes ran (0: another backend, nothing to compile)."""
+        import time
+
         if self.backend.name != "flex" or self.cache is None:
             return 0
-        shapes = [(b, 1) for b in powers_of_two(1, max_num_seqs)]
+        in_graphs = 0
+        if self.graphs is not None:  # decode steps up to the largest decode graph never run eagerly
+            in_graphs = max((size for graph, size in self.graphs.keys if graph == "decode"), default=0)
+        shapes = [(b, 1) for b in powers_of_two(1, max_num_seqs) if b > in_graphs]
         chunks = powers_of_two(MIN_QUERY_BUCKET, max_chunk)
         shapes += [(s, q) for s in powers_of_two(1, min(4, max_num_seqs)) for q in chunks]
         k_cache, v_cache = self.cache.layer(0)
         c = self.config
+        done = 0
         with torch.inference_mode():
-            self.backend.warm(c.num_heads // self.parallel.tp_size, k_cache, v_cache, c.sliding_window,
-                              c.head_dim ** -0.5, shapes)
-        return len(shapes)
+            for shape in shapes:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                self.backend.warm(c.num_heads // self.parallel.tp_size, k_cache, v_cache, c.sliding_window,
+                                  c.head_dim ** -0.5, [shape])
+                done += 1
+        return done
+
+    @property
+    def attention_shapes(self) -> int:
+        """Compiled-kernel buckets the flex backend has run so far (0 for other backends)."""
+        return len(getattr(self.backend, "shapes_seen", ()))
 
     # ------------------------------------------------------------------ one step
     def prepare(self, plan: StepPlan) -> StepInputs:
@@ -177,8 +198,9 @@ class ModelRunner:
             seq_of_token = torch.repeat_interleave(torch.arange(m.num_seqs, device=self.device),
                                                    torch.tensor(lens, device=self.device),
                                                    output_size=len(inputs.tokens))  # each token's sequence
+            chunks = [(start, n) for start, n in zip(m.query_starts, lens) if n > 1]
             hidden = self.graphs.run(choice, inputs.tokens, inputs.positions, m.slot_mapping,
-                                     m.block_tables[seq_of_token])
+                                     m.block_tables[seq_of_token], chunks)
         tokens = iter(self.sample(inputs, hidden))
         return [next(tokens) if item.sample else None for item in plan.items]
 

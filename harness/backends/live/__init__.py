@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
+from engines.server.config import ServerConfig
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
 from harness.backends.deployment import DeploymentPlan
 from harness.backends.live.client import ClientSettings, LiveRunOptions, measure, run_live, run_live_result
@@ -23,7 +24,7 @@ from harness.backends.live.server import SERVER_KINDS, VLLM_SCHEDULERS, Endpoint
 from harness.records import RequestSpec
 
 __all__ = [
-    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "VllmSettings",
+    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "TorchSettings", "VllmSettings",
     "model_vocabulary", "cluster_spec", "run_live", "run_live_result", "scheduler_class", "serve", "server_spec",
 ]
 
@@ -37,6 +38,19 @@ class VllmSettings:
     served_model_name: str | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+
+
+_SERVER = ServerConfig()  # the in-repo server's defaults
+
+
+@dataclass(frozen=True)
+class TorchSettings:
+    """The torch executor's speed paths (executor=torch only; docs/torch-engine.md), passed to the
+    in-repo server as its --attention-backend / --cuda-graphs / --compile-elementwise flags."""
+
+    attention_backend: str = _SERVER.attention_backend  # auto | flex | sdpa | reference | flashinfer | flash_attn
+    cuda_graphs: bool = _SERVER.cuda_graphs  # decode and mixed steps through CUDA graphs (needs flex)
+    compile_elementwise: bool = _SERVER.compile_elementwise  # torch.compile the norm, rotary and SiLU gate
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,7 @@ class LiveSettings(ClientSettings):
     log_dir: str | None = None  # server logs; None: temporary files (the path is in any start error)
     api_key: str | None = field(default=None, repr=False)  # the server requires it, the client sends it
     vllm: VllmSettings = field(default_factory=VllmSettings)
+    torch: TorchSettings = field(default_factory=TorchSettings)  # executor=torch: e.g. backend.torch.cuda_graphs=true
 
     def __post_init__(self) -> None:
         if self.server not in SERVER_KINDS:
@@ -89,7 +104,8 @@ def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> Li
         stack=d.perf.deployment.stack, attention_kernel=d.perf.deployment.attention_kernel,
         weight_dtype=d.perf.deployment.weight_dtype, kv_dtype=d.perf.deployment.kv_dtype,
         kv_capacity_tokens=kv, gpu_memory_utilization=s.gpu_memory_utilization, block_size=s.block_size,
-        prefix_caching=job.prefix_caching,
+        prefix_caching=job.prefix_caching, attention_backend=s.torch.attention_backend,
+        cuda_graphs=s.torch.cuda_graphs, compile_elementwise=s.torch.compile_elementwise,
         vllm_command=tuple(s.vllm.command), vllm_env=tuple(s.vllm.env.items()), vllm_extra_args=tuple(s.vllm.extra_args),
         vllm_scheduler=s.vllm_scheduler, ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir, api_key=s.api_key,
     )

@@ -73,6 +73,10 @@ class LiveServerSpec:
     gpu_memory_utilization: float = _SERVER.gpu_memory_utilization
     block_size: int = _SERVER.block_size
     prefix_caching: bool = _SERVER.prefix_caching  # the engine's (the job's), not the scheduler's
+    # the torch executor's speed paths (docs/torch-engine.md); executor=torch only
+    attention_backend: str = _SERVER.attention_backend
+    cuda_graphs: bool = _SERVER.cuda_graphs
+    compile_elementwise: bool = _SERVER.compile_elementwise
     # disaggregated prefill/decode (engines/server/handoff.py)
     role: str = _SERVER.role
     kv_link: str | None = None
@@ -93,6 +97,14 @@ class LiveServerSpec:
     def __post_init__(self) -> None:
         if self.kind not in SERVER_KINDS:
             raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.kind!r}")
+        torch_paths = (self.attention_backend, self.cuda_graphs, self.compile_elementwise)
+        if torch_paths != (_SERVER.attention_backend, _SERVER.cuda_graphs, _SERVER.compile_elementwise) and (
+                self.kind != "inrepo" or self.executor != "torch"):
+            raise HarnessError("backend.torch (attention_backend, cuda_graphs, compile_elementwise) sets the in-repo "
+                               f"server's torch executor; this server is {self.kind} with executor {self.executor}")
+        if self.cuda_graphs and self.attention_backend != "flex":
+            raise HarnessError("backend.torch.cuda_graphs=true needs backend.torch.attention_backend=flex "
+                               f"(the graphs' attention), got {self.attention_backend!r}")
 
     @property
     def name(self) -> str:
@@ -122,6 +134,8 @@ class LiveServerSpec:
                 kv_dtype=self.kv_dtype, gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
                 block_size=self.block_size, prefix_caching=self.prefix_caching, time_scale=self.time_scale, seed=self.seed, role=self.role,
                 kv_link=self.kv_link, kv_transfer_lanes=self.kv_transfer_lanes, kv_transfer=self.kv_transfer,
+                attention_backend=self.attention_backend, cuda_graphs=self.cuda_graphs,
+                compile_elementwise=self.compile_elementwise,
             )
         except ValueError as e:
             raise HarnessError(f"backend: {e}") from None
