@@ -213,7 +213,7 @@ _ATTENTION["xformers-2023-percall"] = replace(_ATTENTION["xformers-2023"], name=
 # The nearest split the hardware allows reads the KV at the full 768 GB/s (4 x 21.0 MB in 109.5 us a
 # layer) and leaves 142.0 - 109.5 = 32.5 us a layer to the call: the largest decode-call cost the input
 # permits. The held-out batch then comes out at 14.5 ms (15.2 published, 14.2 without it); riding
-# decodes cost 1.08x their decode-only share, not 1.00x (the table's own: 5.2 / 3 over 5.68 / 4, 1.22x).
+# decodes cost 1.08x their decode-only share, not 1.00x (the table's own: (15.2 - 9.94) / 3 over 5.68 / 4, 1.23x).
 _ATTENTION["xformers-2023-decodecall"] = replace(_ATTENTION["xformers-2023"], name="xformers-2023-decodecall",
                                                  decode_fixed_s=32.5e-6, decode_efficiency=1.0)
 # A what-if, never a stack's default: `sarathi-2024` with the masked tiles skipped, the one thing that
