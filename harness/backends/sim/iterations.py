@@ -8,7 +8,8 @@ of B sequences, the riders and the rest at their mean context (the first Sarathi
 batch of B, against which its B - 1 riding decodes are compared, Sec. 5.1; its table gives each
 row's B): B is the run's batch, the requests a closed loop keeps in flight, as the baseline's
 decode-only iterations run it, or, without one, the iteration's decodes + 1. From these the marginal
-cost of a decode that rides on a chunk and the decode speedup follow (harness/throughput.py). The loops call it only when one is given: a run without it is untouched.
+cost of a decode that rides on a chunk and the decode speedup follow (harness/throughput.py). The
+loops call it only when one is given: a run without it is untouched.
 
 Pipeline bubbles (pp > 1): before a micro-batch, each stage may sit idle since its previous
 micro-batch. That gap is split by cause:
@@ -28,8 +29,8 @@ import numpy as np
 from engines.core import Batch
 
 COLUMNS = ("start_s", "end_s", "prefill_tokens", "prefills", "decodes", "prefill_context", "decode_context_mean",
-           "alone_prefill_s", "alone_decodes_s", "alone_decodes_n", "bubble_schedule_s", "bubble_send_s", "bubble_upstream_s",
-           "cached_tokens")  # prompt tokens a prefix cache held for the requests this iteration admitted
+           "alone_prefill_s", "alone_decodes_s", "alone_decodes_n", "bubble_schedule_s", "bubble_send_s",
+           "bubble_upstream_s", "cached_tokens")  # prompt tokens a prefix cache held for the requests this iteration admitted
 CAUSES = ("schedule", "send", "upstream")
 
 
