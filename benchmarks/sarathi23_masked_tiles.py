@@ -3,8 +3,9 @@
 The stack prices the paper's xFormers attention from the paper's operator table (`xformers-2023`,
 engines/perf/kernels.py). This swaps that one kernel for a what-if (--kernel): `sarathi-2024-causal`
 (the default: the earlier stand-in, Sarathi-Serve's measured wrapper, with masked tiles skipped),
-`sarathi-2024` (the stand-in as it was, masked tiles paid) or `xformers-2023-percall` (the table's
-kernel with a per-call cost the table cannot rule out). It re-runs the chosen cells of the study with
+`sarathi-2024` (the stand-in as it was, masked tiles paid), `xformers-2023-percall` (the table's
+kernel with a per-call cost the table cannot rule out) or `xformers-2023-decodecall` (its decode input
+split into the largest per-call cost the bandwidth allows). It re-runs the chosen cells of the study with
 it into --runs, prices the model claims with it, and prints every claim beside the reference's value.
 Claims whose cells were not re-run say so. A what-if, not a fit: no constant moves.
 

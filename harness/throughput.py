@@ -8,7 +8,7 @@ and, where the backend keeps one, its iteration log (harness/backends/sim/iterat
                       and the share of all decode tokens that rode on a prefill (piggybacked)
   decode cost         over the hybrid iterations: the marginal cost of a decode token that rides on
                       a chunk, (iteration - its prefill part alone) / decodes, and the per-token
-                      cost of a decode-only batch of B = decodes + 1 sequences; the decode speedup is
+                      cost of a decode-only batch of the run's B (iterations.py); the decode speedup is
                       their ratio, the first Sarathi paper's definition (Sec. 5.1; its example,
                       LLaMA-13B on an A6000: a decode-only batch of 4 takes 49.96 ms, 12.49 ms a
                       token, the 3 decodes riding on a chunk (238.4 - 234.8) / 3 = 1.2 ms). Ratios of
@@ -73,7 +73,9 @@ def composition(it: Mapping[str, np.ndarray]) -> dict:
     if hybrid.any():
         riding = decodes[hybrid].sum()
         out["marginal_decode_s"] = float((dt[hybrid] - np.asarray(it["alone_prefill_s"])[hybrid]).sum() / riding)
-        out["decode_alone_s"] = float(np.asarray(it["alone_decodes_s"])[hybrid].sum() / (riding + hybrid.sum()))
+        # per token of the decode-only batches priced: B each (iterations.py), decodes + 1 in a log without B
+        priced = np.asarray(it["alone_decodes_n"])[hybrid].sum() if "alone_decodes_n" in it else riding + hybrid.sum()
+        out["decode_alone_s"] = float(np.asarray(it["alone_decodes_s"])[hybrid].sum() / priced)
         out["decode_speedup"] = _ratio(out["decode_alone_s"], out["marginal_decode_s"])
     return out
 

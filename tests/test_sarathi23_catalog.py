@@ -98,3 +98,14 @@ def test_the_claims_price_a_model_claim_with_the_what_if_only_when_asked():
     stand_in, what_if = model_value(claim.params, "sarathi-2024"), model_value(claim.params, "sarathi-2024-causal")
     assert model_value(claim.params, "xformers-2023") == own != stand_in and not claim.within(stand_in)
     assert what_if / stand_in == pytest.approx(2.0, rel=0.1) and claim.within(what_if)
+
+
+def test_a_layernorm_block_sends_its_hidden_state_alone():
+    """Between pipeline stages a Llama-style block sends hidden state and residual (vLLM llama.py),
+    GPT-3's LayerNorm block its hidden state alone, the residual inside it (vLLM gpt2.py; nanoGPT's
+    Block), as Falcon's parallel block does: half the bytes at the same width."""
+    def send(model: str, width: int) -> float:
+        d = Deployment.create(model=model, gpu="a100-80g-sxm", tp=8, pp=2, topology="dgx-a100")
+        return PerfModel(d).coeffs.send_bytes_per_token / (width * 2)
+    assert send("gpt3-175b", 12288) == send("falcon-180b", 14848) == 1
+    assert send("llama2-70b", 8192) == 2

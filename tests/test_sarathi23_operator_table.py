@@ -46,6 +46,21 @@ def test_the_shape_law_carries_the_inputs():
     assert batch_ms(p, [[1, 2048]] * 8, "attention") / batch_ms(p, DECODE, "attention") == pytest.approx(kv, rel=1e-3)
 
 
+def test_the_decode_call_what_if_keeps_the_inputs_within_the_bandwidth():
+    """`xformers-2023-decodecall` splits the decode input into a call cost and a KV rate: the two
+    input batches hold, the rate is the A6000's whole bandwidth and no more (the exact three-row
+    solution would need 2.0 TB/s), and the held-out batch rises towards the table's 15.2 ms."""
+    k = get_attention_kernel("xformers-2023-decodecall")
+    assert k.decode_fixed_s > 0 and k.decode_efficiency <= 1.0
+    p = perf("xformers-2023-decodecall")
+    assert batch_ms(p, PREFILL, "attention") == pytest.approx(10.0, rel=1e-3)
+    assert batch_ms(p, DECODE, "attention") == pytest.approx(5.68, rel=1e-3)
+    assert batch_ms(perf(), HYBRID, "attention") < batch_ms(p, HYBRID, "attention") < 15.2
+    # a riding decode costs more than its decode-only share, as the table's own 1.23x, but at most 1.08x
+    rider = (batch_ms(p, HYBRID, "attention") - batch_ms(p, [[1021, 0]], "attention")) / 3
+    assert 1.0 < rider / (batch_ms(p, DECODE, "attention") / 4) < 1.09
+
+
 def test_the_papers_decode_cost_arithmetic():
     p = perf()
     assert decode_cost_ms(p, DECODE) == pytest.approx(batch_ms(p, DECODE) / 4)

@@ -210,8 +210,11 @@ def build_coefficients(d: Deployment, stack: EngineStack, k: Kernels, rules: Ste
                                 elementwise_kernels=len(elementwise_kernels),
                                 gemms=4 + m.is_moe, allreduces_per_layer=allreduces_per_layer, tp=d.tp),
         # Stage-to-stage send: hidden states, plus the residual stream Llama-style blocks carry
-        # separately (vLLM's PP sends both); Falcon's parallel block has none.
-        send_bytes_per_token=(1 if m.parallel_attn_mlp else 2) * act_bytes_per_token,
+        # separately (vLLM's PP sends both: models/llama.py IntermediateTensors "hidden_states",
+        # "residual"); Falcon's parallel block has none, nor do the LayerNorm blocks of GPT-2/GPT-3
+        # and OPT, whose residual is the hidden state (models/gpt2.py, opt.py send "hidden_states"
+        # alone; so does nanoGPT's Block, x = x + attn(ln_1(x)), the first Sarathi paper's engine).
+        send_bytes_per_token=(1 if m.parallel_attn_mlp or m.layer_norm else 2) * act_bytes_per_token,
     )
 
 

@@ -125,7 +125,7 @@ class SimBackend:
             engines, timers = zip(*(self._engine(p, *c) for p, c in zip(plans, self.configs)))
             return BackendRun(self._run_cluster(requests, engines, timers, [p.pp for p in plans], stats), stats)
         engine, timer = self._engine(d, *self.configs[0])
-        log = IterationLog(d.timer, len(requests)) if job.iteration_log else None
+        log = IterationLog(d.timer, len(requests), batch=job.concurrency) if job.iteration_log else None
         if log is not None and job.prefix_caching:
             log.cache = engine.blocks.stats  # the log's cached_tokens: what the cache saved, iteration by iteration
         records = simulate(requests, engine, timer, pp=d.pp, fast_forward=self.conf.fast_forward,

@@ -4,10 +4,12 @@ One row per iteration (with pipeline parallelism, per micro-batch: from its laun
 stage's end): its start and end, its composition (prefill tokens and sequences, decodes, the
 chunk's context, the decodes' mean context), and for a hybrid iteration (a prefill chunk with
 decodes; pp = 1) the performance model's price of its prefill part alone and of a decode-only batch
-of its B = decodes + 1 sequences (the riders and one more at their mean context: the first Sarathi
-paper's decode-only batch of B, against which its B - 1 riding decodes are compared, Sec. 5.1), from
-which the marginal cost of a decode that rides on a chunk and the decode speedup follow
-(harness/throughput.py). The loops call it only when one is given: a run without it is untouched.
+of B sequences, the riders and the rest at their mean context (the first Sarathi paper's decode-only
+batch of B, against which its B - 1 riding decodes are compared, Sec. 5.1; its table gives each
+row's B): B is the run's batch, the requests a closed loop keeps in flight, as the baseline's
+decode-only iterations run it, or, without one, the iteration's decodes + 1. From these the marginal
+cost of a decode that rides on a chunk and the decode speedup follow (harness/throughput.py). The
+loops call it only when one is given: a run without it is untouched.
 
 Pipeline bubbles (pp > 1): before a micro-batch, each stage may sit idle since its previous
 micro-batch. That gap is split by cause:
@@ -27,14 +29,15 @@ import numpy as np
 from engines.core import Batch
 
 COLUMNS = ("start_s", "end_s", "prefill_tokens", "prefills", "decodes", "prefill_context", "decode_context_mean",
-           "alone_prefill_s", "alone_decodes_s", "bubble_schedule_s", "bubble_send_s", "bubble_upstream_s",
-           "cached_tokens")  # prompt tokens a prefix cache held for the requests this iteration admitted
+           "alone_prefill_s", "alone_decodes_s", "alone_decodes_n", "bubble_schedule_s", "bubble_send_s",
+           "bubble_upstream_s", "cached_tokens")  # prompt tokens a prefix cache held for the requests this iteration admitted
 CAUSES = ("schedule", "send", "upstream")
 
 
 class IterationLog:
-    def __init__(self, timer, num_requests: int) -> None:
+    def __init__(self, timer, num_requests: int, batch: int | None = None) -> None:
         self.timer = timer
+        self.batch = batch or 0  # B of the decode-only batch a hybrid's riders are compared with (0: decodes + 1)
         self.rows: list[tuple] = []
         self.runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # decode runs: starts, ends, first contexts
         self.bubbles = np.zeros((num_requests, len(CAUSES)))  # by engine sequence id (arrival rank)
@@ -54,16 +57,18 @@ class IterationLog:
         pre = [i for i, p in enumerate(batch.is_prefill) if p]
         dec = [i for i, p in enumerate(batch.is_prefill) if not p]
         alone_p = alone_d = np.nan
+        alone_n = 0
         ctx = [batch.context_lens[i] for i in dec]
         if pre and dec and price:  # hybrid: the model's price of the chunk alone and of a decode-only batch of B
             alone_p = self._price([n[i] for i in pre], [batch.context_lens[i] for i in pre])
-            alone_d = self._price([1] * (len(dec) + 1), ctx + [round(float(np.mean(ctx)))])
+            alone_n = max(self.batch, len(dec) + 1)
+            alone_d = self._price([1] * alone_n, ctx + [round(float(np.mean(ctx)))] * (alone_n - len(dec)))
         saved = 0
         if self.cache is not None:  # admissions happen while this iteration is scheduled: what they found
             saved, self._hits = self.cache.hits - self._hits, self.cache.hits
         self.rows.append((start, end, sum(n[i] for i in pre), len(pre), len(dec),
                           batch.context_lens[pre[0]] if pre else -1, float(np.mean(ctx)) if ctx else np.nan,
-                          alone_p, alone_d, *gaps, saved))
+                          alone_p, alone_d, alone_n, *gaps, saved))
 
     def decode_run(self, batch: Batch, starts: np.ndarray, ends: np.ndarray) -> None:
         """`len(ends)` repetitions of a decode-only batch (the fast-forward), contexts growing by one."""
@@ -102,13 +107,14 @@ class IterationLog:
             k = len(ends)
             block = np.full((k, len(COLUMNS)), np.nan)
             block[:, 0], block[:, 1] = starts, ends
-            block[:, 2], block[:, 3], block[:, 4], block[:, 5], block[:, 12] = 0, 0, len(ctx), -1, 0
+            block[:, 2], block[:, 3], block[:, 4], block[:, 5] = 0, 0, len(ctx), -1
+            block[:, COLUMNS.index("alone_decodes_n")] = block[:, COLUMNS.index("cached_tokens")] = 0
             block[:, 6] = np.mean(ctx[None, :] + np.arange(k)[:, None], axis=1)  # as iteration() takes each mean
             parts.append(block)
         table = np.concatenate(parts)
         table = table[np.argsort(table[:, 0], kind="stable")]
         out = {c: table[:, i] for i, c in enumerate(COLUMNS)}
-        for c in ("prefill_tokens", "prefills", "decodes", "prefill_context", "cached_tokens"):
+        for c in ("prefill_tokens", "prefills", "decodes", "prefill_context", "alone_decodes_n", "cached_tokens"):
             out[c] = out[c].astype(np.int64)
         return out
 
