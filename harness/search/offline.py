@@ -17,17 +17,11 @@ import pandas as pd
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendRun
 from harness.records import RequestRecord, RequestSpec
+from harness.settings.offline import OfflineSettings
 from harness.results.store import records_frame
 from harness.throughput import OfflineSummary, offline_summary
 from harness.workload import arrival_offsets, make_requests
 from harness.workload.arrivals import RATE_FREE
-
-
-@dataclass(frozen=True)
-class OfflineSettings:
-    """The `offline` config node (experiments/config.yaml): what an offline run reports."""
-
-    baseline: str | None = None  # the scheduler the others' throughput gains are over (one of the run's)
 
 
 def is_offline(arrival) -> bool:
