@@ -96,7 +96,7 @@ def build_deployment(
 def check_one_release(deployment: Deployment, schedulers: Mapping[str, SchedulerConfig]) -> None:
     """A shipped vLLM stack (perf.stack=vllm-X prices release X) and a `vllm_v1` scheduler running
     another release's rules (scheduler.NAME.release, default 0.32) would be two engines in one run:
-    refused in one line until an engine release is one named choice of the config."""
+    refused in one line naming the one choice that says both (`release=vllm-X`, harness/settings/release.py)."""
     release = get_stack(deployment.stack).release
     if release is None:
         return
@@ -104,8 +104,8 @@ def check_one_release(deployment: Deployment, schedulers: Mapping[str, Scheduler
         other = sc.release if sc.policy == "vllm_v1" else release
         if other != release:
             raise HarnessError(f"perf.stack={deployment.stack} prices vLLM {release} but scheduler.{name}.release="
-                               f"{other} runs {other}'s scheduler: name one release (scheduler.{name}.release={release}, "
-                               f"or perf.stack=vllm-{other})")
+                               f"{other} runs {other}'s scheduler: name the engine once, release=vllm-{release} or "
+                               f"release=vllm-{other}, in place of perf.stack and scheduler.{name}.release")
 
 
 def _device(hardware: HardwareSettings):

@@ -13,6 +13,7 @@ from harness.settings.deployment import HardwareSettings, ModelSettings, Paralle
 from harness.settings.engine import EngineSettings
 from harness.settings.experiment import ExperimentConfig
 from harness.settings.offline import OfflineSettings
+from harness.settings.release import with_release
 from harness.settings.search import SearchSettings
 from harness.settings.slo import SloSettings
 from harness.typed import typed
@@ -41,6 +42,6 @@ def experiment_config(cfg: Mapping) -> ExperimentConfig:
     data.pop("hydra", None)
     sections = {k: typed(kind, data.get(k) or {}, k) for k, kind in SECTIONS.items()}
     plain = {k: data.get(k) or ({} if k != "experiment" else None) for k in PLAIN}
-    rest = {k: data[k] for k in ("name", "seed", "results_dir", "progress", "cache") if data.get(k) is not None}
-    return ExperimentConfig(**sections, **plain, **rest, max_model_len=int(data["max_model_len"]),
-                            backend=backend_settings(data.get("backend") or {}))
+    rest = {k: data[k] for k in ("name", "seed", "results_dir", "progress", "cache", "release") if data.get(k) is not None}
+    return with_release(ExperimentConfig(**sections, **plain, **rest, max_model_len=int(data["max_model_len"]),
+                                         backend=backend_settings(data.get("backend") or {})))

@@ -100,6 +100,7 @@ class ConfigSchema:
     max_model_len: int = REQUIRED
     progress: bool = True  # progress bars on stderr
     cache: bool = True  # reuse probes of an identical config and code (interrupted searches resume)
+    release: str | None = None  # a shipped engine named once: release=vllm-0.19 (harness/settings/release.py)
 
 
 def register() -> None:

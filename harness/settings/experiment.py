@@ -46,6 +46,9 @@ class ExperimentConfig:
     progress: bool = True  # progress bars on stderr
     cache: bool = True  # reuse probes of an identical config and code (interrupted searches resume)
     experiment: Any = None  # the preset's own node (figure presets read it)
+    # A shipped engine named once (release=vllm-0.19): its stack, scheduler rules and batch defaults
+    # together (harness.settings.release, applied at the door); None: as perf and scheduler say.
+    release: str | None = None
 
     def schedulers(self) -> dict[str, Mapping[str, Any]]:
         """The scheduler entries that name a policy (the others are a preset's knob overrides for a
