@@ -159,10 +159,10 @@ def test_planning_refuses_what_the_server_would_refuse():
     import numpy as np
 
     from common.errors import HarnessError
-    from harness.search.experiment import _check_lengths
+    from harness.experiment.checks import check_lengths
 
     ok = SimpleNamespace(prompt_lens=np.array([100, 28]), output_lens=np.array([28, 100]))
-    _check_lengths(ok, 128, "w")
+    check_lengths(ok, 128, "w")
     edge = SimpleNamespace(prompt_lens=np.array([100, 100]), output_lens=np.array([28, 29]))
     with pytest.raises(HarnessError, match="request 1 has prompt 100 \\+ output 29 tokens, over max_model_len 128"):
-        _check_lengths(edge, 128, "w")
+        check_lengths(edge, 128, "w")

@@ -15,7 +15,7 @@ import pytest
 from harness.paths import ROOT
 from harness.settings.experiment import ExperimentConfig
 
-BELOW = ("backends", "search", "planner", "launch", "validate", "settings")
+BELOW = ("backends", "experiment", "search", "planner", "launch", "validate", "settings")
 # module -> why it may import omegaconf
 OMEGACONF = {
     "harness/launch/hydra_jobs.py": "Hydra's launcher API hands it the jobs' configs: to the door's `typed` and Hydra's job body",

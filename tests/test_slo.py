@@ -9,7 +9,7 @@ from engines.perf import Deployment, PerfModel
 from harness.config import compose, experiment_config
 from harness.metrics import check_slo
 from harness.records import RequestRecord
-from harness.search.slo import resolve_slo
+from harness.experiment.slo import resolve_slo
 from harness.settings.slo import SloSettings
 
 PAPER = {"source": "paper", "table": {"yi-34b": {"strict": 0.2, "relaxed": 1.0}}}

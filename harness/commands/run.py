@@ -25,7 +25,7 @@ from harness.results.store import RunWriter, broken_runs, provenance, token_fram
 from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.executor import LocalProcessPool, ProbeExecutor, open_executor, searches_at_once
-from harness.search.experiment import ExperimentPlan, check_cluster_backend, plan_experiment, reseed
+from harness.experiment import ExperimentPlan, check_cluster_backend, plan_experiment, reseed
 from harness.search.probe import SearchBroken, probe_requests, search_capacity
 from harness.search.rounds import Round
 from harness.starvation import BOUNDS as STARVATION_BOUNDS

@@ -16,7 +16,7 @@ def register() -> None:
 
 def plan_experiment(cfg):
     """The planned experiment of a composed config (`compose(...)`): the door and the planning in one."""
-    from harness.search.experiment import plan_experiment as plan
+    from harness.experiment import plan_experiment as plan
 
     return plan(experiment_config(cfg))
 

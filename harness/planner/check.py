@@ -14,7 +14,7 @@ from harness.planner.search import Evaluation
 from harness.planner.space import Candidate, Space, parallel_node
 from harness.planner.tasks import ProbeSummary, run_rate_task
 from harness.planner.units import unit_config
-from harness.search.experiment import ExperimentPlan, plan_experiment
+from harness.experiment import ExperimentPlan, plan_experiment
 from harness.search.probe import ProbeTask
 from harness.settings.experiment import ExperimentConfig
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from omegaconf import OmegaConf
 
 from engines.external.vllm import UnsupportedPolicy, policy_flags
-from harness.search.experiment import ExperimentPlan
+from harness.experiment import ExperimentPlan
 from harness.settings.experiment import ExperimentConfig
 
 

@@ -1,5 +1,5 @@
 """The configurations a plan compares: every TP x PP of the hardware's nodes whose weights and KV
-cache fit (one planned experiment each, `harness.search.experiment`), crossed with the scheduler grid.
+cache fit (one planned experiment each, `harness.experiment`), crossed with the scheduler grid.
 
 A deployment fits when the performance model's placement accepts it (TP divides the attention
 heads, PP at most the layers) and the KV room left beside the weights holds one sequence of
@@ -18,8 +18,8 @@ from engines.perf.hardware import get_gpu, get_topology
 from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 from harness.planner.settings import PlanSettings
 from harness.planner.units import Unit, enumerate_units
-from harness.search.offline import is_offline
-from harness.search.experiment import ExperimentPlan, deployment_of, plan_experiment
+from harness.experiment import is_offline
+from harness.experiment import ExperimentPlan, deployment_of, plan_experiment
 from harness.settings.deployment import HardwareSettings, ParallelSettings
 from harness.settings.experiment import ExperimentConfig
 

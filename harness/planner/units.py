@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from common.errors import HarnessError
 from harness.settings.cluster import ClusterSettings
-from harness.search.experiment import ExperimentPlan, plan_experiment
+from harness.experiment import ExperimentPlan, plan_experiment
 from harness.settings.deployment import ParallelSettings
 from harness.settings.experiment import ExperimentConfig
 

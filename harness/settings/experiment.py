@@ -1,13 +1,13 @@
 """`ExperimentConfig`: one experiment's whole configuration, typed and frozen.
 
 Built once at the door (`harness.config.experiment_config`, from the composed Hydra config) and
-handed down: the planner of one experiment (`harness.search.experiment`), the deployment planner,
+handed down: the planner of one experiment (`harness.experiment`), the deployment planner,
 launch, validation. Nothing past the door reads the Hydra mapping. The Hydra schema registered in
 `harness.config.schema` is derived from these sections (`schema_of`), so each key is declared once.
 
 `arrival` and `dataset` stay plain mappings: their shape depends on the option chosen
 (harness.workload checks them); `scheduler` maps each scheduler's name to its config as written
-(its policy's constructor checks the knobs: harness.search.experiment).
+(its policy's constructor checks the knobs: harness.experiment.plan).
 """
 from __future__ import annotations
 

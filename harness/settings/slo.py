@@ -1,4 +1,4 @@
-"""`slo`: which SLO an experiment is judged by (experiments/slo/*.yaml); harness.search.slo resolves it."""
+"""`slo`: which SLO an experiment is judged by (experiments/slo/*.yaml); harness.experiment.slo resolves it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -15,7 +15,7 @@ from harness.backends.deployment import DeploymentPlan, check_one_release
 from harness.backends.sim import simulate
 from harness.backends.sim.data_parallel import simulate_vllm_dp
 from harness.records import RequestRecord, RequestSpec
-from harness.search.experiment import deployment_of, scheduler_configs
+from harness.experiment import deployment_of, scheduler_configs
 from harness.settings.experiment import ExperimentConfig
 
 from .runfile import MeasuredRun

@@ -9,38 +9,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from common.errors import HarnessError
 from engines.core.config import PER_SCHEDULER
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, policy_names, policy_spec
 from harness.backends import backend_class
 from harness.backends.base import BackendJob, GiveUp
-from harness.backends.scaling import check_scaled_run, scale_plan
+from harness.backends.scaling import scale_plan
 from harness.backends.deployment import (DeploymentPlan, DisaggPlan, build_deployment, check_one_release,
                                          plan_disaggregation, plan_replicas)
 from harness.metrics import Slo
-from harness.search.offline import check_offline, is_offline
-from harness.search.slo import resolve_slo
+from harness.experiment.checks import check_backend_runs, check_offline, check_workload, is_offline
+from harness.experiment.slo import resolve_slo
 from harness.settings.backend import BackendSettings
 from harness.settings.cluster import ClusterSettings
 from harness.settings.deployment import ParallelSettings
-from harness.settings.engine import EngineSettings
 from harness.settings.experiment import ExperimentConfig
 from harness.settings.offline import OfflineSettings
 from harness.settings.search import SearchSettings
 from harness.typed import did_you_mean
-from harness.workload import Workload, arrival_offsets, concurrency_limit, load_workload
+from harness.workload import Workload, concurrency_limit, load_workload
 
 
 DRAIN_SLACK = 2.0  # ExperimentPlan.drain_s
-
-
-def check_workers(search: SearchSettings, backend: str) -> None:
-    """Parallel probes need a deterministic backend (the simulator): one server cannot take them."""
-    if search.workers > 1 and not backend_class(backend).deterministic:
-        raise HarnessError(f"search.workers={search.workers}: backend {backend} measures one server, which cannot "
-                           f"take parallel probes; use search.workers=1 (parallel probes are for backend=sim)")
 
 
 @dataclass(frozen=True)
@@ -142,18 +132,6 @@ def scheduler_configs(config: ExperimentConfig) -> tuple[dict[str, SchedulerConf
     return out, frozenset(caching & set(out))
 
 
-def check_cluster_backend(config: ExperimentConfig) -> None:
-    """Refuse a cluster the backend cannot run (checked before an endpoint is asked anything, so a
-    bad config is one line whether the server answers or not)."""
-    cluster, backend = config.cluster, config.backend.name
-    check_scaled_run(cluster.autoscale, backend, offline=False)  # sim only: refused before an endpoint is asked
-    if (cluster.instances > 1 or cluster.disaggregated) and backend not in ("sim", "live"):
-        what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
-        raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
-                           "run a cluster; "
-                           f"use one engine (cluster.instances=1, no prefill/decode instances) with backend={backend}")
-
-
 def deployment_of(config: ExperimentConfig, parallel: ParallelSettings | None = None) -> DeploymentPlan:
     """The experiment's deployment (or another `parallel` layout of it), priced."""
     return build_deployment(config.model, config.hardware, parallel or config.parallel,
@@ -162,20 +140,16 @@ def deployment_of(config: ExperimentConfig, parallel: ParallelSettings | None = 
 
 
 def plan_experiment(config: ExperimentConfig) -> ExperimentPlan:
-    c, backend, search, cluster, engine = config, config.backend, config.search, config.cluster, config.engine
+    """Everything resolved and checked (harness.experiment.checks) before anything runs."""
+    c, backend, search, cluster = config, config.backend, config.search, config.cluster
     deployment = deployment_of(c)
-    if deployment.dp > 1 and backend.name != "sim":
-        raise HarnessError(f"parallel.dp={deployment.dp}: only backend=sim runs data-parallel ranks so far, "
-                           f"not backend={backend.name}")
     offline = c.offline if is_offline(c.arrival) else None
-    check_workers(search, backend.name)
-    check_cluster_backend(c)
+    check_backend_runs(c, deployment, offline is not None)
     sections = dict(gpu_memory_utilization=backend.gpu_memory_utilization, block_size=backend.block_size,
                     max_model_len=c.max_model_len, perf=c.perf)
     disagg = plan_disaggregation(cluster, c.model, c.hardware, c.parallel, **sections) if cluster.disaggregated else None
     slo = None if offline is not None else replace(resolve_slo(c.slo, deployment.model_name, deployment.perf),
                                                    max_error_fraction=search.max_error_fraction)
-    check_offload(engine, backend.name, cluster, deployment)
     own_server = getattr(backend_class(backend.name), "server_label", None)
     caching: frozenset[str] = frozenset()
     if own_server is not None:  # a server of its own (backend=endpoint): one label, its name; none of our policies runs
@@ -189,30 +163,16 @@ def plan_experiment(config: ExperimentConfig) -> ExperimentPlan:
     if offline is not None:
         check_offline(search, offline, schedulers)
     workload = load_workload(c.dataset, search.num_requests, c.seed)
-    if c.arrival.get("name") != "trace":  # a bad knob fails here, before anything is written
-        arrival_offsets(dict(c.arrival), 1.0, 1, c.seed)
-    _check_lengths(workload, c.max_model_len, c.dataset.get("name", "dataset"))
-    if workload.sessions is not None and offline is not None:
-        raise HarnessError(f"dataset.sessions: arrival={c.arrival.get('name')} starts no sessions (an offline run); "
-                           "sessions start by an open-loop arrival (poisson, gamma, constant)")
-    check_scaled_run(cluster.autoscale, backend.name, offline=offline is not None)
-    if workload.sessions is not None and (cluster.disaggregated or cluster.replicas):
-        raise HarnessError("sessions (dataset.sessions: turns released by answers) run on one engine or on colocated "
-                           "replicas of it (cluster.instances); not on prefill/decode instances or cluster.replicas")
-    if cluster.replicas and backend.name != "sim":
-        raise HarnessError(f"cluster.replicas (instances of different deployments): only backend=sim runs them so far, "
-                           f"not backend={backend.name}")
+    check_workload(c, workload, offline is not None)
     replicas = plan_replicas(cluster, c.model, c.hardware, c.parallel, **sections) if cluster.replicas else ()
-    if disagg is not None:
-        pools = [("prefill", disagg.prefill), ("decode", disagg.decode)]
-    else:
-        pools = [("both", d) for _, d in replicas] or [("both", deployment)]
+    pools = ([("prefill", disagg.prefill), ("decode", disagg.decode)] if disagg is not None
+             else [("both", d) for _, d in replicas] or [("both", deployment)])
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
         for role, d in pools if sc is not None else ():
             try:
                 make_engine(EngineConfig(sc, d.kv_capacity_tokens, c.max_model_len, d.block_size, role=role,
                                          prefix_caching=name in caching,
-                                         host_kv_blocks=1 if engine.kv_offload_gib else 0))  # a tier needs prefix caching
+                                         host_kv_blocks=1 if c.engine.kv_offload_gib else 0))  # a tier needs prefix caching
             except ValueError as e:
                 where = "" if role == "both" else f" on a {role} instance"
                 raise HarnessError(f"scheduler {name}{where}: {e}") from None
@@ -221,27 +181,11 @@ def plan_experiment(config: ExperimentConfig) -> ExperimentPlan:
         schedulers=schedulers, scheduler_knobs=scheduler_knobs, slo_kind=c.slo.kind, slo_source=c.slo.source,
         workload=workload, arrival=dict(c.arrival), search=search, backend=backend, dataset=dict(c.dataset),
         cluster=cluster, disagg=disagg, replicas=replicas, offline=offline, notes=_session_notes(workload),
-        kv_offload_gib=engine.kv_offload_gib, prefix_caching=caching,
+        kv_offload_gib=c.engine.kv_offload_gib, prefix_caching=caching,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
         backend_class(backend.name)(plan.job(name, progress=False))
     return plan
-
-
-def check_offload(engine: EngineSettings, backend: str, cluster: ClusterSettings, deployment: DeploymentPlan) -> None:
-    """engine.kv_offload_gib: a tier that fits the node's host memory, where it is simulated."""
-    gib, host = engine.kv_offload_gib, engine.host_memory_gib
-    if not (gib >= 0 and host > 0):
-        raise HarnessError(f"engine: kv_offload_gib must be >= 0 and host_memory_gib > 0, got {gib!r}, {host!r}")
-    if not gib:
-        return
-    if gib > host:
-        raise HarnessError(f"engine.kv_offload_gib={gib:g} GiB is larger than the node's host memory "
-                           f"(engine.host_memory_gib={host:g} GiB)")
-    if backend != "sim" or cluster.disaggregated or cluster.replicas or deployment.pp > 1:
-        raise HarnessError("engine.kv_offload_gib: the host KV tier is simulated so far for backend=sim, pp=1, one "
-                           "engine or colocated replicas (cluster.instances); not "
-                           + (f"backend={backend}" if backend != "sim" else "this cluster or pipeline"))
 
 
 def _duration(seconds: float) -> str:
@@ -263,17 +207,3 @@ def _session_notes(workload: Workload) -> tuple[str, ...]:
 def reseed(plan: ExperimentPlan, seed: int) -> ExperimentPlan:
     """The same experiment with another seed: new lengths and arrival gaps."""
     return replace(plan, seed=seed, workload=load_workload(plan.dataset, plan.search.num_requests, seed))
-
-
-def _check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None:
-    # The OpenAI-style servers (ours and vLLM) refuse prompt + max_tokens > max_model_len, one token
-    # stricter than what the KV cache must hold (the last token is never fed back). Plan by the
-    # servers' rule so a workload the simulator accepts is one the live backend can send.
-    total = workload.prompt_lens + workload.output_lens
-    bad = np.flatnonzero(total > max_model_len)
-    if bad.size:
-        i = int(bad[0])
-        raise HarnessError(
-            f"{dataset}: request {i} has prompt {workload.prompt_lens[i]} + output {workload.output_lens[i]} tokens, "
-            f"over max_model_len {max_model_len} ({bad.size} such requests)"
-        )
