@@ -18,8 +18,8 @@ from engines.perf.hardware import get_gpu, get_topology
 from engines.perf.kernels import get_stack
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
 from engines.schedulers import SchedulerConfig
-from harness.settings.cluster import ClusterSettings
 from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
+from harness.settings.experiment import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -128,18 +128,22 @@ class DisaggPlan:
     transfers: tuple[tuple[KvTransfer, ...], ...]
 
 
-def plan_disaggregation(
-    cluster: ClusterSettings, model: ModelSettings, hardware: HardwareSettings, parallel: ParallelSettings, *,
-    gpu_memory_utilization: float, block_size: int, max_model_len: int, perf: PerfSettings = PerfSettings(),
-) -> DisaggPlan:
+def deployment_of(config: ExperimentConfig, parallel: ParallelSettings | None = None,
+                  hardware: HardwareSettings | None = None) -> DeploymentPlan:
+    """The experiment's deployment (or another layout or GPU of it), priced."""
+    return build_deployment(config.model, hardware or config.hardware, parallel or config.parallel,
+                            gpu_memory_utilization=config.backend.gpu_memory_utilization,
+                            block_size=config.backend.block_size, max_model_len=config.max_model_len, perf=config.perf)
+
+
+def plan_disaggregation(config: ExperimentConfig) -> DisaggPlan:
     """Each role's deployment (its own tp/pp, or the experiment's) and the KV transfers between
-    them; `cluster` is the experiment's ClusterSettings (disaggregated)."""
-    roles = {}
+    them, for a disaggregated `config.cluster`."""
+    cluster, hardware, roles = config.cluster, config.hardware, {}
     for role in ("prefill", "decode"):
-        tp, pp = cluster.role_parallel(role, parallel.tp, parallel.pp)
         try:
-            roles[role] = build_deployment(model, hardware, ParallelSettings(tp, pp), gpu_memory_utilization=gpu_memory_utilization,
-                                           block_size=block_size, max_model_len=max_model_len, perf=perf)
+            roles[role] = deployment_of(config, ParallelSettings(*cluster.role_parallel(role, config.parallel.tp,
+                                                                                      config.parallel.pp)))
         except HarnessError as e:
             raise HarnessError(f"cluster: a {role} instance: {e}") from None
     topology = get_topology(hardware.topology, get_gpu(hardware.gpu), hardware.gpus_per_node)
@@ -149,19 +153,14 @@ def plan_disaggregation(
     return DisaggPlan(roles["prefill"], roles["decode"], tuple(tuple(row) for row in transfers))
 
 
-def plan_replicas(
-    cluster: ClusterSettings, model: ModelSettings, hardware: HardwareSettings, parallel: ParallelSettings, *,
-    gpu_memory_utilization: float, block_size: int, max_model_len: int, perf: PerfSettings = PerfSettings(),
-) -> tuple[tuple[int, DeploymentPlan], ...]:
-    """(count, deployment) of each group of `cluster.replicas`: another GPU comes in its usual node
-    (engines.perf.hardware), the same GPU in the experiment's."""
-    out = []
-    for i, group in enumerate(cluster.replicas):
+def plan_replicas(config: ExperimentConfig) -> tuple[tuple[int, DeploymentPlan], ...]:
+    """(count, deployment) of each group of `config.cluster.replicas`: another GPU comes in its
+    usual node (engines.perf.hardware), the same GPU in the experiment's."""
+    out, hardware, parallel = [], config.hardware, config.parallel
+    for i, group in enumerate(config.cluster.replicas):
         hw = hardware if group.gpu in (None, hardware.gpu) else HardwareSettings(group.gpu)
-        par = ParallelSettings(group.tp or parallel.tp, group.pp or parallel.pp)
         try:
-            d = build_deployment(model, hw, par, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-                                 max_model_len=max_model_len, perf=perf)
+            d = deployment_of(config, ParallelSettings(group.tp or parallel.tp, group.pp or parallel.pp), hw)
         except HarnessError as e:
             raise HarnessError(f"cluster.replicas[{i}]: {e}") from None
         out.append((group.count, d))

@@ -15,14 +15,13 @@ from engines.schedulers import EngineConfig, SchedulerConfig, make_engine, polic
 from harness.backends import backend_class
 from harness.backends.base import BackendJob, GiveUp
 from harness.backends.scaling import scale_plan
-from harness.backends.deployment import (DeploymentPlan, DisaggPlan, build_deployment, check_one_release,
+from harness.backends.deployment import (DeploymentPlan, DisaggPlan, check_one_release, deployment_of,
                                          plan_disaggregation, plan_replicas)
 from harness.metrics import Slo
 from harness.experiment.checks import check_backend_runs, check_offline, check_workload, is_offline
 from harness.experiment.slo import resolve_slo
 from harness.settings.backend import BackendSettings
 from harness.settings.cluster import ClusterSettings
-from harness.settings.deployment import ParallelSettings
 from harness.settings.experiment import ExperimentConfig
 from harness.settings.offline import OfflineSettings
 from harness.settings.search import SearchSettings
@@ -132,22 +131,13 @@ def scheduler_configs(config: ExperimentConfig) -> tuple[dict[str, SchedulerConf
     return out, frozenset(caching & set(out))
 
 
-def deployment_of(config: ExperimentConfig, parallel: ParallelSettings | None = None) -> DeploymentPlan:
-    """The experiment's deployment (or another `parallel` layout of it), priced."""
-    return build_deployment(config.model, config.hardware, parallel or config.parallel,
-                            gpu_memory_utilization=config.backend.gpu_memory_utilization,
-                            block_size=config.backend.block_size, max_model_len=config.max_model_len, perf=config.perf)
-
-
 def plan_experiment(config: ExperimentConfig) -> ExperimentPlan:
     """Everything resolved and checked (harness.experiment.checks) before anything runs."""
     c, backend, search, cluster = config, config.backend, config.search, config.cluster
     deployment = deployment_of(c)
     offline = c.offline if is_offline(c.arrival) else None
     check_backend_runs(c, deployment, offline is not None)
-    sections = dict(gpu_memory_utilization=backend.gpu_memory_utilization, block_size=backend.block_size,
-                    max_model_len=c.max_model_len, perf=c.perf)
-    disagg = plan_disaggregation(cluster, c.model, c.hardware, c.parallel, **sections) if cluster.disaggregated else None
+    disagg = plan_disaggregation(c) if cluster.disaggregated else None
     slo = None if offline is not None else replace(resolve_slo(c.slo, deployment.model_name, deployment.perf),
                                                    max_error_fraction=search.max_error_fraction)
     own_server = getattr(backend_class(backend.name), "server_label", None)
@@ -164,7 +154,7 @@ def plan_experiment(config: ExperimentConfig) -> ExperimentPlan:
         check_offline(search, offline, schedulers)
     workload = load_workload(c.dataset, search.num_requests, c.seed)
     check_workload(c, workload, offline is not None)
-    replicas = plan_replicas(cluster, c.model, c.hardware, c.parallel, **sections) if cluster.replicas else ()
+    replicas = plan_replicas(c) if cluster.replicas else ()
     pools = ([("prefill", disagg.prefill), ("decode", disagg.decode)] if disagg is not None
              else [("both", d) for _, d in replicas] or [("both", deployment)])
     for name, sc in schedulers.items():  # fail now, not in the middle of the search
