@@ -37,7 +37,7 @@ from harness.backends.sim import partition
 from harness.backends.sim.record_columns import field_column
 from harness.config import compose
 from harness.records import RequestSpec
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests
 
 from fingerprint_sim import digest, record_hash, recordwise_digest  # benchmarks/ is on sys.path as a script

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.backends import open_backend  # noqa: E402
-from harness.config import compose  # noqa: E402
+from harness.config import compose, experiment_config  # noqa: E402
 from harness.planner import answer  # noqa: E402
 from harness.planner.search import run_plan  # noqa: E402
 from harness.planner.settings import PlanSettings  # noqa: E402
@@ -46,7 +46,7 @@ def main() -> int:
     settings = PlanSettings(target_qps=args.target, workers=args.workers, grid=grid)
     cfg = compose(words)
     t0 = time.perf_counter()
-    space = enumerate_space(cfg, settings)
+    space = enumerate_space(experiment_config(cfg), settings)
     run = run_plan(space, settings, log=lambda m: print(m, flush=True))
     win = answer.winner(run)
     wall = time.perf_counter() - t0

@@ -17,7 +17,7 @@ import time
 from harness.backends import open_backend
 from harness.config import compose
 from harness.search.executor import LocalProcessPool
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import search_capacity
 
 

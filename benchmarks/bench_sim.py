@@ -17,7 +17,7 @@ import numpy as np
 
 from harness.backends import open_backend
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import run_probe, search_capacity
 
 

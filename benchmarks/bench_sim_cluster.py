@@ -16,7 +16,7 @@ from engines.routers import ROUTERS
 from harness.backends import open_backend
 from harness.config import compose
 from harness.metrics import summarize
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests
 
 

@@ -47,7 +47,8 @@ from harness.backends import open_backend
 from harness.config import compose
 from harness.metrics import Summary, summarize
 from harness.records import RequestRecord, RequestSpec
-from harness.search.experiment import ExperimentPlan, plan_experiment
+from harness.config import plan_experiment
+from harness.experiment import ExperimentPlan
 from harness.search.probe import probe_requests
 from vidur_records import compare_iterations, harness_iterations, without_cpu_costs
 

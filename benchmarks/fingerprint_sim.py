@@ -21,7 +21,7 @@ import numpy as np
 
 from harness.backends import open_backend
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests
 
 # (name, overrides, scheduler, qps)

@@ -14,7 +14,7 @@ import statistics
 
 from harness.backends import open_backend
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests
 
 CASES = (("least_outstanding", None), ("prefix_aware", None), ("prefix_aware", "{balance_abs_threshold: 8}"))

@@ -21,7 +21,7 @@ from engines.perf.cpu_costs import CPU_FIELDS
 from engines.perf.factory import build_perf_model
 from engines.schedulers import EngineConfig, make_engine
 from harness.records import RequestRecord, RequestSpec
-from harness.search.experiment import ExperimentPlan
+from harness.experiment import ExperimentPlan
 
 ITERATION_COLUMNS = ["scheduled_at", "completed_at", "size", "prefill_tokens", "decode_tokens", "allocated_blocks", "items"]
 

@@ -33,7 +33,7 @@ def test_the_study_covers_every_layout_and_criterion_at_equal_gpus():
 
 def test_the_ttft_slos_are_priced_on_the_presets_own_deployments():
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
     for preset, (model, gpu, tp) in PD_DEPLOYMENTS.items():
         d = plan_experiment(compose([f"experiment={preset}", "search.num_requests=16"])).deployment
         assert (d.model_name, d.gpu, d.tp, d.pp) == (model, gpu, tp, 1)

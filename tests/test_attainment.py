@@ -13,7 +13,7 @@ from harness.commands.main import main
 from harness.config import compose
 from harness.metrics import Slo, check_slo, good_requests
 from harness.records import RequestRecord
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import search_capacity
 
 

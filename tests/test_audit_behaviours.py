@@ -20,7 +20,7 @@ from harness.config import compose
 from harness.loadgen.http import Exchange
 from harness.loadgen.run import _stalled
 from harness.records import RequestRecord
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import SearchBroken, search_capacity
 from harness.workload import load_workload, requests_at_rate
 from tests.policy_workloads import drive

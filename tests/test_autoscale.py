@@ -15,13 +15,14 @@ import pytest
 
 from engines.routers import InstanceState, RouteRequest, least_outstanding, make_router
 from engines.routers.autoscale import ScalePolicy, ScaleSignals, desired_replicas, drain_choice
-from harness.backends.scaling import AutoscaleSettings, ScalePlan
+from harness.backends.scaling import ScalePlan
+from harness.settings.autoscale import AutoscaleSettings
 from harness.backends.sim import simulate_cluster
 from harness.backends.sim.autoscale import simulate_autoscaled
 from harness.commands.scaling_report import MAX_ROWS
 from harness.config import compose
 from harness.records import RequestSpec
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.workload.arrivals import diurnal
 from tests.cli import assert_refused
 from tests.policy_workloads import build

@@ -215,7 +215,7 @@ def test_knobs_reach_the_live_router_and_decisions_the_simulators_stats():
     from engines.server.router.__main__ import parse_args
     from harness.backends.live import cluster_spec
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     cfg = parse_args(["--replica", "http://127.0.0.1:1", "--replica", "http://127.0.0.1:2", "--router", "prefix_aware",
                       "--router-option=cache_threshold=0.5", "--router-option", "index_blocks=4096", "--block-size", "32"])

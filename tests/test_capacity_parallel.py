@@ -26,7 +26,7 @@ from harness.results.config_diff import differences
 from harness.search.cache import ProbeCache, cache_key
 from harness.search.capacity import Probe, find_capacity
 from harness.search.executor import LocalProcessPool, searches_at_once
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import search_capacity
 from harness.search.rounds import SearchBounds, find_capacity_rounds, plan_round
 

@@ -119,7 +119,7 @@ def test_measured_profile_drives_the_simulation(tmp_path):
                                           ("a40", "a40-48g"), ("h100_80g", "h100-80g-sxm"), ("h200", "h200-141g")])
 def test_every_hardware_preset_plans(hardware, gpu):
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     plan = plan_experiment(compose(["experiment=llama2_70b_tp4pp2_strict", f"hardware={hardware}"]))
     d = plan.deployment.timer.deployment
@@ -130,7 +130,7 @@ def test_every_hardware_preset_plans(hardware, gpu):
 def test_the_perf_group_names_the_engine_stack_and_kv_recipe():
     # perf.stack / perf.attention_kernel / perf.kv_memory reach the deployment the simulator prices
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     default = plan_experiment(compose(["experiment=yi34b_tp2_strict"])).deployment
     assert default.timer.deployment.stack == "sarathi-serve-2024"
@@ -159,10 +159,10 @@ def test_planning_refuses_what_the_server_would_refuse():
     import numpy as np
 
     from common.errors import HarnessError
-    from harness.search.experiment import _check_lengths
+    from harness.experiment.checks import check_lengths
 
     ok = SimpleNamespace(prompt_lens=np.array([100, 28]), output_lens=np.array([28, 100]))
-    _check_lengths(ok, 128, "w")
+    check_lengths(ok, 128, "w")
     edge = SimpleNamespace(prompt_lens=np.array([100, 100]), output_lens=np.array([28, 29]))
     with pytest.raises(HarnessError, match="request 1 has prompt 100 \\+ output 29 tokens, over max_model_len 128"):
-        _check_lengths(edge, 128, "w")
+        check_lengths(edge, 128, "w")

@@ -9,24 +9,25 @@ import math
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from common.errors import HarnessError
 from harness.launch import ray_session, slurm
 from harness.launch.resources import (
     JobResources, job_resources, probes_per_search, ray_request, slurm_params, time_limit_min, with_fixed,
 )
-from harness.config import compose
+from harness.config import compose, experiment_config
+from harness.settings.search import SearchSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE = ["backend=live", "backend.server=vllm"]
 
 
 def resources(*overrides: str, live_gpus: bool = True) -> JobResources:
-    return job_resources(OmegaConf.to_container(compose(list(overrides)), resolve=True), live_gpus)
+    return job_resources(experiment_config(compose(list(overrides))), live_gpus)
 
 
 @pytest.mark.parametrize("experiment, nodes, per_node", [
@@ -61,7 +62,7 @@ def test_a_data_parallel_job_asks_for_every_rank_s_gpus():
 def test_what_needs_no_gpu_asks_for_none():
     for overrides in (["experiment=falcon180b_tp4pp2_strict"],                          # simulated
                       ["experiment=live_smoke"],                                        # the perf model in real time
-                      ["experiment=yi34b_tp2_strict", "backend=endpoint"],              # a server elsewhere
+                      ["experiment=yi34b_tp2_strict", "backend=endpoint", "backend.base_url=http://127.0.0.1:9"],  # a server elsewhere
                       ["experiment=yi34b_tp2_strict", *LIVE]):
         res = resources(*overrides, live_gpus=overrides[-1] != "backend.server=vllm")
         assert (res.nodes, res.gpus_per_node, res.gpus) == (1, 0, 0), overrides
@@ -73,14 +74,14 @@ def test_what_needs_no_gpu_asks_for_none():
 
 
 def test_the_time_limit_follows_the_probe_count():
-    paper = {"start_qps": 1.0, "min_qps": 0.01, "max_qps": 1000.0, "rel_tol": 0.025}
+    paper = SearchSettings(start_qps=1.0, min_qps=0.01, max_qps=1000.0, rel_tol=0.025)
     # doublings 1 -> 1024 (past 1000), the first failing probe, bisecting a 2x bracket to 2.5 %
     assert probes_per_search(paper) == 10 + 1 + 6
-    assert probes_per_search({**paper, "fixed_qps": 2.0}) == 1
-    cfg = OmegaConf.to_container(compose(["experiment=yi34b_tp2_strict", *LIVE, "search.time_limit_s=600"]), resolve=True)
+    assert probes_per_search(replace(paper, fixed_qps=2.0)) == 1
+    cfg = experiment_config(compose(["experiment=yi34b_tp2_strict", *LIVE, "search.time_limit_s=600"]))
     # 3 schedulers x 17 probes x 600 s, plus a server start each, with a 1.5x margin
     assert time_limit_min(cfg) == math.ceil(1.5 * (3 * 17 * 600 + 3 * 180) / 60)
-    fewer = {**cfg, "scheduler": {"sarathi": cfg["scheduler"]["sarathi"]}}
+    fewer = replace(cfg, scheduler={"sarathi": cfg.scheduler["sarathi"]})
     assert time_limit_min(fewer) < time_limit_min(cfg)
     assert resources("experiment=yi34b_tp2_strict", *LIVE).timeout_min > time_limit_min(cfg)  # 2048 s per probe at 1 QPS
     fixed = with_fixed(JobResources(nodes=2, gpus_per_node=4, timeout_min=99), {"timeout_min": 30, "nodes": None})

@@ -9,7 +9,7 @@ from common.errors import HarnessError
 from harness.backends import backend_settings
 from harness.commands.jobs import find_run
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 
 
 def test_an_old_live_config_with_its_retired_key_still_plans():

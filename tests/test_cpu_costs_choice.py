@@ -11,19 +11,19 @@ import pytest
 from common.errors import HarnessError
 from engines.perf.cpu_costs import CPU_FIELDS, CPU_PROFILES
 from harness.backends.deployment import build_deployment
-from harness.config.schema import PerfSchema
+from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
 
-MODEL, HW, PARALLEL = {"name": "gpt3-175b"}, {"gpu": "a100-80g-sxm", "topology": "dgx-a100"}, {"tp": 8, "pp": 8}
+MODEL, HW, PARALLEL = ModelSettings("gpt3-175b"), HardwareSettings("a100-80g-sxm", topology="dgx-a100"), ParallelSettings(8, 8)
 
 
 def _plan(cpu_costs: str | None):
-    perf = {"stack": "sarathi-2023"} | ({} if cpu_costs is None else {"cpu_costs": cpu_costs})
+    perf = PerfSettings(stack="sarathi-2023", **({} if cpu_costs is None else {"cpu_costs": cpu_costs}))
     return build_deployment(MODEL, HW, PARALLEL, gpu_memory_utilization=1.0, block_size=16, max_model_len=4096,
-                            perf_cfg=perf)
+                            perf=perf)
 
 
 def test_engine_is_the_default_and_none_removes_only_the_cpu_part():
-    assert PerfSchema().cpu_costs == "engine"
+    assert PerfSettings().cpu_costs == "engine"
     default, engine, none = _plan(None), _plan("engine"), _plan("none")
     profile = CPU_PROFILES["vidur-2024"]
     for name in CPU_FIELDS:

@@ -48,7 +48,7 @@ def test_it_is_frozen_and_its_scheduler_has_no_engine_setting():
 
 def _plan(*overrides: str):
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     return plan_experiment(compose(["experiment=yi34b_tp2_strict", "scheduler=[sarathi,vllm]", "search.num_requests=16",
                                     *overrides]))

@@ -156,7 +156,7 @@ def test_backend_runs_dp_ranks_through_the_config() -> None:
     from harness.backends import open_backend
     from harness.config import compose
     from harness.metrics import summarize
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
     from harness.search.probe import probe_requests
 
     words = ["experiment=mistral7b_strict", f"model={MODEL}", "hardware=h100_80g", "scheduler=[vllm_v1]",
@@ -180,10 +180,9 @@ def test_every_deployment_knob_is_a_perf_key_and_ep_comm_reaches_the_deployment(
     schema had drifted from the knobs a deployment takes) and reaches the MoE layer's exchange."""
     import dataclasses
 
-    from harness.backends.deployment import DEPLOYMENT_KNOBS
-    from harness.config import compose
+    from harness.config import compose, plan_experiment
     from harness.config.schema import PerfSchema
-    from harness.search.experiment import plan_experiment
+    from harness.settings.deployment import DEPLOYMENT_KNOBS
 
     assert set(DEPLOYMENT_KNOBS) <= {f.name for f in dataclasses.fields(PerfSchema)}
     words = ["experiment=mistral7b_strict", f"model={MODEL}", "hardware=h100_80g", "scheduler=[vllm_v1]",

@@ -28,7 +28,7 @@ from harness.backends.sim import simulate_disaggregated
 from harness.config import compose
 from harness.metrics import summarize
 from harness.records import RequestSpec
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from tests.cli import kill_mid_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from harness.backends.sim import SimSettings
 from harness.commands.table import disturbed_probes
 from harness.config import compose
 from harness.records import CUT_OFF_KINDS, error_kind
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import run_probe, search_capacity
 
 pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)

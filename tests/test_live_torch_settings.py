@@ -13,8 +13,7 @@ from common.errors import HarnessError
 from engines.schedulers import SchedulerConfig
 from engines.server.config import add_flags, from_flags
 from harness.backends.live import LiveServerSpec, server_spec
-from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import compose, plan_experiment
 
 
 def _spec(*overrides: str) -> LiveServerSpec:

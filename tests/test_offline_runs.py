@@ -15,7 +15,7 @@ from engines.core import Sequence
 from engines.schedulers import EngineConfig, make_engine
 from harness.analysis.loader import load_results
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from tests.cli import ROOT, assert_refused
 
 A6000 = ["model=llama-13b", "hardware=rtx_a6000", "perf.stack=sarathi-2023", "backend.gpu_memory_utilization=1.0",

@@ -95,7 +95,7 @@ def test_fp8_on_a100_at_the_cli_is_one_line_exit_2_nothing_written(tmp_path):
 
 def test_the_perf_group_reaches_the_deployment():
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     cfg = ["model=qwen3-30b-a3b", "hardware=h100_80g", "slo.tbt_s=0.1"]
     base = plan_experiment(compose(cfg)).deployment

@@ -8,7 +8,7 @@ import pytest
 
 from common.errors import HarnessError
 from engines.perf import Deployment, PerfModel, get_gpu, get_model
-from harness.config import compose
+from harness.config import compose, experiment_config
 
 GiB = 1024**3
 
@@ -161,13 +161,13 @@ def test_presets_plan_and_the_planner_takes_them(hardware):
     does before it runs; `python -m harness plan` enumerates deployments on the same hardware."""
     from harness.planner.settings import plan_settings, split_words
     from harness.planner.space import enumerate_space
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     overrides = ["experiment=yi34b_tp2_strict", f"hardware={hardware}", "model=llama3-8b", "slo=derived"]
     plan_experiment(compose(overrides))
     mine, rest = split_words([f"hardware={hardware}", "model=llama3-8b", "slo.tbt_s=0.1", "target_qps=10",
                               "plan.tp=[1,2]", "plan.pp=[1]"])
-    space = enumerate_space(compose(rest), plan_settings(mine))
+    space = enumerate_space(experiment_config(compose(rest)), plan_settings(mine))
     assert space.candidates
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from common.errors import HarnessError
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.planner.bounds import capacity_bound, single_decode_s, ttft_floors_s
 from harness.planner.replicas import competitive_rate, gpus_needed, rank_key, replicas_needed
 from harness.planner.search import check_slo_reachable, fidelity
@@ -54,7 +54,7 @@ def test_grid_names_each_knob():
 
 def test_deployments_that_fit_weights_and_kv():
     cfg = compose(["model=llama3-70b", "hardware=h100_80g", "slo.tbt_s=0.1"])
-    space = enumerate_space(cfg, PlanSettings(tp=[1, 2, 4, 8], pp=[1, 2], grid=grid_of([512], [128], [16])))
+    space = enumerate_space(experiment_config(cfg), PlanSettings(tp=[1, 2, 4, 8], pp=[1, 2], grid=grid_of([512], [128], [16])))
     assert space.gpus_per_node == 8 and space.max_gpus == 16
     # 141 GB of weights: one 80 GB GPU holds no KV at all; two hold a few 8k sequences
     misfit = {(m.tp, m.pp): m.reason for m in space.misfits}
@@ -67,7 +67,7 @@ def test_deployments_that_fit_weights_and_kv():
 def test_nothing_fits_names_the_smallest_replica_that_would():
     cfg = compose(["model=falcon-180b", "hardware=a100_80g", "slo.tbt_s=1"])
     with pytest.raises(HarnessError) as e:
-        enumerate_space(cfg, PlanSettings(max_gpus=4))
+        enumerate_space(experiment_config(cfg), PlanSettings(max_gpus=4))
     msg = str(e.value)
     assert "falcon-180b fits on no deployment of up to 4x a100-80g-pcie" in msg
     assert "plan.max_gpus=8" in msg  # 360 GB of weights: eight 80 GB GPUs
@@ -96,7 +96,7 @@ def test_bounds_hold_over_measured_capacities(criterion):
     """Each bound is at least the capacity the real search finds (and decode-bound configs differ
     the way their batch limits say)."""
     cfg = compose(SMALL + criterion)
-    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8])))
+    space = enumerate_space(experiment_config(cfg), PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8])))
     plan = space.plans[(1, 1)]
     for name in plan.schedulers:
         b = capacity_bound(plan, name)
@@ -107,7 +107,7 @@ def test_bounds_hold_over_measured_capacities(criterion):
 
 def test_slo_below_the_fastest_decode_is_refused():
     cfg = compose(SMALL[:-2] + ["slo.tbt_s=0.001"])
-    space = enumerate_space(cfg, PlanSettings(tp=[1, 2], pp=[1], grid=grid_of([512], [32], [8])))
+    space = enumerate_space(experiment_config(cfg), PlanSettings(tp=[1, 2], pp=[1], grid=grid_of([512], [32], [8])))
     fastest = min(single_decode_s(p) for p in space.plans.values())
     with pytest.raises(HarnessError, match="below the fastest single decode") as e:
         check_slo_reachable(space)
@@ -115,7 +115,7 @@ def test_slo_below_the_fastest_decode_is_refused():
     assert fastest <= suggested <= fastest * 1.01  # looser, by its last digit at most
     # under attainment a request's TPOT is what one decode must meet
     cfg = compose(SMALL[:-2] + ["slo.criterion=attainment", "slo.ttft_s=2", "slo.tpot_s=0.001"])
-    space = enumerate_space(cfg, PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8])))
+    space = enumerate_space(experiment_config(cfg), PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8])))
     with pytest.raises(HarnessError, match=r"slo.tpot_s=0.001 is below the fastest single decode"):
         check_slo_reachable(space)
 
@@ -128,12 +128,12 @@ def test_a_ttft_too_few_prompts_can_meet_is_refused_from_the_model():
     small = [w for w in SMALL if not w.startswith("slo.")]
     grid = PlanSettings(tp=[1, 2], pp=[1], grid=grid_of([512], [32], [8]))
     for criterion in (["slo.criterion=attainment", "slo.tpot_s=0.1"], ["slo.tbt_s=0.1"]):
-        space = enumerate_space(compose(small + criterion + ["slo.ttft_s=0.01"]), grid)
+        space = enumerate_space(experiment_config(compose(small + criterion + ["slo.ttft_s=0.01"])), grid)
         with pytest.raises(HarnessError, match=r"slo.ttft_s=0.01 is out of reach: even prefilled alone on the fastest "
                                                r"deployment \(tp=2 pp=1\)") as e:
             check_slo_reachable(space)
         least = str(e.value).rsplit("slo.ttft_s >= ", 1)[1]
-        check_slo_reachable(enumerate_space(compose(small + criterion + [f"slo.ttft_s={least}"]), grid))
+        check_slo_reachable(enumerate_space(experiment_config(compose(small + criterion + [f"slo.ttft_s={least}"])), grid))
     plan = space.plans[(1, 1)]
     floors = ttft_floors_s(plan)
     for name in plan.schedulers:
@@ -152,7 +152,7 @@ def test_an_slo_the_model_refuses_is_named_not_blamed_on_the_gpus(tmp_path):
 
 
 def test_fidelity_changes_only_the_requests():
-    plan = enumerate_space(compose(SMALL), PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8]))).plans[(1, 1)]
+    plan = enumerate_space(experiment_config(compose(SMALL)), PlanSettings(tp=[1], pp=[1], grid=grid_of([512], [32], [8]))).plans[(1, 1)]
     small = fidelity(plan, 32)
     assert small.search.num_requests == 32 and len(small.workload.prompt_lens) == 32
     assert small.deployment is plan.deployment and small.slo == plan.slo and fidelity(plan, 128) is plan
@@ -177,7 +177,7 @@ def test_plan_end_to_end(tmp_path):
     assert len(order) >= 2 and order == sorted(order)  # fewest GPUs for the target, then most capacity a GPU
     presets = list((out / "experiment").glob("*.yaml"))
     assert len(presets) == 1
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     cfg = compose([f"hydra.searchpath=[file://{out}]", f"experiment={presets[0].stem}"])
     checked = plan_experiment(cfg)  # the preset runs as any experiment does

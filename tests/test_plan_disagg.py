@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.planner.check import ROUTER, check_winner
 from harness.planner.search import run_plan
 from harness.planner.settings import PlanSettings
 from harness.planner.space import enumerate_space
 from harness.planner.tasks import SearchTask, run_search_task, summarize_probe
 from harness.planner.units import Unit
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import ProbeTask, run_probe_task
 from tests.test_plan import grid_of
 
@@ -55,7 +55,7 @@ def test_a_cluster_of_unlike_roles_counts_each_role_s_gpus(tmp_path):
 
 @pytest.fixture(scope="module")
 def planned():
-    space = enumerate_space(compose(SMALL), SETTINGS)
+    space = enumerate_space(experiment_config(compose(SMALL)), SETTINGS)
     return space, run_plan(space, SETTINGS, log=lambda m: None)
 
 
@@ -67,7 +67,7 @@ def test_units_are_listed_with_their_gpus(planned):
     plan = space.unit_plans[next(c.unit for c in space.candidates if c.deployment == "2P(tp1):1D(tp1)")]
     assert (plan.cluster.prefill_instances, plan.cluster.decode_instances) == (2, 1) and plan.disagg is not None
     # off by default: the same space without the setting has no unit
-    plain = enumerate_space(compose(SMALL), replace(SETTINGS, disaggregated=False))
+    plain = enumerate_space(experiment_config(compose(SMALL)), replace(SETTINGS, disaggregated=False))
     assert not plain.unit_plans and all(c.unit is None for c in plain.candidates)
 
 

@@ -2,7 +2,7 @@
 from a rank's fastest step, exported as vLLM's flags; refused for a dense model."""
 from __future__ import annotations
 
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.planner.bounds import capacity_bound, data_parallel_bound
 from harness.planner.export import vllm_serve_words
 from harness.planner.settings import PlanSettings
@@ -14,7 +14,7 @@ QWEN = ["model=qwen3-30b-a3b", "hardware=h100_80g", "slo.tbt_s=0.1", "search.num
 
 
 def test_dp_layouts_enumerated_bounded_and_exported() -> None:
-    space = enumerate_space(compose(QWEN), PlanSettings(tp=[1], pp=[1, 2], dp=[1, 2], grid=grid_of([512], [], [])))
+    space = enumerate_space(experiment_config(compose(QWEN)), PlanSettings(tp=[1], pp=[1, 2], dp=[1, 2], grid=grid_of([512], [], [])))
     assert set(space.plans) == {(1, 1), (1, 2), (1, 1, 2)}  # no DP with PP
     dp2 = next(c for c in space.candidates if c.dp == 2)
     assert (dp2.key, dp2.gpus) == ("tp1pp1dp2ep/sarathi_b512", 2)

@@ -4,7 +4,7 @@ under the relaxed one (Fig 12); TP4-PP2 over TP-8 across two 4-GPU nodes for Fal
 Real simulator, short probes (the verdicts, not the capacities, are the paper's)."""
 from __future__ import annotations
 
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.planner import answer
 from harness.planner.search import run_plan
 from harness.planner.settings import PlanSettings
@@ -16,7 +16,7 @@ QUIET = dict(workers=1, screen_requests=128, refine_top=2)
 
 def _plan(words: list[str], **grid):
     settings = PlanSettings(**QUIET, **grid)
-    run = run_plan(enumerate_space(compose(words + ["search.num_requests=256"]), settings), settings, log=lambda m: None)
+    run = run_plan(enumerate_space(experiment_config(compose(words + ["search.num_requests=256"])), settings), settings, log=lambda m: None)
     return run, answer.winner(run)
 
 

@@ -62,7 +62,7 @@ def test_the_plugin_is_planned_exported_and_reported(tmp_path):
     assert f"# not expressible with vllm serve: policy '{SPF}' cannot be expressed with vLLM's flags" in serve
     presets = list((out / "experiment").glob("*.yaml"))
     assert len(presets) == 1
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     checked = plan_experiment(compose([f"hydra.searchpath=[file://{out}]", f"experiment={presets[0].stem}"]))
     assert checked.schedulers == {SPF: SchedulerConfig(SPF, token_budget=512, max_num_seqs=128)}  # the preset runs it

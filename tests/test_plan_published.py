@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from common.errors import HarnessError
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.planner import answer
 from harness.planner.search import check_slo_reachable, run_plan
 from harness.planner.settings import plan_settings, split_words
@@ -35,7 +35,7 @@ REDUCED = ["plan.tp=[1,2,4]", "plan.grid.vllm.max_num_seqs=[20,64]", "plan.grid.
 def _space(extra: list[str] = (), overrides: list[str] = ()):
     mine, rest = split_words(list(OURS["literal"]["words"]) + list(extra))
     settings = plan_settings(mine)
-    return enumerate_space(compose(list(OURS["overrides"]) + rest + list(overrides)), settings), settings
+    return enumerate_space(experiment_config(compose(list(OURS["overrides"]) + rest + list(overrides))), settings), settings
 
 
 def test_the_literal_question_is_answerable_with_v1s_costs_only():

@@ -105,7 +105,7 @@ def test_knobs_schema_and_defaults_come_from_the_constructor(scratch_registry):
 
 def test_a_policy_without_a_yaml_is_a_scheduler_option(scratch_registry, tmp_path):
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     @register_policy("tiny_budget_sarathi")
     class TinyBudget(SarathiPolicy):
@@ -184,7 +184,7 @@ def test_the_vllm_exporter_and_the_planner_ask_the_policy(scratch_registry):
 
     from harness.config import compose
     from harness.planner.bounds import capacity_bound
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     plan = plan_experiment(compose(["experiment=mistral7b_strict", "scheduler=[sarathi]", "search.num_requests=128"]))
     plan = replace(plan, schedulers={**plan.schedulers, "spf": SchedulerConfig("shortest_prompt_first"),

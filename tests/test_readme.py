@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import examples.policies.shortest_prompt_first  # noqa: F401  (the README runs the example policy)
-from harness.config import compose
+from harness.config import compose, experiment_config
 
 ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER = re.compile(r"\b(PATH|HOST|PORT|NAME|KEY|PROFILE|DIR|RATE)\b")
@@ -74,7 +74,7 @@ def _multirun_overrides(words: list[str]) -> list[list[str]]:
 
 
 def _planned(overrides: list[str]) -> None:
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
 
     cfg = compose(overrides)
     if not PLACEHOLDER.search(" ".join(overrides)):
@@ -106,7 +106,7 @@ def test_readme_command(command, tmp_path):
         from harness.planner.space import enumerate_space
 
         mine, rest = split_words(args[1:])
-        space = enumerate_space(compose(rest), plan_settings(mine))
+        space = enumerate_space(experiment_config(compose(rest)), plan_settings(mine))
         check_slo_reachable(space)
         assert space.candidates
         if command == next(c for c in page_commands("docs/planner.md") if c.startswith("python -m harness plan ")):

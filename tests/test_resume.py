@@ -11,7 +11,7 @@ import pytest
 from harness.backends import open_backend
 from harness.config import compose
 from harness.search.cache import ProbeCache
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import search_capacity
 
 ROOT = Path(__file__).resolve().parent.parent

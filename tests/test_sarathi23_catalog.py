@@ -8,7 +8,7 @@ import pytest
 from engines.perf import Deployment, PerfModel, get_gpu, get_model
 from engines.perf.kernels import get_stack, kernels_for
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 
 
 def test_a6000_is_ga102_at_its_own_clocks():

@@ -23,7 +23,7 @@ from harness.backends.sim import simulate, simulate_cluster
 from harness.config import compose
 from harness.metrics import summarize
 from harness.search.cache import cache_key
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests, search_capacity
 from tests.policy_workloads import ALL_POLICIES, build
 from tests.cli import assert_refused

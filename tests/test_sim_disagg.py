@@ -21,7 +21,7 @@ from engines.schedulers import EngineConfig, DecodeOnlyPolicy, SchedulerConfig, 
 from harness.backends import open_backend
 from harness.backends.sim import simulate, simulate_disaggregated
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests
 from tests.cli import assert_refused
 from tests.test_sim import _requests

@@ -21,7 +21,7 @@ from harness.backends.sim.partition import partition_plan, simulate_partitioned
 from harness.backends.sim.shared_array import SHM
 from harness.config import compose
 from harness.records import session_keys
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests
 from tests.cli import assert_refused
 from tests.test_cache_routing import _sessions

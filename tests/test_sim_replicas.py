@@ -14,7 +14,7 @@ from engines.schedulers import EngineConfig, make_engine
 from harness.backends import open_backend
 from harness.backends.sim import simulate, simulate_cluster
 from harness.config import compose
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_requests
 from tests.cli import ROOT, assert_refused
 from tests.test_sim_cluster import same

@@ -17,7 +17,7 @@ from harness.config import compose
 from harness.metrics import check_slo
 from harness.records import STOPPED_EARLY
 from harness.search.cache import cache_key
-from harness.search.experiment import plan_experiment
+from harness.config import plan_experiment
 from harness.search.probe import probe_outcome, probe_requests
 from tests.test_sim_cluster import same
 

@@ -80,7 +80,7 @@ def test_a_result_resting_on_disturbed_probes_says_so_in_its_table_and_summary(c
     from harness.commands.run import SchedulerRun, _capacity_fields
     from harness.commands.table import print_table
     from harness.config import compose
-    from harness.search.experiment import plan_experiment
+    from harness.config import plan_experiment
     from harness.search.probe import search_capacity
 
     plan = plan_experiment(compose(["experiment=mistral7b_strict", "scheduler=[sarathi]", "search.num_requests=64",

@@ -15,7 +15,7 @@ import pytest
 from engines.perf.calibration import FACTORS, Calibration
 from harness.backends.deployment import build_deployment
 from harness.commands.main import main
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.metrics import summarize
 from harness.records import RequestRecord
 from harness.validate.compare import compare
@@ -68,7 +68,7 @@ def target(tmp_path_factory):
     """What `calibrate` and `validate` replay on with DEPLOYMENT (the lengths are the seed's)."""
     seed = tmp_path_factory.mktemp("seed") / "seed.jsonl"
     write_jsonl(seed, _seed(48))
-    return target_for(read_run(seed), compose(DEPLOYMENT), 16384)
+    return target_for(read_run(seed), experiment_config(compose(DEPLOYMENT)), 16384)
 
 
 def _run_file(path, target, records, factors: dict[str, float]) -> None:
@@ -143,9 +143,9 @@ def _timer(calibration: dict[str, float] | None, tmp_path):
         path = tmp_path / f"cal_{'_'.join(calibration) or 'none'}.json"
         path.write_text(json.dumps(Calibration(calibration, 0.1).to_json()))
         overrides.append(f"perf.calibration={path}")
-    cfg = compose(overrides)
-    return build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=0.9, block_size=16,
-                            max_model_len=8192, perf_cfg=cfg.get("perf")).timer
+    cfg = experiment_config(compose(overrides))
+    return build_deployment(cfg.model, cfg.hardware, cfg.parallel, gpu_memory_utilization=0.9, block_size=16,
+                            max_model_len=8192, perf=cfg.perf).timer
 
 
 PREFILL, DECODE, DECODES = ([4096], [0]), ([1], [2000]), ([1] * 8, [2000] * 8)  # (new tokens, context) a sequence

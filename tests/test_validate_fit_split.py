@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engines.perf.calibration import Calibration
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.records import RequestRecord
 from harness.validate.compare import capacity_mismatch, compare
 from harness.validate.fit import calibrate, split
@@ -35,7 +35,7 @@ def _stream(n: int = 64, gap_s: float = 0.004) -> list[RequestRecord]:
 @pytest.fixture(scope="module")
 def measured():
     stream = _stream()
-    target = target_for(MeasuredRun(Path("synthetic.jsonl"), "jsonl", tuple(stream), 0, True), compose(WORDS),
+    target = target_for(MeasuredRun(Path("synthetic.jsonl"), "jsonl", tuple(stream), 0, True), experiment_config(compose(WORDS)),
                         kv_tokens=16384)
     start = {"step_cpu_s": target.base.cpu_overhead_s, "seq_cpu_s": target.base.cpu_overhead_per_seq_s}
     real = replay(target, stream, Calibration(TRUTH | start, 0.0))

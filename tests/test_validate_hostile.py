@@ -178,12 +178,12 @@ def test_a_factor_no_statistic_moves_with_is_unidentified():
 def test_the_replay_keeps_the_engines_prefix_cache_and_refuses_a_tier_it_cannot_replay(tmp_path, capsys):
     """`engine.prefix_caching=true` turns the replayed engine's cache on, as it does in a run (it was
     read only from a scheduler's own key); a host KV tier, which the replay has not, is refused."""
-    from harness.config import compose
+    from harness.config import compose, experiment_config
     from harness.validate.replay import target_for
     run = tmp_path / "run.jsonl"
     run.write_text(_jsonl(_rows()))
     measured = read_run(run)
     base = [o for o in DEPLOYMENT if not o.startswith("--") and not o.isdigit()]
-    assert target_for(measured, compose([*base, "engine.prefix_caching=true"])).engine.prefix_caching
-    assert not target_for(measured, compose(base)).engine.prefix_caching
+    assert target_for(measured, experiment_config(compose([*base, "engine.prefix_caching=true"]))).engine.prefix_caching
+    assert not target_for(measured, experiment_config(compose(base))).engine.prefix_caching
     _refused(capsys, tmp_path, "validate", run, "validate replays without a host KV tier", "engine.kv_offload_gib=8")

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from harness.commands.main import main
-from harness.validate.replay import config_for, replay, target_for
+from harness.config import config_for, experiment_config
+from harness.validate.replay import replay, target_for
 from harness.validate.runfile import read_run
 from tests.cli import assert_refused
 
@@ -46,7 +47,7 @@ def _most_running(records) -> int:
 
 def test_a_dp2_replay_runs_max_num_seqs_on_each_rank(tmp_path):
     run = read_run(_run_file(tmp_path))
-    target = target_for(run, config_for(run, DP2))
+    target = target_for(run, experiment_config(config_for(run, DP2)))
     assert target.plan.dp == 2 and "per rank" in target.describe()
     sim = replay(target, run.records)
     assert all(r.error is None for r in sim)
@@ -89,7 +90,7 @@ def test_an_experiment_of_two_releases_is_refused(tmp_path):
 def test_one_release_said_on_both_sides_runs(tmp_path):
     run = read_run(_run_file(tmp_path))
     words = [w.replace("vllm-0.32", "vllm-0.19") for w in DP2] + ["scheduler.vllm_v1.release=0.19"]
-    target = target_for(run, config_for(run, words))
+    target = target_for(run, experiment_config(config_for(run, words)))
     assert target.scheduler.release == "0.19"
 
 

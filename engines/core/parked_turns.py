@@ -19,16 +19,20 @@ its group is parked, and then exactly its parked blocks carry it: a take-back th
 in the group moves those to a fresh id, a block leaving a group singly (a stranger's hit,
 eviction, the free list) is unmarked, and a turn freed otherwise retires its id for good.
 
-`TurnParking` holds the methods; `PrefixCachingBlockManager` holds the state they use: `_ref`,
-`_hash`, `_free`, `_hinted` (its last lookup's hint hits), `_parked` (groups by key, oldest first),
-`_groups` (the same groups by id), `_parked_blocks`, `_mark`, `_oldest_parked`, `_ids` (fresh ids)
-and `_live` (by id, the tokens of the running turn that took that group's slice back: a stranger's
-hit on one of those blocks flags it `shared`, so its free reads their reference counts again).
+`TurnParking` is the parked turns' books: it creates and keeps their state (`_init_parking`):
+`_parked` (groups by key, oldest first), `_groups` (the same groups by id), `_parked_blocks`,
+`_mark`, `_oldest_parked`, `_ids` (fresh ids) and `_live` (by id, the tokens of the running turn
+that took that group's slice back: a stranger's hit on one of those blocks flags it `shared`, so
+its free reads their reference counts again). It reads the block manager's own books, which
+`PrefixCachingBlockManager` (prefix_cache.py, its one user) creates: `_ref`, `_hash`, `_free` and
+`_hinted` (its last lookup's hint hits). One object, not two, because the hot paths read both
+books as plain attributes of `self` (an attribute hop per block would cost a fleet's day).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
+from itertools import count
 from operator import itemgetter
 
 from engines.core.sequence import Sequence
@@ -53,19 +57,23 @@ class ParkedTurn:
 
 
 class TurnParking:
-    """PrefixCachingBlockManager's methods for parked turns (the state is the manager's)."""
+    """The parked turns' books, kept beside the block manager's (PrefixCachingBlockManager)."""
 
+    # the block manager's books, read here (prefix_cache.py creates them)
     _ref: list[int]
     _hash: list[int | None]
     _free: list[int]
     _hinted: int
-    _parked: OrderedDict[int, ParkedTurn]
-    _groups: dict[int, ParkedTurn]
-    _parked_blocks: int
-    _mark: list[int]
-    _oldest_parked: int
-    _ids: Iterator[int]
-    _live: dict[int, object]
+
+    def _init_parking(self, num_blocks: int) -> None:
+        """The parked turns' own state: nothing parked."""
+        self._parked: OrderedDict[int, ParkedTurn] = OrderedDict()
+        self._groups: dict[int, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
+        self._ids: Iterator[int] = count(1 << 40)  # fresh group ids (a group's first id is its key, a free's stamp: fewer)
+        self._live: dict[int, object] = {}  # a group id -> the tokens of the live turn that took its slice back
+        self._parked_blocks = 0  # blocks parked, over all groups
+        self._mark = [-1] * num_blocks  # per block: the id of the group that holds it, if _groups has it
+        self._oldest_parked = NONE_PARKED  # the first group's key
 
     def _take_back_hint(self, seq: Sequence, hits: list[int]) -> int:
         """Take the hits that lead `seq`'s hint back from the group its previous turn was parked

@@ -34,7 +34,7 @@ from operator import itemgetter, ne
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
-from engines.core.parked_turns import NONE_PARKED, ParkedTurn, TurnParking
+from engines.core.parked_turns import TurnParking
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
@@ -73,14 +73,8 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         # popping its oldest entry is O(1), where a dict's next(iter(...)) rescans the slots its earlier
         # deletions left. Parked turns' blocks (ParkedTurn, by stamp) are evictable too, in the same order.
         self._evictable: OrderedDict[int, int] = OrderedDict()
-        self._parked: OrderedDict[int, ParkedTurn] = OrderedDict()
-        self._groups: dict[int, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
-        self._ids = count(1 << 40)  # fresh group ids (a group's first id is its key, a free's stamp: fewer)
-        self._live: dict[int, object] = {}  # a group id -> the tokens of the live turn that took its slice back
-        self._parked_blocks = 0  # blocks parked, over all groups
-        self._mark = [-1] * num_blocks  # per block: the id of the group that holds it, if _groups has it (parked_turns.py)
+        self._init_parking(num_blocks)  # the parked turns' books (parked_turns.py)
         self._stamp = 0  # frees so far: the next free's place in the LRU order
-        self._oldest_parked = NONE_PARKED  # the first group's key
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
         # the last lookup: (seq, target, version), GPU hits, blocks after them in the host tier, and how

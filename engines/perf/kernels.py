@@ -81,7 +81,7 @@ from common.errors import HarnessError
 
 from .cpu_device import CPU_NAMES
 from .split_kv import SPLIT_KERNEL_ROWS, SplitKvDecode
-from .vllm_releases import attention_backend
+from .vllm_releases import RELEASES, attention_backend
 
 
 @dataclass(frozen=True)
@@ -351,7 +351,7 @@ STACKS = {
 # `vllm-v1-2025` prices them (cuBLAS GEMMs, torch.compile-fused add+norm, vLLM's all-reduce, V1's
 # measured CPU costs), with the release's attention backend per compute capability (FA2 on sm8x and
 # sm120, FA3 on sm90, FlashInfer on sm100), its capture sizes, async scheduling and profile-run KV sizing.
-for _version in ("0.19", "0.32"):
+for _version in RELEASES:
     STACKS[f"vllm-{_version}"] = EngineStack(
         f"vllm-{_version}", gemm="cublas-2024", attention="fa2-ideal", elementwise="ideal", kv_memory="vllm-v1",
         cpu="vllm-v1", graphs="full-and-piecewise", launch_s=4e-6, graph_max_tokens=512, allreduce="vllm-2025",

@@ -45,7 +45,7 @@ from engines.core import BasePolicy, Batch, Engine, PrefixCachingBlockManager, S
 from engines.schedulers.registry import register_policy, require_positive
 from engines.schedulers.sweep import Axis, Sweep
 
-RELEASES = ("0.19", "0.32")  # engines/perf/vllm_releases.py RELEASES (the core may not import perf)
+RELEASES = ("0.19", "0.32")  # engines/perf/vllm_releases.py RELEASES' keys (the core may not import perf; tests/test_engine_release.py)
 
 
 # Planned only when asked (plan.grid.vllm_v1.max_num_batched_tokens=[...]); its budget is the flag it exports.

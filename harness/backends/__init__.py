@@ -35,8 +35,9 @@ def backend_settings(node):
     return typed(backend_class(name).settings, node, "backend")
 
 
-def fit_config(cfg) -> list[str]:
-    """Before planning, the chosen backend may fit the composed config (in place) to what it finds
-    (backend=endpoint: the server's model and max_model_len); returns its notes for the run."""
-    fit = getattr(backend_class(str(cfg.backend.get("name", "sim"))), "fit_config", None)
-    return fit(cfg) if fit is not None else []
+def fit_config(config) -> tuple[dict[str, object], list[str]]:
+    """Before planning, the chosen backend may fit the experiment's config (an ExperimentConfig) to
+    what it finds (backend=endpoint: the server's model and max_model_len): the keys it changes,
+    dotted (the door applies them to the config it saves and types it again), and its notes."""
+    fit = getattr(backend_class(config.backend.name), "fit_config", None)
+    return fit(config) if fit is not None else ({}, [])

@@ -18,6 +18,8 @@ from engines.perf.hardware import get_gpu, get_topology
 from engines.perf.kernels import get_stack
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
 from engines.schedulers import SchedulerConfig
+from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
+from harness.settings.experiment import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -40,75 +42,61 @@ class DeploymentPlan:
         return self.tp * self.pp * self.dp
 
 
-# The perf.* knobs a Deployment takes: the engine's kernels (engines.perf.kernels), how it sizes its
-# KV cache (engines.perf.memory), the weights' and the KV cache's number format (engines.perf.precision),
-# and whether a stack that captures CUDA graphs does (false: its kernels launched eagerly, launch.py).
-# ep_comm: how an expert-parallel MoE layer moves tokens (engines.perf.expert_parallel.EP_COMMS).
-DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype", "cuda_graphs", "ep_comm")
-_BOOL_KNOBS = ("cuda_graphs",)
-
-
-def _kernel_choice(perf_cfg: Mapping | None) -> dict:
-    """The DEPLOYMENT_KNOBS the config names."""
-    cfg = perf_cfg or {}
-    return {k: (bool(cfg[k]) if k in _BOOL_KNOBS else str(cfg[k])) for k in DEPLOYMENT_KNOBS if cfg.get(k) is not None}
-
-
 def build_deployment(
-    model: Mapping, hardware: Mapping, parallel: Mapping, *, gpu_memory_utilization: float, block_size: int,
-    max_model_len: int, perf_cfg: Mapping | None = None,
+    model: ModelSettings, hardware: HardwareSettings, parallel: ParallelSettings, *, gpu_memory_utilization: float,
+    block_size: int, max_model_len: int, perf: PerfSettings = PerfSettings(),
 ) -> DeploymentPlan:
-    tp, pp = int(parallel["tp"]), int(parallel["pp"])
-    dp, ep = int(parallel.get("dp", 1) or 1), bool(parallel.get("ep", False))
+    tp, pp, dp, ep = parallel.tp, parallel.pp, parallel.dp, parallel.ep
     if tp < 1 or pp < 1:
         raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
     gpu, topology = _device(hardware)
     # A CPU's BLAS has no GPU thread-block tile: a 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
-    cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.get("gpu")) else {}
+    cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.gpu) else {}
     deployment = Deployment.create(
         dp=dp,
         ep=ep,
-        model=str(model["name"]),
+        model=model.name,
         gpu=gpu,
         tp=tp,
         pp=pp,
         topology=topology,
-        gpus_per_node=hardware.get("gpus_per_node"),
-        **_kernel_choice(perf_cfg), **cpu,
-        **cpu_choice(str((perf_cfg or {}).get("cpu_costs") or "engine")),
+        gpus_per_node=hardware.gpus_per_node,
+        **perf.deployment_knobs(), **cpu,
+        **cpu_choice(perf.cpu_costs or "engine"),
     )
-    calibration = _calibration(perf_cfg)
+    calibration = None if perf.calibration in (None, "") else load_calibration(perf.calibration)
     if calibration is not None:
         deployment = calibration.apply(deployment)
-    perf = build_perf_model(deployment, perf_cfg)
-    kv_tokens = perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
+    model_choice = {"kind": perf.kind, "path": perf.path}
+    model_perf = build_perf_model(deployment, model_choice)
+    kv_tokens = model_perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
     ranks = f", dp={dp}, ep" if ep else ""
     if kv_tokens < max_model_len:
         raise HarnessError(
-            f"{model['name']} on {tp * pp * dp}x {hardware['gpu']} (tp={tp}, pp={pp}{ranks}) leaves KV room for "
+            f"{model.name} on {tp * pp * dp}x {hardware.gpu} (tp={tp}, pp={pp}{ranks}) leaves KV room for "
             f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
         )
-    device = cpu_device.describe(deployment.gpu) if cpu_device.is_cpu(hardware["gpu"]) else hardware["gpu"]
-    desc = f"{model['name']} on {tp * pp * dp}x {device} (tp={tp}, pp={pp}{ranks})"
+    device = cpu_device.describe(deployment.gpu) if cpu_device.is_cpu(hardware.gpu) else hardware.gpu
+    desc = f"{model.name} on {tp * pp * dp}x {device} (tp={tp}, pp={pp}{ranks})"
     if ep:
         desc += f", EP MoE over {deployment.ep_link.name if deployment.ep_link else 'one GPU'} ({deployment.ep_comm})"
     desc += "".join(f", {what} {dtype}" for what, dtype in (("weights", deployment.weight_dtype),
                                                            ("KV", deployment.kv_dtype)) if dtype)
-    profile = getattr(perf, "profile", None)
+    profile = getattr(model_perf, "profile", None)
     if profile is not None:
         desc += f", measured profile {profile.digest[:12]}"
     # A calibrated model never passes for the datasheet one: its description (every run's header,
     # summary.json's `deployment`) names the file, its factors and its held-out error.
     if calibration is not None:
         desc += f", {calibration.describe()}"
-    return DeploymentPlan(str(model["name"]), str(hardware["gpu"]), tp, pp, desc, perf, perf, kv_tokens, int(block_size),
+    return DeploymentPlan(model.name, hardware.gpu, tp, pp, desc, model_perf, model_perf, kv_tokens, int(block_size),
                           calibration, dp, ep)
 
 
 def check_one_release(deployment: Deployment, schedulers: Mapping[str, SchedulerConfig]) -> None:
     """A shipped vLLM stack (perf.stack=vllm-X prices release X) and a `vllm_v1` scheduler running
     another release's rules (scheduler.NAME.release, default 0.32) would be two engines in one run:
-    refused in one line until an engine release is one named choice of the config."""
+    refused in one line naming the one choice that says both (`release=vllm-X`, harness/settings/release.py)."""
     release = get_stack(deployment.stack).release
     if release is None:
         return
@@ -116,22 +104,17 @@ def check_one_release(deployment: Deployment, schedulers: Mapping[str, Scheduler
         other = sc.release if sc.policy == "vllm_v1" else release
         if other != release:
             raise HarnessError(f"perf.stack={deployment.stack} prices vLLM {release} but scheduler.{name}.release="
-                               f"{other} runs {other}'s scheduler: name one release (scheduler.{name}.release={release}, "
-                               f"or perf.stack=vllm-{other})")
+                               f"{other} runs {other}'s scheduler: name the engine once, release=vllm-{release} or "
+                               f"release=vllm-{other}, in place of perf.stack and scheduler.{name}.release")
 
 
-def _device(hardware: Mapping):
+def _device(hardware: HardwareSettings):
     """The catalog GPU's name, or this machine's CPU (engines/perf/cpu_device.py: the config's numbers,
     or a probe's), with the node it sits in (a CPU is one device: no links are ever priced)."""
-    if not cpu_device.is_cpu(hardware.get("gpu")):
-        return str(hardware["gpu"]), hardware.get("topology")
-    spec = cpu_device.cpu_spec(hardware.get("cpu_flops"), hardware.get("cpu_bandwidth"), hardware.get("cpu_memory_bytes"))
-    return spec, hardware.get("topology") or "pcie-only"
-
-
-def _calibration(perf_cfg: Mapping | None) -> Calibration | None:
-    path = (perf_cfg or {}).get("calibration")
-    return None if path in (None, "") else load_calibration(str(path))
+    if not cpu_device.is_cpu(hardware.gpu):
+        return hardware.gpu, hardware.topology
+    spec = cpu_device.cpu_spec(hardware.cpu_flops, hardware.cpu_bandwidth, hardware.cpu_memory_bytes)
+    return spec, hardware.topology or "pcie-only"
 
 
 @dataclass(frozen=True)
@@ -145,40 +128,39 @@ class DisaggPlan:
     transfers: tuple[tuple[KvTransfer, ...], ...]
 
 
-def plan_disaggregation(
-    cluster, model: Mapping, hardware: Mapping, parallel: Mapping, *, gpu_memory_utilization: float, block_size: int,
-    max_model_len: int, perf_cfg: Mapping | None = None,
-) -> DisaggPlan:
+def deployment_of(config: ExperimentConfig, parallel: ParallelSettings | None = None,
+                  hardware: HardwareSettings | None = None) -> DeploymentPlan:
+    """The experiment's deployment (or another layout or GPU of it), priced."""
+    return build_deployment(config.model, hardware or config.hardware, parallel or config.parallel,
+                            gpu_memory_utilization=config.backend.gpu_memory_utilization,
+                            block_size=config.backend.block_size, max_model_len=config.max_model_len, perf=config.perf)
+
+
+def plan_disaggregation(config: ExperimentConfig) -> DisaggPlan:
     """Each role's deployment (its own tp/pp, or the experiment's) and the KV transfers between
-    them; `cluster` is the experiment's ClusterSettings (disaggregated)."""
-    roles = {}
+    them, for a disaggregated `config.cluster`."""
+    cluster, hardware, roles = config.cluster, config.hardware, {}
     for role in ("prefill", "decode"):
-        tp, pp = cluster.role_parallel(role, int(parallel["tp"]), int(parallel["pp"]))
         try:
-            roles[role] = build_deployment(model, hardware, {"tp": tp, "pp": pp}, gpu_memory_utilization=gpu_memory_utilization,
-                                           block_size=block_size, max_model_len=max_model_len, perf_cfg=perf_cfg)
+            roles[role] = deployment_of(config, ParallelSettings(*cluster.role_parallel(role, config.parallel.tp,
+                                                                                      config.parallel.pp)))
         except HarnessError as e:
             raise HarnessError(f"cluster: a {role} instance: {e}") from None
-    topology = get_topology(hardware.get("topology"), get_gpu(str(hardware["gpu"])), hardware.get("gpus_per_node"))
+    topology = get_topology(hardware.topology, get_gpu(hardware.gpu), hardware.gpus_per_node)
     transfers = plan_kv_transfers(roles["prefill"].perf.deployment, roles["decode"].perf.deployment,
                                   cluster.prefill_instances, cluster.decode_instances, topology,
                                   link=cluster.kv_link, mode=cluster.kv_transfer, placement=cluster.placement)
     return DisaggPlan(roles["prefill"], roles["decode"], tuple(tuple(row) for row in transfers))
 
 
-def plan_replicas(
-    cluster, model: Mapping, hardware: Mapping, parallel: Mapping, *, gpu_memory_utilization: float, block_size: int,
-    max_model_len: int, perf_cfg: Mapping | None = None,
-) -> tuple[tuple[int, DeploymentPlan], ...]:
-    """(count, deployment) of each group of `cluster.replicas`: another GPU comes in its usual node
-    (engines.perf.hardware), the same GPU in the experiment's."""
-    out = []
-    for i, group in enumerate(cluster.replicas):
-        hw = dict(hardware) if group.gpu in (None, hardware["gpu"]) else {"gpu": group.gpu}
-        par = {"tp": group.tp or int(parallel["tp"]), "pp": group.pp or int(parallel["pp"])}
+def plan_replicas(config: ExperimentConfig) -> tuple[tuple[int, DeploymentPlan], ...]:
+    """(count, deployment) of each group of `config.cluster.replicas`: another GPU comes in its
+    usual node (engines.perf.hardware), the same GPU in the experiment's."""
+    out, hardware, parallel = [], config.hardware, config.parallel
+    for i, group in enumerate(config.cluster.replicas):
+        hw = hardware if group.gpu in (None, hardware.gpu) else HardwareSettings(group.gpu)
         try:
-            d = build_deployment(model, hw, par, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-                                 max_model_len=max_model_len, perf_cfg=perf_cfg)
+            d = deployment_of(config, ParallelSettings(group.tp or parallel.tp, group.pp or parallel.pp), hw)
         except HarnessError as e:
             raise HarnessError(f"cluster.replicas[{i}]: {e}") from None
         out.append((group.count, d))

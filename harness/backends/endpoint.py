@@ -157,29 +157,28 @@ class EndpointBackend(_Server):
                                                       "api": settings.api}
 
     @classmethod
-    def fit_config(cls, cfg) -> list[str]:
-        """Before planning: ask the server which model it serves and the longest request it takes,
-        and fit the config to them (in place): backend.served_model is set, and a plan asking for
-        longer requests than the server takes is fitted to its max_model_len (requests over it
-        dropped, a note says so), or refused naming the server's flag where the config set
-        max_model_len apart from dataset.max_total_tokens. Returns the notes."""
-        from harness.typed import typed
-
-        server = _Server(typed(EndpointSettings, cfg.backend, "backend"))
+    def fit_config(cls, config) -> tuple[dict[str, object], list[str]]:
+        """Before planning: ask the server of `config` (an ExperimentConfig) which model it serves
+        and the longest request it takes, and fit the config to them: backend.served_model is set,
+        and a plan asking for longer requests than the server takes is fitted to its max_model_len
+        (requests over it dropped, a note says so), or refused naming the server's flag where the
+        config set max_model_len apart from dataset.max_total_tokens. Returns the changed keys
+        (dotted, for the door to apply and save) and the notes."""
+        server = _Server(config.backend)
         server.wait_until_answering()
         model, limit = server.served_model()
-        cfg.backend.served_model = model
-        want, dataset = int(cfg.max_model_len), cfg.dataset
+        fitted: dict[str, object] = {"backend.served_model": model}
+        want, dataset = config.max_model_len, config.dataset
         if limit is None or limit >= want:
-            return []
+            return fitted, []
         flag = f"the server's --max-model-len (vllm serve, python -m engines.server) to {want}"
         if dataset.get("max_total_tokens") != want:
             raise HarnessError(f"endpoint {server.base_url} serves {model} with requests of at most {limit} tokens (its "
                                f"/v1/models max_model_len); the plan sets max_model_len={want}: raise {flag}, or "
                                f"set max_model_len={limit}")
-        cfg.max_model_len = dataset.max_total_tokens = limit
-        return [f"endpoint {server.base_url} takes requests of at most {limit} tokens ({model}'s max_model_len in its "
-                f"/v1/models): the plan is fitted to it, {dataset.name} requests over {limit} tokens are dropped "
+        fitted.update({"max_model_len": limit, "dataset.max_total_tokens": limit})
+        return fitted, [f"endpoint {server.base_url} takes requests of at most {limit} tokens ({model}'s max_model_len in its "
+                f"/v1/models): the plan is fitted to it, {dataset['name']} requests over {limit} tokens are dropped "
                 f"(max_model_len=dataset.max_total_tokens={limit}; the preset drops those over {want}); to measure the "
                 f"preset's workload, raise {flag}"]
 

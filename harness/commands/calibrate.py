@@ -12,7 +12,8 @@ from engines.perf.calibration import FACTORS, describe_factors
 from harness.validate.args import check_out, parse
 from harness.validate.compare import table
 from harness.validate.fit import calibrate
-from harness.validate.replay import config_for, target_for
+from harness.config import config_for, experiment_config
+from harness.validate.replay import target_for
 from harness.validate.runfile import read_run
 
 USAGE = __doc__.split(":", 1)[0] + "\n\nFactors: " + "; ".join(f"{k}: {v[0]} [{v[1]:g}, {v[2]:g}]" for k, v in FACTORS.items()) + """
@@ -39,11 +40,12 @@ def calibrate_command(argv: list[str]) -> int:
     if not 0 < window < 1:
         raise HarnessError(f"--window must be in (0, 1), got {window}")
     run = read_run(words.run, words.probe)
-    target = target_for(run, config_for(run, words.overrides), words.flags["--kv-tokens"])
+    cfg = config_for(run, words.overrides)
+    target = target_for(run, experiment_config(cfg), words.flags["--kv-tokens"])
     if target.plan.calibration is not None:  # a saved run's config may carry one
         raise HarnessError("calibrate fits from the model's own numbers: this run's config has perf.calibration; "
                            "add perf.calibration=null")
-    out = Path(words.flags["--out"] or Path(str(target.config.get("results_dir", "results"))) / "calibrations"
+    out = Path(words.flags["--out"] or Path(target.config.results_dir) / "calibrations"
                / f"{Path(words.run).stem}.json")
     print(f"calibrate {run.describe()}")
     print(f"simulated on {target.describe()}")

@@ -106,13 +106,14 @@ def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Seq
     """(name, run dir | None, output, host) of each config as it ends, wherever it ran."""
     import os
 
+    from harness.config.experiment import job_config
     from harness.launch.hydra_jobs import launch_configs
 
     args = [(OmegaConf.to_yaml(c), os.getcwd()) for c in todo]
     params = launcher_params(launcher, overrides)
     if params and not params["_target_"].endswith("JoblibLauncher"):
-        plain = [OmegaConf.to_container(c, resolve=True) for c in todo]
-        for i, value, err in launch_configs(params, _run_one, args, plain, Path(str(todo[0].results_dir))):
+        typed = [job_config(c) for c in todo]
+        for i, value, err in launch_configs(params, _run_one, args, typed, Path(str(todo[0].results_dir))):
             yield value if err is None else (str(todo[i].name), None, f"the job crashed: {type(err).__name__}: {err}", "")
         return
     from joblib import Parallel, delayed

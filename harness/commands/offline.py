@@ -20,7 +20,7 @@ from common.errors import HarnessError, RunBroken
 from harness.backends import open_backend
 from harness.results.store import RunWriter, provenance
 from harness.search.offline import OfflineOutcome, run_offline
-from harness.search.experiment import ExperimentPlan
+from harness.experiment import ExperimentPlan
 from harness.throughput import gains
 
 ITERATIONS_FILE = "iterations.parquet"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from common.errors import HarnessError, RunBroken
 from harness.commands.run import broken_reason
-from harness.config import compose
+from harness.config import compose, experiment_config
 from harness.planner import answer, export, figure
 from harness.planner.check import check_winner
 from harness.planner.replicas import POISSON_NOTE
@@ -47,7 +47,7 @@ def plan_command(argv: list[str]) -> int:
     if settings.out and Path(settings.out).exists() and any(Path(settings.out).iterdir()):
         raise HarnessError(f"plan.out={settings.out} is not empty (an earlier plan?): remove it or name another "
                            f"directory; nothing was run")
-    cfg = compose(overrides)
+    cfg = experiment_config(compose(overrides))
     t0 = time.perf_counter()
     space = enumerate_space(cfg, settings)
     plan0 = next(iter(space.plans.values()))

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from common.errors import HarnessError, RunBroken
 from harness.backends import backend_class, fit_config, open_backend
 from harness.commands.cache_report import cache_fields, print_cache_lines
+from harness.config.experiment import experiment_config
 from harness.commands.offline import ITERATIONS_FILE
 from harness.commands.scaling_report import print_scaling_tables
 from harness.commands.table import disturbed_probes, print_table, shown_probe, starved
@@ -24,7 +25,7 @@ from harness.results.store import RunWriter, broken_runs, provenance, token_fram
 from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.executor import LocalProcessPool, ProbeExecutor, open_executor, searches_at_once
-from harness.search.experiment import ExperimentPlan, check_cluster_backend, plan_experiment, reseed
+from harness.experiment import ExperimentPlan, check_cluster_backend, plan_experiment, reseed
 from harness.search.probe import SearchBroken, probe_requests, search_capacity
 from harness.search.rounds import Round
 from harness.starvation import BOUNDS as STARVATION_BOUNDS
@@ -41,9 +42,12 @@ class SchedulerRun:
 
 def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     """`one_of_many`: a job of a multirun, figure=all or nightly (searches_at_once)."""
-    check_cluster_backend(cfg)  # a config no backend can run is refused before an endpoint is asked
-    fitted = fit_config(cfg)  # backend=endpoint: the server's model and max_model_len, asked before planning
-    plan = plan_experiment(cfg)
+    config = experiment_config(cfg)
+    check_cluster_backend(config)  # a config no backend can run is refused before an endpoint is asked
+    changed, fitted = fit_config(config)  # backend=endpoint: the server's model and max_model_len, asked before planning
+    for key, value in changed.items():  # saved as fitted (config.yaml), and typed again
+        OmegaConf.update(cfg, key, value)
+    plan = plan_experiment(experiment_config(cfg) if changed else config)
     plan = replace(plan, notes=(*plan.notes, *fitted))
     if plan.offline is not None:  # a rate-free arrival: one throughput run per scheduler, no search
         from harness.commands.offline import run_offline_experiment

@@ -16,7 +16,8 @@ from harness.validate.args import check_out, parse
 from harness.validate.bands import calibration_entry
 from harness.validate.compare import HEADLINE, compare, table
 from harness.validate.figure import write_figure
-from harness.validate.replay import config_for, kv_bound, replay, target_for
+from harness.config import config_for, experiment_config
+from harness.validate.replay import kv_bound, replay, target_for
 from harness.validate.runfile import read_run
 
 USAGE = __doc__.split(":", 1)[0] + """
@@ -37,7 +38,8 @@ def validate_command(argv: list[str]) -> int:
     words = parse(argv, "validate", ("--max-error", "--out", "--probe", "--kv-tokens"))
     check_out("validate", words.flags["--out"], directory=True)
     run = read_run(words.run, words.probe)
-    target = target_for(run, config_for(run, words.overrides), words.flags["--kv-tokens"])
+    cfg = config_for(run, words.overrides)
+    target = target_for(run, experiment_config(cfg), words.flags["--kv-tokens"])
     print(f"validate {run.describe()}")
     print(f"simulated on {target.describe()}")
     sim = replay(target, run.records)
@@ -50,7 +52,7 @@ def validate_command(argv: list[str]) -> int:
     cal = target.plan.calibration
     if cal is not None:
         print(f"{cal.describe()}: the held-out error it was fitted with, against this run's below")
-    out = Path(words.flags["--out"] or Path(str(target.config.get("results_dir", "results"))) / "validate"
+    out = Path(words.flags["--out"] or Path(target.config.results_dir) / "validate"
                / f"{Path(words.run).stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     summary = {
@@ -62,7 +64,7 @@ def validate_command(argv: list[str]) -> int:
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "table.md").write_text(text + "\n")
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(target.config))
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     write_figure(out / "validate.png", [run.records[i] for i, s in enumerate(sim) if s.error is None], 
                  [s for s in sim if s.error is None], f"{run.path.name}: {target.describe()}")
     print(f"validate: {out}")

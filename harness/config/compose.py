@@ -2,6 +2,8 @@
 one resolved config; bad input becomes one line naming the problem."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError
@@ -26,6 +28,25 @@ def compose(overrides: list[str]) -> DictConfig:
         raise HarnessError(_missing_config_line(e)) from None
     except (HydraException, OmegaConfBaseException) as e:
         raise HarnessError(_schema_line(e, overrides)) from None
+
+
+# The groups a saved run's config cannot change by name (a group option would not merge onto it).
+GROUPS = ("model", "hardware", "parallel", "perf", "scheduler", "backend", "dataset", "arrival", "slo", "search")
+
+
+def config_for(run, overrides: Sequence[str]) -> DictConfig:
+    """A measured run's saved config (`run.config`, a harness run's; None otherwise) changed key by
+    key, or the experiment config composed from the overrides."""
+    if run.config is None:
+        return compose(list(overrides))
+    groups = [o for o in overrides if o.partition("=")[0].lstrip("+~") in GROUPS]
+    if groups:
+        raise HarnessError(f"{run.path}: a saved run's deployment changes key by key (e.g. hardware.gpu=h100), "
+                           f"not by group: {groups[0]}")
+    try:
+        return OmegaConf.merge(run.config, OmegaConf.from_dotlist(list(overrides)))
+    except Exception as e:  # omegaconf's own errors
+        raise HarnessError(f"{run.path}: overrides: {e}") from None
 
 
 def _schema_line(e: Exception, overrides: list[str]) -> str:

@@ -2,9 +2,10 @@
 in experiments/ fill in (each group file lists its schema first in `defaults`). A typo'd key or a
 wrong type fails composition with the key named.
 
-The typed values the harness plans with are frozen dataclasses, declared once where they are used
-(SearchSettings, SloSettings, the backends' settings); Hydra needs writable nodes, so the schema
-registered here is a mechanical non-frozen copy of each (`schema_of`), defaults included.
+The typed values the harness plans with are frozen dataclasses, declared once: the sections of
+`harness.settings.ExperimentConfig`, and each backend's own settings (its `Backend.settings`);
+Hydra needs writable nodes, so the schema registered here is a mechanical non-frozen copy of each
+(`schema_of`), defaults included.
 
 A scheduler's schema comes from its policy's constructor (harness.config.schedulers).
 """
@@ -18,15 +19,14 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
-from engines.perf.kernels import DEFAULT_STACK
-from harness.backends.base import ClusterSettings
-from harness.backends.endpoint import EndpointSettings
-from harness.backends.live import LiveSettings
-from harness.backends.sim import SimSettings
+from harness.backends import BACKENDS, backend_class
 from harness.config.schedulers import register_schedulers
-from harness.search.offline import OfflineSettings
-from harness.search.experiment import EngineSettings, SearchSettings
-from harness.search.slo import SloSettings
+from harness.settings.cluster import ClusterSettings
+from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
+from harness.settings.engine import EngineSettings
+from harness.settings.offline import OfflineSettings
+from harness.settings.search import SearchSettings
+from harness.settings.slo import SloSettings
 
 _SCHEMAS: dict[type, type] = {}
 
@@ -54,28 +54,9 @@ def schema_of(cls: type) -> type:
     return schema
 
 
-@dataclass
-class ModelSchema:
-    name: str = REQUIRED  # engines.perf catalog name (engines/perf/architectures.py)
-
-
-@dataclass
-class HardwareSchema:
-    gpu: str = REQUIRED  # engines.perf catalog name (engines/perf/hardware.py)
-    gpus_per_node: int | None = None
-    topology: str | None = None
-    # gpu: cpu (engines/perf/cpu_device.py): this machine's numbers; None: measured by a short probe
-    cpu_flops: float | None = None
-    cpu_bandwidth: float | None = None  # B/s
-    cpu_memory_bytes: int | None = None  # host memory for weights and the KV cache
-
-
-@dataclass
-class ParallelSchema:
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1  # data-parallel ranks of tp x pp GPUs; > 1 with ep (an MoE model): vLLM's --data-parallel-size
-    ep: bool = False  # expert parallelism over dp x tp GPUs: vLLM's --enable-expert-parallel
+ModelSchema = schema_of(ModelSettings)
+HardwareSchema = schema_of(HardwareSettings)
+ParallelSchema = schema_of(ParallelSettings)
 
 
 @dataclass
@@ -88,21 +69,7 @@ class DatasetSchema:
     sessions: Any = None  # conversations, agent transcripts, shared system prompts (harness/workload/sessions.py)
 
 
-@dataclass
-class PerfSchema:
-    kind: str = "analytical"  # analytical | profile
-    path: str | None = None  # profile: a long-format CSV or a Vidur profile directory
-    stack: str = DEFAULT_STACK  # the engine's kernels (engines/perf/kernels.py STACKS)
-    attention_kernel: str | None = None  # another attention kernel than the stack's
-    kv_memory: str | None = None  # another KV-sizing recipe than the stack's (engines/perf/memory.py)
-    weight_dtype: str | None = None  # fp8: linear layers' weights in FP8 on H100/H200 (engines/perf/precision.py)
-    kv_dtype: str | None = None  # fp8: the KV cache in FP8 (engines/perf/precision.py)
-    cuda_graphs: bool | None = None  # false: a graph-capturing stack's kernels launched eagerly (engines/perf/launch.py)
-    ep_comm: str | None = None  # an expert-parallel MoE layer's token exchange: allgather_reducescatter | all2all (engines/perf/expert_parallel.py)
-    calibration: str | None = None  # a calibration file (python -m harness calibrate; engines/perf/calibration.py)
-    cpu_costs: str = "engine"  # engine: the stack's; none: GPU kernels only; vllm-0.32-cpu[-plugin]: measured on a CPU host (engines/perf/cpu_costs.py CPU_CHOICES)
-
-
+PerfSchema = schema_of(PerfSettings)
 ClusterSchema = schema_of(ClusterSettings)
 OfflineSchema = schema_of(OfflineSettings)
 EngineSchema = schema_of(EngineSettings)
@@ -133,6 +100,7 @@ class ConfigSchema:
     max_model_len: int = REQUIRED
     progress: bool = True  # progress bars on stderr
     cache: bool = True  # reuse probes of an identical config and code (interrupted searches resume)
+    release: str | None = None  # a shipped engine named once: release=vllm-0.19 (harness/settings/release.py)
 
 
 def register() -> None:
@@ -146,7 +114,6 @@ def register() -> None:
     cs.store(group="perf", name="perf_schema", node=PerfSchema)
     cs.store(group="search", name="search_schema", node=schema_of(SearchSettings))
     cs.store(group="slo", name="slo_schema", node=schema_of(SloSettings))
-    cs.store(group="backend", name="sim_schema", node=schema_of(SimSettings))
-    cs.store(group="backend", name="live_schema", node=schema_of(LiveSettings))
-    cs.store(group="backend", name="endpoint_schema", node=schema_of(EndpointSettings))
+    for name in BACKENDS:
+        cs.store(group="backend", name=f"{name}_schema", node=schema_of(backend_class(name).settings))
     register_schedulers()

@@ -22,6 +22,7 @@ from common.errors import HarnessError
 from harness.launch import ray_session, slurm, submitit_jobs
 from harness.launch.outcome import JobOutcome, crashed, exit_code
 from harness.launch.resources import JobResources, job_resources, with_fixed
+from harness.settings.experiment import ExperimentConfig
 
 FIXED_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "timeout_min")
 OUR_KEYS = ("live_gpus", "check_resources")
@@ -47,19 +48,13 @@ def label(idx: int, overrides: Sequence[str]) -> str:
     return f"job #{idx} ({' '.join(filter_overrides(overrides)) or 'no overrides'})"
 
 
-def experiment_config(cfg: DictConfig) -> dict:
-    """A job's experiment config, resolved, without Hydra's own node."""
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
-
-
-def requests(configs: Sequence[Mapping | DictConfig], params: Mapping) -> list[JobResources]:
-    """Each job's resource request (a config the harness will refuse anyway gets the smallest:
-    the job then fails on its own, with its own line, and the others run)."""
+def requests(configs: Sequence[ExperimentConfig | None], params: Mapping) -> list[JobResources]:
+    """Each job's resource request (a config the harness refuses, None, gets the smallest: the job
+    then fails on its own, with its own line, and the others run)."""
     out = []
-    for cfg in configs:
+    for config in configs:
         try:
-            plain = experiment_config(cfg) if isinstance(cfg, DictConfig) else cfg
-            res = job_resources(plain, bool(params.get("live_gpus", True)))
+            res = JobResources() if config is None else job_resources(config, bool(params.get("live_gpus", True)))
         except Exception:
             res = JobResources()
         out.append(with_fixed(res, params))
@@ -95,14 +90,16 @@ def _describe(jobs, resources: Sequence[JobResources], where: str) -> None:
         print(f"  {label(idx, overrides)}: {res.describe()}", flush=True)
 
 
-def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                  typed: Callable[[DictConfig], ExperimentConfig | None]) -> list[JobReturn]:
+    """`typed`: a job's composed config as the typed one (harness.config.job_config), None if refused."""
     from hydra_plugins.hydra_ray_launcher._launcher_util import _run_job  # the official plugin's job body
 
     setup_globals()
     params = {k: _plain(v) for k, v in launcher.params.items()}
     ray_cfg = params.get("ray") or {}
     jobs = _jobs(launcher, job_overrides, initial_job_idx)
-    resources = requests([cfg for _, _, cfg in jobs], {"live_gpus": params.get("live_gpus", True), **ray_fixed(ray_cfg)})
+    resources = requests([typed(cfg) for _, _, cfg in jobs], {"live_gpus": params.get("live_gpus", True), **ray_fixed(ray_cfg)})
     connected = False
     try:
         connected = ray_session.connect(ray_cfg.get("init"))
@@ -130,13 +127,14 @@ def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_
         ray_session.disconnect(connected)
 
 
-def launch_on_submitit(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
+def launch_on_submitit(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+                       typed: Callable[[DictConfig], ExperimentConfig | None]) -> list[JobReturn]:
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
 
     kind = launcher.executor
     params, ours = split_params({k: _plain(v) for k, v in launcher.params.items()})
     jobs = _jobs(launcher, job_overrides, initial_job_idx)
-    resources = requests([cfg for _, _, cfg in jobs], ours)
+    resources = requests([typed(cfg) for _, _, cfg in jobs], ours)
     try:
         check(kind, {**params, **ours}, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
     except HarnessError as e:
@@ -181,15 +179,16 @@ def kind_of(params: Mapping) -> str:
     return "joblib"
 
 
-def launch_configs(params: Mapping, fn: Callable, args: Sequence[tuple], configs: Sequence[Mapping],
+def launch_configs(params: Mapping, fn: Callable, args: Sequence[tuple], configs: Sequence[ExperimentConfig | None],
                    results_dir: Path) -> Iterator[tuple[int, object, BaseException | None]]:
-    """`fn(*args[i])` for each experiment config `configs[i]` through the launcher `params` (a
-    composed hydra/launcher node), each with its resource request, all checked before any is
-    submitted; (index, result, error) as each ends. For `figure=all` and `nightly`."""
+    """`fn(*args[i])` for each experiment config `configs[i]` (None: one the harness refuses)
+    through the launcher `params` (a composed hydra/launcher node), each with its resource request,
+    all checked before any is submitted; (index, result, error) as each ends. For `figure=all` and
+    `nightly`."""
     kind = kind_of(params)
     plugin, ours = split_params(params)
     resources = requests(configs, {**ours, **ray_fixed(plugin.get("ray") or {})})
-    labelled = [(str(c.get("name", f"config {i}")), r) for i, (c, r) in enumerate(zip(configs, resources))]
+    labelled = [(c.name if c is not None else f"config {i}", r) for i, (c, r) in enumerate(zip(configs, resources))]
     if kind == "ray":
         ray_cfg = plugin.get("ray") or {}
         connected, groups = ray_session.connect(ray_cfg.get("init")), []

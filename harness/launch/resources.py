@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from common.errors import HarnessError
 from engines.perf.hardware import get_gpu, get_topology
+from harness.settings.experiment import ExperimentConfig
+from harness.settings.search import SearchSettings
 
 SIM_PROBE_S = 60.0  # a simulated probe of 2048 requests takes seconds to a minute on one core
 TIME_MARGIN = 1.5
@@ -46,64 +48,49 @@ class JobResources:
         return f"{gpus}, {self.cpus_per_task} CPU(s), {self.timeout_min} min"
 
 
-def needs_gpus(cfg: Mapping, live_gpus: bool = True) -> bool:
-    """Whether the job's own servers run the model on GPUs (a live job with vLLM or the torch
-    executor; `live_gpus=false` for CPU builds of them). The simulator, the perf-model executor in
-    real time and an endpoint somewhere else run on CPUs."""
-    backend = cfg.get("backend") or {}
-    if backend.get("name") != "live" or not live_gpus:
-        return False
-    return backend.get("server") == "vllm" or backend.get("executor") == "torch"
+def needs_gpus(config: ExperimentConfig, live_gpus: bool = True) -> bool:
+    """Whether the job's own servers run the model on GPUs (the backend says: a live job with vLLM or
+    the torch executor; `live_gpus=false` for CPU builds of them). The simulator, the perf-model
+    executor in real time and an endpoint somewhere else run on CPUs."""
+    return live_gpus and config.backend.runs_model_on_gpus
 
 
-def node_size(cfg: Mapping) -> int:
-    """GPUs per node of the deployment's hardware (hardware.gpus_per_node, or the GPU's usual node)."""
-    hw = cfg["hardware"]
-    return get_topology(hw.get("topology"), get_gpu(str(hw["gpu"])), hw.get("gpus_per_node")).gpus_per_node
-
-
-def probes_per_search(search: Mapping) -> int:
+def probes_per_search(search: SearchSettings) -> int:
     """The most probes one capacity search takes: bracket from start_qps to max_qps (or down to
     min_qps), then bisect a 2x bracket to rel_tol."""
-    if search.get("fixed_qps"):
+    if search.fixed_qps:
         return 1
-    start, lo, hi, tol = (float(search[k]) for k in ("start_qps", "min_qps", "max_qps", "rel_tol"))
+    start, lo, hi, tol = search.start_qps, search.min_qps, search.max_qps, search.rel_tol
     bracket = max(math.ceil(math.log2(max(hi / start, 1.0))), math.ceil(math.log2(max(start / lo, 1.0))))
     return bracket + 1 + math.ceil(math.log2(1.0 / tol))
 
 
-def probe_seconds(cfg: Mapping) -> float:
-    search = cfg["search"]
-    if search.get("time_limit_s"):
-        return float(search["time_limit_s"])
-    if (cfg.get("backend") or {}).get("name") == "sim":
+def probe_seconds(config: ExperimentConfig) -> float:
+    search = config.search
+    if search.time_limit_s:
+        return float(search.time_limit_s)
+    if config.backend.name == "sim":
         return SIM_PROBE_S
-    rate = float(search.get("fixed_qps") or search["start_qps"])
-    return 1.25 * int(search["num_requests"]) / rate  # the arrivals, then the last requests' tails
+    return 1.25 * search.num_requests / (search.fixed_qps or search.start_qps)  # the arrivals, then the last requests' tails
 
 
-def time_limit_min(cfg: Mapping) -> int:
-    schedulers = [k for k, v in (cfg.get("scheduler") or {}).items() if v and "policy" in v] or [None]
-    search = cfg["search"]
-    runs = len(schedulers) * int(search["repeats"])
-    seconds = runs * probes_per_search(search) * probe_seconds(cfg)
-    if (cfg.get("backend") or {}).get("name") == "live":
-        seconds += len(schedulers) * float(cfg["backend"]["ready_timeout_s"])
+def time_limit_min(config: ExperimentConfig) -> int:
+    schedulers = len(config.schedulers()) or 1
+    seconds = schedulers * config.search.repeats * probes_per_search(config.search) * probe_seconds(config)
+    seconds += schedulers * config.backend.start_s
     return max(MIN_TIMEOUT_MIN, math.ceil(TIME_MARGIN * seconds / 60.0))
 
 
-def job_resources(cfg: Mapping, live_gpus: bool = True) -> JobResources:
-    """The request of the job that runs experiment config `cfg` (a resolved config mapping: every
-    key its schema declares is there, so no default is repeated here)."""
-    search = cfg["search"]
-    workers = int(search["workers"])
-    cpus = workers if workers > 1 and search["executor"] == "local" else 1
-    timeout = time_limit_min(cfg)
-    if not needs_gpus(cfg, live_gpus):
+def job_resources(config: ExperimentConfig, live_gpus: bool = True) -> JobResources:
+    """The request of the job that runs experiment `config`."""
+    search = config.search
+    cpus = search.workers if search.workers > 1 and search.executor == "local" else 1
+    timeout = time_limit_min(config)
+    if not needs_gpus(config, live_gpus):
         return JobResources(cpus_per_task=cpus, timeout_min=timeout)
-    parallel = cfg["parallel"]
-    gpus = int(parallel["tp"]) * int(parallel["pp"]) * int(parallel["dp"])
-    per_node = node_size(cfg)
+    p, hw = config.parallel, config.hardware
+    gpus = p.tp * p.pp * p.dp
+    per_node = get_topology(hw.topology, get_gpu(hw.gpu), hw.gpus_per_node).gpus_per_node  # the GPU's usual node
     if per_node < 1:
         raise HarnessError(f"hardware.gpus_per_node must be >= 1, got {per_node}")
     nodes = math.ceil(gpus / per_node)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engines.schedulers import make_policy
-from harness.search.experiment import ExperimentPlan
+from harness.experiment import ExperimentPlan
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,16 @@ the same time. A fleet that fails is tried once more with R + 1."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.planner.replicas import replicas_needed
 from harness.planner.search import Evaluation
 from harness.planner.space import Candidate, Space, parallel_node
 from harness.planner.tasks import ProbeSummary, run_rate_task
 from harness.planner.units import unit_config
-from harness.search.experiment import ExperimentPlan, plan_experiment
+from harness.experiment import ExperimentPlan, plan_experiment
 from harness.search.probe import ProbeTask
+from harness.settings.experiment import ExperimentConfig
 
 ROUTER = "least_outstanding"
 
@@ -41,19 +42,18 @@ class ReplicaCheck:
                 + ("" if p.passed else f"; {p.reason}") + ")")
 
 
-def fleet_config(space: Space, c: Candidate, replicas: int) -> dict:
+def fleet_config(space: Space, c: Candidate, replicas: int) -> ExperimentConfig:
     """The experiment config of `replicas` copies of `c` as one simulated cluster."""
     base = space.config
     schedulers = {c.scheduler: space.grid[c.scheduler]}
-    search = {**dict(base["search"]), "num_requests": int(base["search"]["num_requests"]) * replicas}
+    search = replace(base.search, num_requests=base.search.num_requests * replicas)
     if c.unit is not None:
-        cfg = unit_config(base, c.unit, schedulers, copies=replicas)
+        config = unit_config(base, c.unit, schedulers, copies=replicas)
     else:
-        cfg = {**base, "parallel": parallel_node(c.tp, c.pp, c.dp), "scheduler": schedulers,
-               "cluster": {**dict(base.get("cluster") or {}), "instances": replicas, "replicas": [],
-                           "prefill_instances": 0, "decode_instances": 0}}
-    cfg["cluster"] = {**cfg["cluster"], "router": ROUTER}
-    return {**cfg, "search": search}
+        config = replace(base, parallel=parallel_node(c.tp, c.pp, c.dp), scheduler=schedulers,
+                         cluster=replace(base.cluster, instances=replicas, replicas=[], prefill_instances=0,
+                                         decode_instances=0))
+    return replace(config, search=search, cluster=replace(config.cluster, router=ROUTER))
 
 
 def fleet_plan(space: Space, c: Candidate, replicas: int) -> ExperimentPlan:

@@ -4,13 +4,13 @@ against that server with `backend=endpoint`."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 from dataclasses import asdict
 
 from omegaconf import OmegaConf
 
 from engines.external.vllm import UnsupportedPolicy, policy_flags
-from harness.search.experiment import ExperimentPlan
+from harness.experiment import ExperimentPlan
+from harness.settings.experiment import ExperimentConfig
 
 
 def vllm_serve_words(plan: ExperimentPlan, scheduler: str) -> list[str] | str:
@@ -42,22 +42,21 @@ def vllm_serve_line(plan: ExperimentPlan, scheduler: str) -> str:
             + " ".join(shlex.quote(w) for w in words))
 
 
-def preset_yaml(cfg: Mapping, plan: ExperimentPlan, scheduler: str, name: str, comment: str) -> str:
+def preset_yaml(config: ExperimentConfig, plan: ExperimentPlan, scheduler: str, name: str, comment: str) -> str:
     """A preset (experiments/experiment format) of the winner: the model, hardware, dataset and
     performance model as the plan resolved them, its deployment, SLO and one scheduler."""
     sc = plan.schedulers[scheduler]
-    resolved = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
     knobs = sc.as_dict()
     body = {
         "name": name,
-        "model": resolved["model"],
-        "hardware": resolved["hardware"],
-        "dataset": resolved["dataset"],
-        "perf": resolved.get("perf"),
+        "model": asdict(config.model),
+        "hardware": asdict(config.hardware),
+        "dataset": dict(config.dataset),
+        "perf": asdict(config.perf),
         "parallel": ({"tp": plan.deployment.tp, "pp": plan.deployment.pp}
                      | ({"dp": plan.deployment.dp, "ep": True} if plan.deployment.ep else {})),
         "cluster": ({k: v for k, v in asdict(plan.cluster).items() if k != "replicas"} if plan.disagg else None),
-        "slo": {**{k: v for k, v in resolved["slo"].items() if k != "table"}, "tbt_s": plan.slo.tbt_s},
+        "slo": {**{k: v for k, v in asdict(config.slo).items() if k != "table"}, "tbt_s": plan.slo.tbt_s},
         "search": {"num_requests": plan.search.num_requests},
         "scheduler": {sc.policy: knobs},
     }

@@ -36,7 +36,7 @@ from harness.planner.settings import PlanSettings
 from harness.planner.space import Candidate, Space
 from harness.planner.tasks import ProbeSummary, SearchAnswer, SearchTask, run_rate_task, run_search_task
 from harness.search.executor import open_executor
-from harness.search.experiment import ExperimentPlan
+from harness.experiment import ExperimentPlan
 from harness.search.probe import ProbeTask
 from harness.workload import load_workload
 

@@ -1,5 +1,5 @@
 """The configurations a plan compares: every TP x PP of the hardware's nodes whose weights and KV
-cache fit (one planned experiment each, `harness.search.experiment`), crossed with the scheduler grid.
+cache fit (one planned experiment each, `harness.experiment`), crossed with the scheduler grid.
 
 A deployment fits when the performance model's placement accepts it (TP divides the attention
 heads, PP at most the layers) and the KV room left beside the weights holds one sequence of
@@ -10,18 +10,18 @@ TP group wider than a node crosses the inter-node link (the paper's Falcon-180B 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from common.errors import HarnessError
 from engines.perf.architectures import get_model
 from engines.perf.hardware import get_gpu, get_topology
 from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
-from harness.backends import backend_settings
-from harness.backends.deployment import build_deployment
 from harness.planner.settings import PlanSettings
 from harness.planner.units import Unit, enumerate_units
-from harness.search.offline import is_offline
-from harness.search.experiment import ExperimentPlan, plan_experiment
+from harness.experiment import is_offline
+from harness.experiment import ExperimentPlan, deployment_of, plan_experiment
+from harness.settings.deployment import HardwareSettings, ParallelSettings
+from harness.settings.experiment import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Space:
     misfits: tuple[Misfit, ...]
     gpus_per_node: int
     max_gpus: int
-    config: dict = field(default_factory=dict)  # the experiment config the plans came from (resolved, plain)
+    config: ExperimentConfig | None = None  # the experiment config the plans came from
     grid: dict = field(default_factory=dict)  # scheduler_grid: each scheduler's config node by name
     unit_plans: dict[Unit, ExperimentPlan] = field(default_factory=dict)  # plan.disaggregated: each unit's cluster
     unit_misfits: tuple[str, ...] = ()
@@ -111,17 +111,17 @@ def _knob(node: Mapping) -> int:
     return int(node[policy_spec(node["policy"]).plan.knob])
 
 
-def parallel_node(tp: int, pp: int, dp: int = 1) -> dict:
-    """The `parallel` config node of a layout (DP ranks only with expert parallelism)."""
-    return {"tp": tp, "pp": pp} if dp == 1 else {"tp": tp, "pp": pp, "dp": dp, "ep": True}
+def parallel_node(tp: int, pp: int, dp: int = 1) -> ParallelSettings:
+    """The `parallel` section of a layout (DP ranks only with expert parallelism)."""
+    return ParallelSettings(tp, pp) if dp == 1 else ParallelSettings(tp, pp, dp, ep=True)
 
 
-def _layouts(base: Mapping, s: PlanSettings, limit: int):
+def _layouts(base: ExperimentConfig, s: PlanSettings, limit: int):
     """(tp, pp, dp) of the grid up to `limit` GPUs; DP ranks (with EP) for MoE models at pp=1 only."""
     dps = sorted(set(int(d) for d in s.dp))
-    if max(dps) > 1 and not get_model(str(base["model"]["name"])).is_moe:
+    if max(dps) > 1 and not get_model(base.model.name).is_moe:
         raise HarnessError(f"plan.dp={s.dp}: data-parallel ranks couple through expert-parallel MoE layers; "
-                           f"{base['model']['name']} is dense (plan.dp=[1])")
+                           f"{base.model.name} is dense (plan.dp=[1])")
     for dp in dps:
         for tp in sorted(set(int(t) for t in s.tp)):
             for pp in sorted(set(int(p) for p in s.pp)):
@@ -129,29 +129,25 @@ def _layouts(base: Mapping, s: PlanSettings, limit: int):
                     yield tp, pp, dp
 
 
-def gpus_per_node(hardware: Mapping) -> int:
-    gpu = get_gpu(str(hardware["gpu"]))
-    return get_topology(hardware.get("topology"), gpu, hardware.get("gpus_per_node")).gpus_per_node
+def gpus_per_node(hardware: HardwareSettings) -> int:
+    return get_topology(hardware.topology, get_gpu(hardware.gpu), hardware.gpus_per_node).gpus_per_node
 
 
-def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
+def enumerate_space(base: ExperimentConfig, s: PlanSettings) -> Space:
     """Every (tp, pp) of the grid up to the replica's GPU limit, planned with every scheduler;
     those that do not fit are kept with their reason; with plan.disaggregated, the P/D units over
     the deployments that fit (harness.planner.units). No deployment fitting is bad input: the line
     names the smallest replica that would (more GPUs)."""
-    from omegaconf import OmegaConf
-
-    base = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    if is_offline(base.get("arrival")):  # an offline throughput run has no rate for the planner to find
-        raise HarnessError(f"arrival={base['arrival']['name']}: the planner searches request rates; plan with an "
+    if is_offline(base.arrival):  # an offline throughput run has no rate for the planner to find
+        raise HarnessError(f"arrival={base.arrival['name']}: the planner searches request rates; plan with an "
                            "open-loop arrival (poisson, gamma, constant, trace)")
-    per_node = gpus_per_node(base["hardware"])
+    per_node = gpus_per_node(base.hardware)
     limit = s.max_gpus or 2 * per_node
     grid = scheduler_grid(s)
-    check_grid_policies(grid, int(base["max_model_len"]))
+    check_grid_policies(grid, base.max_model_len)
     plans, misfits, candidates = {}, [], []
     for tp, pp, dp in _layouts(base, s, limit):
-        c = {**base, "parallel": parallel_node(tp, pp, dp), "scheduler": grid}
+        c = replace(base, parallel=parallel_node(tp, pp, dp), scheduler=grid)
         layout = (tp, pp) if dp == 1 else (tp, pp, dp)
         try:
             plans[layout] = plan_experiment(c)
@@ -170,10 +166,10 @@ def enumerate_space(cfg: Mapping, s: PlanSettings) -> Space:
     return Space(plans, tuple(candidates), tuple(misfits), per_node, limit, base, grid, units, tuple(skipped))
 
 
-def _nothing_fits(cfg: Mapping, s: PlanSettings, limit: int, misfits: list[Misfit]) -> str:
-    model, gpu = cfg["model"]["name"], cfg["hardware"]["gpu"]
+def _nothing_fits(config: ExperimentConfig, s: PlanSettings, limit: int, misfits: list[Misfit]) -> str:
+    model, gpu = config.model.name, config.hardware.gpu
     why = misfits[-1].reason if misfits else f"no tp x pp of plan.tp={s.tp}, plan.pp={s.pp} is <= {limit} GPUs"
-    smallest = _smallest_fit(cfg, limit)
+    smallest = _smallest_fit(config, limit)
     fix = (f"; it needs more GPUs: the smallest that fits is tp={smallest[0]} pp={smallest[1]} "
            f"({smallest[0] * smallest[1]} GPUs: plan.max_gpus={smallest[0] * smallest[1]}"
            f"{'' if smallest[0] in s.tp and smallest[1] in s.pp else f' plan.tp=[{smallest[0]}] plan.pp=[{smallest[1]}]'})"
@@ -181,20 +177,17 @@ def _nothing_fits(cfg: Mapping, s: PlanSettings, limit: int, misfits: list[Misfi
     return f"{model} fits on no deployment of up to {limit}x {gpu} ({why}){fix}"
 
 
-def _smallest_fit(cfg: Mapping, limit: int) -> tuple[int, int] | None:
+def _smallest_fit(config: ExperimentConfig, limit: int) -> tuple[int, int] | None:
     """The (tp, pp) of the fewest GPUs past `limit` (up to 64) that holds the model."""
     shapes = sorted(((tp, pp) for tp in (1, 2, 4, 8, 16) for pp in (1, 2, 4, 8, 16) if limit < tp * pp <= 64),
                     key=lambda t: (t[0] * t[1], t[1]))
-    return next(((tp, pp) for tp, pp in shapes if _fits(cfg, tp, pp)), None)
+    return next(((tp, pp) for tp, pp in shapes if _fits(config, tp, pp)), None)
 
 
-def _fits(cfg: Mapping, tp: int, pp: int, dp: int = 1) -> bool:
+def _fits(config: ExperimentConfig, tp: int, pp: int, dp: int = 1) -> bool:
     """Whether tp x pp (x dp) holds the model: placed, and KV room for one sequence of max_model_len."""
-    backend = backend_settings(cfg["backend"])
     try:
-        build_deployment(cfg["model"], cfg["hardware"], parallel_node(tp, pp, dp),
-                         gpu_memory_utilization=backend.gpu_memory_utilization, block_size=backend.block_size,
-                         max_model_len=int(cfg["max_model_len"]), perf_cfg=cfg.get("perf"))
+        deployment_of(config, parallel_node(tp, pp, dp))
         return True
     except HarnessError:
         return False

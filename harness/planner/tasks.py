@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from harness.backends import open_backend
 from harness.search.capacity import Probe, find_capacity
-from harness.search.experiment import ExperimentPlan
+from harness.experiment import ExperimentPlan
 from harness.search.probe import ProbeOutcome, ProbeTask, run_probe
 from harness.starvation import starvation
 

@@ -11,11 +11,13 @@ continues every request with the same max_num_seqs (engines/schedulers/decode_on
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.errors import HarnessError
-from harness.backends.base import ClusterSettings
-from harness.search.experiment import ExperimentPlan, plan_experiment
+from harness.settings.cluster import ClusterSettings
+from harness.experiment import ExperimentPlan, plan_experiment
+from harness.settings.deployment import ParallelSettings
+from harness.settings.experiment import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -49,15 +51,18 @@ class Unit:
                 "decode_tp": self.decode_tp, "decode_pp": self.decode_pp}
 
 
-def unit_config(base: Mapping, unit: Unit, schedulers: Mapping, copies: int = 1) -> dict:
+def unit_config(base: ExperimentConfig, unit: Unit, schedulers: Mapping, copies: int = 1) -> ExperimentConfig:
     """The experiment config of `copies` units: the base config's cluster settings (router, link,
     transfer mode, placement) with the unit's instances and roles; `parallel` is the prefill role's."""
-    cluster = {**dict(base.get("cluster") or {}), **unit.cluster(copies), "replicas": []}
-    return {**base, "parallel": {"tp": unit.prefill_tp, "pp": unit.prefill_pp}, "scheduler": dict(schedulers),
-            "cluster": cluster}
+    try:
+        cluster = replace(base.cluster, **unit.cluster(copies), replicas=[])
+    except ValueError as e:
+        raise HarnessError(f"cluster: {e}") from None
+    return replace(base, parallel=ParallelSettings(unit.prefill_tp, unit.prefill_pp), scheduler=dict(schedulers),
+                   cluster=cluster)
 
 
-def enumerate_units(base: Mapping, fits: list[tuple[int, int]], grid: Mapping[str, dict], policies: list[str],
+def enumerate_units(base: ExperimentConfig, fits: list[tuple[int, int]], grid: Mapping[str, dict], policies: list[str],
                     most: int, limit: int) -> tuple[dict[Unit, ExperimentPlan], list[tuple[Unit, str, dict]], list[str]]:
     """Every unit of 1..`most` instances per role over the deployments that fit, up to `limit` GPUs,
     planned with the grid's schedulers of `policies`: (plans, (unit, scheduler, node) per candidate,

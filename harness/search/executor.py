@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from harness.launch import ray_session
 
 if TYPE_CHECKING:
-    from harness.search.experiment import SearchSettings
+    from harness.settings.search import SearchSettings
 
 T = TypeVar("T")
 R = TypeVar("R")

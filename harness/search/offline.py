@@ -14,36 +14,12 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from common.errors import HarnessError, RunBroken
+from common.errors import RunBroken
 from harness.backends.base import BackendRun
 from harness.records import RequestRecord, RequestSpec
 from harness.results.store import records_frame
 from harness.throughput import OfflineSummary, offline_summary
 from harness.workload import arrival_offsets, make_requests
-from harness.workload.arrivals import RATE_FREE
-
-
-@dataclass(frozen=True)
-class OfflineSettings:
-    """The `offline` config node (experiments/config.yaml): what an offline run reports."""
-
-    baseline: str | None = None  # the scheduler the others' throughput gains are over (one of the run's)
-
-
-def is_offline(arrival) -> bool:
-    return (arrival or {}).get("name") in RATE_FREE
-
-
-def check_offline(search, settings: OfflineSettings, schedulers) -> None:
-    """Search knobs that mean nothing without a search are refused, not ignored."""
-    for knob, bad in (("fixed_qps", search.fixed_qps is not None), ("repeats", search.repeats > 1),
-                      ("stop_early", search.stop_early), ("time_limit_s", search.time_limit_s is not None)):
-        if bad:
-            raise HarnessError(f"search.{knob}: an offline run (arrival closed_loop or at_once) runs every request "
-                               "once, without a capacity search; leave it unset")
-    if settings.baseline is not None and settings.baseline not in schedulers:
-        raise HarnessError(f"offline.baseline={settings.baseline!r} is not one of the run's schedulers "
-                           f"({', '.join(schedulers)})")
 
 
 def offline_requests(plan) -> list[RequestSpec]:

@@ -20,7 +20,7 @@ from harness.records import CUT_OFF_KINDS, STOPPED_EARLY, RequestRecord, Request
 from harness.results.store import records_frame
 from harness.search.capacity import CapacityResult, Probe, find_capacity
 from harness.search.executor import LocalProcessPool, ProbeExecutor
-from harness.search.experiment import ExperimentPlan, check_workers
+from harness.experiment import ExperimentPlan, check_workers
 from harness.search.rounds import Round, SearchBounds, find_capacity_rounds
 from harness.workload import requests_at_rate
 

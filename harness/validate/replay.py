@@ -3,7 +3,7 @@ the deployment and scheduler the command line names (or a harness run's saved co
 the performance model with or without a calibration's factors."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.errors import HarnessError
@@ -12,19 +12,15 @@ from engines.perf.calibration import Calibration
 from engines.perf.cpu_costs import frontend_costs
 from engines.perf.factory import build_perf_model
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
-from harness.backends import backend_settings
-from harness.backends.deployment import DeploymentPlan, build_deployment, check_one_release
+from harness.backends.deployment import DeploymentPlan, check_one_release
 from harness.backends.sim import simulate
 from harness.backends.sim.data_parallel import simulate_vllm_dp
 from harness.records import RequestRecord, RequestSpec
-from harness.search.experiment import EngineSettings, _scheduler_configs
-from harness.typed import typed
+from harness.experiment import deployment_of, scheduler_configs
+from harness.settings.experiment import ExperimentConfig
 
 from .frontend import deliver
 from .runfile import MeasuredRun
-
-GROUPS = ("model", "hardware", "parallel", "perf", "scheduler", "backend", "dataset", "arrival", "slo", "search")
-
 
 @dataclass(frozen=True, eq=False)
 class Target:
@@ -33,8 +29,7 @@ class Target:
     plan: DeploymentPlan
     engine: EngineConfig  # the engine every replay builds
     scheduler_name: str
-    perf_cfg: Mapping | None
-    config: object  # the composed config (OmegaConf), saved beside the results
+    config: ExperimentConfig
 
     @property
     def base(self) -> Deployment:
@@ -59,44 +54,23 @@ class Target:
                 f"KV {self.kv_tokens} tokens{ranks}{front}")
 
 
-def config_for(run: MeasuredRun, overrides: Sequence[str]):
-    """A harness run's saved config changed key by key, or the experiment config composed from the overrides."""
-    from omegaconf import OmegaConf
-
-    if run.config is None:
-        from harness.config import compose
-
-        return compose(list(overrides))
-    groups = [o for o in overrides if o.partition("=")[0].lstrip("+~") in GROUPS]
-    if groups:
-        raise HarnessError(f"{run.path}: a saved run's deployment changes key by key (e.g. hardware.gpu=h100), "
-                           f"not by group: {groups[0]}")
-    try:
-        return OmegaConf.merge(run.config, OmegaConf.from_dotlist(list(overrides)))
-    except Exception as e:  # omegaconf's own errors
-        raise HarnessError(f"{run.path}: overrides: {e}") from None
-
-
-def target_for(run: MeasuredRun, cfg, kv_tokens: int | None = None) -> Target:
-    engine_settings = typed(EngineSettings, cfg.get("engine") or {}, "engine")
-    if engine_settings.kv_offload_gib:  # the replay below runs one engine without a tier: it would not be the run's
-        raise HarnessError(f"{run.path}: engine.kv_offload_gib={engine_settings.kv_offload_gib:g}: validate replays "
+def target_for(run: MeasuredRun, config: ExperimentConfig, kv_tokens: int | None = None) -> Target:
+    if config.engine.kv_offload_gib:  # the replay below runs one engine without a tier: it would not be the run's
+        raise HarnessError(f"{run.path}: engine.kv_offload_gib={config.engine.kv_offload_gib:g}: validate replays "
                            "without a host KV tier; set engine.kv_offload_gib=0")
-    schedulers, caching = _scheduler_configs(cfg["scheduler"], engine_settings)
+    schedulers, caching = scheduler_configs(config)
     if run.scheduler is not None and run.scheduler in schedulers:
         schedulers = {run.scheduler: schedulers[run.scheduler]}
     if len(schedulers) != 1:
         raise HarnessError(f"name the engine's one scheduler, e.g. scheduler=sarathi scheduler.sarathi.token_budget=512 "
                            f"(this config has {', '.join(schedulers)})")
     (name, sched), = schedulers.items()
-    max_model_len = int(cfg["max_model_len"])
+    max_model_len = config.max_model_len
     longest = max(run.records, key=lambda r: r.prompt_len + r.output_len)
     if longest.prompt_len + longest.output_len > max_model_len:
         raise HarnessError(f"{run.path}: request {longest.request_id} has {longest.prompt_len} + {longest.output_len} "
                            f"tokens, over max_model_len={max_model_len}: set max_model_len= the engine's")
-    backend = backend_settings(cfg["backend"])
-    plan = build_deployment(cfg["model"], cfg["hardware"], cfg["parallel"], gpu_memory_utilization=backend.gpu_memory_utilization,
-                            block_size=backend.block_size, max_model_len=max_model_len, perf_cfg=cfg.get("perf"))
+    plan = deployment_of(config)
     check_one_release(plan.perf.deployment, {name: sched})
     kv = int(kv_tokens) if kv_tokens else plan.kv_capacity_tokens
     try:
@@ -104,7 +78,7 @@ def target_for(run: MeasuredRun, cfg, kv_tokens: int | None = None) -> Target:
         make_engine(engine)
     except ValueError as e:
         raise HarnessError(f"scheduler {name}: {e}") from None
-    return Target(plan, engine, name, cfg.get("perf"), cfg)
+    return Target(plan, engine, name, config)
 
 
 def specs_of(records: Sequence[RequestRecord]) -> list[RequestSpec]:
@@ -115,7 +89,8 @@ def replay(target: Target, records: Sequence[RequestRecord], calibration: Calibr
     """The simulator's records of `records`, in their order; `calibration` replaces the target's own."""
     timer = target.plan.timer
     if calibration is not None:
-        timer = build_perf_model(calibration.apply(target.base), target.perf_cfg)
+        perf = target.config.perf
+        timer = build_perf_model(calibration.apply(target.base), {"kind": perf.kind, "path": perf.path})
     if target.plan.dp > 1:  # one engine core per DP rank, each with its own limits and KV pool, as vLLM runs them
         sim = simulate_vllm_dp(specs_of(records), [target.engine] * target.plan.dp, timer)
     else:

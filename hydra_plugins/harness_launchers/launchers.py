@@ -34,7 +34,9 @@ class RayLauncher(_Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from harness.launch.hydra_jobs import launch_on_ray
 
-        return launch_on_ray(self, job_overrides, initial_job_idx)
+        from harness.config.experiment import job_config
+
+        return launch_on_ray(self, job_overrides, initial_job_idx, job_config)
 
 
 class SubmititLocalLauncher(_Launcher):
@@ -43,7 +45,9 @@ class SubmititLocalLauncher(_Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from harness.launch.hydra_jobs import launch_on_submitit
 
-        return launch_on_submitit(self, job_overrides, initial_job_idx)
+        from harness.config.experiment import job_config
+
+        return launch_on_submitit(self, job_overrides, initial_job_idx, job_config)
 
 
 class SubmititSlurmLauncher(SubmititLocalLauncher):

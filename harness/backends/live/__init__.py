@@ -76,6 +76,14 @@ class LiveSettings(ClientSettings):
     vllm: VllmSettings = field(default_factory=VllmSettings)
     torch: TorchSettings = field(default_factory=TorchSettings)  # executor=torch: e.g. backend.torch.cuda_graphs=true
 
+    @property
+    def runs_model_on_gpus(self) -> bool:
+        return self.server == "vllm" or self.executor == "torch"
+
+    @property
+    def start_s(self) -> float:
+        return self.ready_timeout_s
+
     def __post_init__(self) -> None:
         if self.server not in SERVER_KINDS:
             raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.server!r}")

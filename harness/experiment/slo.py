@@ -1,0 +1,43 @@
+"""Which SLO an experiment is judged by: the paper's published values (`slo=paper`), the paper's
+definition applied to the simulated deployment (`slo=derived`), or an explicit `slo.tbt_s`; and by
+which criterion (`slo.criterion`: the paper's quantiles, or DistServe's per-request attainment)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from common.errors import HarnessError
+from engines.perf.queries import SLO_DECODE_BATCH, SLO_DECODE_CONTEXT, decode_iteration_time
+from harness.metrics import Slo
+from harness.settings.slo import SLO_KINDS, SloSettings
+
+
+def derived_tbt_slo(perf, kind: str, multipliers: Mapping, batch: int = SLO_DECODE_BATCH,
+                    context: int = SLO_DECODE_CONTEXT) -> float:
+    """Multiplier x the latency of a decode-only iteration of `batch` sequences at `context` tokens."""
+    return float(multipliers[kind]) * decode_iteration_time(perf, batch, context)
+
+
+def resolve_slo(s: SloSettings, model_name: str, perf=None) -> Slo:
+    if s.kind not in SLO_KINDS:
+        raise HarnessError(f"slo.kind must be one of {', '.join(SLO_KINDS)}, got {s.kind!r}")
+    tbt = s.tbt_s
+    if tbt is None and s.source == "derived":
+        if perf is None:
+            raise HarnessError("slo=derived needs the deployment's performance model")
+        tbt = derived_tbt_slo(perf, s.kind, s.multipliers, s.decode_batch, s.decode_context)
+    if tbt is None:
+        if model_name not in s.table:
+            raise HarnessError(
+                f"slo: no {s.source} SLO for model {model_name!r} "
+                f"(table has {', '.join(s.table) or 'nothing'}); set slo.tbt_s=SECONDS"
+            )
+        tbt = s.table[model_name][s.kind]
+    try:
+        return Slo(
+            tbt_s=float(tbt), tbt_quantile=s.tbt_quantile, scheduling_delay_s=s.scheduling_delay_s,
+            scheduling_delay_quantile=s.scheduling_delay_quantile, ttft_s=s.ttft_s, ttft_quantile=s.ttft_quantile,
+            min_goodput_fraction=s.min_goodput_fraction, tpot_s=s.tpot_s, criterion=s.criterion,
+            attainment=s.attainment,
+        )
+    except (TypeError, ValueError) as e:
+        raise HarnessError(f"slo: {e}") from None

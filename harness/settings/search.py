@@ -1,0 +1,54 @@
+"""`search`: the capacity search (experiments/search/*.yaml)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The capacity search; the defaults are the paper's (Sarathi-Serve Sec. 5: 2048 requests per
+    probe, binary search on QPS to ~2.5 %). The schema of experiments/search/*.yaml."""
+
+    num_requests: int = 2048
+    start_qps: float = 1.0
+    rel_tol: float = 0.025
+    min_qps: float = 0.01
+    max_qps: float = 1000.0
+    time_limit_s: float | None = None  # stop a probe at this time; unfinished requests count against it
+    repeats: int = 1  # capacity searches with seeds seed, seed+1, ...
+    fixed_qps: float | None = None  # run one probe at this rate instead of a search
+    max_error_fraction: float = 0.0  # a probe with more failed requests than this share fails (and says why)
+    workers: int = 1  # probes at once: each round of the search probes this many rates (deterministic backends)
+    executor: str = "local"  # where a round's probes run: local (a process pool here) | ray (harness.search.executor)
+    ray_address: str | None = None  # executor=ray: null = a local Ray for the run (or the Ray this job runs in), auto, HOST:PORT
+    # Stop a simulated probe once failing the paper's criterion is certain (one engine, pipelined or
+    # not; the verdict is the same, its records end there): the planner's screening probes use it.
+    stop_early: bool = False
+    # Searches at once (one per scheduler and seed), each in a local process, simulated backends only:
+    # 0 = one per CPU where probes have >= 512 requests (harness.search.executor.searches_at_once), 1 = serial.
+    searches_at_once: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_requests < 1:
+            raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.fixed_qps is not None and not (self.fixed_qps > 0 and math.isfinite(self.fixed_qps)):
+            raise ValueError(f"fixed_qps must be a positive rate, got {self.fixed_qps}")
+        if not (0 < self.min_qps <= self.start_qps <= self.max_qps):
+            raise ValueError(f"need 0 < min_qps <= start_qps <= max_qps, got {self.min_qps}, {self.start_qps}, {self.max_qps}")
+        if not 0 < self.rel_tol < 1:
+            raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol}")
+        if not 0 <= self.max_error_fraction <= 1:
+            raise ValueError(f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1 (1: the serial search), got {self.workers}")
+        if self.searches_at_once < 0:
+            raise ValueError(f"searches_at_once must be >= 0 (0: one per CPU), got {self.searches_at_once}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
