@@ -65,7 +65,9 @@ def test_a_failing_job_loses_no_other_and_is_named(tmp_path, capsys):
     good = compose(["experiment=mistral7b_strict", *common])
     bad = compose(["experiment=yi34b_tp2_strict", "perf=profile", *common])  # no perf.path: fails when planned
     with pytest.raises(HarnessError, match="1 of 2 configs failed: yi34b_tp2_strict"):
-        run_configs([bad, good], n_jobs=2)
+        run_configs([bad, good], n_jobs=2, groups=["yi", "mistral"])
     out = capsys.readouterr().out
+    # each job's line says what is left, by group, whichever ends first
+    assert "[1/2]" in out and "none left" in out and ("left: yi 1" in out or "left: mistral 1" in out)
     assert "yi34b_tp2_strict: FAILED" in out and "mistral7b_strict: done" in out and "perf.path" in out
     assert find_run(good) is not None and find_run(bad) is None  # the good job's results were kept

@@ -65,15 +65,18 @@ def _run_one(cfg_yaml: str, cwd: str | None = None) -> tuple[str, str | None, st
 
 
 def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bool = True,
-                launcher: str = "joblib", launcher_overrides: Sequence[str] = ()) -> list[Path]:
+                launcher: str = "joblib", launcher_overrides: Sequence[str] = (),
+                groups: Sequence[str] | None = None) -> list[Path]:
     """Run every config without a finished run (all of them if not `only_missing`); returns run
     dirs. `launcher`: where the jobs run, a `hydra/launcher=` option (joblib: `n_jobs` local
     processes; ray, submitit_local, submitit_slurm or a cluster file: each job with the resources
     its deployment needs, all checked before any is submitted), `launcher_overrides` its
     `hydra.launcher.KEY=VALUE` words. Each job's output prints as one labelled block when it
     ends; a job that fails is named after all have run (HarnessError), and a rerun does only what
-    is still missing."""
+    is still missing. `groups` (one label a config, e.g. its study): each job's line also says how
+    many configs of each group are still to run, so a long run says what is left."""
     todo = [c for c in configs if not (only_missing and find_run(c) is not None)]
+    left = _Left([groups[i] for i, c in enumerate(configs) if c in todo] if groups is not None else None, todo)
     done = [find_run(c) for c in configs if c not in todo]
     print(f"matrix: {len(configs)} configs, {len(configs) - len(todo)} already have results, running {len(todo)}"
           + ("" if launcher == "joblib" else f" through hydra/launcher={launcher}"), flush=True)
@@ -81,7 +84,7 @@ def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bo
     if todo:
         for k, (name, path, text, host) in enumerate(_jobs(todo, n_jobs, launcher, launcher_overrides), 1):
             status = f"done on {host}" if path else f"FAILED on {host}" if host else "FAILED"
-            print(f"\n── [{k}/{len(todo)}] {name}: {status} " + "─" * max(0, 60 - len(name)), flush=True)
+            print(f"\n── [{k}/{len(todo)}] {name}: {status}{left.after(name)} " + "─" * max(0, 60 - len(name)), flush=True)
             print(text.rstrip(), flush=True)
             if path:
                 done.append(Path(path))
@@ -91,6 +94,25 @@ def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bo
         raise HarnessError(f"{len(failed)} of {len(todo)} configs failed: {', '.join(failed)} (their output is above; "
                            f"the others' results are saved, and a rerun runs only what is missing)")
     return done
+
+
+class _Left:
+    """What is still to run, by group, as jobs end (they end in any order: counted by name)."""
+
+    def __init__(self, groups: Sequence[str] | None, todo: Sequence[DictConfig]) -> None:
+        self.of = dict(zip((str(c.name) for c in todo), groups)) if groups is not None else {}
+        self.count: dict[str, int] = {}
+        for g in self.of.values():
+            self.count[g] = self.count.get(g, 0) + 1
+
+    def after(self, name: str) -> str:
+        """"; left: serve 3, fleet 14" once `name` ended ("" without groups; "; none left" at the end)."""
+        g = self.of.get(name)
+        if g is None:
+            return ""
+        self.count[g] -= 1
+        rest = ", ".join(f"{k} {n}" for k, n in self.count.items() if n)
+        return f"; left: {rest}" if rest else "; none left"
 
 
 def launcher_params(launcher: str, overrides: Sequence[str]) -> dict:
