@@ -71,3 +71,27 @@ def test_a_failing_job_loses_no_other_and_is_named(tmp_path, capsys):
     assert "[1/2]" in out and "none left" in out and ("left: yi 1" in out or "left: mistral 1" in out)
     assert "yi34b_tp2_strict: FAILED" in out and "mistral7b_strict: done" in out and "perf.path" in out
     assert find_run(good) is not None and find_run(bad) is None  # the good job's results were kept
+
+
+def test_runs_that_differ_only_in_their_slo_share_their_probes(tmp_path, capsys):
+    """Configs that simulate the same probes (same but for SLO and name) run as one job and
+    simulate each probe once; each gets the outcome it gets alone (its own SLO's verdicts)."""
+    import json
+
+    from harness.commands.jobs import find_run, run_configs
+    from harness.config import compose
+
+    common = ["experiment=mistral7b_strict", "scheduler=[vllm]", "search.num_requests=32", "progress=false"]
+    strict = compose([*common, f"results_dir={tmp_path / 'both'}"])
+    relaxed = [*common, "slo.kind=relaxed", "name=mistral7b_vllm_relaxed"]
+    run_configs([strict, compose([*relaxed, f"results_dir={tmp_path / 'both'}"])], n_jobs=1)
+    assert "probes were simulated once for this run and another" in capsys.readouterr().out
+    alone = compose([*relaxed, f"results_dir={tmp_path / 'alone'}"])
+    run_configs([alone], n_jobs=1)
+    assert "simulated once" not in capsys.readouterr().out
+
+    def searches(cfg):
+        return json.loads((find_run(cfg) / "summary.json").read_text())["schedulers"]
+
+    shared = searches(compose([*relaxed, f"results_dir={tmp_path / 'both'}"]))
+    assert shared == searches(alone) and shared != searches(strict)  # the relaxed SLO's own verdicts

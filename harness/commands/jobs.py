@@ -124,8 +124,60 @@ def launcher_params(launcher: str, overrides: Sequence[str]) -> dict:
     return compose_launcher(launcher, list(overrides)) if launcher != "joblib" or overrides else {}
 
 
+# What a simulated probe's records do not depend on, only its verdict (and where output goes):
+# configs that differ in nothing else run as one job, sharing their probes (harness.search.probe.SharedProbes).
+JUDGED_ONLY = ("slo", "name")
+
+
+def simulation_key(cfg: DictConfig) -> str | None:
+    """Configs with the same key simulate the same probes (they differ only in JUDGED_ONLY and
+    OUTPUT_KEYS); None for one whose SLO reaches its simulation (an early stop judges mid-run, an
+    SLO autoscaler reads attainment) or that measures a server (no simulation to share)."""
+    import json
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    if (c.get("backend") or {}).get("name") != "sim" or (c.get("search") or {}).get("stop_early") \
+            or ((c.get("cluster") or {}).get("autoscale") or {}).get("policy"):
+        return None
+    for key in (*JUDGED_ONLY, *OUTPUT_KEYS):
+        *path, last = key.split(".")
+        node = c
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return json.dumps(c, sort_keys=True, default=str)
+
+
+def _groups(todo: Sequence[DictConfig]) -> list[list[int]]:
+    """`todo`'s indices, those with the same simulation_key together (at the first one's place)."""
+    groups: dict[object, list[int]] = {}
+    for i, c in enumerate(todo):
+        key = simulation_key(c)
+        groups.setdefault(key if key is not None else ("alone", i), []).append(i)
+    return list(groups.values())
+
+
+def _run_group(args: Sequence[tuple[str, str | None]]) -> list[tuple[str, str | None, str, str]]:
+    """`_run_one` of each config, one after another in this process, sharing their probes (their
+    simulation_key is the same): each config's output says how many of its probes it shared."""
+    from harness.search.probe import shared_probes
+
+    out = []
+    with shared_probes() as shared:
+        for cfg_yaml, cwd in args:
+            before = shared.hits
+            name, path, text, host = _run_one(cfg_yaml, cwd)
+            if shared.hits > before:
+                text += (f"\nnote: {shared.hits - before} probes were simulated once for this run and another that "
+                         "differs only in its SLO (the records are the same; each is judged by its own SLO)")
+            out.append((name, path, text, host))
+    return out
+
+
 def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Sequence[str]):
-    """(name, run dir | None, output, host) of each config as it ends, wherever it ran."""
+    """(name, run dir | None, output, host) of each config as it ends, wherever it ran. Locally
+    (joblib), configs that simulate the same probes run as one job (`_run_group`)."""
     import os
 
     from harness.launch.hydra_jobs import launch_configs
@@ -140,5 +192,6 @@ def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Seq
     from joblib import Parallel, delayed
 
     n_jobs = int(params.get("n_jobs", n_jobs)) if overrides else n_jobs
-    yield from Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")(
-        delayed(_run_one)(*a) for a in args)
+    for done in Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")(
+            delayed(_run_group)([args[i] for i in group]) for group in _groups(todo)):
+        yield from done
