@@ -95,3 +95,25 @@ def test_runs_that_differ_only_in_their_slo_share_their_probes(tmp_path, capsys)
 
     shared = searches(compose([*relaxed, f"results_dir={tmp_path / 'both'}"]))
     assert shared == searches(alone) and shared != searches(strict)  # the relaxed SLO's own verdicts
+
+
+def test_a_probe_is_shared_only_with_the_same_schedulers_settings(tmp_path, capsys):
+    """Sarathi-Serve's strict and relaxed presets differ in its token budget besides the SLO: they
+    run as one job, vLLM's probes shared, Sarathi-Serve's each simulated with its own budget."""
+    import json
+
+    from harness.commands.jobs import find_run, run_configs
+    from harness.config import compose
+
+    common = ["scheduler=[sarathi,vllm]", "search.num_requests=32", "progress=false"]
+    strict = compose(["experiment=mistral7b_strict", *common, f"results_dir={tmp_path / 'both'}"])
+    relaxed = ["experiment=mistral7b_relaxed", *common]
+    run_configs([strict, compose([*relaxed, f"results_dir={tmp_path / 'both'}"])], n_jobs=1)
+    assert "probes were simulated once for this run and another" in capsys.readouterr().out
+    alone = compose([*relaxed, f"results_dir={tmp_path / 'alone'}"])
+    run_configs([alone], n_jobs=1)
+
+    def searches(cfg):
+        return json.loads((find_run(cfg) / "summary.json").read_text())["schedulers"]
+
+    assert searches(compose([*relaxed, f"results_dir={tmp_path / 'both'}"])) == searches(alone)

@@ -126,12 +126,14 @@ def launcher_params(launcher: str, overrides: Sequence[str]) -> dict:
 
 # What a simulated probe's records do not depend on, only its verdict (and where output goes):
 # configs that differ in nothing else run as one job, sharing their probes (harness.search.probe.SharedProbes).
+# The schedulers' settings may differ too: a probe is shared only with the same scheduler's same settings.
 JUDGED_ONLY = ("slo", "name")
+PER_SCHEDULER = "scheduler"
 
 
 def simulation_key(cfg: DictConfig) -> str | None:
-    """Configs with the same key simulate the same probes (they differ only in JUDGED_ONLY and
-    OUTPUT_KEYS); None for one whose SLO reaches its simulation (an early stop judges mid-run, an
+    """Configs with the same key simulate the same probes of a scheduler with the same settings
+    (they differ only in JUDGED_ONLY, OUTPUT_KEYS and their schedulers); None for one whose SLO reaches its simulation (an early stop judges mid-run, an
     SLO autoscaler reads attainment) or that measures a server (no simulation to share)."""
     import json
 
@@ -139,7 +141,7 @@ def simulation_key(cfg: DictConfig) -> str | None:
     if (c.get("backend") or {}).get("name") != "sim" or (c.get("search") or {}).get("stop_early") \
             or ((c.get("cluster") or {}).get("autoscale") or {}).get("policy"):
         return None
-    for key in (*JUDGED_ONLY, *OUTPUT_KEYS):
+    for key in (*JUDGED_ONLY, PER_SCHEDULER, *OUTPUT_KEYS):
         *path, last = key.split(".")
         node = c
         for part in path:
@@ -163,14 +165,19 @@ def _run_group(args: Sequence[tuple[str, str | None]]) -> list[tuple[str, str | 
     simulation_key is the same): each config's output says how many of its probes it shared."""
     from harness.search.probe import shared_probes
 
+    import json
+
     out = []
     with shared_probes() as shared:
         for cfg_yaml, cwd in args:
+            schedulers = OmegaConf.to_container(OmegaConf.create(cfg_yaml), resolve=True).get(PER_SCHEDULER) or {}
+            shared.settings = {str(k): json.dumps(v, sort_keys=True, default=str) for k, v in schedulers.items()}
             before = shared.hits
             name, path, text, host = _run_one(cfg_yaml, cwd)
             if shared.hits > before:
                 text += (f"\nnote: {shared.hits - before} probes were simulated once for this run and another that "
-                         "differs only in its SLO (the records are the same; each is judged by its own SLO)")
+                         "differs only in its SLO (the same scheduler and settings: the same records; each is "
+                         "judged by its own SLO)")
             out.append((name, path, text, host))
     return out
 

@@ -64,10 +64,13 @@ class SharedProbes:
     (harness.commands.jobs groups such configs: the same but for their SLO and name, and the SLO
     reaching no simulation). A probe's records do not depend on the SLO, its verdict and summary
     are computed from them per run (probe_outcome), so a kept run gives each its own exact outcome.
-    Keyed by (scheduler, seed, rate): whoever opens it vouches that every run inside simulates alike."""
+    Keyed by (scheduler, its settings, seed, rate): whoever opens it vouches that every run inside
+    simulates alike but for its schedulers' own settings, which it states in `settings` (by
+    scheduler name) before each run."""
 
     def __init__(self) -> None:
-        self.runs: dict[tuple[str, int, float], BackendRun] = {}
+        self.runs: dict[tuple[str, str, int, float], BackendRun] = {}
+        self.settings: dict[str, str] = {}
         self.hits = 0
 
 
@@ -88,12 +91,13 @@ def shared_probes() -> Iterator[SharedProbes]:
 
 def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests) -> ProbeOutcome:
     """One probe at `qps` through a backend's `run` (or its kept run, inside `shared_probes`)."""
-    shared, key = _shared, (scheduler, plan.seed, qps)
+    shared = _shared
+    key = (scheduler, shared.settings.get(scheduler, ""), plan.seed, qps) if shared is not None else None
     out = shared.runs.get(key) if shared is not None else None
     if out is None:
         out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
         if shared is not None:
-            shared.runs[key] = out
+            shared.runs[key] = out  # type: ignore[index]
     else:
         shared.hits += 1  # type: ignore[union-attr]
     notes = tuple(out.diagnostics.get("notes") or ())
