@@ -9,7 +9,7 @@ import pytest
 from harness.analysis.figures import load_inputs
 from harness.analysis.matrix import paper_matrix
 from harness.analysis.report import render, source_of
-from harness.analysis.studies import FIGURES, STUDIES, capacity_cells, study_of
+from harness.analysis.studies import FIGURES, STUDIES, capacity_cells, run_order, study_of
 from harness.analysis.study import OUTLINE, FigureSpec, Part, Study, capacity_runs
 
 
@@ -27,6 +27,15 @@ def test_the_capacity_matrix_is_the_capacity_studies_cells_in_order():
     owners = [s.name for s in STUDIES if s.load is capacity_runs for _ in s.cells()]
     assert owners[0] == "serve" and owners[-1] == "prefix" and len(cells) == len(owners)
     assert {c.name for c in cells}.isdisjoint(c.name for c in study_of("sarathi23_orca").cells())
+
+
+def test_figure_all_runs_the_papers_cells_first_and_every_cell_once():
+    order = [s.name for s, _ in run_order()]
+    papers = {"serve", "sarathi23", "perf_model"}
+    first_other = next(k for k, n in enumerate(order) if n not in papers)
+    assert set(order[:first_other]) == {"serve", "sarathi23"} and papers.isdisjoint(order[first_other:])
+    assert order[-1] == "fleet"
+    assert sorted(c.name for _, c in run_order()) == sorted(c.name for s in STUDIES for c in s.cells())
 
 
 def _toy(at: str = "end", listed: bool = True) -> Study:

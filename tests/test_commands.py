@@ -65,7 +65,55 @@ def test_a_failing_job_loses_no_other_and_is_named(tmp_path, capsys):
     good = compose(["experiment=mistral7b_strict", *common])
     bad = compose(["experiment=yi34b_tp2_strict", "perf=profile", *common])  # no perf.path: fails when planned
     with pytest.raises(HarnessError, match="1 of 2 configs failed: yi34b_tp2_strict"):
-        run_configs([bad, good], n_jobs=2)
+        run_configs([bad, good], n_jobs=2, groups=["yi", "mistral"])
     out = capsys.readouterr().out
+    # each job's line says what is left, by group, whichever ends first
+    assert "[1/2]" in out and "none left" in out and ("left: yi 1" in out or "left: mistral 1" in out)
     assert "yi34b_tp2_strict: FAILED" in out and "mistral7b_strict: done" in out and "perf.path" in out
     assert find_run(good) is not None and find_run(bad) is None  # the good job's results were kept
+
+
+def test_runs_that_differ_only_in_their_slo_share_their_probes(tmp_path, capsys):
+    """Configs that simulate the same probes (same but for SLO and name) run as one job and
+    simulate each probe once; each gets the outcome it gets alone (its own SLO's verdicts)."""
+    import json
+
+    from harness.commands.jobs import find_run, run_configs
+    from harness.config import compose
+
+    common = ["experiment=mistral7b_strict", "scheduler=[vllm]", "search.num_requests=32", "progress=false"]
+    strict = compose([*common, f"results_dir={tmp_path / 'both'}"])
+    relaxed = [*common, "slo.kind=relaxed", "name=mistral7b_vllm_relaxed"]
+    run_configs([strict, compose([*relaxed, f"results_dir={tmp_path / 'both'}"])], n_jobs=1)
+    assert "probes were simulated once for this run and another" in capsys.readouterr().out
+    alone = compose([*relaxed, f"results_dir={tmp_path / 'alone'}"])
+    run_configs([alone], n_jobs=1)
+    assert "simulated once" not in capsys.readouterr().out
+
+    def searches(cfg):
+        return json.loads((find_run(cfg) / "summary.json").read_text())["schedulers"]
+
+    shared = searches(compose([*relaxed, f"results_dir={tmp_path / 'both'}"]))
+    assert shared == searches(alone) and shared != searches(strict)  # the relaxed SLO's own verdicts
+
+
+def test_a_probe_is_shared_only_with_the_same_schedulers_settings(tmp_path, capsys):
+    """Sarathi-Serve's strict and relaxed presets differ in its token budget besides the SLO: they
+    run as one job, vLLM's probes shared, Sarathi-Serve's each simulated with its own budget."""
+    import json
+
+    from harness.commands.jobs import find_run, run_configs
+    from harness.config import compose
+
+    common = ["scheduler=[sarathi,vllm]", "search.num_requests=32", "progress=false"]
+    strict = compose(["experiment=mistral7b_strict", *common, f"results_dir={tmp_path / 'both'}"])
+    relaxed = ["experiment=mistral7b_relaxed", *common]
+    run_configs([strict, compose([*relaxed, f"results_dir={tmp_path / 'both'}"])], n_jobs=1)
+    assert "probes were simulated once for this run and another" in capsys.readouterr().out
+    alone = compose([*relaxed, f"results_dir={tmp_path / 'alone'}"])
+    run_configs([alone], n_jobs=1)
+
+    def searches(cfg):
+        return json.loads((find_run(cfg) / "summary.json").read_text())["schedulers"]
+
+    assert searches(compose([*relaxed, f"results_dir={tmp_path / 'both'}"])) == searches(alone)

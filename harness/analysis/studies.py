@@ -23,6 +23,18 @@ STUDIES: tuple[Study, ...] = (
 FIGURES: tuple[FigureSpec, ...] = tuple(f for s in STUDIES for f in s.figures)  # figure=NAME's names
 
 
+# The order figure=all runs the studies' cells in: the papers' own figures first (Sarathi-Serve, then
+# the first Sarathi paper), so a reader of the papers has them early, then the studies beyond them,
+# the costliest (the fleet's) last. The report's order is STUDIES' own.
+RUN_FIRST = (SERVE, SARATHI23, PERF_MODEL)
+
+
+def run_order() -> tuple[tuple[Study, Cell], ...]:
+    """Every study's cells as (study, cell), in the order figure=all runs them (RUN_FIRST)."""
+    ordered = [*RUN_FIRST, *(s for s in STUDIES if s not in RUN_FIRST)]
+    return tuple((s, c) for s in ordered for c in s.cells())
+
+
 def study_of(figure: str) -> Study | None:
     """The study that draws `figure`, if any."""
     return next((s for s in STUDIES if any(f.name == figure for f in s.figures)), None)

@@ -21,7 +21,7 @@ def launcher_words(argv: list[str]) -> tuple[list[str], list[str]]:
 def figure_command(argv: list[str]) -> int:
     from harness.analysis.figures import load_inputs
     from harness.analysis.report import source_of, write_report
-    from harness.analysis.studies import FIGURES, STUDIES, study_of
+    from harness.analysis.studies import FIGURES, run_order, study_of
     from harness.commands.jobs import launcher_params, run_configs
     from harness.config import compose
 
@@ -34,9 +34,10 @@ def figure_command(argv: list[str]) -> int:
     reference, other = opts["reference"] or None, opts["include_other"]
     if opts["run_missing"]:
         launcher_params(opts["launcher"], launcher_overrides)  # bad input before composing the matrix
-        cells = [cell for s in STUDIES for cell in s.cells()]
-        configs = [compose([*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"]) for cell in cells]
-        run_configs(configs, n_jobs=opts["n_jobs"], launcher=opts["launcher"], launcher_overrides=launcher_overrides)
+        cells = run_order()  # the papers' own figures' cells first
+        configs = [compose([*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"]) for _, cell in cells]
+        run_configs(configs, n_jobs=opts["n_jobs"], launcher=opts["launcher"], launcher_overrides=launcher_overrides,
+                    groups=[study.name for study, _ in cells])
     if opts["figure"] == "all":
         print(f"report: {write_report(opts['results_dir'], opts['figures_dir'], reference_dir=reference, include_other=other)}")
         return 0

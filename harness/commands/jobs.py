@@ -65,15 +65,18 @@ def _run_one(cfg_yaml: str, cwd: str | None = None) -> tuple[str, str | None, st
 
 
 def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bool = True,
-                launcher: str = "joblib", launcher_overrides: Sequence[str] = ()) -> list[Path]:
+                launcher: str = "joblib", launcher_overrides: Sequence[str] = (),
+                groups: Sequence[str] | None = None) -> list[Path]:
     """Run every config without a finished run (all of them if not `only_missing`); returns run
     dirs. `launcher`: where the jobs run, a `hydra/launcher=` option (joblib: `n_jobs` local
     processes; ray, submitit_local, submitit_slurm or a cluster file: each job with the resources
     its deployment needs, all checked before any is submitted), `launcher_overrides` its
     `hydra.launcher.KEY=VALUE` words. Each job's output prints as one labelled block when it
     ends; a job that fails is named after all have run (HarnessError), and a rerun does only what
-    is still missing."""
+    is still missing. `groups` (one label a config, e.g. its study): each job's line also says how
+    many configs of each group are still to run, so a long run says what is left."""
     todo = [c for c in configs if not (only_missing and find_run(c) is not None)]
+    left = _Left([groups[i] for i, c in enumerate(configs) if c in todo] if groups is not None else None, todo)
     done = [find_run(c) for c in configs if c not in todo]
     print(f"matrix: {len(configs)} configs, {len(configs) - len(todo)} already have results, running {len(todo)}"
           + ("" if launcher == "joblib" else f" through hydra/launcher={launcher}"), flush=True)
@@ -81,7 +84,7 @@ def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bo
     if todo:
         for k, (name, path, text, host) in enumerate(_jobs(todo, n_jobs, launcher, launcher_overrides), 1):
             status = f"done on {host}" if path else f"FAILED on {host}" if host else "FAILED"
-            print(f"\n── [{k}/{len(todo)}] {name}: {status} " + "─" * max(0, 60 - len(name)), flush=True)
+            print(f"\n── [{k}/{len(todo)}] {name}: {status}{left.after(name)} " + "─" * max(0, 60 - len(name)), flush=True)
             print(text.rstrip(), flush=True)
             if path:
                 done.append(Path(path))
@@ -93,6 +96,25 @@ def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bo
     return done
 
 
+class _Left:
+    """What is still to run, by group, as jobs end (they end in any order: counted by name)."""
+
+    def __init__(self, groups: Sequence[str] | None, todo: Sequence[DictConfig]) -> None:
+        self.of = dict(zip((str(c.name) for c in todo), groups)) if groups is not None else {}
+        self.count: dict[str, int] = {}
+        for g in self.of.values():
+            self.count[g] = self.count.get(g, 0) + 1
+
+    def after(self, name: str) -> str:
+        """"; left: serve 3, fleet 14" once `name` ended ("" without groups; "; none left" at the end)."""
+        g = self.of.get(name)
+        if g is None:
+            return ""
+        self.count[g] -= 1
+        rest = ", ".join(f"{k} {n}" for k, n in self.count.items() if n)
+        return f"; left: {rest}" if rest else "; none left"
+
+
 def launcher_params(launcher: str, overrides: Sequence[str]) -> dict:
     """The launcher's resolved settings ({} for the default joblib without overrides); one line
     and exit 2 for an unknown launcher or key. Commands call it before composing their configs, so
@@ -102,8 +124,67 @@ def launcher_params(launcher: str, overrides: Sequence[str]) -> dict:
     return compose_launcher(launcher, list(overrides)) if launcher != "joblib" or overrides else {}
 
 
+# What a simulated probe's records do not depend on, only its verdict (and where output goes):
+# configs that differ in nothing else run as one job, sharing their probes (harness.search.probe.SharedProbes).
+# The schedulers' settings may differ too: a probe is shared only with the same scheduler's same settings.
+JUDGED_ONLY = ("slo", "name")
+PER_SCHEDULER = "scheduler"
+
+
+def simulation_key(cfg: DictConfig) -> str | None:
+    """Configs with the same key simulate the same probes of a scheduler with the same settings
+    (they differ only in JUDGED_ONLY, OUTPUT_KEYS and their schedulers); None for one whose SLO reaches its simulation (an early stop judges mid-run, an
+    SLO autoscaler reads attainment) or that measures a server (no simulation to share)."""
+    import json
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    if (c.get("backend") or {}).get("name") != "sim" or (c.get("search") or {}).get("stop_early") \
+            or ((c.get("cluster") or {}).get("autoscale") or {}).get("policy"):
+        return None
+    for key in (*JUDGED_ONLY, PER_SCHEDULER, *OUTPUT_KEYS):
+        *path, last = key.split(".")
+        node = c
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return json.dumps(c, sort_keys=True, default=str)
+
+
+def _groups(todo: Sequence[DictConfig]) -> list[list[int]]:
+    """`todo`'s indices, those with the same simulation_key together (at the first one's place)."""
+    groups: dict[object, list[int]] = {}
+    for i, c in enumerate(todo):
+        key = simulation_key(c)
+        groups.setdefault(key if key is not None else ("alone", i), []).append(i)
+    return list(groups.values())
+
+
+def _run_group(args: Sequence[tuple[str, str | None]]) -> list[tuple[str, str | None, str, str]]:
+    """`_run_one` of each config, one after another in this process, sharing their probes (their
+    simulation_key is the same): each config's output says how many of its probes it shared."""
+    from harness.search.probe import shared_probes
+
+    import json
+
+    out = []
+    with shared_probes() as shared:
+        for cfg_yaml, cwd in args:
+            schedulers = OmegaConf.to_container(OmegaConf.create(cfg_yaml), resolve=True).get(PER_SCHEDULER) or {}
+            shared.settings = {str(k): json.dumps(v, sort_keys=True, default=str) for k, v in schedulers.items()}
+            before = shared.hits
+            name, path, text, host = _run_one(cfg_yaml, cwd)
+            if shared.hits > before:
+                text += (f"\nnote: {shared.hits - before} probes were simulated once for this run and another that "
+                         "differs only in its SLO (the same scheduler and settings: the same records; each is "
+                         "judged by its own SLO)")
+            out.append((name, path, text, host))
+    return out
+
+
 def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Sequence[str]):
-    """(name, run dir | None, output, host) of each config as it ends, wherever it ran."""
+    """(name, run dir | None, output, host) of each config as it ends, wherever it ran. Locally
+    (joblib), configs that simulate the same probes run as one job (`_run_group`)."""
     import os
 
     from harness.config.experiment import job_config
@@ -119,5 +200,6 @@ def _jobs(todo: Sequence[DictConfig], n_jobs: int, launcher: str, overrides: Seq
     from joblib import Parallel, delayed
 
     n_jobs = int(params.get("n_jobs", n_jobs)) if overrides else n_jobs
-    yield from Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")(
-        delayed(_run_one)(*a) for a in args)
+    for done in Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")(
+            delayed(_run_group)([args[i] for i in group]) for group in _groups(todo)):
+        yield from done

@@ -6,6 +6,7 @@ runs in rounds (harness.search.rounds), each round's probes at once through an e
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -58,9 +59,47 @@ def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: lis
     return ProbeOutcome(qps, plan.seed, verdict, summarize(records), frame, records)
 
 
+class SharedProbes:
+    """Probes' runs kept for runs that simulate the same thing and differ in how it is judged
+    (harness.commands.jobs groups such configs: the same but for their SLO and name, and the SLO
+    reaching no simulation). A probe's records do not depend on the SLO, its verdict and summary
+    are computed from them per run (probe_outcome), so a kept run gives each its own exact outcome.
+    Keyed by (scheduler, its settings, seed, rate): whoever opens it vouches that every run inside
+    simulates alike but for its schedulers' own settings, which it states in `settings` (by
+    scheduler name) before each run."""
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple[str, str, int, float], BackendRun] = {}
+        self.settings: dict[str, str] = {}
+        self.hits = 0
+
+
+_shared: SharedProbes | None = None  # set by `shared_probes`, within one process (one job) only
+
+
+@contextmanager
+def shared_probes() -> Iterator[SharedProbes]:
+    """Within it, run_probe keeps every probe's run and gives a repeated (scheduler, seed, rate) the
+    kept one instead of simulating it again (SharedProbes). The runs are held until it closes."""
+    global _shared
+    _shared = SharedProbes()
+    try:
+        yield _shared
+    finally:
+        _shared = None
+
+
 def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests) -> ProbeOutcome:
-    """One probe at `qps` through a backend's `run`."""
-    out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
+    """One probe at `qps` through a backend's `run` (or its kept run, inside `shared_probes`)."""
+    shared = _shared
+    key = (scheduler, shared.settings.get(scheduler, ""), plan.seed, qps) if shared is not None else None
+    out = shared.runs.get(key) if shared is not None else None
+    if out is None:
+        out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
+        if shared is not None:
+            shared.runs[key] = out  # type: ignore[index]
+    else:
+        shared.hits += 1  # type: ignore[union-attr]
     notes = tuple(out.diagnostics.get("notes") or ())
     return replace(probe_outcome(plan, scheduler, qps, out.records), notes=notes, scaling=out.diagnostics.get("autoscale"))
 

@@ -233,6 +233,21 @@ def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", rou
 class ClusterSessionRun(SessionRun):
     """A SessionRun whose releases are handed to a router (`pop_release`), not to one engine."""
 
+    def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up) -> None:
+        super().__init__(requests, engine, on_progress, give_up)
+        # By input index: the think time of the turn the request releases when it finishes (None:
+        # it releases none); `think_next()` by rank. `_release_bound` reads it for every request of
+        # an instance, every step.
+        self._think_of = [None if j is None else requests[j].think_s for j in self.successor]
+        self._think_next: list[float | None] = []
+
+    def think_next(self) -> list[float | None]:
+        """By rank (every rank released so far): `_think_of` its request."""
+        by_rank, order = self._think_next, self.order
+        if len(by_rank) < len(order):
+            by_rank.extend(self._think_of[i] for i in order[len(by_rank):])
+        return by_rank
+
     def pop_release(self) -> int:
         """The earliest pending release, given its rank (release order); returns the rank."""
         at, i = heapq.heappop(self.pending)
@@ -254,13 +269,16 @@ def _release_bound(inst: _Instance, run: ClusterSessionRun, floor: float) -> flo
     its remaining output tokens' iterations from now, each at least `floor` (one token's decode at
     context 1: no iteration costs less), and its next turn comes its think time after that."""
     best = math.inf
-    successor, order, requests, seqs = run.successor, run.order, run.requests, run.seqs
+    think_next, seqs = run.think_next(), run.seqs
     engine = inst.engine
     for group in (engine.running, engine.waiting, [seqs[r] for r in inst.queue]):
         for seq in group:
-            j = successor[order[seq.seq_id]]
-            if j is not None:
-                best = min(best, max(1, seq.remaining_output) * floor + requests[j].think_s)
+            think = think_next[seq.seq_id]
+            if think is not None:
+                left = seq.output_len - seq.num_generated  # remaining_output, inlined: a hot loop
+                bound = (left if left > 1 else 1) * floor + think
+                if bound < best:
+                    best = bound
     return inst.t + best
 
 

@@ -1,0 +1,91 @@
+"""What `figure=all` costs, cell by cell and study by study: every cell of every study
+(harness.analysis.studies.STUDIES) run once, one after another in this process, into a fresh
+results directory, each timed by CPU (this process and its children) and by the wall clock.
+
+    python benchmarks/bench_figure_all.py [--out DIR] [--studies serve,pd,...] [--sample K] [--log FILE]
+
+One line a cell as it ends (so a partial run is still a profile), then a table per study: cells,
+CPU seconds, and the 2-core wall time the study's cells would take if two jobs ran side by side
+(the figure command's default n_jobs=2): the longest-first packing of its cells' CPU times on two
+cores. The total's 2-core time is half its CPU time, the least two idle cores can take. CPU time
+is this host's; a loaded host stretches the wall clock more than it does CPU time. `--sample K`
+runs every K-th cell of each study only (its first, then every K-th) and scales each study's sum
+to all its cells: a projection, printed as one, for a host where the whole matrix would take too long.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import resource
+import sys
+import tempfile
+import time
+
+
+def cpu_now() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def two_cores(times: list[float], cores: int = 2) -> float:
+    """The wall time of jobs taken in the given order by the first free of `cores` workers."""
+    free = [0.0] * cores
+    for t in times:
+        heapq.heappush(free, heapq.heappop(free) + t)
+    return max(free)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="results directory (default: a fresh temporary one)")
+    ap.add_argument("--studies", default="", help="comma-separated study names (default: all)")
+    ap.add_argument("--sample", type=int, default=1, help="run every K-th cell of each study, count it K times")
+    ap.add_argument("--log", default=None, help="also append each cell's line to this file")
+    args = ap.parse_args()
+
+    from harness.analysis.studies import STUDIES, run_order
+    from harness.commands.run import run_experiment
+    from harness.config import compose
+
+    wanted = set(filter(None, args.studies.split(",")))
+    out = args.out or tempfile.mkdtemp(prefix="figure_all_")
+    cells, seen = [], {}
+    for s, c in run_order():
+        k = seen[s.name] = seen.get(s.name, -1) + 1
+        if (not wanted or s.name in wanted) and k % args.sample == 0:
+            cells.append((s.name, c))
+    ran = {n: sum(1 for name, _ in cells if name == n) for n in seen}
+    weights = {n: (seen[n] + 1) / ran[n] for n in seen if ran[n]}  # each cell run stands for this many
+    print(f"{len(cells)} cells into {out}; host load {os.getloadavg()[0]:.2f}", flush=True)
+    per: dict[str, list[float]] = {}
+    order: list[float] = []  # every cell's CPU s, in run order
+    for k, (study, cell) in enumerate(cells, 1):
+        c0, w0 = cpu_now(), time.perf_counter()
+        cfg = compose([*cell.overrides, f"results_dir={out}", "progress=false"])
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            run_experiment(cfg, one_of_many=True)
+        cpu, wall = cpu_now() - c0, time.perf_counter() - w0
+        per.setdefault(study, []).append(cpu)
+        order.append(cpu)
+        line = f"[{k}/{len(cells)}] {study} {cell.name}: {cpu:.1f} CPU s, {wall:.1f} s wall, load {os.getloadavg()[0]:.2f}"
+        print(line, flush=True)
+        if args.log:
+            with open(args.log, "a") as f:
+                f.write(line + "\n")
+    print(f"\n{'study':<12} {'cells':>5} {'CPU s':>8} {'2 cores s':>10}"
+          + (f"  (every {args.sample}th cell run, scaled to the study's cells: projected)" if args.sample > 1 else ""))
+    total = 0.0
+    for study, times in per.items():
+        w = weights[study]
+        total += w * sum(times)
+        print(f"{study:<12} {len(times):>5} {w * sum(times):>8.1f} {w * two_cores(sorted(times, reverse=True)):>10.1f}")
+    print(f"{'all':<12} {len(order):>5} {total:>8.1f} {total / 2:>10.1f}  (at best: half the CPU on 2 cores)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
