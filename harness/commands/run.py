@@ -357,21 +357,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "notes": list(plan.notes) + [f"{r.scheduler} at {p.qps:.4g} QPS: {note}"
                                      for r in runs for p in r.result.probes for note in p.detail.notes],
         "starvation_bounds": dict(STARVATION_BOUNDS),  # what flags a passing probe's `starvation` (harness.starvation)
-        "slo": {
-            "tbt_s": plan.slo.tbt_s,
-            "tbt_quantile": plan.slo.tbt_quantile,
-            "scheduling_delay_s": plan.slo.scheduling_delay_s,
-            "scheduling_delay_quantile": plan.slo.scheduling_delay_quantile,
-            "ttft_s": plan.slo.ttft_s,
-            "ttft_quantile": plan.slo.ttft_quantile,
-            "min_goodput_fraction": plan.slo.min_goodput_fraction,
-            "max_error_fraction": plan.slo.max_error_fraction,
-            "tpot_s": plan.slo.tpot_s,
-            "criterion": plan.slo.criterion,
-            "attainment": plan.slo.attainment,
-            "kind": plan.slo_kind,
-            "source": plan.slo_source,
-        },
+        "slo": {**asdict(plan.slo), "kind": plan.slo_kind, "source": plan.slo_source},
         "workload": {
             "dataset": plan.dataset["name"],
             "source": w.source,
