@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig
 
-from common.errors import HarnessError, RunBroken
+from common.errors import HarnessError
 from harness.backends import open_backend
-from harness.results.store import RunWriter, provenance
+from harness.results.store import RunWriter, broken_reason, provenance
 from harness.search.offline import OfflineOutcome, run_offline
 from harness.experiment import ExperimentPlan
 from harness.throughput import gains
@@ -49,7 +49,7 @@ def run_offline_experiment(cfg: DictConfig, plan: ExperimentPlan, saved_config: 
         if isinstance(e, HarnessError) and not outcomes:
             writer.discard()
             raise
-        reason = str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+        reason = broken_reason(e)
         writer.fail(reason, saved_config, {**offline_summary_json(plan, outcomes, prov, gpus),
                                                   "status": "broken", "reason": reason}, _frame(o.requests for o in outcomes))
         print(f"partial results (not a finished run): {writer.partial}", file=sys.stderr)

@@ -13,7 +13,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from common.errors import HarnessError, RunBroken
+from common.errors import HarnessError
 from harness.backends import backend_class, fit_config, open_backend
 from harness.commands.cache_report import cache_fields, print_cache_lines
 from harness.config.experiment import experiment_config
@@ -21,7 +21,7 @@ from harness.commands.offline import ITERATIONS_FILE
 from harness.commands.scaling_report import print_scaling_tables
 from harness.commands.table import disturbed_probes, print_table, shown_probe, starved
 from harness.results.schema import ProbeRow
-from harness.results.store import RunWriter, broken_runs, provenance, token_frame
+from harness.results.store import RunWriter, broken_reason, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.executor import LocalProcessPool, ProbeExecutor, open_executor, searches_at_once
@@ -145,11 +145,6 @@ def vllm_scheduler_cls(plan: ExperimentPlan) -> str | None:
     from harness.backends.live import scheduler_class  # the live backend's code only where a live run is
 
     return scheduler_class(plan.backend.server, plan.backend.vllm_scheduler)
-
-
-def broken_reason(e: BaseException) -> str:
-    """What a broken run's FAILED.txt says."""
-    return str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
 
 
 def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: ProbeExecutor | None,
