@@ -52,8 +52,8 @@ def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     if plan.offline is not None:  # a rate-free arrival: one throughput run per scheduler, no search
         from harness.commands.offline import run_offline_experiment
 
-        return run_offline_experiment(cfg, plan, _saved_config(cfg), num_gpus(plan))
-    show = bool(cfg.get("progress", True))
+        return run_offline_experiment(config, plan, _saved_config(cfg), num_gpus(plan))
+    show = config.progress
     s = plan.search
     what = f"one probe at {s.fixed_qps:g} QPS" if s.fixed_qps else "capacity search"
     parallel = s.workers > 1 and not s.fixed_qps
@@ -81,16 +81,16 @@ def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
         print(plan.describe_probes(), flush=True)
         print(describe_client(plan.backend), flush=True)
     cache = None
-    if cfg.get("cache", True) and backend.deterministic:  # measurements (live probes) are never cached
+    if config.cache and backend.deterministic:  # measurements (live probes) are never cached
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
         profile = getattr(plan.deployment.perf, "profile", None)
         # A re-fitted calibration at the same path must not either: its factors are in the key.
         cal = plan.deployment.calibration
         key = cache_key(OmegaConf.to_container(cfg), code_version(prov, (profile.digest if profile else "")
                                                                    + (str(sorted(cal.factors.items())) if cal else "")))
-        cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
+        cache = ProbeCache(Path(config.results_dir) / plan.name / ".probes" / key)
 
-    for where, reason in broken_runs(cfg.results_dir, plan.name)[:1]:
+    for where, reason in broken_runs(config.results_dir, plan.name)[:1]:
         print(f"note: an earlier run of {plan.name} broke ({reason.splitlines()[0]}); its partial results: {where}",
               flush=True)
 
