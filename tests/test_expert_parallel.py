@@ -181,10 +181,10 @@ def test_every_deployment_knob_is_a_perf_key_and_ep_comm_reaches_the_deployment(
     import dataclasses
 
     from harness.config import compose, plan_experiment
-    from harness.config.schema import PerfSchema
-    from harness.settings.deployment import DEPLOYMENT_KNOBS
+    from harness.config.schema import schema_of
+    from harness.settings.deployment import DEPLOYMENT_KNOBS, PerfSettings
 
-    assert set(DEPLOYMENT_KNOBS) <= {f.name for f in dataclasses.fields(PerfSchema)}
+    assert set(DEPLOYMENT_KNOBS) <= {f.name for f in dataclasses.fields(schema_of(PerfSettings))}
     words = ["experiment=mistral7b_strict", f"model={MODEL}", "hardware=h100_80g", "scheduler=[vllm_v1]",
              "perf.stack=vllm-0.32", "slo.tbt_s=0.1", "parallel=dp2_ep"]
     default = plan_experiment(compose(words)).deployment.timer.deployment

@@ -14,7 +14,8 @@ from engines.perf.cpu_costs import CPU_PROFILES, FrontendCosts, cpu_choice, fron
 from engines.schedulers import make_engine
 from harness.backends.sim import simulate
 from harness.validate.frontend import deliver, delivery_times
-from harness.validate.replay import config_for, replay, specs_of, target_for
+from harness.config import config_for, experiment_config
+from harness.validate.replay import replay, specs_of, target_for
 from harness.validate.runfile import read_run
 
 CPU = ["model.name=tiny-llama", "hardware=cpu", "hardware.cpu_flops=3e11", "hardware.cpu_bandwidth=3e10",
@@ -46,7 +47,7 @@ def test_the_api_server_takes_one_step_after_another():
 
 def test_a_vllm_cpu_replay_delivers_each_token_after_its_steps_outputs_are_processed(tmp_path):
     run = read_run(_run_file(tmp_path))
-    target = target_for(run, config_for(run, [*CPU, PLUGIN]))
+    target = target_for(run, experiment_config(config_for(run, [*CPU, PLUGIN])))
     steps = simulate(specs_of(run.records), make_engine(target.engine), target.plan.timer)
     got = replay(target, run.records)
     front = frontend_costs("vllm-0.32-cpu-plugin")
@@ -60,8 +61,8 @@ def test_a_vllm_cpu_replay_delivers_each_token_after_its_steps_outputs_are_proce
 
 def test_the_vllm_cpu_profiles_price_the_scheduler_in_series_with_the_step(tmp_path):
     run = read_run(_run_file(tmp_path))
-    none = target_for(run, config_for(run, [*CPU, "perf.cpu_costs=none"])).plan.timer
-    plugin = target_for(run, config_for(run, [*CPU, PLUGIN])).plan.timer
+    none = target_for(run, experiment_config(config_for(run, [*CPU, "perf.cpu_costs=none"]))).plan.timer
+    plugin = target_for(run, experiment_config(config_for(run, [*CPU, PLUGIN]))).plan.timer
     prof = CPU_PROFILES["vllm-0.32-cpu-plugin"]
     for n in (1, 4, 16):  # decodes at context 200: a CPU platform runs schedule, model, update in series
         extra = plugin.iteration_time([1] * n, [200] * n) - none.iteration_time([1] * n, [200] * n)

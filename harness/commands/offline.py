@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import DictConfig
 
-from common.errors import HarnessError, RunBroken
+from common.errors import HarnessError
 from harness.backends import open_backend
-from harness.results.store import RunWriter, provenance
+from harness.results.store import RunWriter, broken_reason, provenance
 from harness.search.offline import OfflineOutcome, run_offline
 from harness.experiment import ExperimentPlan
+from harness.settings.experiment import ExperimentConfig
 from harness.throughput import gains
 
 ITERATIONS_FILE = "iterations.parquet"
@@ -32,24 +32,24 @@ def describe_arrival(arrival: dict) -> str:
     return "every request waiting at t=0"
 
 
-def run_offline_experiment(cfg: DictConfig, plan: ExperimentPlan, saved_config: str, gpus: int) -> Path:
+def run_offline_experiment(config: ExperimentConfig, plan: ExperimentPlan, saved_config: str, gpus: int) -> Path:
     """`saved_config`: the config as saved (secrets redacted), `gpus`: the GPUs the run occupies
     (both as the capacity runs compute them, harness/commands/run.py)."""
     n = plan.search.num_requests
     print(f"{plan.name}: {plan.deployment.description}, {plan.workload.source.split(';')[0]} ({n} requests), "
           f"offline throughput run ({describe_arrival(plan.arrival)})", flush=True)
-    writer = RunWriter(cfg.results_dir, plan.name)
+    writer = RunWriter(config.results_dir, plan.name)
     outcomes: list[OfflineOutcome] = []
     prov = provenance()
     try:
         for name in plan.schedulers:
-            outcomes.append(run_offline(plan, name, open_backend, progress=bool(cfg.get("progress", True))))
+            outcomes.append(run_offline(plan, name, open_backend, progress=config.progress))
             print(f"  {name:<16} done: {outcomes[-1].summary.token_throughput:.5g} tokens/s", file=sys.stderr, flush=True)
     except BaseException as e:
         if isinstance(e, HarnessError) and not outcomes:
             writer.discard()
             raise
-        reason = str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+        reason = broken_reason(e)
         writer.fail(reason, saved_config, {**offline_summary_json(plan, outcomes, prov, gpus),
                                                   "status": "broken", "reason": reason}, _frame(o.requests for o in outcomes))
         print(f"partial results (not a finished run): {writer.partial}", file=sys.stderr)

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from common.errors import HarnessError, RunBroken
-from harness.commands.run import broken_reason
+from harness.results.store import broken_reason
 from harness.config import compose, experiment_config
 from harness.planner import answer, export, figure
 from harness.planner.check import check_winner

@@ -13,7 +13,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from common.errors import HarnessError, RunBroken
+from common.errors import HarnessError
 from harness.backends import backend_class, fit_config, open_backend
 from harness.commands.cache_report import cache_fields, print_cache_lines
 from harness.config.experiment import experiment_config
@@ -21,7 +21,7 @@ from harness.commands.offline import ITERATIONS_FILE
 from harness.commands.scaling_report import print_scaling_tables
 from harness.commands.table import disturbed_probes, print_table, shown_probe, starved
 from harness.results.schema import ProbeRow
-from harness.results.store import RunWriter, broken_runs, provenance, token_frame
+from harness.results.store import RunWriter, broken_reason, broken_runs, provenance, token_frame
 from harness.search.cache import ProbeCache, cache_key, code_version
 from harness.search.capacity import CapacityResult, Probe
 from harness.search.executor import LocalProcessPool, ProbeExecutor, open_executor, searches_at_once
@@ -52,8 +52,8 @@ def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
     if plan.offline is not None:  # a rate-free arrival: one throughput run per scheduler, no search
         from harness.commands.offline import run_offline_experiment
 
-        return run_offline_experiment(cfg, plan, _saved_config(cfg), num_gpus(plan))
-    show = bool(cfg.get("progress", True))
+        return run_offline_experiment(config, plan, _saved_config(cfg), num_gpus(plan))
+    show = config.progress
     s = plan.search
     what = f"one probe at {s.fixed_qps:g} QPS" if s.fixed_qps else "capacity search"
     parallel = s.workers > 1 and not s.fixed_qps
@@ -81,16 +81,16 @@ def run_experiment(cfg: DictConfig, one_of_many: bool = False) -> Path:
         print(plan.describe_probes(), flush=True)
         print(describe_client(plan.backend), flush=True)
     cache = None
-    if cfg.get("cache", True) and backend.deterministic:  # measurements (live probes) are never cached
+    if config.cache and backend.deterministic:  # measurements (live probes) are never cached
         # A re-measured profile at the same path must not reuse stale probes: its digest is in the key.
         profile = getattr(plan.deployment.perf, "profile", None)
         # A re-fitted calibration at the same path must not either: its factors are in the key.
         cal = plan.deployment.calibration
         key = cache_key(OmegaConf.to_container(cfg), code_version(prov, (profile.digest if profile else "")
                                                                    + (str(sorted(cal.factors.items())) if cal else "")))
-        cache = ProbeCache(Path(cfg.results_dir) / plan.name / ".probes" / key)
+        cache = ProbeCache(Path(config.results_dir) / plan.name / ".probes" / key)
 
-    for where, reason in broken_runs(cfg.results_dir, plan.name)[:1]:
+    for where, reason in broken_runs(config.results_dir, plan.name)[:1]:
         print(f"note: an earlier run of {plan.name} broke ({reason.splitlines()[0]}); its partial results: {where}",
               flush=True)
 
@@ -145,11 +145,6 @@ def vllm_scheduler_cls(plan: ExperimentPlan) -> str | None:
     from harness.backends.live import scheduler_class  # the live backend's code only where a live run is
 
     return scheduler_class(plan.backend.server, plan.backend.vllm_scheduler)
-
-
-def broken_reason(e: BaseException) -> str:
-    """What a broken run's FAILED.txt says."""
-    return str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
 
 
 def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: ProbeExecutor | None,
@@ -357,21 +352,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "notes": list(plan.notes) + [f"{r.scheduler} at {p.qps:.4g} QPS: {note}"
                                      for r in runs for p in r.result.probes for note in p.detail.notes],
         "starvation_bounds": dict(STARVATION_BOUNDS),  # what flags a passing probe's `starvation` (harness.starvation)
-        "slo": {
-            "tbt_s": plan.slo.tbt_s,
-            "tbt_quantile": plan.slo.tbt_quantile,
-            "scheduling_delay_s": plan.slo.scheduling_delay_s,
-            "scheduling_delay_quantile": plan.slo.scheduling_delay_quantile,
-            "ttft_s": plan.slo.ttft_s,
-            "ttft_quantile": plan.slo.ttft_quantile,
-            "min_goodput_fraction": plan.slo.min_goodput_fraction,
-            "max_error_fraction": plan.slo.max_error_fraction,
-            "tpot_s": plan.slo.tpot_s,
-            "criterion": plan.slo.criterion,
-            "attainment": plan.slo.attainment,
-            "kind": plan.slo_kind,
-            "source": plan.slo_source,
-        },
+        "slo": {**asdict(plan.slo), "kind": plan.slo_kind, "source": plan.slo_source},
         "workload": {
             "dataset": plan.dataset["name"],
             "source": w.source,

@@ -2,7 +2,7 @@
 one resolved config; bad input becomes one line naming the problem."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -13,21 +13,31 @@ from harness.typed import did_you_mean
 
 
 def compose(overrides: list[str]) -> DictConfig:
+    register_schedulers()  # policies registered since the import (a decorator in the caller's module) too
+    return _composed(overrides, _resolved)
+
+
+def _resolved(cfg: DictConfig) -> DictConfig:
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
+def _composed(words: list[str], finish: Callable, **kwargs):
+    """`finish` of experiments/config composed with `words`; Hydra's and OmegaConf's errors (there
+    or in `finish`) as one line naming the problem."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
-    register_schedulers()  # policies registered since the import (a decorator in the caller's module) too
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            cfg = hydra_compose("config", overrides=overrides)
-        OmegaConf.resolve(cfg)
-        return cfg
+            cfg = hydra_compose("config", overrides=words, **kwargs)
+        return finish(cfg)
     except MissingConfigException as e:
         raise HarnessError(_missing_config_line(e)) from None
     except (HydraException, OmegaConfBaseException) as e:
-        raise HarnessError(_schema_line(e, overrides)) from None
+        raise HarnessError(_schema_line(e, words)) from None
 
 
 # The groups a saved run's config cannot change by name (a group option would not merge onto it).
@@ -122,17 +132,5 @@ def compose_launcher(name: str, overrides: list[str] = ()) -> dict:
     """The launcher `hydra/launcher=NAME` names (experiments/hydra/launcher, harness.launch.config),
     with `hydra.launcher.KEY=VALUE` overrides, resolved: how `figure=all` and `nightly` run their
     configs with `launcher=NAME`."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
-
-    words = [f"hydra/launcher={name}", *overrides]
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            cfg = hydra_compose("config", overrides=words, return_hydra_config=True)
-        return OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
-    except MissingConfigException as e:
-        raise HarnessError(_missing_config_line(e)) from None
-    except (HydraException, OmegaConfBaseException) as e:
-        raise HarnessError(_schema_line(e, words)) from None
+    return _composed([f"hydra/launcher={name}", *overrides],
+                     lambda cfg: OmegaConf.to_container(cfg.hydra.launcher, resolve=True), return_hydra_config=True)

@@ -20,11 +20,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
 from harness.backends import BACKENDS, backend_class
+from harness.config.compose import GROUPS
 from harness.config.schedulers import register_schedulers
-from harness.settings.cluster import ClusterSettings
 from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
-from harness.settings.engine import EngineSettings
-from harness.settings.offline import OfflineSettings
+from harness.settings.experiment import ExperimentConfig
 from harness.settings.search import SearchSettings
 from harness.settings.slo import SloSettings
 
@@ -33,13 +32,19 @@ _SCHEMAS: dict[type, type] = {}
 
 def schema_of(cls: type) -> type:
     """A non-frozen dataclass with `cls`'s fields, types and defaults (nested dataclasses too)."""
-    if cls in _SCHEMAS:
-        return _SCHEMAS[cls]
-    hints = typing.get_type_hints(cls)
+    if cls not in _SCHEMAS:
+        _SCHEMAS[cls] = dataclasses.make_dataclass(f"{cls.__name__}Schema", _fields(cls))
+    return _SCHEMAS[cls]
+
+
+def _fields(cls: type, kinds: dict | None = None) -> list[tuple]:
+    """(name, type, default) of each field of `cls`, as `make_dataclass` takes them; `kinds` gives
+    some fields another type (the primary config's loose groups)."""
+    hints = {**typing.get_type_hints(cls), **(kinds or {})}
     spec = []
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
-        if dataclasses.is_dataclass(kind):
+        if dataclasses.is_dataclass(kind) and f.name not in (kinds or {}):
             inner = schema_of(kind)
             kind, default = inner, field(default_factory=inner)
         elif f.default_factory is not MISSING:
@@ -49,14 +54,7 @@ def schema_of(cls: type) -> type:
         else:
             default = field(default=REQUIRED)
         spec.append((f.name, kind, default))
-    schema = dataclasses.make_dataclass(f"{cls.__name__}Schema", spec)
-    _SCHEMAS[cls] = schema
-    return schema
-
-
-ModelSchema = schema_of(ModelSettings)
-HardwareSchema = schema_of(HardwareSettings)
-ParallelSchema = schema_of(ParallelSettings)
+    return spec
 
 
 @dataclass
@@ -69,51 +67,33 @@ class DatasetSchema:
     sessions: Any = None  # conversations, agent transcripts, shared system prompts (harness/workload/sessions.py)
 
 
-PerfSchema = schema_of(PerfSettings)
-ClusterSchema = schema_of(ClusterSettings)
-OfflineSchema = schema_of(OfflineSettings)
-EngineSchema = schema_of(EngineSettings)
+# The primary config (experiments/config.yaml) is ExperimentConfig's fields, in the order a saved
+# config.yaml lists them. A group that config.yaml's defaults fill (compose.GROUPS) is required;
+# groups whose options differ in shape (scheduler, arrival) or name their own schema in `defaults`
+# (slo, search, backend) are `Any` here and checked when the experiment is planned.
+ORDER = ("model", "hardware", "parallel", "dataset", "arrival", "slo", "backend", "perf", "search", "scheduler",
+         "cluster", "offline", "engine", "experiment", "name", "seed", "results_dir", "max_model_len", "progress",
+         "cache", "release")
+LOOSE = {"arrival": Any, "slo": Any, "backend": Any, "search": Any, "scheduler": Any, "dataset": DatasetSchema}
 
 
-@dataclass
-class ConfigSchema:
-    """The primary config (experiments/config.yaml); groups whose options differ in shape
-    (scheduler, arrival) are checked when the experiment is planned."""
+def _config_schema() -> type:
+    derived = {name: (kind, default) for name, kind, default in _fields(ExperimentConfig, LOOSE)}
+    return dataclasses.make_dataclass("ConfigSchema", [
+        (name, derived[name][0], field(default=REQUIRED) if name in GROUPS else derived[name][1]) for name in ORDER])
 
-    model: ModelSchema = REQUIRED
-    hardware: HardwareSchema = REQUIRED
-    parallel: ParallelSchema = REQUIRED
-    dataset: DatasetSchema = REQUIRED
-    arrival: Any = REQUIRED
-    slo: Any = REQUIRED
-    backend: Any = REQUIRED
-    perf: PerfSchema = REQUIRED
-    search: Any = REQUIRED
-    scheduler: Any = REQUIRED
-    cluster: ClusterSchema = field(default_factory=lambda: ClusterSchema())  # engine instances behind a router
-    offline: OfflineSchema = field(default_factory=lambda: OfflineSchema())  # what an offline run reports (rate-free arrivals)
-    engine: EngineSchema = field(default_factory=lambda: EngineSchema())  # engine-core switches (prefix caching)
-    experiment: Any = None
-    name: str = "custom"  # results go to ${results_dir}/${name}/<timestamp>/
-    seed: int = 0  # workload lengths and arrival gaps
-    results_dir: str = "results"
-    max_model_len: int = REQUIRED
-    progress: bool = True  # progress bars on stderr
-    cache: bool = True  # reuse probes of an identical config and code (interrupted searches resume)
-    release: str | None = None  # a shipped engine named once: release=vllm-0.19 (harness/settings/release.py)
+
+ConfigSchema = _config_schema()
 
 
 def register() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=ConfigSchema)
-    cs.store(group="model", name="model_schema", node=ModelSchema)
-    cs.store(group="hardware", name="hardware_schema", node=HardwareSchema)
-    cs.store(group="parallel", name="parallel_schema", node=ParallelSchema)
+    for group, settings in (("model", ModelSettings), ("hardware", HardwareSettings), ("parallel", ParallelSettings),
+                            ("perf", PerfSettings), ("search", SearchSettings), ("slo", SloSettings)):
+        cs.store(group=group, name=f"{group}_schema", node=schema_of(settings))
     cs.store(group="dataset", name="dataset_schema", node=DatasetSchema)
-    cs.store(group="perf", name="perf_schema", node=PerfSchema)
-    cs.store(group="search", name="search_schema", node=schema_of(SearchSettings))
-    cs.store(group="slo", name="slo_schema", node=schema_of(SloSettings))
     for name in BACKENDS:
         cs.store(group="backend", name=f"{name}_schema", node=schema_of(backend_class(name).settings))
     register_schedulers()

@@ -4,6 +4,7 @@ which criterion (`slo.criterion`: the paper's quantiles, or DistServe's per-requ
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 
 from common.errors import HarnessError
 from engines.perf.queries import SLO_DECODE_BATCH, SLO_DECODE_CONTEXT, decode_iteration_time
@@ -33,11 +34,7 @@ def resolve_slo(s: SloSettings, model_name: str, perf=None) -> Slo:
             )
         tbt = s.table[model_name][s.kind]
     try:
-        return Slo(
-            tbt_s=float(tbt), tbt_quantile=s.tbt_quantile, scheduling_delay_s=s.scheduling_delay_s,
-            scheduling_delay_quantile=s.scheduling_delay_quantile, ttft_s=s.ttft_s, ttft_quantile=s.ttft_quantile,
-            min_goodput_fraction=s.min_goodput_fraction, tpot_s=s.tpot_s, criterion=s.criterion,
-            attainment=s.attainment,
-        )
+        # the settings' fields of the criterion's names (max_error_fraction is the search's: the plan sets it)
+        return Slo(**{**{f.name: getattr(s, f.name) for f in fields(Slo) if hasattr(s, f.name)}, "tbt_s": float(tbt)})
     except (TypeError, ValueError) as e:
         raise HarnessError(f"slo: {e}") from None

@@ -48,13 +48,6 @@ class JobResources:
         return f"{gpus}, {self.cpus_per_task} CPU(s), {self.timeout_min} min"
 
 
-def needs_gpus(config: ExperimentConfig, live_gpus: bool = True) -> bool:
-    """Whether the job's own servers run the model on GPUs (the backend says: a live job with vLLM or
-    the torch executor; `live_gpus=false` for CPU builds of them). The simulator, the perf-model
-    executor in real time and an endpoint somewhere else run on CPUs."""
-    return live_gpus and config.backend.runs_model_on_gpus
-
-
 def probes_per_search(search: SearchSettings) -> int:
     """The most probes one capacity search takes: bracket from start_qps to max_qps (or down to
     min_qps), then bisect a 2x bracket to rel_tol."""
@@ -86,7 +79,10 @@ def job_resources(config: ExperimentConfig, live_gpus: bool = True) -> JobResour
     search = config.search
     cpus = search.workers if search.workers > 1 and search.executor == "local" else 1
     timeout = time_limit_min(config)
-    if not needs_gpus(config, live_gpus):
+    # GPUs where the job's own servers run the model on them (the backend says: a live job with vLLM or
+    # the torch executor; `live_gpus=false` for CPU builds of them). The simulator, the perf-model
+    # executor in real time and an endpoint somewhere else run on CPUs.
+    if not (live_gpus and config.backend.runs_model_on_gpus):
         return JobResources(cpus_per_task=cpus, timeout_min=timeout)
     p, hw = config.parallel, config.hardware
     gpus = p.tp * p.pp * p.dp

@@ -14,7 +14,7 @@ from harness.planner.search import Evaluation
 from harness.planner.space import Candidate, Space, parallel_node
 from harness.planner.tasks import ProbeSummary, run_rate_task
 from harness.planner.units import unit_config
-from harness.experiment import ExperimentPlan, plan_experiment
+from harness.experiment import plan_experiment
 from harness.search.probe import ProbeTask
 from harness.settings.experiment import ExperimentConfig
 
@@ -56,10 +56,6 @@ def fleet_config(space: Space, c: Candidate, replicas: int) -> ExperimentConfig:
     return replace(config, search=search, cluster=replace(config.cluster, router=ROUTER))
 
 
-def fleet_plan(space: Space, c: Candidate, replicas: int) -> ExperimentPlan:
-    return plan_experiment(fleet_config(space, c, replicas))
-
-
 def check_winner(space: Space, win: Evaluation, target: float, log: Callable[[str], None]) -> list[ReplicaCheck]:
     """One probe of the winner's fleet at `target`; if it fails, one more with a replica more."""
     c = win.candidate
@@ -69,7 +65,7 @@ def check_winner(space: Space, win: Evaluation, target: float, log: Callable[[st
         log(f"  not checked: {replicas} replicas of {c.key} (DP ranks are simulated as one group only)")
         return out
     for r in (replicas, replicas + 1):
-        plan = fleet_plan(space, c, r)
+        plan = plan_experiment(fleet_config(space, c, r))
         log(f"  checking {r} replicas of {c.key} at {target:g} QPS ({plan.search.num_requests} requests)")
         out.append(ReplicaCheck(r, r * c.gpus, target, plan.search.num_requests,
                                 run_rate_task(ProbeTask(plan, c.scheduler, target))))

@@ -188,6 +188,11 @@ def _claim(base: Path) -> tuple[Path, Path]:
         return final, partial
 
 
+def broken_reason(e: BaseException) -> str:
+    """What a broken run's FAILED.txt says."""
+    return str(e) if isinstance(e, RunBroken) else "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+
+
 def broken_runs(results_dir: str | Path, experiment: str) -> list[tuple[Path, str]]:
     """Partial run directories of `experiment` that broke, newest first, with their reasons."""
     return broken(Path(results_dir) / experiment)

@@ -47,7 +47,7 @@ class Target:
         # the scheduler's entry as written: its knobs, then the engine's setting it carries
         knobs = ", ".join(f"{k}={v}" for k, v in (*self.scheduler.knobs, ("prefix_caching", self.engine.prefix_caching)))
         ranks = f" per rank (each of {self.plan.dp} DP ranks its own engine core)" if self.plan.dp > 1 else ""
-        cpu = str((self.perf_cfg or {}).get("cpu_costs") or "engine")
+        cpu = self.config.perf.cpu_costs or "engine"
         front = (f"; each token delivered after the API server's output processing (perf.cpu_costs={cpu})"
                  if frontend_costs(cpu) is not None else "")
         return (f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); "
@@ -95,7 +95,7 @@ def replay(target: Target, records: Sequence[RequestRecord], calibration: Calibr
         sim = simulate_vllm_dp(specs_of(records), [target.engine] * target.plan.dp, timer)
     else:
         sim = simulate(specs_of(records), make_engine(target.engine), timer, pp=target.plan.pp)
-    front = frontend_costs(str((target.perf_cfg or {}).get("cpu_costs") or "engine"))
+    front = frontend_costs(target.config.perf.cpu_costs or "engine")
     return sim if front is None else deliver(sim, front)  # the API server's output processing, where measured
 
 

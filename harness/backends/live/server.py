@@ -23,7 +23,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from common.errors import HarnessError
@@ -127,16 +127,10 @@ class LiveServerSpec:
     def server_config(self, port: int) -> ServerConfig:
         """The in-repo server's config for this spec."""
         try:
-            return ServerConfig(
-                model=self.model, served_model_name=self.name, host=self.host, port=port, scheduler=self.scheduler,
-                max_model_len=self.max_model_len, executor=self.executor, gpu=self.gpu, tp=self.tp,
-                stack=self.stack, attention_kernel=self.attention_kernel, weight_dtype=self.weight_dtype,
-                kv_dtype=self.kv_dtype, gpu_memory_utilization=self.gpu_memory_utilization, kv_capacity_tokens=self.kv_capacity_tokens,
-                block_size=self.block_size, prefix_caching=self.prefix_caching, time_scale=self.time_scale, seed=self.seed, role=self.role,
-                kv_link=self.kv_link, kv_transfer_lanes=self.kv_transfer_lanes, kv_transfer=self.kv_transfer,
-                attention_backend=self.attention_backend, cuda_graphs=self.cuda_graphs,
-                compile_elementwise=self.compile_elementwise,
-            )
+            # the spec's fields of the server's names; the API key goes by environment (launch), never a flag
+            mine = {f.name for f in fields(self)} - {"api_key"}
+            same = {f.name: getattr(self, f.name) for f in fields(ServerConfig) if f.name in mine}
+            return ServerConfig(**{**same, "served_model_name": self.name, "port": port})
         except ValueError as e:
             raise HarnessError(f"backend: {e}") from None
 
