@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """A test marked `alone` (its subject is the load generator's own timing against a live
-    server) runs with the other xdist worker idle, as in a serial run: from its setup to its
+    server) runs with the other xdist workers idle, as in a serial run: from its setup to its
     teardown it holds an exclusive lock, every other test a shared one (flock on files in the
     run's common temp directory; the turnstile keeps a stream of shared holders from starving it)."""
     basetemp = item.config.option.basetemp  # an xdist worker's: <the run's>/popen-gwK
