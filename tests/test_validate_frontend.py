@@ -3,7 +3,6 @@ every step, and on a CPU platform the scheduler's time in series with the model
 (engines/perf/cpu_costs.py, measured by scripts/vllm_cpu_costs.py; harness/validate/frontend.py)."""
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import numpy as np
@@ -17,6 +16,7 @@ from harness.validate.frontend import deliver, delivery_times
 from harness.config import config_for, experiment_config
 from harness.validate.replay import replay, specs_of, target_for
 from harness.validate.runfile import read_run
+from tests.runfiles import write_run_file
 
 CPU = ["model.name=tiny-llama", "hardware=cpu", "hardware.cpu_flops=3e11", "hardware.cpu_bandwidth=3e10",
        "perf.stack=ideal", "scheduler=sarathi", "scheduler.sarathi.token_budget=256",
@@ -25,15 +25,8 @@ PLUGIN = "perf.cpu_costs=vllm-0.32-cpu-plugin"
 
 
 def _run_file(tmp_path, n: int = 8):
-    rows = []
-    for i in range(n):
-        arrival = 0.004 * i
-        times = [round(arrival + 0.01 + 0.002 * k, 6) for k in range(20)]
-        rows.append({"request_id": i, "prompt_tokens": 100, "output_tokens": 20, "arrival_s": round(arrival, 6),
-                     "first_token_s": times[0], "last_token_s": times[-1], "token_times_s": times})
-    path = tmp_path / "run.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_run_file(tmp_path / "run.jsonl", n, gap_s=0.004, prompt_tokens=100, output_tokens=20,
+                          ttft_s=0.01, tpot_s=0.002)
 
 
 def test_the_api_server_takes_one_step_after_another():

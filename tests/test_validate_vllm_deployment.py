@@ -16,6 +16,7 @@ import pytest
 from harness.commands.main import main
 from harness.config import config_for, experiment_config
 from harness.validate.replay import replay, target_for
+from tests.runfiles import write_run_file
 from harness.validate.runfile import read_run
 from tests.cli import assert_refused
 
@@ -28,15 +29,8 @@ DP2 = ["model=qwen3-30b-a3b", "hardware=h100_80g", "parallel=dp2_ep", "scheduler
 def _run_file(tmp_path, n: int = 16):
     """`n` requests arriving 1 ms apart, each long enough (200 output tokens) that all are running
     together when the last one arrives."""
-    rows = []
-    for i in range(n):
-        arrival = 0.001 * i
-        times = [round(arrival + 0.1 + 0.02 * k, 6) for k in range(200)]
-        rows.append({"request_id": i, "prompt_tokens": 64, "output_tokens": 200, "arrival_s": round(arrival, 6),
-                     "first_token_s": times[0], "last_token_s": times[-1], "token_times_s": times})
-    path = tmp_path / "run.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_run_file(tmp_path / "run.jsonl", n, gap_s=0.001, prompt_tokens=64, output_tokens=200,
+                          ttft_s=0.1, tpot_s=0.02)
 
 
 def _most_running(records) -> int:
