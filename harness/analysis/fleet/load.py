@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.analysis.fleet.cells import NAME, fleet_cells
 from harness.analysis.loader import latest_per_cell, load_results, probes_of
-from harness.analysis.settings import differences
+from harness.analysis.settings import composed, judged
 
 
 def is_fleet_run(experiments: pd.Series) -> np.ndarray:
@@ -28,11 +28,8 @@ def is_fleet_run(experiments: pd.Series) -> np.ndarray:
 @lru_cache(maxsize=1)
 def cell_configs() -> dict[str, dict]:
     """Cell name -> its composed config (today's presets)."""
-    from omegaconf import OmegaConf
-
-    from harness.config import compose
-
-    return {c.name: OmegaConf.to_container(compose(list(c.overrides)), resolve=True) for c in fleet_cells()}
+    cells = fleet_cells()
+    return {c.name: cfg for c, cfg in zip(cells, composed(cells))}
 
 
 def judge(config: dict, cells: dict[str, dict] | None = None) -> str:
@@ -41,8 +38,7 @@ def judge(config: dict, cells: dict[str, dict] | None = None) -> str:
     if not re.match(NAME, name):  # every run of a results tree is judged: compose the cells for ours only
         return "not a fleet cell"
     cells = cell_configs() if cells is None else cells
-    cell = cells.get(name)
-    return "not a fleet cell" if cell is None else "; ".join(differences(config, cell))
+    return judged(config, cells.get(name), "not a fleet cell")
 
 
 @dataclass(frozen=True)

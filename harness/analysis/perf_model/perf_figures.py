@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from engines.perf import Deployment, PerfModel
 from engines.perf.queries import (
@@ -62,26 +62,11 @@ def _colors(n: int):
     return sns.color_palette("colorblind", max(n, 3))
 
 
-def _plain_log_axis(ax, axis: str = "x", base: int = 2) -> None:
-    """Log axis with plain-number tick labels (256, 1024, 4096 rather than 2^8 ...)."""
-    fmt = FuncFormatter(lambda v, _: f"{v:g}" if v < 1e5 else f"{v:.0e}")
-    if axis == "x":
-        ax.set_xscale("log", base=base)
-        ax.xaxis.set_major_formatter(fmt)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    else:
-        ax.set_yscale("log", base=base)
-        ax.yaxis.set_major_locator(LogLocator(base=base))
-        ax.yaxis.set_major_formatter(fmt)
-        ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _plain_log_y(ax) -> None:
-    """Log y axis labelled 0.1, 0.2, 0.5, 1, 2, 5, ... (no 10^k / 3x10^2 mathtext)."""
-    ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+def _plain_log_x(ax) -> None:
+    """Log-2 x axis with plain-number tick labels (256, 1024, 4096 rather than 2^8 ...)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}" if v < 1e5 else f"{v:.0e}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 # ------------------------------------------------------------------ (a) Figs 3/4
@@ -103,14 +88,14 @@ def fig_per_token_times(models: Mapping[str, PerfModel] | None = None, decode_co
         ax_d.plot(batches, per_decode_token, color=color, lw=2, label=f"{label}: decode")
         saturated = float(single_prefill_times(perf, [4096])[0]) / 4096 * _MS
         ax_d.axhline(saturated, color=color, ls="--", lw=1.2, label=f"{label}: prefill, 4k prompt")
-    _plain_log_axis(ax_p, "x")
-    _plain_log_y(ax_p)
+    _plain_log_x(ax_p)
+    style.plain_log(ax_p, "y")
     ax_p.set_xlabel("prompt length (tokens)")
     ax_p.set_ylabel("time per prompt token (ms)")
     ax_p.set_title("Prefill: per-token time vs prompt length")
     ax_p.legend(fontsize=8, loc="upper right")
-    _plain_log_axis(ax_d, "x")
-    _plain_log_y(ax_d)
+    _plain_log_x(ax_d)
+    style.plain_log(ax_d, "y")
     ax_d.set_xlabel("decode batch size (sequences)")
     ax_d.set_ylabel("time per generated token (ms)")
     ax_d.set_title(f"Decode: per-token time vs batch size ({decode_context} context)")
@@ -152,8 +137,8 @@ def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
     ax_u.set_xlabel("prefill chunk size (tokens)")
     ax_u.set_ylabel("added time per prompt token (µs)")
     ax_u.set_title("... per prompt token")
-    _plain_log_axis(ax_u, "x")
-    _plain_log_y(ax_u)
+    _plain_log_x(ax_u)
+    style.plain_log(ax_u, "y")
     ax_u.legend(fontsize=7.5, loc="upper right")
     fig.suptitle(f"Piggybacking prefill chunks on decodes: {label}, decodes at {decode_context} context", fontsize=12)
     fig.tight_layout()
@@ -180,7 +165,7 @@ def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decode
         ax.plot(chunks, separate, color=colors[1], lw=2, label="separate: decode iteration + prefill iteration")
         ax.plot(chunks, hybrid, color=colors[0], lw=2, label="hybrid: decodes + chunk in one iteration")
         ax.axhline(dec, color="0.3", ls=":", lw=1.4, label=f"decode iteration alone ({dec:.1f} ms)")
-        _plain_log_y(ax)
+        style.plain_log(ax, "y")
         ax.set_ylabel("time (ms)")
         ax.set_title(label)
         ax.legend(fontsize=7.5, loc="upper left")
@@ -190,7 +175,7 @@ def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decode
         ax_s.set_ylim(0, max(5.0, float(saved.max()) * 1.15))
         ax_s.set_ylabel("time saved by hybrid (%)")
         ax_s.set_xlabel("prefill chunk size (tokens)")
-        _plain_log_axis(ax_s, "x")
+        _plain_log_x(ax_s)
         ax_s.set_xlim(chunks[0], chunks[-1])
     fig.suptitle(f"Hybrid batching vs separate iterations: {decodes} decodes at {decode_context} context "
                  "+ one prefill chunk (Fig 9 analog)", fontsize=12)
@@ -214,7 +199,7 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
         whole = chunked_prefill_time(perf, p, p)
         over = [(chunked_prefill_time(perf, p, c) / whole - 1) * 100 for c in chunks]
         ax.plot(chunks, over, marker="o", ms=4, lw=1.8, color=color, label=f"{p // 1024}k-token prompt")
-    _plain_log_axis(ax, "x")
+    _plain_log_x(ax)
     ax.set_xticks(list(chunks))
     ax.axhline(0, color="0.3", lw=0.8)
     ax.set_xlabel("chunk size (tokens)")

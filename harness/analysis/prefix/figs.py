@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import NullFormatter
 
 from harness.analysis import style
 from harness.analysis.figures import PREFIX_RUN
@@ -74,13 +74,10 @@ def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
                         ax.axhline(float(b["capacity_qps"].iloc[0]), ls=line, color=style.scheduler_color(base),
                                    label=f"{style.scheduler_label(base)}, {tag}")
             ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
+            style.plain_log(ax, "y")
             ax.set_xticks([256, 512, 1024, 2048])
             ax.set_xticklabels(["256", "512", "1024", "2048"])
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-            ax.yaxis.set_minor_formatter(NullFormatter())
             slo_s = float(d["slo_tbt_s"].iloc[0])
             ax.set_title(f"{WORKLOAD_LABELS[w]} · {slo} (P99 TBT ≤ {slo_s:g} s)", fontsize=8)
             ax.set_xlabel("Sarathi-Serve token budget")

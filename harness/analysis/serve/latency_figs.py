@@ -2,8 +2,6 @@
 and P99 TBT vs load from the capacity searches' probes."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -15,15 +13,6 @@ from harness.analysis.loader import load_token_times
 
 PREFERRED_EXPERIMENTS = ("yi34b_tp2_strict", "mistral7b_strict")
 PREFERRED_DATASET = "openchat_sharegpt4"
-
-
-@dataclass(frozen=True)
-class StallPick:
-    run_dir: str
-    experiment: str
-    request_id: int
-    stall_s: float  # largest gap between consecutive tokens under the baseline
-    baseline: str
 
 
 def _max_gap(times) -> float:
