@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.fleet.cells import NAME, fleet_cells
-from harness.analysis.loader import latest_per_cell, load_results, probes_of
+from harness.analysis.loader import at_capacity, latest_per_cell, load_results, probes_of
 from harness.analysis.settings import composed, judged
 
 
@@ -58,11 +58,6 @@ def _read(results_dir: Path, cells: dict[str, dict] | None) -> tuple[pd.DataFram
     return runs, probes, off
 
 
-def _at_capacity(probes: pd.DataFrame, run_dir: str, scheduler: str, column: str) -> float:
-    p = probes[(probes["run_dir"] == run_dir) & (probes["scheduler"] == scheduler) & probes["is_capacity"].astype(bool)]
-    return float(p[column].iloc[0]) if len(p) and column in p else np.nan
-
-
 def rows_of(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["workload", "router", "tier", "policy", "capacity_qps", "hit_rate", "preemptions"])
@@ -71,8 +66,8 @@ def rows_of(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
     rows = pd.concat([runs.drop(columns=[c for c in parts.columns if c in runs]).reset_index(drop=True),
                       parts.reset_index(drop=True)], axis=1)
     rows = rows[rows["mode"] == "capacity"].copy()
-    rows["hit_rate"] = [_at_capacity(probes, d, s, "cache_token_hit_rate") for d, s in zip(rows["run_dir"], rows["scheduler"])]
-    rows["preemptions"] = [_at_capacity(probes, d, s, "num_preemptions") for d, s in zip(rows["run_dir"], rows["scheduler"])]
+    rows["hit_rate"] = [at_capacity(probes, d, s, "cache_token_hit_rate") for d, s in zip(rows["run_dir"], rows["scheduler"])]
+    rows["preemptions"] = [at_capacity(probes, d, s, "num_preemptions") for d, s in zip(rows["run_dir"], rows["scheduler"])]
     return rows.reset_index(drop=True)
 
 

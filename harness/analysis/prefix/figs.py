@@ -16,6 +16,7 @@ from matplotlib.ticker import NullFormatter
 
 from harness.analysis import style
 from harness.analysis.figures import PREFIX_RUN
+from harness.analysis.loader import at_capacity
 from harness.analysis.study import MissingResults
 from harness.analysis.tables import markdown
 
@@ -33,16 +34,9 @@ def prefix_rows(runs: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Da
     rows = pd.concat([runs.reset_index(drop=True), parts.reset_index(drop=True)], axis=1).dropna(subset=["workload"])
     rows = rows[rows["mode"] == "capacity"].copy()
     rows["cached"] = rows["cache"] == "cache"
-    rows["hit_rate"] = [_hit_rate(probes, r) for r in rows.itertuples()] if probes is not None else np.nan
+    rows["hit_rate"] = ([at_capacity(probes, r.run_dir, r.scheduler, "cache_token_hit_rate") for r in rows.itertuples()]
+                        if probes is not None else np.nan)
     return rows
-
-
-def _hit_rate(probes: pd.DataFrame, row) -> float:
-    if probes.empty or "cache_token_hit_rate" not in probes:
-        return np.nan
-    p = probes[(probes["run_dir"] == row.run_dir) & (probes["scheduler"] == row.scheduler)]
-    p = p[p["is_capacity"].astype(bool)]
-    return float(p["cache_token_hit_rate"].iloc[0]) if len(p) else np.nan
 
 
 def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
