@@ -6,17 +6,9 @@ PerfModel (analytical by default; pass a ProfilePerfModel to plot a measured pro
     save_all("figures/perf")          # -> list of PNG paths
     python -m harness.analysis.perf_model.perf_figures out_dir=figures/perf
 
-| function | shows | paper analog |
-| --- | --- | --- |
-| fig_per_token_times | per-token prefill time vs prompt length; per-token decode time vs batch size | Figs 3/4 |
-| fig_piggyback_cost | incremental cost of a prefill chunk added to a decode batch | Sec. 4 (piggybacking) |
-| fig_hybrid_vs_separate | one hybrid iteration (decodes + chunk) vs a decode and a prefill iteration | Fig 9 |
-| fig_chunking_overhead | total prefill time with chunking vs without, Yi-34B TP-2 | Fig 14 |
-| fig_tile_quantization | linear-layer time vs tokens 1..1024 (tile sawtooth) | Sec. 4.3 (tile quantization) |
-| fig_operator_fidelity | predicted vs measured operator times, per family (fidelity_figure.py) | — (issue 14) |
-
-Every function returns a matplotlib Figure (Agg backend, the harness's seaborn style from
-harness.analysis.style); close it with harness.analysis.style.close when done.
+Each figure of `FIGURES` (the paper figure or section it stands for: its title or docstring)
+returns a matplotlib Figure (Agg backend, harness.analysis.style's look); close it with
+harness.analysis.style.close.
 """
 from __future__ import annotations
 
@@ -112,7 +104,7 @@ def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
     """Incremental time of adding a prefill chunk of c tokens to an iteration that already runs
     b decodes (t(b decodes + chunk) - t(b decodes)), against running the chunk on its own.
     The decodes already pay for streaming the weights, so small chunks ride along cheaply:
-    Sarathi-Serve's piggybacking argument."""
+    Sarathi-Serve's piggybacking argument (Sec. 4)."""
     if perf is None:
         label, perf = next(iter(default_models().items()))
     label = label or perf.deployment.describe()
@@ -213,7 +205,7 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
 
 # ------------------------------------------------------------------ (e) tile quantization
 def fig_tile_quantization(perf: PerfModel | None = None, label: str | None = None, max_tokens: int = 1024) -> Figure:
-    """Linear-layer time of one layer vs tokens in the batch: GEMMs run on whole 128-row tiles,
+    """Linear-layer time of one layer vs tokens in the batch (Sec. 4.3): GEMMs run on whole 128-row tiles,
     so time steps up just past every multiple of the tile (257 tokens pay for 384) and the cost
     per token is a sawtooth. The dashed line is the same roofline without tiles (analytical
     models only)."""
