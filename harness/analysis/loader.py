@@ -100,30 +100,34 @@ def _has_layout(cluster: dict) -> bool:
     return bool(cluster.get("prefill_instances") or cluster.get("decode_instances") or cluster.get("replicas"))
 
 
-def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> dict:
+def deployment_fields(config: dict) -> dict:
+    """model, gpu, tp, pp, parallel, instances and dataset of a run's saved config.yaml."""
     par = config.get("parallel") or {}
     tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
+    return {"model": (config.get("model") or {}).get("name"), "gpu": (config.get("hardware") or {}).get("gpu"),
+            "tp": tp, "pp": pp, "parallel": parallel_name(tp, pp),
+            "instances": int((config.get("cluster") or {}).get("instances", 1)),
+            "dataset": (config.get("dataset") or {}).get("name")}
+
+
+def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> dict:
+    deployment = deployment_fields(config)
+    tp, pp, instances = deployment["tp"], deployment["pp"], deployment["instances"]
     slo = summary.get("slo") or {}
     workload = summary.get("workload") or {}
     cluster = config.get("cluster") or {}
-    instances = int(cluster.get("instances", 1))
     return {
         "experiment": summary.get("experiment", r.experiment),
         "run": r.run,
         "run_dir": str(r.path),
         "timestamp": pd.to_datetime(summary.get("created"), utc=True, errors="coerce"),
-        "model": (config.get("model") or {}).get("name"),
-        "gpu": (config.get("hardware") or {}).get("gpu"),
-        "tp": tp,
-        "pp": pp,
-        "parallel": parallel_name(tp, pp),
-        "instances": instances,
+        **deployment,
         "router": str(cluster.get("router", "round_robin")),
         # a disaggregated or mixed cluster's instances (its summary says them; '' for replicas of one deployment)
         "layout": str((summary.get("cluster") or {}).get("layout") or "") if _has_layout(cluster) else "",
         "num_gpus": int(summary.get("num_gpus") or tp * pp * instances),  # saved since goodput per GPU
         "deployment": summary.get("deployment"),
-        "dataset": workload.get("dataset") or (config.get("dataset") or {}).get("name"),
+        "dataset": workload.get("dataset") or deployment["dataset"],
         "num_requests": workload.get("num_requests"),
         "slo_kind": slo.get("kind"),
         "slo_tbt_s": slo.get("tbt_s"),
@@ -131,7 +135,7 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         "slo_delay_s": slo.get("scheduling_delay_s"),
         # "capacity" (a search per scheduler) or "fixed_rate" (one probe per scheduler at one QPS)
         "mode": summary.get("mode", "capacity"),
-        "fixed_qps": _nan_if_none((config.get("search") or {}).get("fixed_qps")),
+        "fixed_qps": nan_if_none((config.get("search") or {}).get("fixed_qps")),
         "seed": summary.get("seed"),
         "git_commit": summary.get("git_commit"),
         "backend": summary.get("backend"),
@@ -141,7 +145,7 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
     }
 
 
-def _nan_if_none(x):
+def nan_if_none(x):
     return float("nan") if x is None else x
 
 
@@ -165,8 +169,8 @@ def _scheduler_fields(name: str, s: dict) -> dict:
     return {
         "scheduler": name,
         "policy": cfg.get("policy", name),
-        "token_budget": _nan_if_none(cfg.get("token_budget")),
-        "max_num_seqs": _nan_if_none(cfg.get("max_num_seqs")),
+        "token_budget": nan_if_none(cfg.get("token_budget")),
+        "max_num_seqs": nan_if_none(cfg.get("max_num_seqs")),
         "capacity_qps": float(s["capacity_qps"]),
         "bracket_lo_qps": float(s["capacity_qps"]),
         # JSON has no infinity: the CLI writes null when nothing failed (saturated search).
@@ -178,8 +182,8 @@ def _scheduler_fields(name: str, s: dict) -> dict:
         "num_seeds": len(rep.get("seeds") or []) or 1,
         "capacity_mean_qps": float(rep.get("mean_qps", s["capacity_qps"])),
         "capacity_std_qps": float(rep.get("std_qps", 0.0)),
-        "capacity_ttft_p99_s": _nan_if_none(cap.get("ttft_p99_s")),
-        "capacity_completed_per_s": _nan_if_none(cap.get("request_throughput")),
+        "capacity_ttft_p99_s": nan_if_none(cap.get("ttft_p99_s")),
+        "capacity_completed_per_s": nan_if_none(cap.get("request_throughput")),
         "capacity_starvation": _starvation_of(cap),
     }
 
@@ -208,6 +212,14 @@ def probes_of(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
     return probes[mask].reset_index(drop=True)
 
 
+def at_capacity(probes: pd.DataFrame, run_dir: str, scheduler: str, column: str) -> float:
+    """`column` of the probe at the capacity of `scheduler` in the run at `run_dir` (NaN without one)."""
+    if probes.empty or column not in probes:
+        return np.nan
+    p = probes[(probes["run_dir"] == run_dir) & (probes["scheduler"] == scheduler) & probes["is_capacity"].astype(bool)]
+    return float(p[column].iloc[0]) if len(p) else np.nan
+
+
 def _collect(results_dir: str | Path, judge: Judge | None) -> tuple[list[dict], list[dict]]:
     """Every run read once: (run rows, probe rows), oldest run first."""
     run_rows, probe_rows = [], []
@@ -220,7 +232,7 @@ def _collect(results_dir: str | Path, judge: Judge | None) -> tuple[list[dict], 
             seeds = [(base["seed"], s)] + [(x.get("seed"), x) for x in (s.get("repeats") or {}).get("runs", [])]
             for seed, search in seeds:
                 for i, p in enumerate(search.get("probes") or []):
-                    probe = {c: _nan_if_none(p.get(c)) for c in PROBE_COLUMNS}
+                    probe = {c: nan_if_none(p.get(c)) for c in PROBE_COLUMNS}
                     is_cap = bool(p.get("passed")) and p.get("qps") == search.get("capacity_qps")
                     probe_rows.append({**base, **sched, **probe, "seed": seed, "run_seed": base["seed"],
                                        "probe_index": i, "is_capacity": is_cap})

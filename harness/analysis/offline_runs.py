@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from harness.analysis.loader import find_runs, parallel_name
+from harness.analysis.loader import deployment_fields, find_runs, nan_if_none
 
 METRICS = ("completed", "makespan_s", "token_throughput", "output_token_throughput", "request_throughput",
            "iterations", "prefill_only", "decode_only", "hybrid", "hybrid_time_share", "decodes_per_hybrid",
@@ -17,10 +17,6 @@ METRICS = ("completed", "makespan_s", "token_throughput", "output_token_throughp
 COLUMNS = ("experiment", "run", "run_dir", "git_commit", "backend", "model", "gpu", "tp", "pp", "parallel", "instances",
            "dataset", "sequence_length", "pd_ratio", "scheduler", "policy", "batch", "chunk_size", "tile_tokens", "baseline",
            "gain", *METRICS, "bubble_share", "bubble_quantiles_s", "results_from", "config")
-
-
-def _float(v):
-    return float("nan") if v is None else v
 
 
 def load_offline(results_dir: str | Path) -> pd.DataFrame:
@@ -33,22 +29,16 @@ def load_offline(results_dir: str | Path) -> pd.DataFrame:
             continue
         config = yaml.safe_load((r.path / "config.yaml").read_text()) or {}
         synthetic = (config.get("dataset") or {}).get("synthetic") or {}
-        par = config.get("parallel") or {}
         for name, s in summary.get("offline", {}).items():
             knobs = s.get("config") or {}
             rows.append({
                 "experiment": summary.get("experiment", r.experiment), "run": r.run, "run_dir": str(r.path),
-                "git_commit": summary.get("git_commit"), "backend": summary.get("backend"),
-                "model": (config.get("model") or {}).get("name"), "gpu": (config.get("hardware") or {}).get("gpu"),
-                "tp": int(par.get("tp", 1)), "pp": int(par.get("pp", 1)),
-                "parallel": parallel_name(int(par.get("tp", 1)), int(par.get("pp", 1))),
-                "dataset": (config.get("dataset") or {}).get("name"),
-                "instances": int((config.get("cluster") or {}).get("instances", 1)),
+                "git_commit": summary.get("git_commit"), "backend": summary.get("backend"), **deployment_fields(config),
                 "sequence_length": synthetic.get("sequence_length"), "pd_ratio": synthetic.get("pd_ratio"),
                 "scheduler": name, "policy": knobs.get("policy", name), "batch": knobs.get("max_num_seqs"),
                 "chunk_size": knobs.get("chunk_size"), "tile_tokens": knobs.get("tile_tokens"),
-                "baseline": summary.get("baseline"), "gain": _float((summary.get("gains") or {}).get(name)),
-                **{m: _float(s.get(m)) for m in METRICS}, "bubble_share": s.get("bubble_share") or {},
+                "baseline": summary.get("baseline"), "gain": nan_if_none((summary.get("gains") or {}).get(name)),
+                **{m: nan_if_none(s.get(m)) for m in METRICS}, "bubble_share": s.get("bubble_share") or {},
                 "bubble_quantiles_s": s.get("bubble_quantiles_s") or {},
                 "results_from": str(r.path.parent.parent), "config": config})
     return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -27,17 +27,7 @@ def _figures_section(outcomes: tuple[FigureOutcome, ...], figures_dir: Path) -> 
     if not outcomes:
         return out + ["Not drawn in this file (its tables only): `python -m harness report results_dir=...` draws every "
                       "figure of these runs into figures/ and writes figures/REPORT.md beside them.", ""]
-    for o in outcomes:
-        out.append(f"### {o.title}")
-        out.append("")
-        if o.path is None:
-            out.append(f"_Skipped: {o.skipped}._")
-        else:
-            out.append(f"![{o.title}]({tables.rel(o.path, figures_dir)})")
-            if o.caption:
-                out += ["", o.caption]
-        out.append("")
-    return out
+    return out + [line for o in outcomes for line in tables.figure_lines(o, figures_dir)]
 
 
 def source_of(inputs: Inputs, figures_dir: str | Path, head_commit: str | None = None, stamp: bool = True,

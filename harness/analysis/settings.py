@@ -35,25 +35,30 @@ def cell_key(config: Mapping) -> tuple[str | None, str | None]:
     return config.get("name"), (config.get("dataset") or {}).get("name")
 
 
+def composed(cells) -> list[dict]:
+    """Each cell's config (anything with `overrides`), composed with today's presets. The one
+    place analysis composes: harness.config registers the whole schema, backends' included."""
+    from omegaconf import OmegaConf
+
+    from harness.config import compose
+
+    return [OmegaConf.to_container(compose(list(c.overrides)), resolve=True) for c in cells]
+
+
 @lru_cache(maxsize=1)
 def paper_cell_configs() -> Mapping[tuple, dict]:
     """(experiment name, dataset) -> the composed config of that paper cell, with today's presets."""
-    from omegaconf import OmegaConf
-
     from harness.analysis.matrix import paper_matrix
-    from harness.config import compose
 
-    out = {}
-    for cell in paper_matrix():
-        cfg = OmegaConf.to_container(compose(list(cell.overrides)), resolve=True)
-        out[cell_key(cfg)] = cfg
-    return out
+    return {cell_key(cfg): cfg for cfg in composed(paper_matrix())}
+
+
+def judged(config: Mapping, cell: Mapping | None, not_a_cell: str = NOT_A_CELL) -> str:
+    """"" when `config` is at `cell`'s settings, else why not (`not_a_cell` where it has no cell)."""
+    return not_a_cell if cell is None else "; ".join(differences(config, cell))
 
 
 def judge(config: Mapping, cells: Mapping[tuple, dict] | None = None) -> str:
     """"" when `config` (a run's saved config.yaml) is at its paper cell's settings, else why not."""
     cells = paper_cell_configs() if cells is None else cells
-    cell = cells.get(cell_key(config))
-    if cell is None:
-        return NOT_A_CELL
-    return "; ".join(differences(config, cell))
+    return judged(config, cells.get(cell_key(config)))

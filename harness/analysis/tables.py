@@ -106,3 +106,17 @@ def score(df: pd.DataFrame) -> str:
 def rel(path: Path, start: Path) -> str:
     """`path` relative to `start`, with forward slashes: a link in a markdown file under `start`."""
     return Path(os.path.relpath(path, start)).as_posix()
+
+
+def figure_lines(o, figures_dir: Path, heading: str = "###") -> list[str]:
+    """A figure outcome (harness.analysis.figures.FigureOutcome) under its title: the image and its
+    caption, or why it was skipped."""
+    if o.path is None:
+        return [f"{heading} {o.title}", "", f"_Skipped: {o.skipped}._", ""]
+    return [f"{heading} {o.title}", "", f"![{o.title}]({rel(o.path, figures_dir)})", *(["", o.caption] if o.caption else []), ""]
+
+
+def left_out_markdown(left_out: pd.DataFrame, header: Sequence[str]) -> str:
+    """The runs a study left out (one row each, the last column why)."""
+    return markdown([tuple(r) for r in left_out.itertuples(index=False)], header)
+

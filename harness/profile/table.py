@@ -5,13 +5,7 @@
    measurement, columns `op, num_tokens, context_len, batch_size, tp, time_s` (median seconds,
    one layer, one GPU = one TP rank's shard, no collectives), cells a given op does not use left
    empty, and provenance columns the reader ignores: `time_s_min, repeats, model, device, dtype`.
-
-   | op | coordinates | what is timed |
-   | --- | --- | --- |
-   | `linear` | num_tokens | the layer's GEMMs: QKV, attention output, MLP up(+gate), MLP down |
-   | `elementwise` | num_tokens | norms with their residual adds, rotary, MLP activation, KV-cache write |
-   | `attention_prefill` | num_tokens, context_len | one sequence's chunk of num_tokens over context_len cached tokens |
-   | `attention_decode` | batch_size, context_len | batch_size sequences decoding one token each over context_len |
+   What each op times: profile_format.md.
 
 2. Whole iterations, `<out>.iterations.csv` (for checking the model's end-to-end predictions):
    `op` (always `iteration`), `phase`, `num_tokens`, `context_len`, `batch_size`, `tp`, `time_s`

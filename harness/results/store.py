@@ -77,34 +77,26 @@ def provenance() -> dict:
 
 def records_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
     """Scalar per-request columns (token times summarized), plus constant `columns` (scheduler, qps)."""
-    tbt_max = [float(np.max(np.diff(r.token_times_s))) if len(r.token_times_s) > 1 else np.nan for r in records]
-    df = pd.DataFrame(
-        {
-            "request_id": [r.request_id for r in records],
-            "arrival_s": [r.arrival_s for r in records],
-            "prompt_len": [r.prompt_len for r in records],
-            "output_len": [r.output_len for r in records],
-            "dispatched_s": [r.dispatched_s for r in records],
-            "first_scheduled_s": [r.first_scheduled_s for r in records],
-            "first_token_s": [r.first_token_s for r in records],
-            "finished_s": [r.finished_s for r in records],
-            "num_tokens": [len(r.token_times_s) for r in records],
-            "tbt_max_s": tbt_max,
-            "num_preemptions": [r.num_preemptions for r in records],
-            "cached_tokens": [r.cached_tokens for r in records],
-            "error": [r.error for r in records],
-            "error_kind": [error_kind(r.error) for r in records],
-        }
-    )
-    for i, (k, v) in enumerate(columns.items()):
-        df.insert(i, k, v)
-    return df
+    def field(*names: str) -> dict[str, list]:
+        return {n: [getattr(r, n) for r in records] for n in names}
+
+    return _leading(pd.DataFrame({
+        **field("request_id", "arrival_s", "prompt_len", "output_len", "dispatched_s", "first_scheduled_s",
+                "first_token_s", "finished_s"),
+        "num_tokens": [len(r.token_times_s) for r in records],
+        "tbt_max_s": [float(np.max(np.diff(r.token_times_s))) if len(r.token_times_s) > 1 else np.nan for r in records],
+        **field("num_preemptions", "cached_tokens", "error"),
+        "error_kind": [error_kind(r.error) for r in records],
+    }), columns)
 
 
 def token_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
-    df = pd.DataFrame(
-        {"request_id": [r.request_id for r in records], "token_times_s": [r.token_times_s.tolist() for r in records]}
-    )
+    return _leading(pd.DataFrame({"request_id": [r.request_id for r in records],
+                                  "token_times_s": [r.token_times_s.tolist() for r in records]}), columns)
+
+
+def _leading(df: pd.DataFrame, columns: dict) -> pd.DataFrame:
+    """`df` with constant `columns` (scheduler, qps) first, in their order."""
     for i, (k, v) in enumerate(columns.items()):
         df.insert(i, k, v)
     return df

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.fleet.cells import NAME, fleet_cells
-from harness.analysis.loader import latest_per_cell, load_results, probes_of
-from harness.analysis.settings import differences
+from harness.analysis.loader import at_capacity, latest_per_cell, load_results, probes_of
+from harness.analysis.settings import composed, judged
 
 
 def is_fleet_run(experiments: pd.Series) -> np.ndarray:
@@ -28,11 +28,8 @@ def is_fleet_run(experiments: pd.Series) -> np.ndarray:
 @lru_cache(maxsize=1)
 def cell_configs() -> dict[str, dict]:
     """Cell name -> its composed config (today's presets)."""
-    from omegaconf import OmegaConf
-
-    from harness.config import compose
-
-    return {c.name: OmegaConf.to_container(compose(list(c.overrides)), resolve=True) for c in fleet_cells()}
+    cells = fleet_cells()
+    return {c.name: cfg for c, cfg in zip(cells, composed(cells))}
 
 
 def judge(config: dict, cells: dict[str, dict] | None = None) -> str:
@@ -41,8 +38,7 @@ def judge(config: dict, cells: dict[str, dict] | None = None) -> str:
     if not re.match(NAME, name):  # every run of a results tree is judged: compose the cells for ours only
         return "not a fleet cell"
     cells = cell_configs() if cells is None else cells
-    cell = cells.get(name)
-    return "not a fleet cell" if cell is None else "; ".join(differences(config, cell))
+    return judged(config, cells.get(name), "not a fleet cell")
 
 
 @dataclass(frozen=True)
@@ -62,11 +58,6 @@ def _read(results_dir: Path, cells: dict[str, dict] | None) -> tuple[pd.DataFram
     return runs, probes, off
 
 
-def _at_capacity(probes: pd.DataFrame, run_dir: str, scheduler: str, column: str) -> float:
-    p = probes[(probes["run_dir"] == run_dir) & (probes["scheduler"] == scheduler) & probes["is_capacity"].astype(bool)]
-    return float(p[column].iloc[0]) if len(p) and column in p else np.nan
-
-
 def rows_of(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["workload", "router", "tier", "policy", "capacity_qps", "hit_rate", "preemptions"])
@@ -75,8 +66,8 @@ def rows_of(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:
     rows = pd.concat([runs.drop(columns=[c for c in parts.columns if c in runs]).reset_index(drop=True),
                       parts.reset_index(drop=True)], axis=1)
     rows = rows[rows["mode"] == "capacity"].copy()
-    rows["hit_rate"] = [_at_capacity(probes, d, s, "cache_token_hit_rate") for d, s in zip(rows["run_dir"], rows["scheduler"])]
-    rows["preemptions"] = [_at_capacity(probes, d, s, "num_preemptions") for d, s in zip(rows["run_dir"], rows["scheduler"])]
+    rows["hit_rate"] = [at_capacity(probes, d, s, "cache_token_hit_rate") for d, s in zip(rows["run_dir"], rows["scheduler"])]
+    rows["preemptions"] = [at_capacity(probes, d, s, "num_preemptions") for d, s in zip(rows["run_dir"], rows["scheduler"])]
     return rows.reset_index(drop=True)
 
 

@@ -80,14 +80,11 @@ def section(results: FleetResults, outcomes: tuple[FigureOutcome, ...], figures_
               "the day's peak is today's fleet's capacity (load only, Sarathi-Serve, GPU only): "
               + ", ".join(f"{w} {_num(v)} QPS" for w, v in peaks.items()) + ". A capacity marked ! looks starved.", ""]
     for o in outcomes:
-        lines += [f"### {o.title}", ""]
-        lines += ([f"_Skipped: {o.skipped}._"] if o.path is None else
-                  [f"![{o.title}]({tables.rel(o.path, figures_dir)})", "", o.caption])
-        lines.append("")
+        lines += tables.figure_lines(o, figures_dir)
     lines += [table_markdown(table), "", *answers(table), ""]
     if not results.left_out.empty:
         lines += [f"{len(results.left_out)} fleet run(s) left out, not at their cell's settings:", "",
-                  tables.markdown([tuple(r) for r in results.left_out.itertuples(index=False)], ("experiment", "run", "why")), ""]
+                  tables.left_out_markdown(results.left_out, ("experiment", "run", "why")), ""]
     return lines
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from harness.analysis import style
+from harness.analysis import style, tables
 from harness.analysis.study import MissingResults
 from harness.analysis.pd.matrix import PD_CRITERIA, PD_TTFT_MULTIPLIERS, PD_TTFT_PROMPT, pd_layouts
 
@@ -106,11 +106,8 @@ def pd_table(runs: pd.DataFrame) -> pd.DataFrame:
 def pd_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "_No prefill/decode study runs._"
-    cols = list(table.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-    for row in table.itertuples(index=False):
-        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
+    return tables.markdown([tuple(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row)
+                            for row in table.itertuples(index=False)], tuple(table.columns))
 
 
 DISTSERVE_FILE = Path(__file__).resolve().parents[3] / "data" / "paper" / "distserve_osdi24.yaml"

@@ -6,17 +6,9 @@ PerfModel (analytical by default; pass a ProfilePerfModel to plot a measured pro
     save_all("figures/perf")          # -> list of PNG paths
     python -m harness.analysis.perf_model.perf_figures out_dir=figures/perf
 
-| function | shows | paper analog |
-| --- | --- | --- |
-| fig_per_token_times | per-token prefill time vs prompt length; per-token decode time vs batch size | Figs 3/4 |
-| fig_piggyback_cost | incremental cost of a prefill chunk added to a decode batch | Sec. 4 (piggybacking) |
-| fig_hybrid_vs_separate | one hybrid iteration (decodes + chunk) vs a decode and a prefill iteration | Fig 9 |
-| fig_chunking_overhead | total prefill time with chunking vs without, Yi-34B TP-2 | Fig 14 |
-| fig_tile_quantization | linear-layer time vs tokens 1..1024 (tile sawtooth) | Sec. 4.3 (tile quantization) |
-| fig_operator_fidelity | predicted vs measured operator times, per family (fidelity_figure.py) | — (issue 14) |
-
-Every function returns a matplotlib Figure (Agg backend, the harness's seaborn style from
-harness.analysis.style); close it with harness.analysis.style.close when done.
+Each figure of `FIGURES` (the paper figure or section it stands for: its title or docstring)
+returns a matplotlib Figure (Agg backend, harness.analysis.style's look); close it with
+harness.analysis.style.close.
 """
 from __future__ import annotations
 
@@ -26,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from engines.perf import Deployment, PerfModel
 from engines.perf.queries import (
@@ -62,26 +54,11 @@ def _colors(n: int):
     return sns.color_palette("colorblind", max(n, 3))
 
 
-def _plain_log_axis(ax, axis: str = "x", base: int = 2) -> None:
-    """Log axis with plain-number tick labels (256, 1024, 4096 rather than 2^8 ...)."""
-    fmt = FuncFormatter(lambda v, _: f"{v:g}" if v < 1e5 else f"{v:.0e}")
-    if axis == "x":
-        ax.set_xscale("log", base=base)
-        ax.xaxis.set_major_formatter(fmt)
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    else:
-        ax.set_yscale("log", base=base)
-        ax.yaxis.set_major_locator(LogLocator(base=base))
-        ax.yaxis.set_major_formatter(fmt)
-        ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _plain_log_y(ax) -> None:
-    """Log y axis labelled 0.1, 0.2, 0.5, 1, 2, 5, ... (no 10^k / 3x10^2 mathtext)."""
-    ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+def _plain_log_x(ax) -> None:
+    """Log-2 x axis with plain-number tick labels (256, 1024, 4096 rather than 2^8 ...)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}" if v < 1e5 else f"{v:.0e}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 # ------------------------------------------------------------------ (a) Figs 3/4
@@ -103,14 +80,14 @@ def fig_per_token_times(models: Mapping[str, PerfModel] | None = None, decode_co
         ax_d.plot(batches, per_decode_token, color=color, lw=2, label=f"{label}: decode")
         saturated = float(single_prefill_times(perf, [4096])[0]) / 4096 * _MS
         ax_d.axhline(saturated, color=color, ls="--", lw=1.2, label=f"{label}: prefill, 4k prompt")
-    _plain_log_axis(ax_p, "x")
-    _plain_log_y(ax_p)
+    _plain_log_x(ax_p)
+    style.plain_log(ax_p, "y")
     ax_p.set_xlabel("prompt length (tokens)")
     ax_p.set_ylabel("time per prompt token (ms)")
     ax_p.set_title("Prefill: per-token time vs prompt length")
     ax_p.legend(fontsize=8, loc="upper right")
-    _plain_log_axis(ax_d, "x")
-    _plain_log_y(ax_d)
+    _plain_log_x(ax_d)
+    style.plain_log(ax_d, "y")
     ax_d.set_xlabel("decode batch size (sequences)")
     ax_d.set_ylabel("time per generated token (ms)")
     ax_d.set_title(f"Decode: per-token time vs batch size ({decode_context} context)")
@@ -127,7 +104,7 @@ def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
     """Incremental time of adding a prefill chunk of c tokens to an iteration that already runs
     b decodes (t(b decodes + chunk) - t(b decodes)), against running the chunk on its own.
     The decodes already pay for streaming the weights, so small chunks ride along cheaply:
-    Sarathi-Serve's piggybacking argument."""
+    Sarathi-Serve's piggybacking argument (Sec. 4)."""
     if perf is None:
         label, perf = next(iter(default_models().items()))
     label = label or perf.deployment.describe()
@@ -152,8 +129,8 @@ def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
     ax_u.set_xlabel("prefill chunk size (tokens)")
     ax_u.set_ylabel("added time per prompt token (µs)")
     ax_u.set_title("... per prompt token")
-    _plain_log_axis(ax_u, "x")
-    _plain_log_y(ax_u)
+    _plain_log_x(ax_u)
+    style.plain_log(ax_u, "y")
     ax_u.legend(fontsize=7.5, loc="upper right")
     fig.suptitle(f"Piggybacking prefill chunks on decodes: {label}, decodes at {decode_context} context", fontsize=12)
     fig.tight_layout()
@@ -180,7 +157,7 @@ def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decode
         ax.plot(chunks, separate, color=colors[1], lw=2, label="separate: decode iteration + prefill iteration")
         ax.plot(chunks, hybrid, color=colors[0], lw=2, label="hybrid: decodes + chunk in one iteration")
         ax.axhline(dec, color="0.3", ls=":", lw=1.4, label=f"decode iteration alone ({dec:.1f} ms)")
-        _plain_log_y(ax)
+        style.plain_log(ax, "y")
         ax.set_ylabel("time (ms)")
         ax.set_title(label)
         ax.legend(fontsize=7.5, loc="upper left")
@@ -190,7 +167,7 @@ def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decode
         ax_s.set_ylim(0, max(5.0, float(saved.max()) * 1.15))
         ax_s.set_ylabel("time saved by hybrid (%)")
         ax_s.set_xlabel("prefill chunk size (tokens)")
-        _plain_log_axis(ax_s, "x")
+        _plain_log_x(ax_s)
         ax_s.set_xlim(chunks[0], chunks[-1])
     fig.suptitle(f"Hybrid batching vs separate iterations: {decodes} decodes at {decode_context} context "
                  "+ one prefill chunk (Fig 9 analog)", fontsize=12)
@@ -214,7 +191,7 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
         whole = chunked_prefill_time(perf, p, p)
         over = [(chunked_prefill_time(perf, p, c) / whole - 1) * 100 for c in chunks]
         ax.plot(chunks, over, marker="o", ms=4, lw=1.8, color=color, label=f"{p // 1024}k-token prompt")
-    _plain_log_axis(ax, "x")
+    _plain_log_x(ax)
     ax.set_xticks(list(chunks))
     ax.axhline(0, color="0.3", lw=0.8)
     ax.set_xlabel("chunk size (tokens)")
@@ -228,7 +205,7 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
 
 # ------------------------------------------------------------------ (e) tile quantization
 def fig_tile_quantization(perf: PerfModel | None = None, label: str | None = None, max_tokens: int = 1024) -> Figure:
-    """Linear-layer time of one layer vs tokens in the batch: GEMMs run on whole 128-row tiles,
+    """Linear-layer time of one layer vs tokens in the batch (Sec. 4.3): GEMMs run on whole 128-row tiles,
     so time steps up just past every multiple of the tile (257 tokens pay for 384) and the cost
     per token is a sawtooth. The dashed line is the same roofline without tiles (analytical
     models only)."""

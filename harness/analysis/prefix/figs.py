@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import NullFormatter
 
 from harness.analysis import style
 from harness.analysis.figures import PREFIX_RUN
+from harness.analysis.loader import at_capacity
 from harness.analysis.study import MissingResults
 from harness.analysis.tables import markdown
 
@@ -33,16 +34,9 @@ def prefix_rows(runs: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.Da
     rows = pd.concat([runs.reset_index(drop=True), parts.reset_index(drop=True)], axis=1).dropna(subset=["workload"])
     rows = rows[rows["mode"] == "capacity"].copy()
     rows["cached"] = rows["cache"] == "cache"
-    rows["hit_rate"] = [_hit_rate(probes, r) for r in rows.itertuples()] if probes is not None else np.nan
+    rows["hit_rate"] = ([at_capacity(probes, r.run_dir, r.scheduler, "cache_token_hit_rate") for r in rows.itertuples()]
+                        if probes is not None else np.nan)
     return rows
-
-
-def _hit_rate(probes: pd.DataFrame, row) -> float:
-    if probes.empty or "cache_token_hit_rate" not in probes:
-        return np.nan
-    p = probes[(probes["run_dir"] == row.run_dir) & (probes["scheduler"] == row.scheduler)]
-    p = p[p["is_capacity"].astype(bool)]
-    return float(p["cache_token_hit_rate"].iloc[0]) if len(p) else np.nan
 
 
 def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
@@ -74,13 +68,10 @@ def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
                         ax.axhline(float(b["capacity_qps"].iloc[0]), ls=line, color=style.scheduler_color(base),
                                    label=f"{style.scheduler_label(base)}, {tag}")
             ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
+            style.plain_log(ax, "y")
             ax.set_xticks([256, 512, 1024, 2048])
             ax.set_xticklabels(["256", "512", "1024", "2048"])
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-            ax.yaxis.set_minor_formatter(NullFormatter())
             slo_s = float(d["slo_tbt_s"].iloc[0])
             ax.set_title(f"{WORKLOAD_LABELS[w]} · {slo} (P99 TBT ≤ {slo_s:g} s)", fontsize=8)
             ax.set_xlabel("Sarathi-Serve token budget")

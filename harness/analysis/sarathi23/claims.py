@@ -13,7 +13,7 @@ arithmetic (engines/perf/queries.py); the others read the offline runs (sarathi2
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -172,8 +172,7 @@ def _priced(c: Claim, suffix: str) -> Claim:
     """The claim read from the pipeline cells of another CPU-cost choice (their names + `suffix`)."""
     params = {k: ({**v, "experiment": v["experiment"] + suffix} if k in ("numerator", "denominator") else v)
               for k, v in c.params.items()}
-    return Claim(c.id, c.claim, c.source, c.kind, c.value, c.tolerance, MappingProxyType(params), c.note,
-                 c.tolerance_reason, c.sense, c.role)
+    return replace(c, params=MappingProxyType(params))
 
 
 def pipeline_table(claims: tuple[Claim, ...], runs: pd.DataFrame, choices: Mapping[str, str]) -> pd.DataFrame:

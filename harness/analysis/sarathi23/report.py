@@ -5,7 +5,6 @@ known; a claim whose run is missing says so."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -128,7 +127,7 @@ def section(drawn: StudyRuns, study: Study, outcomes: tuple[FigureOutcome, ...],
              "performance model as the Sarathi-Serve study above, with the paper's engine priced as "
              "`perf.stack=sarathi-2023`: its attention from the paper's own operator table (two of its three batches "
              "are the kernel's inputs, shown below as such and not judged; the third is held out). Published numbers: "
-             f"`{Path(os.path.relpath(CLAIMS_FILE, CLAIMS_FILE.parents[2])).as_posix()}`.",
+             f"`{tables.rel(CLAIMS_FILE, CLAIMS_FILE.parents[2])}`.",
              ""]
     runs = drawn.runs
     if runs.empty:
@@ -143,14 +142,10 @@ def section(drawn: StudyRuns, study: Study, outcomes: tuple[FigureOutcome, ...],
                          f"(commit {', '.join(commits)}).")
         if not drawn.left_out.empty:
             lines += [f"- {len(drawn.left_out)} run(s) left out, not at their cell's settings:", "",
-                      tables.markdown([tuple(r) for r in drawn.left_out.itertuples(index=False)], ("run", "directory", "why"))]
+                      tables.left_out_markdown(drawn.left_out, ("run", "directory", "why"))]
         lines.append("")
     for o in outcomes:
-        lines += [f"## {o.title}", ""]
-        if o.path is None:
-            lines += [f"_Skipped: {o.skipped}._", ""]
-        else:
-            lines += [f"![{o.title}]({Path(os.path.relpath(o.path, figures_dir)).as_posix()})", "", o.caption, ""]
+        lines += tables.figure_lines(o, figures_dir, "##")
     checks = int((table["role"] == "check").sum())
     inputs = int((table["role"] != "check").sum())
     lines += [f"## Sarathi (2023): paper vs reproduced — {ok} of {judged} checks within tolerance"

@@ -14,27 +14,22 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.offline_runs import load_offline
-from harness.analysis.settings import differences
+from harness.analysis.settings import composed, judged
 
 
 @lru_cache(maxsize=1)
 def cell_configs() -> dict[str, dict]:
     """Cell name -> its composed config (today's presets)."""
-    from omegaconf import OmegaConf
-
     from harness.analysis.sarathi23.matrix import sarathi23_cells
-    from harness.config import compose
 
-    return {c.name: OmegaConf.to_container(compose(list(c.overrides)), resolve=True) for c in sarathi23_cells()}
+    cells = sarathi23_cells()
+    return {c.name: cfg for c, cfg in zip(cells, composed(cells))}
 
 
 def judge(config: dict, cells: dict[str, dict] | None = None) -> str:
     """"" when a run's saved config is at its cell's settings, else why not."""
     cells = cell_configs() if cells is None else cells
-    cell = cells.get(str(config.get("name")))
-    if cell is None:
-        return "not a Sarathi (2023) cell"
-    return "; ".join(differences(config, cell))
+    return judged(config, cells.get(str(config.get("name"))), "not a Sarathi (2023) cell")
 
 
 @dataclass(frozen=True)

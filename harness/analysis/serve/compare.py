@@ -23,12 +23,12 @@ COMPARISON_COLUMNS = ("id", "claim", "source", "published", "reproduced", "ratio
 # ----------------------------------------------------------------------------- selection
 
 def _claim_row(claim: RatioClaim, reproduced: float, cells: str, note: str = "") -> dict:
-    """One row of a paper-vs-reproduced table."""
-    return {
-        "id": claim.id, "claim": claim.claim, "source": claim.source, "published": claim.value,
-        "reproduced": reproduced, "ratio": reproduced / claim.value, "tolerance": claim.tolerance.describe(),
-        "within": claim.tolerance.within(claim.value, reproduced), "cells": cells, "note": note,
-    }
+    """One row of a paper-vs-reproduced table (`reproduced` NaN: no result, judged neither way)."""
+    within = None if math.isnan(reproduced) else claim.tolerance.within(claim.value, reproduced)
+    return {"id": claim.id, "claim": claim.claim, "source": claim.source, "published": claim.value,
+            "reproduced": reproduced, "ratio": reproduced / claim.value, "tolerance": claim.tolerance.describe(),
+            "within": within, "cells": cells, "note": note}
+
 
 def capacity_mode(runs: pd.DataFrame) -> pd.DataFrame:
     """Rows of capacity searches. A fixed-rate run (`search.fixed_qps`) records its rate as
@@ -95,9 +95,7 @@ def _col(p: pd.DataFrame, name: str, side: str) -> pd.Series:
 
 # ----------------------------------------------------------------------------- capacity ratios
 def _empty_row(claim: RatioClaim, note: str) -> dict:
-    return {"id": claim.id, "claim": claim.claim, "source": claim.source, "published": claim.value,
-            "reproduced": float("nan"), "ratio": float("nan"), "tolerance": claim.tolerance.describe(),
-            "within": None, "cells": "", "note": note}
+    return _claim_row(claim, math.nan, "", note)
 
 
 def capacity_ratio_row(runs: pd.DataFrame, claim: RatioClaim) -> dict:
@@ -175,8 +173,7 @@ def latency_ratio_row(probes: pd.DataFrame, claim: RatioClaim) -> dict:
     # Pair runs (not probes) on the context the selectors agree on, then take the newest pair.
     on = _pair_columns(claim)
     cols = ["run_dir", "run", *on]
-    kn, kd = num[cols].drop_duplicates(), den[cols].drop_duplicates()
-    runs = kn.merge(kd, on=on, suffixes=("_num", "_den")) if on else kn.merge(kd, how="cross", suffixes=("_num", "_den"))
+    runs = _pairs(num[cols].drop_duplicates(), den[cols].drop_duplicates(), claim)
     if runs.empty:
         return _empty_row(claim, "no result pair shares the claim's deployment/dataset/SLO")
     # Newest pair first; a pair with a rate both sides passed beats one compared under overload.

@@ -25,18 +25,9 @@ HEADLINE = (
 HEADLINE_CELL = {"dataset": "openchat_sharegpt4", "slo_kind": "strict"}
 
 
-def _sel(sel, key: str):
-    return getattr(sel, key, None)
-
-
 def _matches(sel, row: dict) -> bool:
-    for key in ("model", "parallel", "dataset", "slo_kind", "scheduler"):
-        want = _sel(sel, key)
-        if want is None:
-            continue
-        if isinstance(want, tuple) and row[key] not in want or not isinstance(want, tuple) and row[key] != want:
-            return False
-    return True
+    """Whether a ratio cell (no GPU column: a deployment is its model and parallel) is of `sel`."""
+    return all(row[k] in v if isinstance(v, tuple) else row[k] == v for k, v in sel.items() if k != "gpu")
 
 
 def ratios(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:

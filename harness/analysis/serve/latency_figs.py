@@ -2,33 +2,17 @@
 and P99 TBT vs load from the capacity searches' probes."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.analysis import style
 from harness.analysis.study import MissingResults
-from harness.analysis.trim import MIN_TOKENS
+from harness.analysis.trim import MIN_TOKENS, max_gap
 from harness.analysis.loader import load_token_times
 
 PREFERRED_EXPERIMENTS = ("yi34b_tp2_strict", "mistral7b_strict")
 PREFERRED_DATASET = "openchat_sharegpt4"
-
-
-@dataclass(frozen=True)
-class StallPick:
-    run_dir: str
-    experiment: str
-    request_id: int
-    stall_s: float  # largest gap between consecutive tokens under the baseline
-    baseline: str
-
-
-def _max_gap(times) -> float:
-    t = np.asarray(times, dtype=float)
-    return float(np.max(np.diff(t))) if t.size > 1 else 0.0
 
 
 def pick_stall(tokens: pd.DataFrame, baseline: str = "vllm", ours: str = "sarathi") -> tuple[int, float] | None:
@@ -41,7 +25,7 @@ def pick_stall(tokens: pd.DataFrame, baseline: str = "vllm", ours: str = "sarath
     a = a[a["request_id"].isin(common) & (a["token_times_s"].map(len) >= MIN_TOKENS)]
     if a.empty:
         return None
-    gaps = a.assign(_gap=a["token_times_s"].map(_max_gap)).sort_values(["_gap", "request_id"], ascending=[False, True])
+    gaps = a.assign(_gap=a["token_times_s"].map(max_gap)).sort_values(["_gap", "request_id"], ascending=[False, True])
     return int(gaps["request_id"].iloc[0]), float(gaps["_gap"].iloc[0])
 
 
