@@ -6,8 +6,8 @@ one probe's requests and returns one `RequestRecord` per request, in input order
 diagnostics (how far the run can be trusted, counters). Backends never compute summaries or
 verdicts and never import the search: the search sees only `run`.
 
-Each backend declares its settings as a dataclass (`settings`, the schema of
-`experiments/backend/<name>.yaml`) and whether identical requests give identical records
+Each backend names its settings dataclass (`settings`: harness.settings.backends, the schema of
+`experiments/backend/<name>.yaml`) and declares whether identical requests give identical records
 (`deterministic`: only then may probes be cached and re-run for their token times).
 """
 from __future__ import annotations

@@ -27,43 +27,20 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun, BackendSettings
-from harness.backends.live.client import ClientSettings, measure, warn
+from harness.backends.live.client import measure, warn
 from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.server import Endpoint, model_vocabulary
-from harness.loadgen.run import API_PATHS
 from harness.records import CUT_OFF_KINDS, RequestSpec, error_kind
+from harness.settings.endpoint import EndpointSettings
+from harness.settings.load import API_PATHS
 from harness.workload.text_prompts import TextPrompter, with_prompt_texts
 
 CALIBRATION_STREAM = 99  # rng sub-stream of the two calibration prompts
 API_KEY_ENV = "OPENAI_API_KEY"  # the OpenAI SDK's variable: used when backend.api_key is not set
-
-
-@dataclass(frozen=True)
-class EndpointSettings(ClientSettings):
-    """The schema of experiments/backend/endpoint.yaml."""
-
-    name: str = "endpoint"
-    base_url: str = ""  # e.g. http://127.0.0.1:8000/v1 (a trailing /v1 is optional)
-    served_model: str | None = None  # the model name to send; None: the one model the server lists
-    api_key: str | None = field(default=None, repr=False)  # None: $OPENAI_API_KEY, if set
-    vocab_model: str | None = None  # catalog name or model dir for prompt token ids; None: model.name
-    ready_timeout_s: float = 10.0  # how long to wait for the server to answer before giving up
-    api: str = "completions"  # completions (/v1/completions) | chat (/v1/chat/completions; needs `tokenizer`)
-    tokenizer: str | None = None  # the server's tokenizer.json (or its model dir): text prompts of exact length
-
-    def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"backend.base_url must be an http(s) URL of the server, got {self.base_url!r}")
-        if self.api not in API_PATHS:
-            raise ValueError(f"backend.api must be one of {', '.join(API_PATHS)}, got {self.api!r}")
-        if self.api == "chat" and not self.tokenizer:
-            raise ValueError("backend.api=chat sends text: name the server's tokenizer with backend.tokenizer=PATH "
-                             "(its tokenizer.json, or the model directory holding it)")
 
 
 def _root(url: str) -> str:

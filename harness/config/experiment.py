@@ -7,7 +7,9 @@ from collections.abc import Mapping
 
 from omegaconf import OmegaConf
 
-from harness.backends import backend_settings
+from common.errors import HarnessError
+from harness.settings.backend import BackendSettings
+from harness.settings.backends import BACKEND_SETTINGS
 from harness.settings.cluster import ClusterSettings
 from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
 from harness.settings.engine import EngineSettings
@@ -23,6 +25,14 @@ SECTIONS = {"model": ModelSettings, "hardware": HardwareSettings, "parallel": Pa
             "slo": SloSettings, "search": SearchSettings, "cluster": ClusterSettings, "offline": OfflineSettings,
             "engine": EngineSettings}
 PLAIN = ("dataset", "arrival", "scheduler", "experiment")  # their shape is the option's (see ExperimentConfig)
+
+
+def backend_settings(node: Mapping) -> BackendSettings:
+    """`cfg.backend` as the chosen backend's settings (its `name` picks the backend)."""
+    name = str(node.get("name", "sim"))
+    if name not in BACKEND_SETTINGS:
+        raise HarnessError(f"unknown backend {name!r}; known: {', '.join(BACKEND_SETTINGS)}")
+    return typed(BACKEND_SETTINGS[name], node, "backend")
 
 
 def job_config(cfg: Mapping) -> ExperimentConfig | None:

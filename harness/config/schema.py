@@ -3,7 +3,7 @@ in experiments/ fill in (each group file lists its schema first in `defaults`). 
 wrong type fails composition with the key named.
 
 The typed values the harness plans with are frozen dataclasses, declared once: the sections of
-`harness.settings.ExperimentConfig`, and each backend's own settings (its `Backend.settings`);
+`harness.settings.ExperimentConfig`, each backend's own settings among them;
 Hydra needs writable nodes, so the schema registered here is a mechanical non-frozen copy of each
 (`schema_of`), defaults included.
 
@@ -19,9 +19,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
-from harness.backends import BACKENDS, backend_class
 from harness.config.compose import GROUPS
 from harness.config.schedulers import register_schedulers
+from harness.settings.backends import BACKEND_SETTINGS
 from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
 from harness.settings.experiment import ExperimentConfig
 from harness.settings.search import SearchSettings
@@ -94,6 +94,6 @@ def register() -> None:
                             ("perf", PerfSettings), ("search", SearchSettings), ("slo", SloSettings)):
         cs.store(group=group, name=f"{group}_schema", node=schema_of(settings))
     cs.store(group="dataset", name="dataset_schema", node=DatasetSchema)
-    for name in BACKENDS:
-        cs.store(group="backend", name=f"{name}_schema", node=schema_of(backend_class(name).settings))
+    for name, settings in BACKEND_SETTINGS.items():
+        cs.store(group="backend", name=f"{name}_schema", node=schema_of(settings))
     register_schedulers()

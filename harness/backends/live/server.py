@@ -31,9 +31,8 @@ from engines.schedulers import SchedulerConfig
 from engines.server.config import API_KEY_ENV, ServerConfig, server_flags
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.paths import ROOT as REPO_ROOT
+from harness.settings.live import SERVER_KINDS
 
-SERVER_KINDS = ("inrepo", "vllm")
-VLLM_SCHEDULERS = ("plugin", "native")  # the policy inside vLLM (--scheduler-cls) | vLLM's own, flags mapped
 _SERVER = ServerConfig()  # the in-repo server's defaults
 
 

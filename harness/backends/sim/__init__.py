@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from common.errors import HarnessError
@@ -25,14 +24,9 @@ from harness.backends.sim.partition import partition_plan, simulate_partitioned
 from harness.backends.sim.sessions import has_sessions
 from harness.backends.sim.timer import OffloadPriced
 from harness.records import RequestRecord, RequestSpec
+from harness.settings.sim import SimSettings
 
 __all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster", "simulate_disaggregated"]
-
-
-@dataclass(frozen=True)
-class SimSettings(BackendSettings):
-    name: str = "sim"
-    fast_forward: bool = True  # advance runs of identical decode iterations in one exact step
 
 
 class SimBackend:
