@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
-from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.base import BackendJob, BackendRun
 from harness.backends.live.client import measure, warn
 from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.server import Endpoint, model_vocabulary
@@ -115,7 +115,6 @@ class _Server:
 
 class EndpointBackend(_Server):
     name: ClassVar[str] = "endpoint"
-    settings: ClassVar[type[BackendSettings]] = EndpointSettings
     deterministic: ClassVar[bool] = False
 
     def __init__(self, job: BackendJob) -> None:

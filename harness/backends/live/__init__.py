@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
-from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.base import BackendJob, BackendRun
 from harness.backends.deployment import DeploymentPlan
 from harness.backends.live.client import LiveRunOptions, measure, run_live, run_live_result
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec, role_specs
@@ -87,7 +87,6 @@ class LiveBackend:
     probes run back to back, each after the previous one's requests have finished or been aborted."""
 
     name: ClassVar[str] = "live"
-    settings: ClassVar[type[BackendSettings]] = LiveSettings
     deterministic: ClassVar[bool] = False
 
     def __init__(self, job: BackendJob) -> None:

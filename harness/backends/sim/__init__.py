@@ -11,7 +11,7 @@ from common.errors import HarnessError
 from engines.routers import make_router
 from engines.perf.offload import plan_kv_offload
 from engines.schedulers import make_engine
-from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.base import BackendJob, BackendRun
 from harness.backends.sim.autoscale import simulate_autoscaled
 from harness.backends.sim.cache_stats import cache_stats, summed
 from harness.backends.sim.cluster import simulate_cluster
@@ -31,7 +31,6 @@ __all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate",
 
 class SimBackend:
     name: ClassVar[str] = "sim"
-    settings: ClassVar[type[BackendSettings]] = SimSettings
     deterministic: ClassVar[bool] = True
     # Where a run's records go instead of being returned (None: returned): sink(indices, records), the
     # records of the requests at those input indices. A cluster run apart (partition.py) hands over
