@@ -1,24 +1,8 @@
 """The endpoint backend: a capacity search or fixed-rate probe against an OpenAI-compatible server
-the harness did not start (vLLM, SGLang, TGI, the in-repo server; a deployment on your own GPUs).
-
-    python -m harness experiment=yi34b_tp2_strict backend=endpoint \\
-        backend.base_url=http://HOST:PORT/v1 backend.served_model=NAME [backend.api_key=KEY]
-
-Before planning (`fit_config`) it asks the server which model it serves, the run's one label (no
-scheduler of ours runs: `server_label`), and the longest request it takes (`max_model_len` in
-/v1/models): a longer plan is fitted to it, with a note, or refused naming the server's flag.
-Before the first probe it checks that the server answers (/health, or /v1/models where there is
-no /health), accepts the key, serves the model and takes requests as long as the plan's: each is a
-one-line error otherwise. Prompts are token ids drawn from the vocabulary of `vocab_model`
-(default: the experiment's model), or, with `backend.tokenizer=PATH` (the server's
-tokenizer.json, or a model directory holding it), text of exact length under that tokenizer
-(harness/workload/text_prompts.py); `backend.api=chat` (/v1/chat/completions) needs text. With
-text, two short prompts measure what the server adds to every prompt (BOS, a chat template) and
-check that it counts as the named tokenizer does; a tokenizer that does not is a one-line error.
-Every answer is checked by the load generator (harness/loadgen/collect.py, tokens.py): the prompt
-and completion counts, usage against the stream, the model named; a wrong answer is a failed
-request of its own kind, never hidden. Not deterministic: never cached.
-"""
+the harness did not start (vLLM, SGLang, TGI, the in-repo server), as docs/endpoint.md describes:
+`fit_config` fits the plan to the server's model and `max_model_len` before planning, the first
+probe checks the server (answers, key, model, lengths, tokenizer), and the load generator checks
+every answer (harness/loadgen/collect.py, tokens.py). Not deterministic: never cached."""
 from __future__ import annotations
 
 import json

@@ -21,10 +21,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from common.errors import HarnessError
 from harness.launch import ray_session, slurm, submitit_jobs
 from harness.launch.outcome import JobOutcome, crashed, exit_code
-from harness.launch.resources import JobResources, job_resources, with_fixed
+from harness.launch.resources import FIXED_KEYS, JobResources, job_resources, with_fixed
 from harness.settings.experiment import ExperimentConfig
 
-FIXED_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "timeout_min")
 OUR_KEYS = ("live_gpus", "check_resources")
 
 
