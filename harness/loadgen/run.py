@@ -65,7 +65,6 @@ class _Attempt:
         self.error: str | None = None  # the client's side: timeout, cut off, could not connect
 
 
-
 def _body(spec: RequestSpec, opts: LoadOptions, continuous_usage: bool, user: str | None = None) -> bytes:
     """The JSON body of one request: the prompt as text when it has one, else as token ids
     (completions only: a chat message is text); a session's turn names its session as `user`

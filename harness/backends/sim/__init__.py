@@ -130,7 +130,6 @@ class SimBackend:
             stats["prefix_cache"] = cache_stats(engine)
         return BackendRun(records, stats)
 
-
     def _run_cluster(self, requests: Sequence[RequestSpec], engines, timers, pp: list[int], stats: dict):
         """Colocated instances behind the router: apart in cluster.workers processes when routing
         reads no instance state (partition.py), else (with the reason printed) the one loop."""
