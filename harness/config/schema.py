@@ -67,20 +67,17 @@ class DatasetSchema:
     sessions: Any = None  # conversations, agent transcripts, shared system prompts (harness/workload/sessions.py)
 
 
-# The primary config (experiments/config.yaml) is ExperimentConfig's fields, in the order a saved
-# config.yaml lists them. A group that config.yaml's defaults fill (compose.GROUPS) is required;
-# groups whose options differ in shape (scheduler, arrival) or name their own schema in `defaults`
-# (slo, search, backend) are `Any` here and checked when the experiment is planned.
-ORDER = ("model", "hardware", "parallel", "dataset", "arrival", "slo", "backend", "perf", "search", "scheduler",
-         "cluster", "offline", "engine", "experiment", "name", "seed", "results_dir", "max_model_len", "progress",
-         "cache", "release")
+# The primary config (experiments/config.yaml) is ExperimentConfig's fields, in its order (a saved
+# config.yaml's). A group that config.yaml's defaults fill (compose.GROUPS) is required; groups whose
+# options differ in shape (scheduler, arrival) or name their own schema in `defaults` (slo, search,
+# backend) are `Any` here and checked when the experiment is planned.
 LOOSE = {"arrival": Any, "slo": Any, "backend": Any, "search": Any, "scheduler": Any, "dataset": DatasetSchema}
 
 
 def _config_schema() -> type:
-    derived = {name: (kind, default) for name, kind, default in _fields(ExperimentConfig, LOOSE)}
     return dataclasses.make_dataclass("ConfigSchema", [
-        (name, derived[name][0], field(default=REQUIRED) if name in GROUPS else derived[name][1]) for name in ORDER])
+        (name, kind, field(default=REQUIRED) if name in GROUPS else default)
+        for name, kind, default in _fields(ExperimentConfig, LOOSE)])
 
 
 ConfigSchema = _config_schema()
