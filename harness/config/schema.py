@@ -22,10 +22,7 @@ from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 from harness.config.compose import GROUPS
 from harness.config.schedulers import register_schedulers
 from harness.settings.backends import BACKEND_SETTINGS
-from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
 from harness.settings.experiment import ExperimentConfig
-from harness.settings.search import SearchSettings
-from harness.settings.slo import SloSettings
 
 _SCHEMAS: dict[type, type] = {}
 
@@ -87,9 +84,10 @@ def register() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=ConfigSchema)
-    for group, settings in (("model", ModelSettings), ("hardware", HardwareSettings), ("parallel", ParallelSettings),
-                            ("perf", PerfSettings), ("search", SearchSettings), ("slo", SloSettings)):
-        cs.store(group=group, name=f"{group}_schema", node=schema_of(settings))
+    hints = typing.get_type_hints(ExperimentConfig)
+    for group in GROUPS:  # each section a group's presets fill (the backend's: one schema an option, below)
+        if dataclasses.is_dataclass(hints[group]) and group != "backend":
+            cs.store(group=group, name=f"{group}_schema", node=schema_of(hints[group]))
     cs.store(group="dataset", name="dataset_schema", node=DatasetSchema)
     for name, settings in BACKEND_SETTINGS.items():
         cs.store(group="backend", name=f"{name}_schema", node=schema_of(settings))
