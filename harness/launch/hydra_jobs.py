@@ -1,10 +1,7 @@
-"""The launchers' work behind the Hydra plugins (hydra_plugins/harness_launchers): compose every
-job's config, derive its resource request (harness.launch.resources), check that all of them
-fit before submitting any (one line, exit status 2, nothing submitted), submit each job with its
-own request through the official plugins' job bodies, and collect every job's result as it
-ends: a job that raised or whose worker died becomes a failed JobReturn, never the loss of the
-others. The sweeper then reports every job and exits with the worst status.
-"""
+"""The launchers' work behind the Hydra plugins (hydra_plugins/harness_launchers; docs/clusters.md):
+each job's resource request, all checked before any is submitted (one line, exit status 2), each
+submitted through the official plugins' job bodies, every result collected as it ends (a job that
+raised or whose worker died is a failed JobReturn), then one line a job and the worst status."""
 from __future__ import annotations
 
 import shlex
