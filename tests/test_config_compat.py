@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.errors import HarnessError
-from harness.backends import backend_settings
+from harness.config.experiment import backend_settings
 from harness.commands.jobs import find_run
 from harness.config import compose
 from harness.config import plan_experiment

@@ -82,3 +82,28 @@ def test_a_layer_loads_no_module_it_must_not_use(layer: str) -> None:
     bad = sorted(m for m in loaded if any(under(m, f) for f in forbidden))
     assert not bad, f"{layer}: importing {', '.join(packages)} loads {bad[:12]}{' ...' if len(bad) > 12 else ''}"
 
+
+
+DOOR = """
+import json, sys
+from harness.config import compose, experiment_config
+for words in ([], ["backend=live"], ["backend=endpoint", "backend.base_url=http://127.0.0.1:1/v1"]):
+    experiment_config(compose(words))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+# What building an experiment's config may load besides the config floor: none of a backend's code
+# (each backend's settings live in harness.settings), only the in-repo server's flag defaults
+# (engines.server.config: the live settings' torch paths default to the server's).
+DOOR_FORBIDDEN = ("harness.backends", "harness.loadgen", "harness.workload", "harness.search", "harness.planner",
+                  "harness.experiment", "harness.results", "harness.analysis", "engines.executors",
+                  "engines.server.app", "engines.server.router", "aiohttp", "torch")
+
+
+def test_building_an_experiment_config_loads_no_backend() -> None:
+    out = subprocess.run([sys.executable, "-c", DOOR], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "harness.settings.live" in loaded and "harness.settings.endpoint" in loaded  # the walk typed them
+    bad = sorted(m for m in loaded if any(under(m, f) for f in DOOR_FORBIDDEN))
+    assert not bad, f"harness.config with an ExperimentConfig built loads {bad[:12]}"

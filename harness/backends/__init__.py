@@ -1,19 +1,16 @@
 """Backends turn a probe's `RequestSpec`s into `RequestRecord`s (contract: `base.Backend`):
 `sim` (discrete-event simulation on a virtual clock), `live` (servers the harness starts, driven
-over HTTP) and `endpoint` (a server already running, anywhere). Chosen by `backend.name` from the registry below (the config schema imports all of them)."""
+over HTTP) and `endpoint` (a server already running, anywhere). Chosen by `backend.name` from the registry below."""
 from __future__ import annotations
 
 from importlib import import_module
 
 from common.errors import HarnessError
-from harness.typed import typed
+from harness.settings.backends import BACKEND_SETTINGS
 
-# name -> module holding `Backend`, the class implementing harness.backends.base.Backend
-BACKENDS = {
-    "sim": "harness.backends.sim",
-    "live": "harness.backends.live",
-    "endpoint": "harness.backends.endpoint",
-}
+# name -> module holding `Backend`, the class implementing harness.backends.base.Backend (its
+# settings: harness.settings.backends, by the same names)
+BACKENDS = {name: f"harness.backends.{name}" for name in BACKEND_SETTINGS}
 
 
 def backend_class(name: str):
@@ -27,12 +24,6 @@ def open_backend(job):
     """The backend for a `harness.backends.base.BackendJob` (chosen by its settings' name), ready
     for `with open_backend(job) as backend: backend.run(requests)`."""
     return backend_class(job.settings.name)(job)
-
-
-def backend_settings(node):
-    """`cfg.backend` as the chosen backend's settings dataclass (its `name` picks the backend)."""
-    name = str(node.get("name", "sim"))
-    return typed(backend_class(name).settings, node, "backend")
 
 
 def fit_config(config) -> tuple[dict[str, object], list[str]]:

@@ -6,9 +6,9 @@ one probe's requests and returns one `RequestRecord` per request, in input order
 diagnostics (how far the run can be trusted, counters). Backends never compute summaries or
 verdicts and never import the search: the search sees only `run`.
 
-Each backend declares its settings as a dataclass (`settings`, the schema of
-`experiments/backend/<name>.yaml`) and whether identical requests give identical records
-(`deterministic`: only then may probes be cached and re-run for their token times).
+Each backend's settings are a dataclass on the settings floor (harness.settings.backends, the
+schema of `experiments/backend/<name>.yaml`); a backend declares whether identical requests give
+identical records (`deterministic`: only then may probes be cached and re-run for their token times).
 """
 from __future__ import annotations
 
@@ -102,7 +102,6 @@ class BackendRun:
 
 class Backend(Protocol):
     name: ClassVar[str]
-    settings: ClassVar[type[BackendSettings]]
     deterministic: ClassVar[bool]
 
     def __init__(self, job: BackendJob) -> None: ...

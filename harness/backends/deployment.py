@@ -52,18 +52,9 @@ def build_deployment(
     gpu, topology = _device(hardware)
     # A CPU's BLAS has no GPU thread-block tile: a 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
     cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.gpu) else {}
-    deployment = Deployment.create(
-        dp=dp,
-        ep=ep,
-        model=model.name,
-        gpu=gpu,
-        tp=tp,
-        pp=pp,
-        topology=topology,
-        gpus_per_node=hardware.gpus_per_node,
-        **perf.deployment_knobs(), **cpu,
-        **cpu_choice(perf.cpu_costs or "engine"),
-    )
+    deployment = Deployment.create(dp=dp, ep=ep, model=model.name, gpu=gpu, tp=tp, pp=pp, topology=topology,
+                                   gpus_per_node=hardware.gpus_per_node, **perf.deployment_knobs(), **cpu,
+                                   **cpu_choice(perf.cpu_costs or "engine"))
     calibration = None if perf.calibration in (None, "") else load_calibration(perf.calibration)
     if calibration is not None:
         deployment = calibration.apply(deployment)

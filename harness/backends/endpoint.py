@@ -1,24 +1,8 @@
 """The endpoint backend: a capacity search or fixed-rate probe against an OpenAI-compatible server
-the harness did not start (vLLM, SGLang, TGI, the in-repo server; a deployment on your own GPUs).
-
-    python -m harness experiment=yi34b_tp2_strict backend=endpoint \\
-        backend.base_url=http://HOST:PORT/v1 backend.served_model=NAME [backend.api_key=KEY]
-
-Before planning (`fit_config`) it asks the server which model it serves, the run's one label (no
-scheduler of ours runs: `server_label`), and the longest request it takes (`max_model_len` in
-/v1/models): a longer plan is fitted to it, with a note, or refused naming the server's flag.
-Before the first probe it checks that the server answers (/health, or /v1/models where there is
-no /health), accepts the key, serves the model and takes requests as long as the plan's: each is a
-one-line error otherwise. Prompts are token ids drawn from the vocabulary of `vocab_model`
-(default: the experiment's model), or, with `backend.tokenizer=PATH` (the server's
-tokenizer.json, or a model directory holding it), text of exact length under that tokenizer
-(harness/workload/text_prompts.py); `backend.api=chat` (/v1/chat/completions) needs text. With
-text, two short prompts measure what the server adds to every prompt (BOS, a chat template) and
-check that it counts as the named tokenizer does; a tokenizer that does not is a one-line error.
-Every answer is checked by the load generator (harness/loadgen/collect.py, tokens.py): the prompt
-and completion counts, usage against the stream, the model named; a wrong answer is a failed
-request of its own kind, never hidden. Not deterministic: never cached.
-"""
+the harness did not start (vLLM, SGLang, TGI, the in-repo server), as docs/endpoint.md describes:
+`fit_config` fits the plan to the server's model and `max_model_len` before planning, the first
+probe checks the server (answers, key, model, lengths, tokenizer), and the load generator checks
+every answer (harness/loadgen/collect.py, tokens.py). Not deterministic: never cached."""
 from __future__ import annotations
 
 import json
@@ -27,43 +11,20 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from common.errors import HarnessError, RunBroken
-from harness.backends.base import BackendJob, BackendRun, BackendSettings
-from harness.backends.live.client import ClientSettings, measure, warn
+from harness.backends.base import BackendJob, BackendRun
+from harness.backends.live.client import measure, warn
 from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.server import Endpoint, model_vocabulary
-from harness.loadgen.run import API_PATHS
 from harness.records import CUT_OFF_KINDS, RequestSpec, error_kind
+from harness.settings.endpoint import EndpointSettings
+from harness.settings.load import API_PATHS
 from harness.workload.text_prompts import TextPrompter, with_prompt_texts
 
 CALIBRATION_STREAM = 99  # rng sub-stream of the two calibration prompts
 API_KEY_ENV = "OPENAI_API_KEY"  # the OpenAI SDK's variable: used when backend.api_key is not set
-
-
-@dataclass(frozen=True)
-class EndpointSettings(ClientSettings):
-    """The schema of experiments/backend/endpoint.yaml."""
-
-    name: str = "endpoint"
-    base_url: str = ""  # e.g. http://127.0.0.1:8000/v1 (a trailing /v1 is optional)
-    served_model: str | None = None  # the model name to send; None: the one model the server lists
-    api_key: str | None = field(default=None, repr=False)  # None: $OPENAI_API_KEY, if set
-    vocab_model: str | None = None  # catalog name or model dir for prompt token ids; None: model.name
-    ready_timeout_s: float = 10.0  # how long to wait for the server to answer before giving up
-    api: str = "completions"  # completions (/v1/completions) | chat (/v1/chat/completions; needs `tokenizer`)
-    tokenizer: str | None = None  # the server's tokenizer.json (or its model dir): text prompts of exact length
-
-    def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"backend.base_url must be an http(s) URL of the server, got {self.base_url!r}")
-        if self.api not in API_PATHS:
-            raise ValueError(f"backend.api must be one of {', '.join(API_PATHS)}, got {self.api!r}")
-        if self.api == "chat" and not self.tokenizer:
-            raise ValueError("backend.api=chat sends text: name the server's tokenizer with backend.tokenizer=PATH "
-                             "(its tokenizer.json, or the model directory holding it)")
 
 
 def _root(url: str) -> str:
@@ -138,7 +99,6 @@ class _Server:
 
 class EndpointBackend(_Server):
     name: ClassVar[str] = "endpoint"
-    settings: ClassVar[type[BackendSettings]] = EndpointSettings
     deterministic: ClassVar[bool] = False
 
     def __init__(self, job: BackendJob) -> None:

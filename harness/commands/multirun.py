@@ -1,14 +1,7 @@
-"""`python -m harness -m key=a,b ...`: Hydra multirun over experiment configs.
-
-Sweeps (comma lists, `glob(...)`, `range(...)`) are expanded by Hydra and each job runs
-`run_experiment` exactly as a single run does, wherever the launcher puts it
-(`hydra/launcher=joblib` (default: local processes, `hydra.launcher.n_jobs`, default 2), `ray`,
-`submitit_local`, `submitit_slurm`; experiments/hydra/launcher/). Every job returns a
-`JobOutcome` (done with its run directory, or failed with its one-line reason, and the host it
-ran on) instead of raising, so a failing job never takes the others down; the sweeper
-(harness.launch.hydra_jobs) prints one line per job and exits with the worst status (2 bad
-input, 3 a broken run, 1 a crash).
-"""
+"""`python -m harness -m key=a,b ...`: Hydra multirun over experiment configs (docs/clusters.md).
+Each job runs `run_experiment` as a single run does, wherever the launcher puts it, and returns a
+`JobOutcome` (its run directory, or its one-line reason, and its host) instead of raising, so a
+failing job never takes the others down; the sweeper (harness.launch.hydra_jobs) reports them."""
 from __future__ import annotations
 
 import os

@@ -22,7 +22,6 @@ def shown_probe(result: CapacityResult, fixed: bool) -> Probe | None:
     return passing[0] if passing else None
 
 
-
 def _warn_failed(runs: list[SchedulerRun]) -> None:
     """Failed requests are never quiet: one line per probe that had any (the column `failed`)."""
     for r in runs:

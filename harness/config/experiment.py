@@ -3,26 +3,26 @@ once here and handed down; nothing past it reads the mapping. A section's unknow
 is one line naming it (`typed`); the backend's section becomes the chosen backend's own settings."""
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Mapping
 
 from omegaconf import OmegaConf
 
-from harness.backends import backend_settings
-from harness.settings.cluster import ClusterSettings
-from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
-from harness.settings.engine import EngineSettings
+from common.errors import HarnessError
+from harness.settings.backend import BackendSettings
+from harness.settings.backends import BACKEND_SETTINGS
 from harness.settings.experiment import ExperimentConfig
-from harness.settings.offline import OfflineSettings
 from harness.settings.release import with_release
-from harness.settings.search import SearchSettings
-from harness.settings.slo import SloSettings
 from harness.typed import typed
 
-# section -> its type; `where` in an error is the section's name
-SECTIONS = {"model": ModelSettings, "hardware": HardwareSettings, "parallel": ParallelSettings, "perf": PerfSettings,
-            "slo": SloSettings, "search": SearchSettings, "cluster": ClusterSettings, "offline": OfflineSettings,
-            "engine": EngineSettings}
-PLAIN = ("dataset", "arrival", "scheduler", "experiment")  # their shape is the option's (see ExperimentConfig)
+
+def backend_settings(node: Mapping) -> BackendSettings:
+    """`cfg.backend` as the chosen backend's settings (its `name` picks the backend)."""
+    name = str(node.get("name", "sim"))
+    if name not in BACKEND_SETTINGS:
+        raise HarnessError(f"unknown backend {name!r}; known: {', '.join(BACKEND_SETTINGS)}")
+    return typed(BACKEND_SETTINGS[name], node, "backend")
 
 
 def job_config(cfg: Mapping) -> ExperimentConfig | None:
@@ -40,8 +40,15 @@ def experiment_config(cfg: Mapping) -> ExperimentConfig:
     """`cfg` (a composed config, or a saved one loaded back, or its plain dict) as the typed config."""
     data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
     data.pop("hydra", None)
-    sections = {k: typed(kind, data.get(k) or {}, k) for k, kind in SECTIONS.items()}
-    plain = {k: data.get(k) or ({} if k != "experiment" else None) for k in PLAIN}
-    rest = {k: data[k] for k in ("name", "seed", "results_dir", "progress", "cache", "release") if data.get(k) is not None}
-    return with_release(ExperimentConfig(**sections, **plain, **rest, max_model_len=int(data["max_model_len"]),
-                                         backend=backend_settings(data.get("backend") or {})))
+    values = {}
+    for name, kind in typing.get_type_hints(ExperimentConfig).items():
+        node = data.get(name)
+        if name == "backend":  # the chosen backend's own settings
+            values[name] = backend_settings(node or {})
+        elif dataclasses.is_dataclass(kind):  # a section: a bad key or value is one line naming it
+            values[name] = typed(kind, node or {}, name)
+        elif typing.get_origin(kind) is Mapping:  # dataset, arrival, scheduler: their shape is the option's
+            values[name] = node or {}
+        elif node is not None and node != {}:  # as written (the Hydra schema typed it); else the default
+            values[name] = node
+    return with_release(ExperimentConfig(**{**values, "max_model_len": int(data["max_model_len"])}))

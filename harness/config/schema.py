@@ -3,7 +3,7 @@ in experiments/ fill in (each group file lists its schema first in `defaults`). 
 wrong type fails composition with the key named.
 
 The typed values the harness plans with are frozen dataclasses, declared once: the sections of
-`harness.settings.ExperimentConfig`, and each backend's own settings (its `Backend.settings`);
+`harness.settings.ExperimentConfig`, each backend's own settings among them;
 Hydra needs writable nodes, so the schema registered here is a mechanical non-frozen copy of each
 (`schema_of`), defaults included.
 
@@ -19,13 +19,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as REQUIRED  # "???": the config must set it
 
-from harness.backends import BACKENDS, backend_class
 from harness.config.compose import GROUPS
 from harness.config.schedulers import register_schedulers
-from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
+from harness.settings.backends import BACKEND_SETTINGS
 from harness.settings.experiment import ExperimentConfig
-from harness.settings.search import SearchSettings
-from harness.settings.slo import SloSettings
 
 _SCHEMAS: dict[type, type] = {}
 
@@ -67,20 +64,17 @@ class DatasetSchema:
     sessions: Any = None  # conversations, agent transcripts, shared system prompts (harness/workload/sessions.py)
 
 
-# The primary config (experiments/config.yaml) is ExperimentConfig's fields, in the order a saved
-# config.yaml lists them. A group that config.yaml's defaults fill (compose.GROUPS) is required;
-# groups whose options differ in shape (scheduler, arrival) or name their own schema in `defaults`
-# (slo, search, backend) are `Any` here and checked when the experiment is planned.
-ORDER = ("model", "hardware", "parallel", "dataset", "arrival", "slo", "backend", "perf", "search", "scheduler",
-         "cluster", "offline", "engine", "experiment", "name", "seed", "results_dir", "max_model_len", "progress",
-         "cache", "release")
+# The primary config (experiments/config.yaml) is ExperimentConfig's fields, in its order (a saved
+# config.yaml's). A group that config.yaml's defaults fill (compose.GROUPS) is required; groups whose
+# options differ in shape (scheduler, arrival) or name their own schema in `defaults` (slo, search,
+# backend) are `Any` here and checked when the experiment is planned.
 LOOSE = {"arrival": Any, "slo": Any, "backend": Any, "search": Any, "scheduler": Any, "dataset": DatasetSchema}
 
 
 def _config_schema() -> type:
-    derived = {name: (kind, default) for name, kind, default in _fields(ExperimentConfig, LOOSE)}
     return dataclasses.make_dataclass("ConfigSchema", [
-        (name, derived[name][0], field(default=REQUIRED) if name in GROUPS else derived[name][1]) for name in ORDER])
+        (name, kind, field(default=REQUIRED) if name in GROUPS else default)
+        for name, kind, default in _fields(ExperimentConfig, LOOSE)])
 
 
 ConfigSchema = _config_schema()
@@ -90,10 +84,11 @@ def register() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=ConfigSchema)
-    for group, settings in (("model", ModelSettings), ("hardware", HardwareSettings), ("parallel", ParallelSettings),
-                            ("perf", PerfSettings), ("search", SearchSettings), ("slo", SloSettings)):
-        cs.store(group=group, name=f"{group}_schema", node=schema_of(settings))
+    hints = typing.get_type_hints(ExperimentConfig)
+    for group in GROUPS:  # each section a group's presets fill (the backend's: one schema an option, below)
+        if dataclasses.is_dataclass(hints[group]) and group != "backend":
+            cs.store(group=group, name=f"{group}_schema", node=schema_of(hints[group]))
     cs.store(group="dataset", name="dataset_schema", node=DatasetSchema)
-    for name in BACKENDS:
-        cs.store(group="backend", name=f"{name}_schema", node=schema_of(backend_class(name).settings))
+    for name, settings in BACKEND_SETTINGS.items():
+        cs.store(group="backend", name=f"{name}_schema", node=schema_of(settings))
     register_schedulers()

@@ -1,19 +1,9 @@
-"""The launchers' configs (Hydra structured configs): `hydra/launcher=joblib|ray|submitit_local|
-submitit_slurm`, stored under the official plugins' names (after their own registration, so these
-win: a YAML file of the same name would be merged onto the plugin's schema), and extended by the
-example cluster files in experiments/hydra/launcher/ (ray_cluster.yaml, slurm_cluster.yaml).
-
-`joblib` is the official joblib launcher, 2 jobs at a time by default (`hydra.launcher.n_jobs`).
-
-`ray` and `submitit_*` keep the official plugins' keys (hydra-ray-launcher: `ray.init` = ray.init's
-arguments, `ray.remote` = extra ray.remote options; hydra-submitit-launcher: partition, account,
-mem_gb, setup, ...) and run the plugins' own job bodies; what they add is each job's resource
-request, derived from its deployment (harness.launch.resources): submitit's `nodes`,
-`gpus_per_node`, `tasks_per_node`, `cpus_per_task` and `timeout_min` are null (= derived per job)
-unless set, which fixes them for every job. `live_gpus: false` runs live jobs' servers without
-GPUs (CPU builds); `check_resources: false` skips the check that every job fits a node
-(autoscaling clusters).
-"""
+"""The launchers' configs (Hydra structured configs; docs/clusters.md): `hydra/launcher=joblib|ray|
+submitit_local|submitit_slurm`, stored under the official plugins' names after their own
+registration, so these win (a YAML file of the same name would be merged onto the plugin's
+schema). `ray` and `submitit_*` keep the plugins' keys and run their job bodies; what they add is
+each job's resource request (harness.launch.resources): a null field is derived per job, a set one
+fixes it for every job."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,10 +1,7 @@
-"""The launchers' work behind the Hydra plugins (hydra_plugins/harness_launchers): compose every
-job's config, derive its resource request (harness.launch.resources), check that all of them
-fit before submitting any (one line, exit status 2, nothing submitted), submit each job with its
-own request through the official plugins' job bodies, and collect every job's result as it
-ends: a job that raised or whose worker died becomes a failed JobReturn, never the loss of the
-others. The sweeper then reports every job and exits with the worst status.
-"""
+"""The launchers' work behind the Hydra plugins (hydra_plugins/harness_launchers; docs/clusters.md):
+each job's resource request, all checked before any is submitted (one line, exit status 2), each
+submitted through the official plugins' job bodies, every result collected as it ends (a job that
+raised or whose worker died is a failed JobReturn), then one line a job and the worst status."""
 from __future__ import annotations
 
 import shlex
@@ -21,10 +18,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from common.errors import HarnessError
 from harness.launch import ray_session, slurm, submitit_jobs
 from harness.launch.outcome import JobOutcome, crashed, exit_code
-from harness.launch.resources import JobResources, job_resources, with_fixed
+from harness.launch.resources import FIXED_KEYS, JobResources, job_resources, with_fixed
 from harness.settings.experiment import ExperimentConfig
 
-FIXED_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "timeout_min")
 OUR_KEYS = ("live_gpus", "check_resources")
 
 
@@ -100,29 +96,40 @@ def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_
     ray_cfg = params.get("ray") or {}
     jobs = _jobs(launcher, job_overrides, initial_job_idx)
     resources = requests([typed(cfg) for _, _, cfg in jobs], {"live_gpus": params.get("live_gpus", True), **ray_fixed(ray_cfg)})
-    connected = False
+
+    def ready() -> None:
+        try:
+            check("ray", params, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
+        except HarnessError as e:
+            _refuse(e)
+        Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        _describe(jobs, resources, "ray")
+
+    args = [(launcher.hydra_context, cfg, launcher.task_function, Singleton.get_state()) for _, _, cfg in jobs]
+    returns: list = [None] * len(jobs)
     try:
-        connected = ray_session.connect(ray_cfg.get("init"))
-        check("ray", params, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
-    except HarnessError as e:
-        ray_session.disconnect(connected)
+        for i, value, err in _on_ray(_run_job, args, resources, ray_cfg, ready):
+            returns[i] = value if err is None else _failed(jobs[i][1], jobs[i][2], err)
+    except HarnessError as e:  # Ray could not be reached
         _refuse(e)
-    Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-    _describe(jobs, resources, "ray")
-    refs, groups = [], []
+    return returns
+
+
+def _on_ray(fn: Callable, args: Sequence[tuple], resources: Sequence[JobResources], ray_cfg: Mapping,
+            ready: Callable[[], None]) -> Iterator[tuple[int, object, BaseException | None]]:
+    """`fn(*args[i])` on Ray, each with its resource request, once connected and `ready()` (the
+    check) passed; (index, result, error) as each ends; the placement groups removed at the end."""
+    connected, groups = ray_session.connect(ray_cfg.get("init")), []
     try:
-        for (idx, overrides, cfg), res in zip(jobs, resources):
-            ref, group = ray_session.submit(
-                _run_job, (launcher.hydra_context, cfg, launcher.task_function, Singleton.get_state()), res,
-                ray_cfg.get("remote"))
+        ready()
+        refs = []
+        for a, res in zip(args, resources):
+            ref, group = ray_session.submit(fn, a, res, ray_cfg.get("remote"))
             refs.append(ref)
             groups.append(group)
-        returns: list = [None] * len(jobs)
-        for i, value, err in ray_session.as_completed(refs):
-            returns[i] = value if err is None else _failed(jobs[i][1], jobs[i][2], err)
-        return returns
+        yield from ray_session.as_completed(refs)
     finally:
-        if connected or groups:
+        if groups:
             ray_session.remove_groups(groups)
         ray_session.disconnect(connected)
 
@@ -190,20 +197,7 @@ def launch_configs(params: Mapping, fn: Callable, args: Sequence[tuple], configs
     resources = requests(configs, {**ours, **ray_fixed(plugin.get("ray") or {})})
     labelled = [(c.name if c is not None else f"config {i}", r) for i, (c, r) in enumerate(zip(configs, resources))]
     if kind == "ray":
-        ray_cfg = plugin.get("ray") or {}
-        connected, groups = ray_session.connect(ray_cfg.get("init")), []
-        try:
-            check("ray", ours, labelled)
-            refs = []
-            for a, res in zip(args, resources):
-                ref, group = ray_session.submit(fn, a, res, ray_cfg.get("remote"))
-                refs.append(ref)
-                groups.append(group)
-            yield from ray_session.as_completed(refs)
-        finally:
-            if groups:
-                ray_session.remove_groups(groups)
-            ray_session.disconnect(connected)
+        yield from _on_ray(fn, args, resources, plugin.get("ray") or {}, lambda: check("ray", ours, labelled))
         return
     check(kind, {**plugin, **ours}, labelled)
     folder = results_dir / ".jobs" / time.strftime("%Y%m%d-%H%M%S") / "%j"

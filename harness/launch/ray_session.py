@@ -1,12 +1,8 @@
-"""Ray for the harness: connect to a cluster by address (or start a local Ray for the run), check
-that every job fits before any is submitted, submit each with its own resource request, collect
-results as they finish. Used by the Ray launcher (`hydra/launcher=ray`), by `figure=all` and
-`nightly` with `launcher=ray`, and by the Ray probe executor (`search.executor=ray`).
-
-Bad input is one line (HarnessError), and nothing is submitted: an address nothing answers at (a
-TCP connect first, so no 60 s of Ray's own retries), no Ray cluster at `auto`, a job asking for
-more GPUs or CPUs than any node of the cluster has, or for more such nodes than it has.
-"""
+"""Ray for the harness (docs/clusters.md): connect to a cluster by address (or start a local Ray
+for the run), check that every job fits before any is submitted (a TCP connect first, so an
+address nothing answers at is one line, not a minute of Ray's retries), submit each with its own
+resource request, collect results as they finish. Used by the Ray launcher, by `figure=all` and
+`nightly` with `launcher=ray`, and by the Ray probe executor (`search.executor=ray`)."""
 from __future__ import annotations
 
 import contextlib

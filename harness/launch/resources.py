@@ -1,22 +1,12 @@
-"""What one job asks a cluster for, derived from its experiment config (never written by hand).
-
-A simulated job needs CPUs only: one, or `search.workers` when its searches run their probes in
-a local process pool. A live job whose server runs the model (`backend.server=vllm`, or the
-in-repo server's torch executor) needs the deployment's GPUs: tp x pp x dp of them (the planner's
-count, `DeploymentPlan.gpus`: each data-parallel rank is an engine of tp x pp GPUs), placed node by
-node as the deployment places them (`hardware.gpus_per_node`, or the GPU's usual node), so a
-multi-node deployment asks for `nodes` nodes of `gpus_per_node` GPUs each: one Ray placement-group
-bundle per node, or SLURM `--nodes/--gpus-per-node` with one task per node. The time limit is
-derived from the probe count: the most probes a search can take (bracketing from start_qps to
-either bound, then bisecting to rel_tol) x schedulers x repeats, each probe as long as it can
-last (search.time_limit_s, or num_requests / start_qps for a live probe; a minute simulated),
-plus a server start per scheduler, with a margin.
-"""
+"""What one job asks a cluster for, derived from its experiment config (never written by hand;
+docs/clusters.md): CPUs for a simulated job (`search.workers` with a local pool), and for a live
+job whose servers run the model, the deployment's tp x pp x dp GPUs placed node by node as it
+places them, with a time limit from the most probes its searches can take."""
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from common.errors import HarnessError
 from engines.perf.hardware import get_gpu, get_topology
@@ -46,6 +36,9 @@ class JobResources:
     def describe(self) -> str:
         gpus = f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s)" if self.gpus else "no GPU"
         return f"{gpus}, {self.cpus_per_task} CPU(s), {self.timeout_min} min"
+
+
+FIXED_KEYS = tuple(f.name for f in fields(JobResources))  # what a launcher config may fix for every job
 
 
 def probes_per_search(search: SearchSettings) -> int:
@@ -96,8 +89,7 @@ def job_resources(config: ExperimentConfig, live_gpus: bool = True) -> JobResour
 
 def with_fixed(res: JobResources, fixed: Mapping) -> JobResources:
     """`res` with the fields a launcher config sets explicitly (non-null) taking precedence."""
-    keys = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "timeout_min")
-    return JobResources(**{k: int(fixed[k]) if fixed.get(k) is not None else getattr(res, k) for k in keys})
+    return replace(res, **{k: int(fixed[k]) for k in FIXED_KEYS if fixed.get(k) is not None})
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from harness.loadgen.validity import LagPolicy
 from harness.records import RequestSpec
+from harness.settings.load import API_PATHS, MAX_CONNECTIONS
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class LoadOptions:
     continuous_usage: bool | None = None
     # At most this many connections at once (one per request in flight): past it requests wait,
     # and the run's verdict says the client was saturated rather than blaming the server.
-    max_connections: int = 4096
+    max_connections: int = MAX_CONNECTIONS
     # Are the server's CLOCK_MONOTONIC times comparable with ours? None: yes iff the host is loopback.
     same_clock: bool | None = None
     lag: LagPolicy = field(default_factory=LagPolicy)
@@ -55,8 +56,8 @@ class LoadOptions:
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.api not in ("completions", "chat"):
-            raise ValueError(f"api must be 'completions' or 'chat', got {self.api!r}")
+        if self.api not in API_PATHS:
+            raise ValueError(f"api must be one of {', '.join(API_PATHS)}, got {self.api!r}")
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
         if not self.request_timeout_s > 0:

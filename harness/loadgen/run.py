@@ -46,6 +46,7 @@ from harness.loadgen.sessions import Sessions, generated_ids, has_sessions
 from common.sse import SseSplitter
 from harness.loadgen.validity import ClientLoad
 from harness.records import RequestSpec
+from harness.settings.load import API_PATHS
 
 START_LEAD_S = 0.05  # the first deadline lies this far after setup, never in the past
 # While a run is on, the pacer thread must get the GIL within well under a millisecond when its
@@ -62,9 +63,6 @@ class _Attempt:
         self.dispatched = math.nan  # when the request was written to its socket (see module docstring)
         self.x = Exchange(request)
         self.error: str | None = None  # the client's side: timeout, cut off, could not connect
-
-
-API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 def _body(spec: RequestSpec, opts: LoadOptions, continuous_usage: bool, user: str | None = None) -> bytes:

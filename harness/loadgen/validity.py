@@ -11,18 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class LagPolicy:
-    quantile: float = 0.99
-    warn_s: float = 0.001
-    invalid_s: float = 0.010
-
-    def __post_init__(self) -> None:
-        if not 0 < self.quantile <= 1:
-            raise ValueError(f"lag quantile must be in (0, 1], got {self.quantile}")
-        if not 0 <= self.warn_s <= self.invalid_s:
-            raise ValueError(f"need 0 <= warn_s <= invalid_s, got {self.warn_s}, {self.invalid_s}")
+from harness.settings.load import LagPolicy  # backend.lag: the thresholds, a setting
 
 
 @dataclass(frozen=True)

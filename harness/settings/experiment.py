@@ -24,28 +24,29 @@ from harness.settings.search import SearchSettings
 from harness.settings.slo import SloSettings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
+    # In the order a saved config.yaml lists them (the Hydra schema keeps it: harness.config.schema).
     model: ModelSettings
     hardware: HardwareSettings
-    max_model_len: int
+    parallel: ParallelSettings = field(default_factory=ParallelSettings)
     dataset: Mapping[str, Any]  # experiments/dataset: its name and how its lengths are drawn
     arrival: Mapping[str, Any]  # experiments/arrival: its name and knobs
-    scheduler: Mapping[str, Mapping[str, Any]]  # name -> {policy, knobs}; entries without policy are skipped
-    parallel: ParallelSettings = field(default_factory=ParallelSettings)
-    perf: PerfSettings = field(default_factory=PerfSettings)
     slo: SloSettings = field(default_factory=SloSettings)
-    search: SearchSettings = field(default_factory=SearchSettings)
     backend: BackendSettings = field(default_factory=BackendSettings)  # the chosen backend's own subclass
+    perf: PerfSettings = field(default_factory=PerfSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    scheduler: Mapping[str, Mapping[str, Any]]  # name -> {policy, knobs}; entries without policy are skipped
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
     offline: OfflineSettings = field(default_factory=OfflineSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    experiment: Any = None  # the preset's own node (figure presets read it)
     name: str = "custom"  # results go to ${results_dir}/${name}/<timestamp>/
     seed: int = 0  # workload lengths and arrival gaps
     results_dir: str = "results"
+    max_model_len: int
     progress: bool = True  # progress bars on stderr
     cache: bool = True  # reuse probes of an identical config and code (interrupted searches resume)
-    experiment: Any = None  # the preset's own node (figure presets read it)
     # A shipped engine named once (release=vllm-0.19): its stack, scheduler rules and batch defaults
     # together (harness.settings.release, applied at the door); None: as perf and scheduler say.
     release: str | None = None

@@ -18,13 +18,5 @@ from .lengths import Workload
 from .prompts import prompt_token_ids, with_prompt_token_ids
 from .requests import make_requests, requests_at_rate
 
-__all__ = [
-    "Workload",
-    "load_workload",
-    "arrival_offsets",
-    "make_requests",
-    "requests_at_rate",
-    "concurrency_limit",
-    "prompt_token_ids",
-    "with_prompt_token_ids",
-]
+__all__ = ["Workload", "load_workload", "arrival_offsets", "make_requests", "requests_at_rate", "concurrency_limit",
+           "prompt_token_ids", "with_prompt_token_ids"]

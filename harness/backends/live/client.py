@@ -10,13 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from common.errors import RunBroken
-from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.base import BackendJob, BackendRun
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
 from harness.backends.live.twin_clock import disturbance, disturbed_note, during, scrape_twin
 from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
 from harness.loadgen.run import auth_headers
 from harness.records import RequestRecord, RequestSpec
+from harness.settings.client import ClientSettings
 from harness.workload import with_prompt_token_ids
 from harness.workload.session_prompts import SessionPrompts
 
@@ -37,22 +38,6 @@ class LiveRunOptions:
     realtime_priority: bool | None = LoadOptions.realtime_priority  # SCHED_FIFO (see harness/loadgen/options.py)
     max_connections: int = LoadOptions.max_connections  # the client's connection pool
     abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
-
-
-@dataclass(frozen=True)
-class ClientSettings(BackendSettings):
-    """What the load generator takes from any live backend's settings (managed or endpoint)."""
-
-    request_timeout_s: float = 600.0  # per request, connect to last byte
-    stall_timeout_s: float | None = 30.0  # a stream silent this long after its first bytes is cut (null: off)
-    strict: bool = True  # a probe whose dispatch lag is "invalid" breaks the run instead of being used
-    lag: LagPolicy = field(default_factory=LagPolicy)  # dispatch lag (actual - planned send) verdicts
-    # SCHED_FIFO for the client's threads: steadier dispatch on a busy host. null: wherever the
-    # process may have it (root or CAP_SYS_NICE; the run says which); true: asked for; false: never.
-    client_realtime_priority: bool | None = LoadOptions.realtime_priority
-    health_timeout_s: float = 15.0  # a server whose /health answers nothing for this long breaks the run (0: off)
-    # At most this many requests in flight; past it the probe is the client's saturation.
-    max_connections: int = LoadOptions.max_connections
 
 
 def run_options(job: BackendJob, settings: ClientSettings, label: str = "",

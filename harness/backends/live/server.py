@@ -31,9 +31,8 @@ from engines.schedulers import SchedulerConfig
 from engines.server.config import API_KEY_ENV, ServerConfig, server_flags
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
 from harness.paths import ROOT as REPO_ROOT
+from harness.settings.live import SERVER_KINDS, LiveSettings
 
-SERVER_KINDS = ("inrepo", "vllm")
-VLLM_SCHEDULERS = ("plugin", "native")  # the policy inside vLLM (--scheduler-cls) | vLLM's own, flags mapped
 _SERVER = ServerConfig()  # the in-repo server's defaults
 
 
@@ -56,7 +55,7 @@ class LiveServerSpec:
     scheduler: SchedulerConfig
     model: str  # inrepo: engines.perf catalog name (or a model dir for torch); vllm: model dir or name
     max_model_len: int
-    host: str = "127.0.0.1"
+    host: str = LiveSettings.host
     port: int | None = None  # None: a free port
     served_model_name: str | None = None
     seed: int = 0
@@ -90,8 +89,8 @@ class LiveServerSpec:
     vllm_trace: str | None = None  # plugin: where it writes its iteration trace (None: no trace)
     api_key: str | None = field(default=None, repr=False)  # the server requires it; the client sends it
     # lifecycle
-    ready_timeout_s: float = 180.0
-    stop_timeout_s: float = 15.0
+    ready_timeout_s: float = LiveSettings.ready_timeout_s
+    stop_timeout_s: float = LiveSettings.stop_timeout_s
     log_dir: str | None = None
 
     def __post_init__(self) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from common.errors import HarnessError
 from engines.routers import make_router
 from engines.perf.offload import plan_kv_offload
 from engines.schedulers import make_engine
-from harness.backends.base import BackendJob, BackendRun, BackendSettings
+from harness.backends.base import BackendJob, BackendRun
 from harness.backends.sim.autoscale import simulate_autoscaled
 from harness.backends.sim.cache_stats import cache_stats, summed
 from harness.backends.sim.cluster import simulate_cluster
@@ -25,19 +24,13 @@ from harness.backends.sim.partition import partition_plan, simulate_partitioned
 from harness.backends.sim.sessions import has_sessions
 from harness.backends.sim.timer import OffloadPriced
 from harness.records import RequestRecord, RequestSpec
+from harness.settings.sim import SimSettings
 
 __all__ = ["Backend", "IterationTimer", "SimBackend", "SimSettings", "simulate", "simulate_cluster", "simulate_disaggregated"]
 
 
-@dataclass(frozen=True)
-class SimSettings(BackendSettings):
-    name: str = "sim"
-    fast_forward: bool = True  # advance runs of identical decode iterations in one exact step
-
-
 class SimBackend:
     name: ClassVar[str] = "sim"
-    settings: ClassVar[type[BackendSettings]] = SimSettings
     deterministic: ClassVar[bool] = True
     # Where a run's records go instead of being returned (None: returned): sink(indices, records), the
     # records of the requests at those input indices. A cluster run apart (partition.py) hands over
@@ -136,7 +129,6 @@ class SimBackend:
         if job.prefix_caching:  # what the cache saved: prompt tokens found (readmissions too), evictions
             stats["prefix_cache"] = cache_stats(engine)
         return BackendRun(records, stats)
-
 
     def _run_cluster(self, requests: Sequence[RequestSpec], engines, timers, pp: list[int], stats: dict):
         """Colocated instances behind the router: apart in cluster.workers processes when routing
