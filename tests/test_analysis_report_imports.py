@@ -2,18 +2,14 @@
 the reference results (which judges each run against its paper cell's composed config) leaves no
 module of harness.backends, search, planner or commands in `sys.modules`.
 
-It does not hold yet: the cells are composed through harness.config, whose schema registers each
-backend's settings class by importing the backend (harness.config.schema -> harness.backends ->
-harness.backends.sim, .live, .endpoint). It holds once those settings classes live below the
-config (harness.settings) and harness.config imports no backend; strict, so the fix turns it red
-until the mark goes."""
+It holds because each backend's settings class lives on the settings floor (harness.settings), so
+composing a paper cell's config imports no backend."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 
-import pytest
 
 from harness.paths import ROOT
 
@@ -26,7 +22,6 @@ print(json.dumps(sorted(sys.modules)))
 FORBIDDEN = ("harness.backends", "harness.search", "harness.planner", "harness.commands", "harness.loadgen")
 
 
-@pytest.mark.xfail(strict=True, reason="harness.config's schema imports every backend (issue 51, item 1)")
 def test_the_report_of_saved_results_loads_no_backend() -> None:
     out = subprocess.run([sys.executable, "-c", REPORT, str(ROOT / "results" / "reference")], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
