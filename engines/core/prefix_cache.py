@@ -18,7 +18,8 @@ that holds its blocks alone is taken back by the next turn, its leading blocks (
 slice; any other free parks the blocks nobody else holds. Eviction reads a group tail first, and a
 stranger's hit takes a block out of it singly, so every decision is the one the per-block books
 make (tests/test_parked_turns.py drives both side by side); a turn re-reads hundreds of blocks,
-and this made those reads a store each.
+and this made those reads a store each. The groups are their own object (`parked`: parked_turns.py's
+`ParkedTurns`), handed this manager's reference counts, hashes and free list once, as the same lists.
 
 Preemption frees a sequence's blocks like a finish does, after registering what it computed, so
 its recompute usually finds its own prefix again; eviction only ever takes blocks nobody uses.
@@ -34,7 +35,7 @@ from operator import itemgetter, ne
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
-from engines.core.parked_turns import TurnParking
+from engines.core.parked_turns import ParkedTurns
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
@@ -56,7 +57,7 @@ class PrefixCacheStats:
         return self.hits / self.queries if self.queries else 0.0
 
 
-class PrefixCachingBlockManager(TurnParking, BlockManager):
+class PrefixCachingBlockManager(BlockManager):
     def __init__(self, *args, tier: HostTier | None = None, **kwargs) -> None:
         # BlockManager's (num_blocks, block_size, watermark, reserve_tokens); `tier`: where evicted
         # cached blocks go (kv_tier.py), None: they are dropped
@@ -71,9 +72,9 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         # Unused cached blocks freed singly (with parks_turns off: the tests' reference books), least
         # recently freed first, each with its free's stamp. An OrderedDict:
         # popping its oldest entry is O(1), where a dict's next(iter(...)) rescans the slots its earlier
-        # deletions left. Parked turns' blocks (ParkedTurn, by stamp) are evictable too, in the same order.
+        # deletions left. Parked turns' blocks (by stamp, parked_turns.py) are evictable too, in the same order.
         self._evictable: OrderedDict[int, int] = OrderedDict()
-        self._init_parking(num_blocks)  # the parked turns' books (parked_turns.py)
+        self.parked = ParkedTurns(self._ref, self._hash, self._free)  # the groups freed turns' blocks are parked in
         self._stamp = 0  # frees so far: the next free's place in the LRU order
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
@@ -86,7 +87,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
 
     @property
     def num_free(self) -> int:
-        return len(self._free) + len(self._evictable) + self._parked_blocks
+        return len(self._free) + len(self._evictable) + self.parked.blocks
 
     @property
     def num_used(self) -> int:
@@ -94,11 +95,11 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
 
     @property
     def num_evictable(self) -> int:
-        return len(self._evictable) + self._parked_blocks
+        return len(self._evictable) + self.parked.blocks
 
     def evictable_order(self) -> list[int]:
         """The unused cached blocks, the next to be evicted first."""
-        order = list(self._evictable.items()) + self._parked_order()  # (block, stamp)
+        order = list(self._evictable.items()) + self.parked.order()  # (block, stamp)
         order.sort(key=itemgetter(1))  # stable: a free's blocks keep their order
         return [b for b, _ in order]
 
@@ -145,7 +146,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
             return []
         # Where the previous turn is still parked, its cached leading blocks up to the first evicted one
         # hold the hashes it computed, which these tokens took (`inherited`): no need to read them.
-        p = self._hint_group(hint)
+        p = self.parked.hint_group(hint)
         sure = min(m, p.hi, p.whole, tokens.inherited) if p is not None else 0
         if sure == m:
             return hint[:m]
@@ -187,8 +188,9 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         """How many of `hits` no sequence uses (they sit evictable): singly, reference count 0, or
         parked, the reference their group's (parked_turns.py). At C speed: a fleet admits ~350 hits a turn."""
         unused = list(map(self._ref.__getitem__, hits)).count(0)
-        if self._groups:
-            unused += len(hits) - list(map(self._groups.get, map(self._mark.__getitem__, hits))).count(None)
+        groups = self.parked.groups
+        if groups:
+            unused += len(hits) - list(map(groups.get, map(self.parked.mark.__getitem__, hits))).count(None)
         return unused
 
     def _fresh_blocks(self, seq: Sequence, hits: int, num_tokens: int | None = None) -> int:
@@ -200,8 +202,9 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         fresh = self._fresh_blocks(seq, len(hits), num_tokens)
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
-        ref, evictable, mark, groups, parked = self._ref, self._evictable, self._mark, self._groups, []
-        first = self._take_back_hint(seq, hits)
+        ref, evictable, parking, parked = self._ref, self._evictable, self.parked, []
+        mark, groups, live = parking.mark, parking.groups, parking.live
+        first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else 0
         for i in range(first, len(hits)):
             b = hits[i]
             if ref[b] == 0:  # evictable singly
@@ -211,10 +214,10 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                 parked.append(b)
             else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
                 ref[b] += 1
-                holder = self._live.get(mark[b])
+                holder = live.get(mark[b])
                 if holder is not None:
                     holder.shared = True  # type: ignore[attr-defined]
-        self._unpark(parked)
+        parking.unpark(parked)
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
         seq.blocks_unregistered = 0
@@ -239,7 +242,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
     # -- allocation, freeing, registration ------------------------------------------------------
     def _take(self, seq: Sequence, n: int) -> None:
         free = self._free
-        if n == 1 and (free or self._evictable or self._parked):  # a decode's next block, the most frequent take: the path below, shortened
+        if n == 1 and (free or self._evictable or self.parked.blocks):  # a decode's next block, the most frequent take: the path below, shortened
             if free:
                 b = free.pop()
             else:  # a warm cache's free list is empty: the least recently freed cached block
@@ -261,13 +264,13 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
 
     def _evict(self, n: int) -> list[int]:
         """The n least recently freed cached blocks, content dropped (to the host tier, if any); the caller sets their counts."""
-        evictable, parked = self._evictable, self._parked
+        evictable, parked = self._evictable, self.parked
         popitem = evictable.popitem
         out: list[int] = []
         while len(out) < n:
             # Blocks freed singly, as long as they are older than every parked group (stamps rise
             # along the OrderedDict, so the first younger one ends the stretch), then a group's
-            oldest = self._oldest_parked
+            oldest = parked.oldest
             while evictable and len(out) < n:
                 b, stamp = popitem(last=False)
                 if oldest < stamp:  # a parked turn is older: b goes back in front
@@ -276,7 +279,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                     break
                 out.append(b)
             if len(out) < n:
-                out += self._evict_parked(next(iter(parked.values())), n - len(out))
+                out += parked.evict(n - len(out))
         hashes, cache, tier = self._hash, self._cache, self.tier
         for b in out:
             h = hashes[b]
@@ -298,16 +301,16 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         taken = 0
         if tokens is not None and tokens.taken:  # (once: a preempted turn aborted later is freed again)
             taken, tokens.taken = tokens.taken, 0
-            del self._live[tokens.group]
+            del self.parked.live[tokens.group]
         if tokens is not None and tokens.continued:  # for the session's next turn
             tokens.freed_table = table
-            if self.parks_turns and table and self._held_alone(table, 0 if tokens.shared else taken):
-                self._park(seq, stamp, taken)
+            if self.parks_turns and table and self.parked.held_alone(table, 0 if tokens.shared else taken):
+                self.parked.park(seq, stamp, taken)
                 seq.block_table = []
                 seq.blocks_hashed = 0
                 return
         if self.parks_turns:
-            self._park_rest(table, stamp)
+            self.parked.park_rest(table, stamp)
             seq.block_table = []
             seq.blocks_hashed = 0
             return
@@ -357,7 +360,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
             for b in table:
                 counts[b] += 1
         held = counts[:]  # and a parked group holds a reference to each of its blocks (parked_turns.py)
-        for b, _ in self._parked_order():
+        for b, _ in self.parked.order():
             held[b] += 1
         free, evictable = set(self._free), set(self._evictable)
         order = self.evictable_order()
