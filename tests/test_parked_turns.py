@@ -102,7 +102,7 @@ def test_parked_turns_make_the_per_block_books_decisions(seed, num_blocks, tier)
 
 def test_the_stream_parks_turns_evicts_from_them_and_takes_blocks_out_singly(monkeypatch):
     """The differential test above reaches every path of a parked group (a guard that it stays able to fail)."""
-    seen = {"park": 0, "evict": 0, "unpark": 0, "take_back": 0}
+    seen = {"park": 0, "evict": 0, "evict_one": 0, "unpark": 0, "take_back": 0}
     for name in seen:
         method = getattr(ParkedTurns, name)
 

@@ -155,6 +155,22 @@ class ParkedTurns:
             self._drop(p)
         return out
 
+    def evict_one(self) -> int:
+        """evict(1), shortened: the oldest group's next block (a warm cache's decode takes one at a time)."""
+        p = next(iter(self.by_key.values()))
+        mark, table, gid = self.mark, p.table, p.id
+        hi = p.hi - 1
+        while mark[table[hi]] != gid:  # past blocks taken out of it singly
+            hi -= 1
+        b = table[hi]
+        mark[b] = -1
+        p.hi = hi
+        p.live -= 1
+        self.blocks -= 1
+        if not p.live:
+            self._drop(p)
+        return b
+
     def held_alone(self, table: list[int], unhit: int) -> bool:
         """Whether a turn's blocks are all held by it alone (reference count 1 each), the first
         `unhit` known to be: the blocks it took back from its previous turn's group, when no other

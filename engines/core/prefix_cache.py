@@ -29,32 +29,16 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from itertools import compress, count
 from operator import itemgetter, ne
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
 from engines.core.parked_turns import ParkedTurns
+from engines.core.prefix_cache_stats import PrefixCacheStats
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
-
-
-@dataclass
-class PrefixCacheStats:
-    """Counters since the engine started (vLLM's prefix_cache_queries/hits count tokens too)."""
-
-    queries: int = 0  # tokens looked up: the prefill target of every admission, readmissions included
-    hits: int = 0  # of those, tokens found cached
-    query_blocks: int = 0  # full blocks the admissions could have found: (prefill_target - 1) // block_size
-    hit_blocks: int = 0
-    evictions: int = 0  # cached blocks whose content was dropped to make room (to the host tier, if any)
-    host_hits: int = 0  # tokens found in the host tier after the GPU hits (loaded, not computed)
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.queries if self.queries else 0.0
 
 
 class PrefixCachingBlockManager(BlockManager):
@@ -245,8 +229,18 @@ class PrefixCachingBlockManager(BlockManager):
         if n == 1 and (free or self._evictable or self.parked.blocks):  # a decode's next block, the most frequent take: the path below, shortened
             if free:
                 b = free.pop()
-            else:  # a warm cache's free list is empty: the least recently freed cached block
+            elif self._evictable:  # (blocks freed singly: parks_turns off, the tests' reference books)
                 b = self._evict(1)[0]
+            else:  # a warm cache's free list is empty: the oldest parked group's next block, as _evict(1) takes it
+                b = self.parked.evict_one()
+                hashes = self._hash
+                h = hashes[b]
+                if self.tier is not None:
+                    self.tier.store(h)  # type: ignore[arg-type]
+                del self._cache[h]  # type: ignore[arg-type]
+                hashes[b] = None
+                self.stats.evictions += 1
+                self._version += 1
             self._ref[b] = 1
             seq.block_table.append(b)
             return
