@@ -224,6 +224,14 @@ class PrefixCachingBlockManager(BlockManager):
         self._take(seq, fresh)  # the first `host` fresh blocks receive the loaded KV; registered as computed
 
     # -- allocation, freeing, registration ------------------------------------------------------
+    def grow_run(self, seqs, k: int) -> None:
+        """`grow` each of `seqs` by k tokens, in order: a decode run's, most by no block (one call, not one each)."""
+        bs, take = self.block_size, self._take
+        for seq in seqs:
+            need = -(-(seq.num_computed + k) // bs) - len(seq.block_table)
+            if need > 0:
+                take(seq, need)
+
     def _take(self, seq: Sequence, n: int) -> None:
         free = self._free
         if n == 1 and (free or self._evictable or self.parked.blocks):  # a decode's next block, the most frequent take: the path below, shortened
