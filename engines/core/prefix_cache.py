@@ -339,14 +339,13 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is None or first >= n:
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
-        cache, hashes, chain = self._cache, self._hash, tokens.hashes
+        setdefault, hashes, chain = self._cache.setdefault, self._hash, tokens.hashes
         skipped = 0
         for i in range(first, n):
             b = table[i]
-            if hashes[b] is None:
+            if hashes[b] is None:  # (then no hash maps to b: setdefault gives b back iff it stored it, one probe)
                 h = chain[i]
-                if h not in cache:
-                    cache[h] = b
+                if setdefault(h, b) == b:
                     hashes[b] = h
                 else:
                     skipped += 1
