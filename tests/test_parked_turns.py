@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from engines.core import PrefixCachingBlockManager, Segments, Sequence
 from engines.core.kv_tier import HostTier
+from engines.core.parked_turns import ParkedTurns
 from harness.backends.sim import simulate
 from harness.workload import requests_at_rate
 from tests.test_sim import WindowedTimer
@@ -101,28 +102,28 @@ def test_parked_turns_make_the_per_block_books_decisions(seed, num_blocks, tier)
 
 def test_the_stream_parks_turns_evicts_from_them_and_takes_blocks_out_singly(monkeypatch):
     """The differential test above reaches every path of a parked group (a guard that it stays able to fail)."""
-    seen = {"_park": 0, "_evict_parked": 0, "_unpark": 0, "_take_back_hint": 0}
+    seen = {"park": 0, "evict": 0, "evict_one": 0, "unpark": 0, "take_back": 0}
     for name in seen:
-        method = getattr(PrefixCachingBlockManager, name)
+        method = getattr(ParkedTurns, name)
 
         def counted(self, *args, _m=method, _n=name):
             out = _m(self, *args)
-            seen[_n] += _n != "_take_back_hint" or bool(out)
+            seen[_n] += _n != "take_back" or bool(out)
             return out
-        monkeypatch.setattr(PrefixCachingBlockManager, name, counted)
+        monkeypatch.setattr(ParkedTurns, name, counted)
     shortcuts = {"unhit": 0, "unregistered": 0, "flagged": 0}  # the reads a parked turn's next turn skips
-    held_alone, park = PrefixCachingBlockManager._held_alone, PrefixCachingBlockManager._park
+    held_alone, park = ParkedTurns.held_alone, ParkedTurns.park
 
     def alone(self, table, unhit):
         shortcuts["unhit"] += unhit > 0
-        shortcuts["flagged"] += any(t.shared for t in self._live.values())
+        shortcuts["flagged"] += any(t.shared for t in self.live.values())
         return held_alone(self, table, unhit)
 
     def parking(self, seq, key, taken):
         shortcuts["unregistered"] += seq.blocks_unregistered > 0
         return park(self, seq, key, taken)
-    monkeypatch.setattr(PrefixCachingBlockManager, "_held_alone", alone)
-    monkeypatch.setattr(PrefixCachingBlockManager, "_park", parking)
+    monkeypatch.setattr(ParkedTurns, "held_alone", alone)
+    monkeypatch.setattr(ParkedTurns, "park", parking)
     for seed in range(20):
         for num_blocks in (10, 24, 60):
             _world(True, seed, num_blocks, 120, tier=False)

@@ -42,7 +42,5 @@ class PrefixCachingEngine(Engine):
         # Every sequence's slots are taken before any of them leaves, as k stepped iterations take
         # them (each schedule() allocates before the iteration's finishes free). Otherwise a
         # sequence could reuse a block the finisher just freed where stepping evicted a cached one.
-        grow = self.blocks.grow
-        for seq in batch.seqs:
-            grow(seq, seq.num_computed + k)
+        self.blocks.grow_run(batch.seqs, k)
         return self._decode_run_done(batch, k, None)  # grown: the plain engine's grows would find nothing to take

@@ -1,9 +1,9 @@
-"""Parked turns: the prefix cache's books for a session's turn freed as one group (prefix_cache.py).
+"""Parked turns: a prefix cache's session turns freed as one group each (prefix_cache.py holds one).
 
 A turn that a later turn continues, and that alone holds its blocks, is freed parked: its cached
 blocks are evictable as one group at the free's place in the LRU order (its stamp, the group's
 `key`), and its next turn takes its hint back as one slice. Any other free parks the blocks it
-leaves unused the same way (`_park_rest`), as a group no turn takes back: a per-block LRU entry
+leaves unused the same way (`park_rest`), as a group no turn takes back: a per-block LRU entry
 costs an insert and a pop of an OrderedDict node each (some 130 ns a block, a fleet's day evicts
 millions), a group's a store and a read. Eviction reads a group tail first, past
 blocks a stranger's hit took out of it singly, so every decision is the one per-block books make
@@ -11,22 +11,21 @@ blocks a stranger's hit took out of it singly, so every decision is the one per-
 
 The group holds its blocks' references: a parked block keeps reference count 1 (the group's), so
 parking writes no count and a take-back none either, the hold passing to the next turn as it is. A
-parked block is told by its mark: `_mark[b]` is the id of the group that holds it, where
-`_groups` has that id. Marks are written per block only for blocks new to a session: a turn that
+parked block is told by its mark: `mark[b]` is the id of the group that holds it, where
+`groups` has that id. Marks are written per block only for blocks new to a session: a turn that
 took its previous turn's slice back parks under that group's id, whose marks its leading blocks
-still carry, and marks only the blocks after them (its own). An id is in `_groups` only while
+still carry, and marks only the blocks after them (its own). An id is in `groups` only while
 its group is parked, and then exactly its parked blocks carry it: a take-back that leaves blocks
 in the group moves those to a fresh id, a block leaving a group singly (a stranger's hit,
 eviction, the free list) is unmarked, and a turn freed otherwise retires its id for good.
 
-`TurnParking` is the parked turns' books: it creates and keeps their state (`_init_parking`):
-`_parked` (groups by key, oldest first), `_groups` (the same groups by id), `_parked_blocks`,
-`_mark`, `_oldest_parked`, `_ids` (fresh ids) and `_live` (by id, the tokens of the running turn
-that took that group's slice back: a stranger's hit on one of those blocks flags it `shared`, so
-its free reads their reference counts again). It reads the block manager's own books, which
-`PrefixCachingBlockManager` (prefix_cache.py, its one user) creates: `_ref`, `_hash`, `_free` and
-`_hinted` (its last lookup's hint hits). One object, not two, because the hot paths read both
-books as plain attributes of `self` (an attribute hop per block would cost a fleet's day).
+`ParkedTurns` owns that state: `by_key` (groups oldest first), `groups` (the same by id),
+`blocks` (parked, over all groups), `mark`, `oldest` (the first group's key), `live` (by id, the
+tokens of the running turn that took that group's slice back: a stranger's hit on one of those
+blocks flags it `shared`, so its free reads their reference counts again) and fresh ids. The
+block manager's own books it updates as a free or an eviction does (reference counts, the free
+list) and reads (the blocks' hashes) are handed to it once, at its creation, as the same lists:
+its per-block loops read them as locals, never through the block manager.
 """
 from __future__ import annotations
 
@@ -56,94 +55,90 @@ class ParkedTurn:
         self.whole = whole  # the leading blocks all parked here (the first uncached one went to the free list)
 
 
-class TurnParking:
-    """The parked turns' books, kept beside the block manager's (PrefixCachingBlockManager)."""
+class ParkedTurns:
+    """The parked groups of one prefix cache (PrefixCachingBlockManager), over its blocks' books."""
 
-    # the block manager's books, read here (prefix_cache.py creates them)
-    _ref: list[int]
-    _hash: list[int | None]
-    _free: list[int]
-    _hinted: int
+    __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "live", "_ids", "_ref", "_hash", "_free")
 
-    def _init_parking(self, num_blocks: int) -> None:
-        """The parked turns' own state: nothing parked."""
-        self._parked: OrderedDict[int, ParkedTurn] = OrderedDict()
-        self._groups: dict[int, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
+    def __init__(self, ref: list[int], hashes: list[int | None], free: list[int]) -> None:
+        """Nothing parked, over the block manager's reference counts, hashes and free list (the same
+        lists, which it never rebinds: a park writes counts and the free list as a free would)."""
+        self._ref, self._hash, self._free = ref, hashes, free
+        self.by_key: OrderedDict[int, ParkedTurn] = OrderedDict()  # the groups, oldest first
+        self.groups: dict[int, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
         self._ids: Iterator[int] = count(1 << 40)  # fresh group ids (a group's first id is its key, a free's stamp: fewer)
-        self._live: dict[int, object] = {}  # a group id -> the tokens of the live turn that took its slice back
-        self._parked_blocks = 0  # blocks parked, over all groups
-        self._mark = [-1] * num_blocks  # per block: the id of the group that holds it, if _groups has it
-        self._oldest_parked = NONE_PARKED  # the first group's key
+        self.live: dict[int, object] = {}  # a group id -> the tokens of the live turn that took its slice back
+        self.blocks = 0  # blocks parked, over all groups
+        self.mark = [-1] * len(ref)  # per block: the id of the group that holds it, if `groups` has it
+        self.oldest = NONE_PARKED  # the first group's key
 
-    def _take_back_hint(self, seq: Sequence, hits: list[int]) -> int:
-        """Take the hits that lead `seq`'s hint back from the group its previous turn was parked
-        in, as one slice (their references are the group's: they pass to `seq` as they are); how
-        many it took (the rest are taken singly)."""
-        tokens = seq.tokens
-        if tokens is None:
-            return 0
+    def take_back(self, tokens, hinted: int) -> int:
+        """Take the `hinted` hits that lead a turn's hint (`tokens.hint`) back from the group its
+        previous turn was parked in, as one slice (their references are the group's: they pass to
+        the turn as they are); how many it took (the rest are taken singly)."""
         tokens.taken = 0
         hint = tokens.hint
-        m = self._hinted
+        m = hinted
         if not m or hint is None:
             return 0
-        p = self._hint_group(hint)
+        p = self.hint_group(hint)
         # The group must be unevicted up to m. A leading block that went to the free list (uncached)
         # and holds a wanted hash again was cached since by another sequence: the slice stops before it.
         if p is None or m > min(p.hi, p.whole):
             return 0
         tokens.taken, tokens.group, tokens.shared = m, p.id, False  # those blocks carry its id: parked again, the turn keeps it
-        self._live[p.id] = tokens
+        self.live[p.id] = tokens
         p.lo = m
-        self._parked_blocks -= m
+        self.blocks -= m
         p.live -= m
         if not p.live:
             self._drop(p)
         else:  # what stays parked moves to a fresh id, so that one is this turn's alone
             old, new = p.id, next(self._ids)
-            mark = self._mark
+            mark = self.mark
             for b in p.table[m:p.hi]:
                 if mark[b] == old:
                     mark[b] = new
-            del self._groups[old]
+            del self.groups[old]
             p.id = new
-            self._groups[new] = p
+            self.groups[new] = p
         return m
 
-    def _hint_group(self, hint: list[int]) -> ParkedTurn | None:
+    def hint_group(self, hint: list[int]) -> ParkedTurn | None:
         """The group `hint` (a turn's freed table, its leading block within this engine) is still
         parked as, holding its leading block: hits lead, so a block taken out of it singly was taken
         with every block before it, and a hint is handed over once, so nothing took a slice before."""
-        p = self._groups.get(self._mark[hint[0]])
+        p = self.groups.get(self.mark[hint[0]])
         return p if p is not None and p.table is hint else None
 
-    def _unpark(self, blocks: list[int]) -> None:
+    def unpark(self, blocks: list[int]) -> None:
         """Take parked `blocks` out of their groups singly (a stranger's hits, or a hint's past a
         group's slice): their references, the groups', are now the hitter's. An admission's at
         once: a session's first turn hits a system prompt's blocks parked by the turn before (a
         fleet's replica-day unparks millions), and no other hit's branch reads a group's count."""
-        groups, mark = self._groups, self._mark
+        groups, mark = self.groups, self.mark
         for b in blocks:
             p = groups[mark[b]]
             mark[b] = -1
             p.live -= 1
             if not p.live:
                 self._drop(p)
-        self._parked_blocks -= len(blocks)
+        self.blocks -= len(blocks)
 
     def _drop(self, p: ParkedTurn) -> None:
         """A group nothing is parked in any more."""
-        parked = self._parked
-        del parked[p.key]
-        del self._groups[p.id]
-        if p.key == self._oldest_parked:
-            self._oldest_parked = next(iter(parked), NONE_PARKED)
+        by_key = self.by_key
+        del by_key[p.key]
+        del self.groups[p.id]
+        if p.key == self.oldest:
+            self.oldest = next(iter(by_key), NONE_PARKED)
 
-    def _evict_parked(self, p: ParkedTurn, want: int) -> list[int]:
+    def evict(self, want: int) -> list[int]:
         """Up to `want` of the oldest group's blocks, the next to go first (its table read tail
         first, past blocks taken out of it): all of a group's blocks go before anything freed later.
-        Each keeps its reference count, the group's hold: the eviction's taker (`_take`) sets it."""
-        mark, table, gid = self._mark, p.table, p.id
+        Each keeps its reference count, the group's hold: the eviction's taker sets it."""
+        p = next(iter(self.by_key.values()))
+        mark, table, gid = self.mark, p.table, p.id
         out: list[int] = []
         hi, live, left = p.hi, p.live, want
         while live and left:
@@ -155,12 +150,28 @@ class TurnParking:
                 live -= 1
                 left -= 1
         p.hi, p.live = hi, live
-        self._parked_blocks -= len(out)
+        self.blocks -= len(out)
         if not live:
             self._drop(p)
         return out
 
-    def _held_alone(self, table: list[int], unhit: int) -> bool:
+    def evict_one(self) -> int:
+        """evict(1), shortened: the oldest group's next block (a warm cache's decode takes one at a time)."""
+        p = next(iter(self.by_key.values()))
+        mark, table, gid = self.mark, p.table, p.id
+        hi = p.hi - 1
+        while mark[table[hi]] != gid:  # past blocks taken out of it singly
+            hi -= 1
+        b = table[hi]
+        mark[b] = -1
+        p.hi = hi
+        p.live -= 1
+        self.blocks -= 1
+        if not p.live:
+            self._drop(p)
+        return b
+
+    def held_alone(self, table: list[int], unhit: int) -> bool:
         """Whether a turn's blocks are all held by it alone (reference count 1 each), the first
         `unhit` known to be: the blocks it took back from its previous turn's group, when no other
         sequence hit one since (admit tells it, by their mark): they came with count 1, and only a
@@ -173,13 +184,13 @@ class TurnParking:
             return False
         return itemgetter(*rest)(ref).count(1) == len(rest)  # (one C call: no list of the counts)
 
-    def _park(self, seq: Sequence, key: int, taken: int) -> None:
+    def park(self, seq: Sequence, key: int, taken: int) -> None:
         """Free a turn's blocks, which it alone held, as a group: the cached ones evictable at this
         free's place in the order (their references now the group's), the others back on the free
-        list (as free() would put them). Marks are written only past the `taken` blocks the turn
+        list (as a free would put them). Marks are written only past the `taken` blocks the turn
         took back from its previous turn's group: those carry that group's id, which this group
         takes over."""
-        table, mark = seq.block_table, self._mark
+        table, mark = seq.block_table, self.mark
         gid = seq.tokens.group if taken else key  # type: ignore[union-attr]
         for b in table[taken:] if taken else table:
             mark[b] = gid
@@ -198,22 +209,17 @@ class TurnParking:
                 mark[b] = -1
                 ref[b] = 0
         if len(loose) < len(table):
-            if not self._parked:
-                self._oldest_parked = key
-            group = ParkedTurn(key, gid, table, len(table) - len(loose), whole)
-            self._parked[key] = group
-            self._groups[gid] = group
-            self._parked_blocks += len(table) - len(loose)
+            self._add(ParkedTurn(key, gid, table, len(table) - len(loose), whole))
 
-    def _park_rest(self, table: list[int], key: int) -> None:
-        """Free a table's blocks as `free` books them singly, but with those that become evictable
-        parked as one group at `key` (their references now the group's) rather than one LRU entry
-        each: a turn no later turn takes back, or one holding a block another sequence holds too (a
-        shared system prompt's). Shared blocks only lose this sequence's reference; uncached ones go
+    def park_rest(self, table: list[int], key: int) -> None:
+        """Free a table's blocks as the block manager books them singly, but with those that become
+        evictable parked as one group at `key` (their references now the group's) rather than one LRU
+        entry each: a turn no later turn takes back, or one holding a block another sequence holds too
+        (a shared system prompt's). Shared blocks only lose this sequence's reference; uncached ones go
         to the free list. The group is read tail first past what it does not hold, as the entries
         would have been, so every decision is the per-block books' (tests/test_parked_turns.py); no
-        later turn takes it back (`whole` 0: `_take_back_hint` finds no slice)."""
-        ref, hashes, mark, free = self._ref, self._hash, self._mark, self._free
+        later turn takes it back (`whole` 0: `take_back` finds no slice)."""
+        ref, hashes, mark, free = self._ref, self._hash, self.mark, self._free
         held = 0
         for b in reversed(table):  # tail first, as the singly booked free goes
             r = ref[b]
@@ -226,16 +232,19 @@ class TurnParking:
                 mark[b] = key
                 held += 1
         if held:
-            if not self._parked:
-                self._oldest_parked = key
-            group = ParkedTurn(key, key, table, held, 0)
-            self._parked[key] = group
-            self._groups[key] = group
-            self._parked_blocks += held
+            self._add(ParkedTurn(key, key, table, held, 0))
 
-    def _parked_order(self) -> list[tuple[int, int]]:
+    def _add(self, group: ParkedTurn) -> None:
+        """A new group, the youngest."""
+        if not self.by_key:
+            self.oldest = group.key
+        self.by_key[group.key] = group
+        self.groups[group.id] = group
+        self.blocks += group.live
+
+    def order(self) -> list[tuple[int, int]]:
         """(block, group key) of every parked block, each group's next to be evicted first."""
-        mark, out = self._mark, []
-        for p in self._parked.values():
+        mark, out = self.mark, []
+        for p in self.by_key.values():
             out += [(b, p.key) for b in reversed(p.table[p.lo:p.hi]) if mark[b] == p.id]
         return out

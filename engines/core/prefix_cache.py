@@ -18,7 +18,8 @@ that holds its blocks alone is taken back by the next turn, its leading blocks (
 slice; any other free parks the blocks nobody else holds. Eviction reads a group tail first, and a
 stranger's hit takes a block out of it singly, so every decision is the one the per-block books
 make (tests/test_parked_turns.py drives both side by side); a turn re-reads hundreds of blocks,
-and this made those reads a store each.
+and this made those reads a store each. The groups are their own object (`parked`: parked_turns.py's
+`ParkedTurns`), handed this manager's reference counts, hashes and free list once, as the same lists.
 
 Preemption frees a sequence's blocks like a finish does, after registering what it computed, so
 its recompute usually finds its own prefix again; eviction only ever takes blocks nobody uses.
@@ -28,35 +29,19 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from itertools import compress, count
 from operator import itemgetter, ne
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
-from engines.core.parked_turns import TurnParking
+from engines.core.parked_turns import ParkedTurns
+from engines.core.prefix_cache_stats import PrefixCacheStats
 from engines.core.sequence import Sequence
 
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
 
 
-@dataclass
-class PrefixCacheStats:
-    """Counters since the engine started (vLLM's prefix_cache_queries/hits count tokens too)."""
-
-    queries: int = 0  # tokens looked up: the prefill target of every admission, readmissions included
-    hits: int = 0  # of those, tokens found cached
-    query_blocks: int = 0  # full blocks the admissions could have found: (prefill_target - 1) // block_size
-    hit_blocks: int = 0
-    evictions: int = 0  # cached blocks whose content was dropped to make room (to the host tier, if any)
-    host_hits: int = 0  # tokens found in the host tier after the GPU hits (loaded, not computed)
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.queries if self.queries else 0.0
-
-
-class PrefixCachingBlockManager(TurnParking, BlockManager):
+class PrefixCachingBlockManager(BlockManager):
     def __init__(self, *args, tier: HostTier | None = None, **kwargs) -> None:
         # BlockManager's (num_blocks, block_size, watermark, reserve_tokens); `tier`: where evicted
         # cached blocks go (kv_tier.py), None: they are dropped
@@ -71,9 +56,9 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         # Unused cached blocks freed singly (with parks_turns off: the tests' reference books), least
         # recently freed first, each with its free's stamp. An OrderedDict:
         # popping its oldest entry is O(1), where a dict's next(iter(...)) rescans the slots its earlier
-        # deletions left. Parked turns' blocks (ParkedTurn, by stamp) are evictable too, in the same order.
+        # deletions left. Parked turns' blocks (by stamp, parked_turns.py) are evictable too, in the same order.
         self._evictable: OrderedDict[int, int] = OrderedDict()
-        self._init_parking(num_blocks)  # the parked turns' books (parked_turns.py)
+        self.parked = ParkedTurns(self._ref, self._hash, self._free)  # the groups freed turns' blocks are parked in
         self._stamp = 0  # frees so far: the next free's place in the LRU order
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
@@ -86,7 +71,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
 
     @property
     def num_free(self) -> int:
-        return len(self._free) + len(self._evictable) + self._parked_blocks
+        return len(self._free) + len(self._evictable) + self.parked.blocks
 
     @property
     def num_used(self) -> int:
@@ -94,11 +79,11 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
 
     @property
     def num_evictable(self) -> int:
-        return len(self._evictable) + self._parked_blocks
+        return len(self._evictable) + self.parked.blocks
 
     def evictable_order(self) -> list[int]:
         """The unused cached blocks, the next to be evicted first."""
-        order = list(self._evictable.items()) + self._parked_order()  # (block, stamp)
+        order = list(self._evictable.items()) + self.parked.order()  # (block, stamp)
         order.sort(key=itemgetter(1))  # stable: a free's blocks keep their order
         return [b for b, _ in order]
 
@@ -145,7 +130,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
             return []
         # Where the previous turn is still parked, its cached leading blocks up to the first evicted one
         # hold the hashes it computed, which these tokens took (`inherited`): no need to read them.
-        p = self._hint_group(hint)
+        p = self.parked.hint_group(hint)
         sure = min(m, p.hi, p.whole, tokens.inherited) if p is not None else 0
         if sure == m:
             return hint[:m]
@@ -187,8 +172,9 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         """How many of `hits` no sequence uses (they sit evictable): singly, reference count 0, or
         parked, the reference their group's (parked_turns.py). At C speed: a fleet admits ~350 hits a turn."""
         unused = list(map(self._ref.__getitem__, hits)).count(0)
-        if self._groups:
-            unused += len(hits) - list(map(self._groups.get, map(self._mark.__getitem__, hits))).count(None)
+        groups = self.parked.groups
+        if groups:
+            unused += len(hits) - list(map(groups.get, map(self.parked.mark.__getitem__, hits))).count(None)
         return unused
 
     def _fresh_blocks(self, seq: Sequence, hits: int, num_tokens: int | None = None) -> int:
@@ -200,8 +186,9 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         fresh = self._fresh_blocks(seq, len(hits), num_tokens)
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
-        ref, evictable, mark, groups, parked = self._ref, self._evictable, self._mark, self._groups, []
-        first = self._take_back_hint(seq, hits)
+        ref, evictable, parking, parked = self._ref, self._evictable, self.parked, []
+        mark, groups, live = parking.mark, parking.groups, parking.live
+        first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else 0
         for i in range(first, len(hits)):
             b = hits[i]
             if ref[b] == 0:  # evictable singly
@@ -211,10 +198,10 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                 parked.append(b)
             else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
                 ref[b] += 1
-                holder = self._live.get(mark[b])
+                holder = live.get(mark[b])
                 if holder is not None:
                     holder.shared = True  # type: ignore[attr-defined]
-        self._unpark(parked)
+        parking.unpark(parked)
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
         seq.blocks_unregistered = 0
@@ -237,13 +224,31 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         self._take(seq, fresh)  # the first `host` fresh blocks receive the loaded KV; registered as computed
 
     # -- allocation, freeing, registration ------------------------------------------------------
+    def grow_run(self, seqs, k: int) -> None:
+        """`grow` each of `seqs` by k tokens, in order: a decode run's, most by no block (one call, not one each)."""
+        bs, take = self.block_size, self._take
+        for seq in seqs:
+            need = -(-(seq.num_computed + k) // bs) - len(seq.block_table)
+            if need > 0:
+                take(seq, need)
+
     def _take(self, seq: Sequence, n: int) -> None:
         free = self._free
-        if n == 1 and (free or self._evictable or self._parked):  # a decode's next block, the most frequent take: the path below, shortened
+        if n == 1 and (free or self._evictable or self.parked.blocks):  # a decode's next block, the most frequent take: the path below, shortened
             if free:
                 b = free.pop()
-            else:  # a warm cache's free list is empty: the least recently freed cached block
+            elif self._evictable:  # (blocks freed singly: parks_turns off, the tests' reference books)
                 b = self._evict(1)[0]
+            else:  # a warm cache's free list is empty: the oldest parked group's next block, as _evict(1) takes it
+                b = self.parked.evict_one()
+                hashes = self._hash
+                h = hashes[b]
+                if self.tier is not None:
+                    self.tier.store(h)  # type: ignore[arg-type]
+                del self._cache[h]  # type: ignore[arg-type]
+                hashes[b] = None
+                self.stats.evictions += 1
+                self._version += 1
             self._ref[b] = 1
             seq.block_table.append(b)
             return
@@ -261,13 +266,13 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
 
     def _evict(self, n: int) -> list[int]:
         """The n least recently freed cached blocks, content dropped (to the host tier, if any); the caller sets their counts."""
-        evictable, parked = self._evictable, self._parked
+        evictable, parked = self._evictable, self.parked
         popitem = evictable.popitem
         out: list[int] = []
         while len(out) < n:
             # Blocks freed singly, as long as they are older than every parked group (stamps rise
             # along the OrderedDict, so the first younger one ends the stretch), then a group's
-            oldest = self._oldest_parked
+            oldest = parked.oldest
             while evictable and len(out) < n:
                 b, stamp = popitem(last=False)
                 if oldest < stamp:  # a parked turn is older: b goes back in front
@@ -276,7 +281,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
                     break
                 out.append(b)
             if len(out) < n:
-                out += self._evict_parked(next(iter(parked.values())), n - len(out))
+                out += parked.evict(n - len(out))
         hashes, cache, tier = self._hash, self._cache, self.tier
         for b in out:
             h = hashes[b]
@@ -298,16 +303,16 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         taken = 0
         if tokens is not None and tokens.taken:  # (once: a preempted turn aborted later is freed again)
             taken, tokens.taken = tokens.taken, 0
-            del self._live[tokens.group]
+            del self.parked.live[tokens.group]
         if tokens is not None and tokens.continued:  # for the session's next turn
             tokens.freed_table = table
-            if self.parks_turns and table and self._held_alone(table, 0 if tokens.shared else taken):
-                self._park(seq, stamp, taken)
+            if self.parks_turns and table and self.parked.held_alone(table, 0 if tokens.shared else taken):
+                self.parked.park(seq, stamp, taken)
                 seq.block_table = []
                 seq.blocks_hashed = 0
                 return
         if self.parks_turns:
-            self._park_rest(table, stamp)
+            self.parked.park_rest(table, stamp)
             seq.block_table = []
             seq.blocks_hashed = 0
             return
@@ -334,14 +339,13 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
         if tokens is None or first >= n:
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
-        cache, hashes, chain = self._cache, self._hash, tokens.hashes
+        setdefault, hashes, chain = self._cache.setdefault, self._hash, tokens.hashes
         skipped = 0
         for i in range(first, n):
             b = table[i]
-            if hashes[b] is None:
+            if hashes[b] is None:  # (then no hash maps to b: setdefault gives b back iff it stored it, one probe)
                 h = chain[i]
-                if h not in cache:
-                    cache[h] = b
+                if setdefault(h, b) == b:
                     hashes[b] = h
                 else:
                     skipped += 1
@@ -357,7 +361,7 @@ class PrefixCachingBlockManager(TurnParking, BlockManager):
             for b in table:
                 counts[b] += 1
         held = counts[:]  # and a parked group holds a reference to each of its blocks (parked_turns.py)
-        for b, _ in self._parked_order():
+        for b, _ in self.parked.order():
             held[b] += 1
         free, evictable = set(self._free), set(self._evictable)
         order = self.evictable_order()
