@@ -98,7 +98,7 @@ class Engine:
             batch = self.policy.schedule(self)
         except Exception as e:  # a plugin's bug: say whose, keep the cause chained
             raise policy_broken(self.policy_name, f"schedule raised {type(e).__name__}: {e}") from e
-        if batch is None or len(batch) == 0:
+        if batch is None or not batch.seqs:
             return None
         problem = launch(self, batch)
         if problem is not None:
