@@ -69,6 +69,7 @@ def test_thousands_of_random_batches_bit_for_bit(name):
         want = reference_stages(p, [new], [ctx])[0].tolist() if new else [0.0] * p.pp
         assert got == want, (new, ctx)
         assert p.iteration_time(new, ctx) == max(want)
+        assert p.iteration_time(tuple(new), tuple(ctx)) == max(want)  # a Batch's tuples: the loops' path
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -98,7 +98,7 @@ class Engine:
             batch = self.policy.schedule(self)
         except Exception as e:  # a plugin's bug: say whose, keep the cause chained
             raise policy_broken(self.policy_name, f"schedule raised {type(e).__name__}: {e}") from e
-        if batch is None or len(batch) == 0:
+        if batch is None or not batch.seqs:
             return None
         problem = launch(self, batch)
         if problem is not None:
@@ -142,7 +142,8 @@ class Engine:
 
     def decode_headroom(self, seqs) -> list[int]:
         """Per sequence, decode tokens it can add before needing a new KV block (BlockManager)."""
-        return [self.blocks.decode_headroom(s) for s in seqs]
+        bs = self.blocks.block_size  # BlockManager.decode_headroom, inlined: once per decode run
+        return [len(s.block_table) * bs - s.num_computed for s in seqs]
 
     def decode_run_limit(self, batch: Batch) -> int:
         """How many times `batch` (decode-only) can repeat with the same sequences.
@@ -157,14 +158,20 @@ class Engine:
         if not self.decode_batch_repeats():
             return 1
         seqs = batch.seqs
-        limit = min(s.remaining_output for s in seqs)
-        if not self.kv_paged:
+        limit = min([s.output_len - s.num_generated for s in seqs])  # remaining_output, inlined
+        blocks = self.blocks
+        if blocks.reserve_tokens is not None:  # not kv_paged
+            return limit
+        free = blocks.num_free
+        # A sequence needs at most ceil(limit / block size) blocks for `limit` more tokens (its
+        # headroom is >= 1: the policy allocated the first iteration's slot), so where the free
+        # list covers that for all of them, no headroom need be counted (most runs: a few dozen rows).
+        if len(seqs) * -(-limit // blocks.block_size) <= free:
             return limit
         # The first iteration's slots were already allocated by the policy: headroom counts
         # from the sequences' state before it.
         headroom = self.decode_headroom(seqs)
-        free = self.blocks.num_free
-        needed = self.blocks.decode_blocks_needed
+        needed = blocks.decode_blocks_needed
         if needed(headroom, limit) <= free:
             return limit
         lo, hi = 1, limit  # needed(lo) <= free < needed(hi)
@@ -195,13 +202,17 @@ class Engine:
     def _decode_run_done(self, batch: Batch, k: int, grow) -> tuple[Sequence, ...]:
         """complete_decode_run, each sequence's KV grown by `grow` first (None: already grown)."""
         finished = []
+        bs = self.blocks.block_size
         for seq in batch.seqs:
             seq.in_flight = False
-            if grow is not None:
-                grow(seq, seq.num_computed + k)
-            seq.num_computed += k
-            seq.num_generated += k
-            if seq.num_generated == seq.output_len:
+            computed = seq.num_computed + k
+            # grow only where the table does not cover the run (where it does, grow takes nothing)
+            if grow is not None and computed > len(seq.block_table) * bs:
+                grow(seq, computed)
+            seq.num_computed = computed
+            generated = seq.num_generated + k
+            seq.num_generated = generated
+            if generated == seq.output_len:
                 self._finish(seq)
                 finished.append(seq)
         return tuple(finished)

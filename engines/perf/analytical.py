@@ -96,6 +96,11 @@ class PerfModel:
     def iteration_time(self, new_tokens: Sequence[int], context_lens: Sequence[int]) -> float:
         """batch_times for one batch given as sequences of ints (the simulator's stepped iterations)."""
         if self._scalar_rows:
+            if type(new_tokens) is tuple and type(context_lens) is tuple:  # a Batch's (the loops'): straight to the pricer
+                try:
+                    return max(self._pricer.stage_times(new_tokens, context_lens))
+                except TypeError:  # floats: _row_stage_times' way
+                    pass
             return max(self._row_stage_times(new_tokens, context_lens))
         return float(self.batch_times(np.asarray(new_tokens), np.asarray(context_lens)))
 

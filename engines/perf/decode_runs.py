@@ -26,6 +26,9 @@ from .split_kv import num_splits
 # process's pricers (a fleet's replicas each have their own), as the cost is the process's.
 KERNEL_AFTER = 20_000
 _numpy_runs_left = KERNEL_AFTER
+# Runs of at most this many rows are priced on Python floats after their gather (_short_run_times):
+# per row ~1 us of scalar arithmetic against ~20 numpy calls a run (~1 us each on a (k,) array).
+SCALAR_ROWS = 16
 
 
 def slowest_stage(stages: np.ndarray) -> np.ndarray:
@@ -68,11 +71,11 @@ class DecodeRunPricing:
         if run is False:
             if _numpy_runs_left > 0:
                 _numpy_runs_left -= 1
-                return slowest_stage(self.decode_run_stages(base, lo, hi))
+                return self._numpy_run_times(base, lo, hi)
             run = self._kernel = run_kernel.kernel() if len(self.layers) == 1 and self.call is not None else None
         b = len(base)
         if run is None or b == 0 or hi <= lo:
-            return slowest_stage(self.decode_run_stages(base, lo, hi))
+            return self._numpy_run_times(base, lo, hi)
         longest = self._cover(base, hi)
         call, blocks = self.call, self._blocks
         seqs = float(b)
@@ -134,6 +137,51 @@ class DecodeRunPricing:
         units += self.decode_fixed
         units += blocks
         return units
+
+    def _numpy_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """decode_run_times without the compiled kernel: a short one-stage run with one split count
+        on Python floats after its gather (_short_run_times), else decode_run_stages' slowest stage."""
+        if 0 < hi - lo <= SCALAR_ROWS and len(base) and len(self.layers) == 1 and self.call is not None:
+            longest = self._cover(base, hi)
+            if self._blocks[longest + lo] == self._blocks[longest + hi - 1]:
+                return np.array(self._short_run_times(base, lo, hi, longest))
+        return slowest_stage(self.decode_run_stages(base, lo, hi))
+
+    def _short_run_times(self, base: np.ndarray, lo: int, hi: int, longest: int) -> list[float]:
+        """decode_run_times of a short run of a one-stage model whose longest sequence keeps its K/V
+        block count: the per-item sums from one gather (as _one_split_run_units), then each row's
+        split-KV terms and stage sum on Python floats, operation for operation those of
+        _one_split_run_units and _run_stages (IEEE doubles either way: the same results). Some 20
+        numpy calls on arrays of a few rows cost more than the rows' arithmetic in Python."""
+        call = self.call
+        b = len(base)
+        seqs = float(b)
+        splits, n_blocks, waves = self._one_split(b, longest + lo)
+        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+        units, keys, blocks = np.add.reduce(self._run_table(splits).take(ctx, axis=1), axis=-1).tolist()
+        split = float(splits)
+        per_cta = max(seqs, 1.0)
+        longest_blocks = float(math.ceil(n_blocks / split))
+        block_units, kv_units, qo = call._block_units, call._kv_units, seqs * call._qo_units
+        combine = call._combine_units * (split > 1.0)
+        fixed, q = self.decode_fixed, ops.TIME_QUANTUM_S
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        layers, overlap = self.layers[0], self.overlap
+        launch = None if launches is None else launches[0]
+        out = []
+        for u, kv, bl in zip(units, keys, blocks):
+            bl = bl / per_cta * waves
+            bl = max(longest_blocks, bl) * block_units  # the critical path (np.maximum: no NaN here)
+            kv = (kv + seqs) * kv_units + qo  # the KV stream
+            bl = max(bl - kv, 0.0) + combine
+            t = ((u + fixed) + float(math.floor(bl))) * q
+            t = (((t + linear) + elementwise) + tp_comm) * layers
+            t = (t + embedding) + lm_head
+            t = max(t, cpu) if overlap else t + cpu
+            if launch is not None:
+                t = t + launch
+            out.append(t)
+        return out
 
     def _run_table(self, splits: int) -> np.ndarray:
         """(3, contexts): per context its decode units, windowed cached length and K/V blocks a CTA
