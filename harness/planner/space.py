@@ -77,7 +77,7 @@ class Space:
     config: ExperimentConfig | None = None  # the experiment config the plans came from
     grid: dict = field(default_factory=dict)  # scheduler_grid: each scheduler's config node by name
     unit_plans: dict[Unit, ExperimentPlan] = field(default_factory=dict)  # plan.disaggregated: each unit's cluster
-    unit_misfits: tuple[str, ...] = ()
+    unit_misfits: tuple[str, ...] = ()  # why P/D units were left out ('LAYOUT: reason'): plan's output lists them
 
     def plan_of(self, c: Candidate) -> ExperimentPlan:
         return self.unit_plans[c.unit] if c.unit else self.plans[c.layout]
@@ -162,6 +162,12 @@ def enumerate_space(base: ExperimentConfig, s: PlanSettings) -> Space:
     units, skipped = {}, []
     if s.disaggregated:
         units, found, skipped = enumerate_units(base, list(plans), grid, s.pd_policies, s.pd_max, limit)
+        if not units:  # the user asked for P/D units and would silently get none: say why, run nothing
+            least = min(layout[0] * layout[1] for layout in plans)
+            why = skipped[0] if skipped else f"the smallest, 1 prefill + 1 decode instance of {least} GPU(s), is over plan.max_gpus={limit}"
+            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            raise HarnessError(f"plan.disaggregated=true: no P/D unit of 1..{s.pd_max} prefill + decode instances "
+                               f"up to {limit} GPUs can run: {why}{more}; nothing was run")
         candidates += [Candidate(u.prefill_tp, u.prefill_pp, name, node["policy"], _knob(node), u) for u, name, node in found]
     return Space(plans, tuple(candidates), tuple(misfits), per_node, limit, base, grid, units, tuple(skipped))
 
