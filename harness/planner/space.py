@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from common.errors import HarnessError
 from engines.perf.architectures import get_model
 from engines.perf.hardware import get_gpu, get_topology
+from engines.perf.kernels import STACKS
 from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 from harness.planner.settings import PlanSettings
 from harness.planner.units import Unit, enumerate_units
@@ -95,6 +96,25 @@ def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
     return grid
 
 
+def release_grid(grid: Mapping[str, dict], base: ExperimentConfig) -> dict[str, dict]:
+    """The grid's release-following schedulers (vllm_v1) running the release the config names once
+    (`release=vllm-X`, harness/settings/release.py): the plan names its schedulers itself, so a user
+    cannot say `scheduler.NAME.release` of one. Only the rules follow: the batch flags stay the plan's
+    sweep (a release's default flags would relabel a grid point). A shipped stack said without
+    `release` (perf.stack=vllm-X) and a grid of such schedulers is refused, naming the word to type."""
+    version = STACKS[base.perf.stack].release if base.perf.stack in STACKS else None
+    rules = {name: {k.name: k.default for k in policy_spec(node["policy"]).knobs}.get("release")
+             for name, node in grid.items()}
+    follow = [name for name, default in rules.items() if default is not None]
+    if version is None or not follow:
+        return dict(grid)
+    if base.release is None and any(str(grid[name].get("release", rules[name])) != version for name in follow):
+        raise HarnessError(f"perf.stack={base.perf.stack} prices vLLM {version} but the plan's {', '.join(follow)} run "
+                           f"their default release's rules: plan with release={base.perf.stack} in place of perf.stack "
+                           f"(it sets both)")
+    return {name: {**node, "release": version} if name in follow else dict(node) for name, node in grid.items()}
+
+
 def check_grid_policies(grid: Mapping[str, dict], max_model_len: int) -> None:
     """Build each grid scheduler's policy: its constructor refuses a bad combination (vLLM V1's
     budget below its batch) as one line naming the plan.grid key, before any deployment is planned."""
@@ -143,7 +163,7 @@ def enumerate_space(base: ExperimentConfig, s: PlanSettings) -> Space:
                            "open-loop arrival (poisson, gamma, constant, trace)")
     per_node = gpus_per_node(base.hardware)
     limit = s.max_gpus or 2 * per_node
-    grid = scheduler_grid(s)
+    grid = release_grid(scheduler_grid(s), base)
     check_grid_policies(grid, base.max_model_len)
     plans, misfits, candidates = {}, [], []
     for tp, pp, dp in _layouts(base, s, limit):
