@@ -14,12 +14,14 @@ from dataclasses import dataclass, field, replace
 
 from common.errors import HarnessError
 from engines.perf.architectures import get_model
+from engines.perf.cpu_device import is_cpu
 from engines.perf.hardware import get_gpu, get_topology
 from engines.perf.kernels import STACKS
 from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 from harness.planner.settings import PlanSettings
 from harness.planner.units import Unit, enumerate_units
 from harness.experiment import is_offline
+from harness.backends.deployment import CPU_TOPOLOGY
 from harness.experiment import ExperimentPlan, deployment_of, plan_experiment
 from harness.settings.deployment import HardwareSettings, ParallelSettings
 from harness.settings.experiment import ExperimentConfig
@@ -150,6 +152,8 @@ def _layouts(base: ExperimentConfig, s: PlanSettings, limit: int):
 
 
 def gpus_per_node(hardware: HardwareSettings) -> int:
+    if is_cpu(hardware.gpu):  # this machine's CPU: no catalog GPU, the node build_deployment places it on
+        return get_topology(hardware.topology or CPU_TOPOLOGY, None, hardware.gpus_per_node).gpus_per_node
     return get_topology(hardware.topology, get_gpu(hardware.gpu), hardware.gpus_per_node).gpus_per_node
 
 
