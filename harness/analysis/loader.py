@@ -110,6 +110,11 @@ def deployment_fields(config: dict) -> dict:
             "dataset": (config.get("dataset") or {}).get("name")}
 
 
+def _dp(config: dict) -> int:
+    """parallel.dp of a run's saved config.yaml: the data-parallel ranks of tp x pp GPUs each (1 before it existed)."""
+    return int((config.get("parallel") or {}).get("dp", 1))
+
+
 def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> dict:
     deployment = deployment_fields(config)
     tp, pp, instances = deployment["tp"], deployment["pp"], deployment["instances"]
@@ -125,7 +130,8 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         "router": str(cluster.get("router", "round_robin")),
         # a disaggregated or mixed cluster's instances (its summary says them; '' for replicas of one deployment)
         "layout": str((summary.get("cluster") or {}).get("layout") or "") if _has_layout(cluster) else "",
-        "num_gpus": int(summary.get("num_gpus") or tp * pp * instances),  # saved since goodput per GPU
+        # saved since goodput per GPU (harness.commands.run.num_gpus); else counted as it counts them, DP ranks included
+        "num_gpus": int(summary.get("num_gpus") or tp * pp * _dp(config) * instances),
         "deployment": summary.get("deployment"),
         "dataset": workload.get("dataset") or deployment["dataset"],
         "num_requests": workload.get("num_requests"),

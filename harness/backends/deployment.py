@@ -99,13 +99,16 @@ def check_one_release(deployment: Deployment, schedulers: Mapping[str, Scheduler
                                f"release=vllm-{other}, in place of perf.stack and scheduler.{name}.release")
 
 
+CPU_TOPOLOGY = "pcie-only"  # the node a CPU device sits in: one device, no link is ever priced
+
+
 def _device(hardware: HardwareSettings):
     """The catalog GPU's name, or this machine's CPU (engines/perf/cpu_device.py: the config's numbers,
     or a probe's), with the node it sits in (a CPU is one device: no links are ever priced)."""
     if not cpu_device.is_cpu(hardware.gpu):
         return hardware.gpu, hardware.topology
     spec = cpu_device.cpu_spec(hardware.cpu_flops, hardware.cpu_bandwidth, hardware.cpu_memory_bytes)
-    return spec, hardware.topology or "pcie-only"
+    return spec, hardware.topology or CPU_TOPOLOGY
 
 
 @dataclass(frozen=True)

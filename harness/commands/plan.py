@@ -58,7 +58,10 @@ def plan_command(argv: list[str]) -> int:
           f"{len(space.plans)} deployments fit"
           + (f" ({', '.join(f'tp{m.tp}pp{m.pp}' + (f'dp{m.dp}ep' if m.dp > 1 else '') for m in space.misfits)} do not)" if space.misfits else "")
           + (f", {len(space.unit_plans)} P/D units" if settings.disaggregated else "")
+          + (f" ({len(space.unit_misfits)} left out, below)" if space.unit_misfits else "")
           + f", {len(space.candidates)} configurations", flush=True)
+    for why_not in space.unit_misfits:  # a unit the user asked for that the plan will not weigh: why
+        print(f"  P/D unit left out: {why_not}", flush=True)
     out = Path(settings.out) if settings.out else Path(cfg.results_dir) / "plans" / name / datetime.now().strftime("%Y%m%d-%H%M%S")
     partial = _claim(out, "plan.out" if settings.out else "results_dir")  # a place it cannot write: exit 2 now, not after the search
     try:
@@ -148,7 +151,7 @@ def _write(partial: Path, run: PlanRun, cfg, win, table, preset_name: str, serve
         "calibration": calibration_entry(wplan.deployment.calibration),
         "winner_band_qps": band(wplan.deployment.calibration, win.capacity_qps),
         "probes_screen": run.probes_screen, "probes_full": run.probes_full, "waves": run.waves,
-        "misfits": [asdict(m) for m in run.space.misfits], "table": [asdict(r) for r in table],
+        "misfits": [asdict(m) for m in run.space.misfits], "unit_misfits": list(run.space.unit_misfits), "table": [asdict(r) for r in table],
         "candidates": [_evaluation(e) for e in run.evaluations],
         "checked": [{"replicas": c.replicas, "gpus": c.gpus, "qps": c.qps, "requests": c.requests,
                      "verdict": "pass" if c.passed else "fail", "probe": asdict(c.probe)} for c in checks],

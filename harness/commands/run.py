@@ -260,9 +260,11 @@ def _finite(x: float) -> float | None:
 
 
 def num_gpus(plan: ExperimentPlan) -> int:
-    """The GPUs the deployment occupies: TP x PP per instance, times the cluster's instances (as
-    harness.analysis.loader counts them)."""
-    return plan.cluster.num_gpus(plan.deployment.tp, plan.deployment.pp)
+    """The GPUs the deployment occupies: TP x PP x DP per instance (DeploymentPlan.gpus, what the
+    launcher starts), times the cluster's instances; harness.analysis.loader counts the same for a
+    run saved without it. DP ranks (parallel.dp, EP MoE) run as one engine's ranks, never beside a
+    cluster (harness.backends.sim refuses both), so the cluster's count times dp is every GPU."""
+    return plan.cluster.num_gpus(plan.deployment.tp, plan.deployment.pp) * plan.deployment.dp
 
 
 def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:

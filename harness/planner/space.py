@@ -14,11 +14,14 @@ from dataclasses import dataclass, field, replace
 
 from common.errors import HarnessError
 from engines.perf.architectures import get_model
+from engines.perf.cpu_device import is_cpu
 from engines.perf.hardware import get_gpu, get_topology
+from engines.perf.kernels import STACKS
 from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 from harness.planner.settings import PlanSettings
 from harness.planner.units import Unit, enumerate_units
 from harness.experiment import is_offline
+from harness.backends.deployment import CPU_TOPOLOGY
 from harness.experiment import ExperimentPlan, deployment_of, plan_experiment
 from harness.settings.deployment import HardwareSettings, ParallelSettings
 from harness.settings.experiment import ExperimentConfig
@@ -77,7 +80,7 @@ class Space:
     config: ExperimentConfig | None = None  # the experiment config the plans came from
     grid: dict = field(default_factory=dict)  # scheduler_grid: each scheduler's config node by name
     unit_plans: dict[Unit, ExperimentPlan] = field(default_factory=dict)  # plan.disaggregated: each unit's cluster
-    unit_misfits: tuple[str, ...] = ()
+    unit_misfits: tuple[str, ...] = ()  # why P/D units were left out ('LAYOUT: reason'): plan's output lists them
 
     def plan_of(self, c: Candidate) -> ExperimentPlan:
         return self.unit_plans[c.unit] if c.unit else self.plans[c.layout]
@@ -93,6 +96,25 @@ def scheduler_grid(s: PlanSettings) -> dict[str, dict]:
         if sweep is not None:
             grid.update(sweep.nodes(policy, s.grid.get(policy, {})))
     return grid
+
+
+def release_grid(grid: Mapping[str, dict], base: ExperimentConfig) -> dict[str, dict]:
+    """The grid's release-following schedulers (vllm_v1) running the release the config names once
+    (`release=vllm-X`, harness/settings/release.py): the plan names its schedulers itself, so a user
+    cannot say `scheduler.NAME.release` of one. Only the rules follow: the batch flags stay the plan's
+    sweep (a release's default flags would relabel a grid point). A shipped stack said without
+    `release` (perf.stack=vllm-X) and a grid of such schedulers is refused, naming the word to type."""
+    version = STACKS[base.perf.stack].release if base.perf.stack in STACKS else None
+    rules = {name: {k.name: k.default for k in policy_spec(node["policy"]).knobs}.get("release")
+             for name, node in grid.items()}
+    follow = [name for name, default in rules.items() if default is not None]
+    if version is None or not follow:
+        return dict(grid)
+    if base.release is None and any(str(grid[name].get("release", rules[name])) != version for name in follow):
+        raise HarnessError(f"perf.stack={base.perf.stack} prices vLLM {version} but the plan's {', '.join(follow)} run "
+                           f"their default release's rules: plan with release={base.perf.stack} in place of perf.stack "
+                           f"(it sets both)")
+    return {name: {**node, "release": version} if name in follow else dict(node) for name, node in grid.items()}
 
 
 def check_grid_policies(grid: Mapping[str, dict], max_model_len: int) -> None:
@@ -130,6 +152,8 @@ def _layouts(base: ExperimentConfig, s: PlanSettings, limit: int):
 
 
 def gpus_per_node(hardware: HardwareSettings) -> int:
+    if is_cpu(hardware.gpu):  # this machine's CPU: no catalog GPU, the node build_deployment places it on
+        return get_topology(hardware.topology or CPU_TOPOLOGY, None, hardware.gpus_per_node).gpus_per_node
     return get_topology(hardware.topology, get_gpu(hardware.gpu), hardware.gpus_per_node).gpus_per_node
 
 
@@ -143,7 +167,7 @@ def enumerate_space(base: ExperimentConfig, s: PlanSettings) -> Space:
                            "open-loop arrival (poisson, gamma, constant, trace)")
     per_node = gpus_per_node(base.hardware)
     limit = s.max_gpus or 2 * per_node
-    grid = scheduler_grid(s)
+    grid = release_grid(scheduler_grid(s), base)
     check_grid_policies(grid, base.max_model_len)
     plans, misfits, candidates = {}, [], []
     for tp, pp, dp in _layouts(base, s, limit):
@@ -162,6 +186,12 @@ def enumerate_space(base: ExperimentConfig, s: PlanSettings) -> Space:
     units, skipped = {}, []
     if s.disaggregated:
         units, found, skipped = enumerate_units(base, list(plans), grid, s.pd_policies, s.pd_max, limit)
+        if not units:  # the user asked for P/D units and would silently get none: say why, run nothing
+            least = min(layout[0] * layout[1] for layout in plans)
+            why = skipped[0] if skipped else f"the smallest, 1 prefill + 1 decode instance of {least} GPU(s), is over plan.max_gpus={limit}"
+            more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+            raise HarnessError(f"plan.disaggregated=true: no P/D unit of 1..{s.pd_max} prefill + decode instances "
+                               f"up to {limit} GPUs can run: {why}{more}; nothing was run")
         candidates += [Candidate(u.prefill_tp, u.prefill_pp, name, node["policy"], _knob(node), u) for u, name, node in found]
     return Space(plans, tuple(candidates), tuple(misfits), per_node, limit, base, grid, units, tuple(skipped))
 
