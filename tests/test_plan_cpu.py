@@ -3,8 +3,14 @@ catalog GPU, placed on the node build_deployment gives it (harness.backends.depl
 It was refused as "unknown GPU 'cpu'" before any deployment was tried."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from common.errors import HarnessError
+from engines.perf import Deployment
+from engines.perf.cpu_device import cpu_spec
+from engines.perf.hardware import get_topology
 from harness.config import compose, experiment_config
 from harness.planner.settings import PlanSettings
 from harness.planner.space import enumerate_space
@@ -35,3 +41,17 @@ def test_a_cpu_run_with_a_shipped_stack_is_priced(stack) -> None:
     plan = plan_experiment(compose([*CPU, "hardware.cpu_memory_bytes=68719476736", f"release={stack}",
                                     "scheduler=[vllm_v1]"]))
     assert plan.deployment.perf.deployment.stack == stack and plan.deployment.kv_capacity_tokens > 0
+
+
+def test_a_cpu_deployment_without_a_named_node_is_priced_on_the_cpus_own() -> None:
+    """`Deployment.create(cpu_spec, stack=...)` with no topology took the GPU catalog's default node
+    and raised KeyError 'cpu'; the CPU device's node is a single device with no link priced."""
+    spec = cpu_spec(1e12, 1e11, 64 << 30)
+    assert get_topology(None, spec).name == get_topology("pcie-only").name
+    Deployment.create(gpu=spec, stack="vllm-0.32")  # raised KeyError 'cpu' before
+
+
+def test_a_device_with_no_default_node_is_one_clear_error() -> None:
+    odd = dataclasses.replace(cpu_spec(1e12, 1e11), name="tpu-v9")
+    with pytest.raises(HarnessError, match="no default node for 'tpu-v9': name a topology"):
+        get_topology(None, odd)

@@ -284,11 +284,19 @@ _DEFAULT_TOPOLOGY = {
     "h100-80g-pcie": "pcie5-p2p",  # the NVLink bridge is a choice: topology h100-pcie-nvlink
     "h20-96g": "dgx-h100",  # an HGX H20 board: 8 GPUs on NVLink4 switches at 900 GB/s, as HGX H100
     "b200-180g": "hgx-b200",
+    "cpu": "pcie-only",  # the CPU device (cpu_device.py): one device, so no link is ever priced
 }
 
 _TOPOLOGY_ALIASES = {"dgx-h200": "dgx-h100", "hgx-h100": "dgx-h100", "hgx-h200": "dgx-h100",
                      "hgx-a100": "dgx-a100", "pcie": "pcie-only", "pcie4-p2p": "pcie-only",
                      "hgx-h20": "dgx-h100", "dgx-b200": "hgx-b200"}
+
+
+def default_topology(gpu: str) -> str:
+    """The node `gpu` comes in unless the caller names one."""
+    if gpu not in _DEFAULT_TOPOLOGY:
+        raise HarnessError(f"no default node for {gpu!r}: name a topology ({', '.join(known_topologies())})")
+    return _DEFAULT_TOPOLOGY[gpu]
 
 
 def known_topologies() -> list[str]:
@@ -304,7 +312,7 @@ def get_topology(name: str | Topology | None, gpu: GpuSpec | None = None,
         if name is None:
             if gpu is None:
                 raise HarnessError("get_topology: give a topology name or a GPU")
-            key = _DEFAULT_TOPOLOGY[gpu.name]
+            key = default_topology(gpu.name)
         else:
             key = _norm(name)
             key = _TOPOLOGY_ALIASES.get(key, key)

@@ -14,7 +14,7 @@ from engines.perf import cpu_device
 from engines.perf.calibration import Calibration, load_calibration
 from engines.perf.cpu_costs import cpu_choice
 from engines.perf.factory import build_perf_model
-from engines.perf.hardware import get_gpu, get_topology
+from engines.perf.hardware import default_topology, get_gpu, get_topology
 from engines.perf.kernels import get_stack
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
 from engines.schedulers import SchedulerConfig
@@ -99,7 +99,7 @@ def check_one_release(deployment: Deployment, schedulers: Mapping[str, Scheduler
                                f"release=vllm-{other}, in place of perf.stack and scheduler.{name}.release")
 
 
-CPU_TOPOLOGY = "pcie-only"  # the node a CPU device sits in: one device, no link is ever priced
+CPU_TOPOLOGY = default_topology("cpu")  # the node a CPU device sits in (engines.perf.hardware)
 
 
 def _device(hardware: HardwareSettings):
