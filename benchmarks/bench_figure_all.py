@@ -2,7 +2,7 @@
 (harness.analysis.studies.STUDIES) run once, one after another in this process, into a fresh
 results directory, each timed by CPU (this process and its children) and by the wall clock.
 
-    python benchmarks/bench_figure_all.py [--out DIR] [--studies serve,pd,...] [--sample K] [--log FILE]
+    python benchmarks/bench_figure_all.py [--out DIR] [--studies serve,pd,...] [--sample K] [--log FILE] [--jobs]
 
 One line a cell as it ends (so a partial run is still a profile), then a table per study: cells,
 CPU seconds, and the 2-core wall time the study's cells would take if two jobs ran side by side
@@ -11,6 +11,9 @@ cores. The total's 2-core time is half its CPU time, the least two idle cores ca
 is this host's; a loaded host stretches the wall clock more than it does CPU time. `--sample K`
 runs every K-th cell of each study only (its first, then every K-th) and scales each study's sum
 to all its cells: a projection, printed as one, for a host where the whole matrix would take too long.
+`--jobs` runs the cells as figure=all's jobs instead (harness.commands.jobs: configs that differ
+only in their SLO and name as one job, sharing their probes), one job a line, and also prints the
+2-core time of the jobs in figure=all's order (what the order costs against longest-first).
 """
 from __future__ import annotations
 
@@ -42,11 +45,10 @@ def main() -> int:
     ap.add_argument("--studies", default="", help="comma-separated study names (default: all)")
     ap.add_argument("--sample", type=int, default=1, help="run every K-th cell of each study, count it K times")
     ap.add_argument("--log", default=None, help="also append each cell's line to this file")
+    ap.add_argument("--jobs", action="store_true", help="run figure=all's jobs (cells sharing probes together)")
     args = ap.parse_args()
 
-    from harness.analysis.studies import STUDIES, run_order
-    from harness.commands.run import run_experiment
-    from harness.config import compose
+    from harness.analysis.studies import run_order
 
     wanted = set(filter(None, args.studies.split(",")))
     out = args.out or tempfile.mkdtemp(prefix="figure_all_")
@@ -59,24 +61,21 @@ def main() -> int:
     weights = {n: (seen[n] + 1) / ran[n] for n in seen if ran[n]}  # each cell run stands for this many
     print(f"{len(cells)} cells into {out}; host load {os.getloadavg()[0]:.2f}", flush=True)
     per: dict[str, list[float]] = {}
-    order: list[float] = []  # every cell's CPU s, in run order
-    for k, (study, cell) in enumerate(cells, 1):
+    order: list[float] = []  # every cell's (job's, with --jobs) CPU s, in run order
+    jobs = _jobs(cells, out) if args.jobs else [(study, [cell.name], [cell]) for study, cell in cells]
+    for k, (study, names, members) in enumerate(jobs, 1):
         c0, w0 = cpu_now(), time.perf_counter()
-        cfg = compose([*cell.overrides, f"results_dir={out}", "progress=false"])
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            run_experiment(cfg, one_of_many=True)
+        _run(members, out)
         cpu, wall = cpu_now() - c0, time.perf_counter() - w0
         per.setdefault(study, []).append(cpu)
         order.append(cpu)
-        line = f"[{k}/{len(cells)}] {study} {cell.name}: {cpu:.1f} CPU s, {wall:.1f} s wall, load {os.getloadavg()[0]:.2f}"
+        line = (f"[{k}/{len(jobs)}] {study} {'+'.join(names)}: {cpu:.1f} CPU s, {wall:.1f} s wall, "
+                f"load {os.getloadavg()[0]:.2f}")
         print(line, flush=True)
         if args.log:
             with open(args.log, "a") as f:
                 f.write(line + "\n")
-    print(f"\n{'study':<12} {'cells':>5} {'CPU s':>8} {'2 cores s':>10}"
+    print(f"\n{'study':<12} {'jobs' if args.jobs else 'cells':>5} {'CPU s':>8} {'2 cores s':>10}"
           + (f"  (every {args.sample}th cell run, scaled to the study's cells: projected)" if args.sample > 1 else ""))
     total = 0.0
     for study, times in per.items():
@@ -84,7 +83,42 @@ def main() -> int:
         total += w * sum(times)
         print(f"{study:<12} {len(times):>5} {w * sum(times):>8.1f} {w * two_cores(sorted(times, reverse=True)):>10.1f}")
     print(f"{'all':<12} {len(order):>5} {total:>8.1f} {total / 2:>10.1f}  (at best: half the CPU on 2 cores)")
+    if args.jobs and args.sample == 1:
+        print(f"the jobs in figure=all's order on 2 cores: {two_cores(order):.1f} s; longest first: "
+              f"{two_cores(sorted(order, reverse=True)):.1f} s (CPU time as wall: a projection for idle cores)")
     return 0
+
+
+def _jobs(cells, out: str):
+    """(study, names, cells) of each job figure=all runs (harness.commands.jobs._groups), in its order."""
+    from harness.commands.jobs import _groups
+    from harness.config import compose
+
+    configs = [compose([*c.overrides, f"results_dir={out}", "progress=false"]) for _, c in cells]
+    return [(cells[g[0]][0], [cells[i][1].name for i in g], [cells[i][1] for i in g]) for g in _groups(configs)]
+
+
+def _run(members, out: str) -> None:
+    """The cells of one job in this process, sharing their probes as figure=all's job does (one
+    cell alone: as without sharing)."""
+    import contextlib
+    import io
+
+    from harness.commands.jobs import PER_SCHEDULER
+    from harness.commands.run import run_experiment
+    from harness.config import compose
+    from harness.search.probe import shared_probes
+
+    import json
+
+    from omegaconf import OmegaConf
+
+    with shared_probes() as shared, contextlib.redirect_stdout(io.StringIO()):
+        for cell in members:
+            cfg = compose([*cell.overrides, f"results_dir={out}", "progress=false"])
+            schedulers = OmegaConf.to_container(cfg, resolve=True).get(PER_SCHEDULER) or {}
+            shared.settings = {str(k): json.dumps(v, sort_keys=True, default=str) for k, v in schedulers.items()}
+            run_experiment(cfg, one_of_many=True)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,19 @@ FIGURES: tuple[FigureSpec, ...] = tuple(f for s in STUDIES for f in s.figures)  
 
 
 # The order figure=all runs the studies' cells in: the papers' own figures first (Sarathi-Serve, then
-# the first Sarathi paper), so a reader of the papers has them early, then the studies beyond them,
-# the costliest (the fleet's) last. The report's order is STUDIES' own.
+# the first Sarathi paper), so a reader of the papers has them early, then the studies beyond them
+# with the longest jobs first (RUN_THEN): two jobs run at once, and a run that ends on the fleet's
+# ~40-60 s jobs leaves one core idle for up to one of them, where the prefill/decode study's short
+# ones fill both to the end (a job's CPU s: `benchmarks/bench_figure_all.py --jobs`; a prefix-caching
+# job is a strict/relaxed pair, harness.commands.jobs). Any other study goes after those. The
+# report's order is STUDIES' own.
 RUN_FIRST = (SERVE, SARATHI23, PERF_MODEL)
+RUN_THEN = (PREFIX, FLEET, PD)  # CPU s a job (benchmarks/RESULTS.md, issue 54): 34-65, 37-66, 2-15
 
 
 def run_order() -> tuple[tuple[Study, Cell], ...]:
-    """Every study's cells as (study, cell), in the order figure=all runs them (RUN_FIRST)."""
-    ordered = [*RUN_FIRST, *(s for s in STUDIES if s not in RUN_FIRST)]
+    """Every study's cells as (study, cell), in the order figure=all runs them (RUN_FIRST, RUN_THEN)."""
+    ordered = [*RUN_FIRST, *RUN_THEN, *(s for s in STUDIES if s not in RUN_FIRST + RUN_THEN)]
     return tuple((s, c) for s in ordered for c in s.cells())
 
 

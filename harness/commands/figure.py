@@ -22,8 +22,7 @@ def figure_command(argv: list[str]) -> int:
     from harness.analysis.figures import load_inputs
     from harness.analysis.report import source_of, write_report
     from harness.analysis.studies import FIGURES, run_order, study_of
-    from harness.commands.jobs import launcher_params, run_configs
-    from harness.config import compose
+    from harness.commands.jobs import compose_all, launcher_params, run_configs
 
     argv, launcher_overrides = launcher_words(argv)
     opts = parse_options(argv, {"figure": "all", "results_dir": "results", "figures_dir": "figures", "run_missing": True, "n_jobs": 2,
@@ -35,7 +34,8 @@ def figure_command(argv: list[str]) -> int:
     if opts["run_missing"]:
         launcher_params(opts["launcher"], launcher_overrides)  # bad input before composing the matrix
         cells = run_order()  # the papers' own figures' cells first
-        configs = [compose([*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"]) for _, cell in cells]
+        configs = compose_all([[*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"] for _, cell in cells],
+                              n_jobs=opts["n_jobs"])
         run_configs(configs, n_jobs=opts["n_jobs"], launcher=opts["launcher"], launcher_overrides=launcher_overrides,
                     groups=[study.name for study, _ in cells])
     if opts["figure"] == "all":

@@ -53,23 +53,28 @@ def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
 def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: list[RequestRecord]) -> ProbeOutcome:
     """A probe's verdict, summary and per-request rows from its records (any backend)."""
     frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
+    return ProbeOutcome(qps, plan.seed, judge(plan, records), summarize(records), frame, records)
+
+
+def judge(plan: ExperimentPlan, records: list[RequestRecord]) -> SloVerdict:
+    """A probe's verdict by the plan's SLO: the one part of its outcome the SLO decides."""
     verdict = check_slo(records, plan.slo)
     if any(r.error == STOPPED_EARLY for r in records):  # its latencies are of the part that ran
         verdict = replace(verdict, reason=f"{verdict.reason} (stopped early: the failure was certain)")
-    return ProbeOutcome(qps, plan.seed, verdict, summarize(records), frame, records)
+    return verdict
 
 
 class SharedProbes:
-    """Probes' runs kept for runs that simulate the same thing and differ in how it is judged
+    """Probes' outcomes kept for runs that simulate the same thing and differ in how it is judged
     (harness.commands.jobs groups such configs: the same but for their SLO and name, and the SLO
-    reaching no simulation). A probe's records do not depend on the SLO, its verdict and summary
-    are computed from them per run (probe_outcome), so a kept run gives each its own exact outcome.
-    Keyed by (scheduler, its settings, seed, rate): whoever opens it vouches that every run inside
-    simulates alike but for its schedulers' own settings, which it states in `settings` (by
-    scheduler name) before each run."""
+    reaching no simulation). A probe's records, and so its summary and per-request rows, do not
+    depend on the SLO; only its verdict does, judged again per run (`judge`), so a kept outcome
+    gives each run its own exact one. Keyed by (scheduler, its settings, seed, rate): whoever opens
+    it vouches that every run inside simulates alike but for its schedulers' own settings, which it
+    states in `settings` (by scheduler name) before each run."""
 
     def __init__(self) -> None:
-        self.runs: dict[tuple[str, str, int, float], BackendRun] = {}
+        self.outcomes: dict[tuple[str, str, int, float], ProbeOutcome] = {}
         self.settings: dict[str, str] = {}
         self.hits = 0
 
@@ -79,8 +84,8 @@ _shared: SharedProbes | None = None  # set by `shared_probes`, within one proces
 
 @contextmanager
 def shared_probes() -> Iterator[SharedProbes]:
-    """Within it, run_probe keeps every probe's run and gives a repeated (scheduler, seed, rate) the
-    kept one instead of simulating it again (SharedProbes). The runs are held until it closes."""
+    """Within it, run_probe keeps every probe's outcome and gives a repeated (scheduler, seed, rate) the
+    kept outcome instead of simulating it again (SharedProbes). They are held until it closes."""
     global _shared
     _shared = SharedProbes()
     try:
@@ -90,18 +95,20 @@ def shared_probes() -> Iterator[SharedProbes]:
 
 
 def run_probe(plan: ExperimentPlan, scheduler: str, qps: float, run: RunRequests) -> ProbeOutcome:
-    """One probe at `qps` through a backend's `run` (or its kept run, inside `shared_probes`)."""
+    """One probe at `qps` through a backend's `run` (or its kept outcome judged by this plan's SLO,
+    inside `shared_probes`: the summary and rows are the kept ones, the same whatever the SLO)."""
     shared = _shared
     key = (scheduler, shared.settings.get(scheduler, ""), plan.seed, qps) if shared is not None else None
-    out = shared.runs.get(key) if shared is not None else None
-    if out is None:
-        out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
-        if shared is not None:
-            shared.runs[key] = out  # type: ignore[index]
-    else:
+    kept = shared.outcomes.get(key) if shared is not None else None  # type: ignore[arg-type]
+    if kept is not None:
         shared.hits += 1  # type: ignore[union-attr]
+        return replace(kept, verdict=judge(plan, kept.records))  # type: ignore[arg-type]
+    out = run(probe_requests(plan, qps), f"{scheduler} @ {qps:.3g} QPS")
     notes = tuple(out.diagnostics.get("notes") or ())
-    return replace(probe_outcome(plan, scheduler, qps, out.records), notes=notes, scaling=out.diagnostics.get("autoscale"))
+    outcome = replace(probe_outcome(plan, scheduler, qps, out.records), notes=notes, scaling=out.diagnostics.get("autoscale"))
+    if shared is not None:
+        shared.outcomes[key] = outcome  # type: ignore[index]
+    return outcome
 
 
 def failed_on_errors_only(outcome: ProbeOutcome, slo: Slo) -> bool:
