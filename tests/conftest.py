@@ -17,6 +17,11 @@ LONGEST_FIRST = ("test_vllm_live.py", "test_readme.py", "test_reference_drift.py
                  "test_cluster_ray.py", "test_live_smoke.py", "test_endpoint_backend.py", "test_commands.py",
                  "test_vllm_sessions.py", "test_live_sessions.py", "test_live_disagg.py", "test_cli.py",
                  "test_plan_published.py")
+# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first: it
+# runs beside the last ordinary modules (the calibrate and validate runs of test_validate_loop.py,
+# the fleets' starts of test_live_cache_routing.py) rather than after everything else.
+ALONE_LONGEST_FIRST = ("test_validate_loop.py", "test_live_cache_routing.py", "test_live_loopback.py",
+                       "test_twin_disturbed.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,9 +31,11 @@ def pytest_collection_modifyitems(config, items):
 
     def rank(item) -> tuple[int, int]:
         name = item.path.name
+        if name in alone:
+            return 2, ALONE_LONGEST_FIRST.index(name) if name in ALONE_LONGEST_FIRST else len(ALONE_LONGEST_FIRST)
         if name in LONGEST_FIRST:
             return 0, LONGEST_FIRST.index(name)
-        return (2 if name in alone else 1), 0
+        return 1, 0
 
     items.sort(key=rank)  # stable: collection order within a rank
 
