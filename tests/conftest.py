@@ -17,25 +17,34 @@ LONGEST_FIRST = ("test_vllm_live.py", "test_readme.py", "test_reference_drift.py
                  "test_cluster_ray.py", "test_live_smoke.py", "test_endpoint_backend.py", "test_commands.py",
                  "test_vllm_sessions.py", "test_live_sessions.py", "test_live_disagg.py", "test_cli.py",
                  "test_plan_published.py")
-# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first: it
-# runs beside the last ordinary modules (the calibrate and validate runs of test_validate_loop.py,
-# the fleets' starts of test_live_cache_routing.py) rather than after everything else.
-ALONE_LONGEST_FIRST = ("test_validate_loop.py", "test_live_cache_routing.py", "test_live_loopback.py",
-                       "test_twin_disturbed.py")
+# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first.
+ALONE_LONGEST_FIRST = ("test_live_cache_routing.py", "test_live_loopback.py", "test_twin_disturbed.py")
+# A module whose timed runs are short blocks (alone_block) inside a long chain of untimed, CPU-bound
+# work (test_validate_loop.py: two torch servers' starts, calibrate, validate, a search; about 120 s
+# of its 175 s at -n 0, load 9-11) runs halfway through the ordinary modules (by tests): there that
+# chain runs beside them and its blocks wait only on short tests. At the end it ran with the other
+# workers idle, and its long steps held up the other alone modules' blocks.
+MIDWAY = ("test_validate_loop.py",)
 
 
 def pytest_collection_modifyitems(config, items):
     """The longest modules first, the modules holding `alone` tests or blocks last (they idle the
-    other workers, which by then have little else left to do); otherwise collection order."""
+    other workers, which by then have little else left to do) except MIDWAY ones; otherwise
+    collection order."""
     alone = {item.path.name for item in items if item.get_closest_marker("alone") or "alone_block" in item.fixturenames}
+    ordinary = [item.path.name for item in items
+                if item.path.name not in LONGEST_FIRST and item.path.name not in alone and item.path.name not in MIDWAY]
+    second_half = set(ordinary[len(ordinary) // 2:]) - set(ordinary[:len(ordinary) // 2])  # whole modules only
 
     def rank(item) -> tuple[int, int]:
         name = item.path.name
+        if name in MIDWAY:
+            return 2, MIDWAY.index(name)
         if name in alone:
-            return 2, ALONE_LONGEST_FIRST.index(name) if name in ALONE_LONGEST_FIRST else len(ALONE_LONGEST_FIRST)
+            return 4, ALONE_LONGEST_FIRST.index(name) if name in ALONE_LONGEST_FIRST else len(ALONE_LONGEST_FIRST)
         if name in LONGEST_FIRST:
             return 0, LONGEST_FIRST.index(name)
-        return 1, 0
+        return (3 if name in second_half else 1), 0
 
     items.sort(key=rank)  # stable: collection order within a rank
 
