@@ -17,18 +17,34 @@ LONGEST_FIRST = ("test_vllm_live.py", "test_readme.py", "test_reference_drift.py
                  "test_cluster_ray.py", "test_live_smoke.py", "test_endpoint_backend.py", "test_commands.py",
                  "test_vllm_sessions.py", "test_live_sessions.py", "test_live_disagg.py", "test_cli.py",
                  "test_plan_published.py")
+# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first.
+ALONE_LONGEST_FIRST = ("test_live_cache_routing.py", "test_live_loopback.py", "test_twin_disturbed.py")
+# A module whose timed runs are short blocks (alone_block) inside a long chain of untimed, CPU-bound
+# work (test_validate_loop.py: two torch servers' starts, calibrate, validate, a search; about 120 s
+# of its 175 s at -n 0, load 9-11) runs halfway through the ordinary modules (by tests): there that
+# chain runs beside them and its blocks wait only on short tests. At the end it ran with the other
+# workers idle, and its long steps held up the other alone modules' blocks.
+MIDWAY = ("test_validate_loop.py",)
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest modules first, the modules holding `alone` tests last (they idle the other
-    worker, which by then has little else left to do); otherwise collection order."""
-    alone = {item.path.name for item in items if item.get_closest_marker("alone")}
+    """The longest modules first, the modules holding `alone` tests or blocks last (they idle the
+    other workers, which by then have little else left to do) except MIDWAY ones; otherwise
+    collection order."""
+    alone = {item.path.name for item in items if item.get_closest_marker("alone") or "alone_block" in item.fixturenames}
+    ordinary = [item.path.name for item in items
+                if item.path.name not in LONGEST_FIRST and item.path.name not in alone and item.path.name not in MIDWAY]
+    second_half = set(ordinary[len(ordinary) // 2:]) - set(ordinary[:len(ordinary) // 2])  # whole modules only
 
     def rank(item) -> tuple[int, int]:
         name = item.path.name
+        if name in MIDWAY:
+            return 2, MIDWAY.index(name)
+        if name in alone:
+            return 4, ALONE_LONGEST_FIRST.index(name) if name in ALONE_LONGEST_FIRST else len(ALONE_LONGEST_FIRST)
         if name in LONGEST_FIRST:
             return 0, LONGEST_FIRST.index(name)
-        return (2 if name in alone else 1), 0
+        return (3 if name in second_half else 1), 0
 
     items.sort(key=rank)  # stable: collection order within a rank
 
@@ -47,15 +63,53 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+# This worker's lock files while one of its tests runs, and whether it holds them exclusively.
+_HELD: dict = {}
+
+
 @contextlib.contextmanager
 def _hold(directory: Path, exclusive: bool):
     with open(directory / "alone.turnstile", "a") as turnstile, open(directory / "alone.lock", "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        _take(turnstile, lock, exclusive)
+        _HELD.update(files=(turnstile, lock), exclusive=exclusive)
         try:
             yield
         finally:
+            _HELD.clear()
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _take(turnstile, lock, exclusive: bool) -> None:
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    finally:
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _alone_block():
+    if not _HELD or _HELD["exclusive"]:
+        yield  # not under xdist, or the whole test runs alone already
+        return
+    turnstile, lock = _HELD["files"]
+    # The shared hold is let go before queueing at the turnstile: a worker queued there for its own
+    # block while holding its share would wait for this one, which waits for that share (deadlock).
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    _take(turnstile, lock, exclusive=True)
+    _HELD["exclusive"] = True  # a block inside it is part of it
+    try:
+        yield
+    finally:
+        _HELD["exclusive"] = False
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        _take(turnstile, lock, exclusive=False)
+
+
+@pytest.fixture(scope="session")
+def alone_block():
+    """`with alone_block():` runs its block as an `alone` test runs, with the other xdist workers
+    idle: for the part of a test (or of a module's fixture) that times the load generator or a
+    real-time server, while the rest of it (starting servers, simulating, judging) runs beside the
+    other workers' tests. The module is ordered last, as a module with `alone` tests is."""
+    return _alone_block

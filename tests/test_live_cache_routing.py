@@ -52,7 +52,7 @@ def _simulated(reqs, name):
 
 
 @pytest.fixture(scope="module", params=list(TOLERANCE))
-def fleet_run(request):
+def fleet_run(request, alone_block):
     name = request.param
     reqs = _stream()
     spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, prefix_caching=True, model="tiny", max_model_len=MAX_LEN, executor="realtime",
@@ -60,13 +60,13 @@ def fleet_run(request):
     servers = tuple((f"replica {i}", dataclasses.replace(spec, port=None)) for i in range(REPLICAS))
     with ClusterProcesses(ClusterSpec(servers, name)) as cluster:
         url = cluster.endpoint.base_url
-        before = scrape(url)
-        res = _run(reqs, cluster.endpoint)
-        counted = measured(before, scrape(url))
+        with alone_block():  # the stream, not the fleet's start, with the other xdist workers idle (tests/conftest.py)
+            before = scrape(url)
+            res = _run(reqs, cluster.endpoint)
+            counted = measured(before, scrape(url))
     return name, reqs, res, counted
 
 
-@pytest.mark.alone  # realtime servers: timing matters
 def test_live_hit_rates_match_the_simulated_ones(fleet_run):
     name, reqs, res, counted = fleet_run
     assert all(r.completed for r in res.records), [r.error for r in res.records if r.error][:3]
@@ -80,7 +80,6 @@ def test_live_hit_rates_match_the_simulated_ones(fleet_run):
     print(f"{name}: live {live_rate:.4f} simulated {sim_rate:.4f}")
 
 
-@pytest.mark.alone
 def test_affinity_puts_each_turn_where_the_simulator_does(fleet_run):
     name, reqs, res, _ = fleet_run
     if name != "session_affinity":

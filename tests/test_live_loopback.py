@@ -56,18 +56,18 @@ def _poisson(n, rate, seed, prompt=(100, 800), output=(10, 80)):
 
 
 @pytest.fixture(scope="module")
-def twin_run():
+def twin_run(alone_block):
     """One Poisson run (same utilisation as 15 QPS at TIME_SCALE) that both the timing-agreement
-    and the live-vs-sim tests read."""
+    and the live-vs-sim tests read; the run, not the server's start, with the other xdist workers
+    idle (tests/conftest.py)."""
     spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, executor="realtime",
                           time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
     reqs = _poisson(100, 6.0, seed=1)
-    with serve(spec) as ep:
+    with serve(spec) as ep, alone_block():
         return reqs, _run(reqs, ep)
 
 
 @pytest.mark.live
-@pytest.mark.alone  # the load generator's timing against a realtime server: the other worker idles
 def test_client_timings_agree_with_the_servers_own(twin_run):
     _, res = twin_run
     assert all(r.completed for r in res.records)
@@ -117,7 +117,6 @@ def test_500_requests_at_a_fixed_rate_lose_nothing(endpoint):
 
 
 @pytest.mark.live
-@pytest.mark.alone  # the load generator's timing against a realtime server: the other worker idles
 def test_live_twin_and_simulator_agree_at_one_rate(twin_run):
     reqs, res = twin_run
     perf = PerfModel(Deployment.create(model="tiny", gpu="a100-80g-sxm", tp=1))
