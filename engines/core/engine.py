@@ -142,8 +142,7 @@ class Engine:
 
     def decode_headroom(self, seqs) -> list[int]:
         """Per sequence, decode tokens it can add before needing a new KV block (BlockManager)."""
-        bs = self.blocks.block_size  # BlockManager.decode_headroom, inlined: once per decode run
-        return [len(s.block_table) * bs - s.num_computed for s in seqs]
+        return [self.blocks.decode_headroom(s) for s in seqs]
 
     def decode_run_limit(self, batch: Batch) -> int:
         """How many times `batch` (decode-only) can repeat with the same sequences.
@@ -160,7 +159,7 @@ class Engine:
         seqs = batch.seqs
         limit = min([s.output_len - s.num_generated for s in seqs])  # remaining_output, inlined
         blocks = self.blocks
-        if blocks.reserve_tokens is not None:  # not kv_paged
+        if not self.kv_paged:
             return limit
         free = blocks.num_free
         # A sequence needs at most ceil(limit / block size) blocks for `limit` more tokens (its
