@@ -1,8 +1,8 @@
 """Capacity search: the highest request rate (QPS) whose probe passes the SLO.
 
 Bracket, then bisect: starting at `start_qps`, double while probes pass (or halve while they
-fail; `growth` other than 2 steps by that factor instead, for a search warm-started near its
-answer, harness.planner) until one passing and one failing rate enclose the capacity, then bisect until the bracket
+fail; `growth` other than 2 steps by that factor instead, for a search started near its
+answer: search.growth, harness.planner) until one passing and one failing rate enclose the capacity, then bisect until the bracket
 is within `rel_tol` (the paper: ~2.5 %). Probes are cached by rate, so no rate runs twice. The
 search assumes pass/fail is monotone in the rate and reports both ends of the final bracket.
 `harness.search.rounds` runs this same search W probes at a time (search.workers).

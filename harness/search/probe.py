@@ -230,11 +230,11 @@ def search_capacity(
             seen(p)
             result = CapacityResult(s.fixed_qps if p.passed else 0.0, float("inf") if p.passed else s.fixed_qps, (p,))
         elif s.workers == 1:
-            result = find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=seen)
+            result = find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=seen, growth=s.growth)
         else:
             check_workers(s, plan.backend.name)
             pool = executor if executor is not None else LocalProcessPool(s.workers)
-            bounds = SearchBounds(s.start_qps, s.rel_tol, s.min_qps, s.max_qps)
+            bounds = SearchBounds(s.start_qps, s.rel_tol, s.min_qps, s.max_qps, s.growth)
             try:
                 result = find_capacity_rounds(lambda rates: _probe_round(plan, scheduler, rates, cache, pool),
                                               s.workers, bounds, on_probe=seen, on_round=on_round)

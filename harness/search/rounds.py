@@ -1,8 +1,8 @@
 """The capacity search in rounds of W probes at once: the serial search (`capacity.find_capacity`),
 run ahead speculatively.
 
-The serial search is a sequence of decisions: each probe's verdict picks the next rate (double or
-halve while bracketing, then the upper or lower half of the bracket). A round probes the W rates
+The serial search is a sequence of decisions: each probe's verdict picks the next rate (up or
+down by `growth`, x2 by default, while bracketing, then the upper or lower half of the bracket). A round probes the W rates
 the serial search is most likely to need next, over both verdicts of every probe not yet run: its
 next rate, the two it needs after that (one per verdict), and so on, most probable first. Then the
 serial search is replayed over every verdict known; it needs a new round only where it reaches a
@@ -10,13 +10,13 @@ rate nobody probed. So
 
 - the answer is the serial search's, bit for bit (capacity and bracket), whatever W, even when
   pass/fail is not monotone in the rate; the extra probes only ran ahead;
-- the rates are the serial search's own floats (the same doublings and midpoints), so a parallel
+- the rates are the serial search's own floats (the same steps by `growth` and midpoints), so a parallel
   search and a serial one share their cached probes;
 - W = 1 probes exactly what the serial search probes; with W = 2^s - 1 a bisection round probes
   the full depth-s tree of midpoints, a 2^s-section of the bracket, and the search needs about
   1/s of the serial rounds (log_(W+1) of them); other W add part of the next level;
 - while bracketing, the direction it is going in is the likely one (`KEEP_GOING`), so a round
-  upward probes W geometrically spaced rates (x2 each).
+  upward probes W geometrically spaced rates (x growth each: 2 unless search.growth says).
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ class SearchBounds:
     rel_tol: float = 0.025
     min_qps: float = 1e-3
     max_qps: float = 1e4
+    growth: float = 2.0  # the bracket's step (capacity.find_capacity)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def replay(verdicts: Mapping[float, bool], bounds: SearchBounds) -> float | Capa
         raise _Needs(qps)
 
     try:
-        return find_capacity(probe, bounds.start_qps, bounds.rel_tol, bounds.min_qps, bounds.max_qps)
+        return find_capacity(probe, bounds.start_qps, bounds.rel_tol, bounds.min_qps, bounds.max_qps, growth=bounds.growth)
     except _Needs as e:
         return e.qps
 

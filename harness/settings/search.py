@@ -14,6 +14,9 @@ class SearchSettings:
 
     num_requests: int = 2048
     start_qps: float = 1.0
+    # The bracket's step: x growth while probes pass, / growth while they fail (2: the paper's
+    # doubling); a smaller step suits a search started near its answer (fewer bisections after).
+    growth: float = 2.0
     rel_tol: float = 0.025
     min_qps: float = 0.01
     max_qps: float = 1000.0
@@ -40,6 +43,9 @@ class SearchSettings:
             raise ValueError(f"fixed_qps must be a positive rate, got {self.fixed_qps}")
         if not (0 < self.min_qps <= self.start_qps <= self.max_qps):
             raise ValueError(f"need 0 < min_qps <= start_qps <= max_qps, got {self.min_qps}, {self.start_qps}, {self.max_qps}")
+        if not (self.growth > 1 and math.isfinite(self.growth)):
+            raise ValueError(f"growth must be a finite factor > 1 (the bracket's step: x growth while probes pass, "
+                             f"/ growth while they fail), got {self.growth}")
         if not 0 < self.rel_tol < 1:
             raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol}")
         if not 0 <= self.max_error_fraction <= 1:
