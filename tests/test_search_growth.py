@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from common.errors import HarnessError
 from harness.backends import open_backend
@@ -48,6 +50,17 @@ def test_rounds_step_by_the_bounds_growth():
         assert r.bracket == s.bracket  # the serial search's answer at this step, bit for bit
         if workers == 1:
             assert calls == serial_calls
+
+
+@given(cap=st.floats(0.02, 500.0), start=st.floats(0.05, 50.0), growth=st.floats(1.05, 4.0),
+       workers=st.integers(1, 5))
+def test_any_step_brackets_the_capacity_and_rounds_agree(cap, start, growth, workers):
+    bounds = SearchBounds(start, 0.05, 0.01, 1000.0, growth)
+    s = find_capacity(oracle(cap, []), start, 0.05, 0.01, 1000.0, growth=growth)
+    lo, hi = s.bracket
+    assert lo <= cap < hi and hi / lo - 1 <= 0.05
+    r = find_capacity_rounds(lambda rates: [oracle(cap, [])(q) for q in rates], workers, bounds)
+    assert r.bracket == s.bracket
 
 
 def test_the_config_sets_the_simulated_search_step():

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from harness.search.capacity import CapacityResult, Probe, check_bounds, find_capacity
 
 # Prior odds for ranking speculative probes (they change which rates run ahead, never the answer):
-# while every probe so far passed (or every one failed) the search keeps doubling (halving) with
+# while every probe so far passed (or every one failed) the search keeps stepping up (down) with
 # this probability; in the bisection either half is as likely.
 KEEP_GOING = 0.8
 FIRST = 0.5  # the first rate: pass or fail alike
