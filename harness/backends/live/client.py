@@ -42,7 +42,6 @@ class LiveRunOptions:
 
 def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
                 abort_check: Callable[[], str | None] | None = None) -> LiveRunOptions:
-    """The options of one probe of `job`."""
     return LiveRunOptions(
         seed=job.seed, time_limit_s=job.time_limit_s, drain_s=job.drain_s, concurrency=job.concurrency,
         request_timeout_s=settings.request_timeout_s, stall_timeout_s=settings.stall_timeout_s,
