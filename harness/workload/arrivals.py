@@ -42,6 +42,7 @@ import numpy as np
 
 from common.errors import HarnessError
 
+from .distributions import number
 from .seeding import ARRIVALS, check_seed, rng_for
 from .trace_file import read_trace
 
@@ -49,15 +50,11 @@ CAP_FACTOR = 3.0  # the original artifact's gap cap, in units of the mean gap
 
 
 def _check_rate(rate: object) -> float:
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) or rate <= 0:
-        raise HarnessError(f"arrival rate must be a finite number > 0 (requests/s), got {rate!r}")
-    return float(rate)
+    return number(rate, "arrival rate (requests/s)", 0, above=True)
 
 
 def _check_n(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
-        raise HarnessError(f"number of arrivals must be a non-negative integer, got {n!r}")
-    return int(n)
+    return number(n, "number of arrivals", 0, integer=True)
 
 
 def poisson(rate: float, n: int, seed: int) -> np.ndarray:
@@ -71,8 +68,7 @@ def poisson_capped(rate: float, n: int, seed: int) -> np.ndarray:
 
 
 def gamma(rate: float, n: int, seed: int, cv: float = 1.0) -> np.ndarray:
-    if isinstance(cv, bool) or not isinstance(cv, numbers.Real) or not math.isfinite(cv) or cv <= 0:
-        raise HarnessError(f"arrival.cv must be a finite number > 0, got {cv!r}")
+    cv = number(cv, "arrival.cv", 0, above=True)
     shape = 1.0 / (cv * cv)  # gamma(k, 1/k) has mean 1 and CV 1/sqrt(k)
     gaps = rng_for(ARRIVALS, seed).standard_gamma(shape, _check_n(n)) / shape
     return np.cumsum(gaps / _check_rate(rate))
@@ -110,8 +106,7 @@ def trace(rate: float | None, n: int, seed: int, trace_file: str | None = None, 
     n = _check_n(n)
     if not trace_file:
         raise HarnessError("arrival process 'trace' needs arrival.trace_file (a trace with an arrived_at column)")
-    if isinstance(time_scale, bool) or not isinstance(time_scale, numbers.Real) or not math.isfinite(time_scale) or time_scale <= 0:
-        raise HarnessError(f"arrival.time_scale must be a finite number > 0, got {time_scale!r}")
+    number(time_scale, "arrival.time_scale", 0, above=True)
     rows = read_trace(trace_file, max_total_tokens, need_arrivals=True)
     t = rows.arrived_at
     if n > t.size:
@@ -138,9 +133,7 @@ def at_once(rate: float | None, n: int, seed: int) -> np.ndarray:
 
 
 def _concurrency(c: object) -> int:
-    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
-        raise HarnessError(f"arrival.concurrency must be a positive integer for closed_loop, got {c!r}")
-    return int(c)
+    return number(c, "arrival.concurrency (closed_loop)", 1, integer=True)
 
 
 def concurrency_limit(process: Mapping) -> int | None:
