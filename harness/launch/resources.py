@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from engines.perf.hardware import get_gpu, get_topology
 from harness.settings.experiment import ExperimentConfig
@@ -110,9 +110,6 @@ def ray_request(res: JobResources) -> RayRequest:
 
 
 def slurm_params(res: JobResources) -> dict:
-    """submitit's parameters (the hydra-submitit-launcher's names) for one job."""
-    out = {"nodes": res.nodes, "tasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
-           "timeout_min": res.timeout_min}
-    if res.gpus_per_node:
-        out["gpus_per_node"] = res.gpus_per_node
-    return out
+    """submitit's parameters for one job: JobResources' fields are the hydra-submitit-launcher's
+    names (gpus_per_node left out where none is asked for)."""
+    return {k: v for k, v in asdict(res).items() if v or k != "gpus_per_node"}
