@@ -132,15 +132,13 @@ class LiveBackend:
 
     def server_gone(self) -> str | None:
         """Why the server can no longer be measured (it exited, or stopped answering /health)."""
-        if isinstance(self._process, ClusterProcesses):
-            if reason := self._process.gone():
-                return reason
-            return self._health.problem() if self._health is not None else None
-        proc = self._process.proc if self._process is not None else None
-        code = proc.poll() if proc is not None else None
-        if code is not None:
-            return f"server exited with status {code}"
-        return self._health.problem() if self._health is not None else None
+        p = self._process
+        if isinstance(p, ClusterProcesses):
+            reason = p.gone()
+        else:
+            code = p.proc.poll() if p is not None and p.proc is not None else None
+            reason = None if code is None else f"server exited with status {code}"
+        return reason or (self._health.problem() if self._health is not None else None)
 
     def _broken(self, reason: str) -> RunBroken:
         p = self._process
