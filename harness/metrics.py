@@ -22,7 +22,7 @@ least `Slo.attainment`, 90 % by default, of its requests meet both TTFT and TPOT
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,9 +69,6 @@ class Summary:
     tpot: Distribution
     scheduling_delay: Distribution
     e2e: Distribution
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ and, where the backend keeps one, its iteration log (harness/backends/sim/iterat
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,9 +51,6 @@ class OfflineSummary:
     bubble_mean_s: float | None = None
     bubble_share: dict[str, float] = field(default_factory=dict)  # cause -> share of all bubble time
     bubble_quantiles_s: dict[str, float] = field(default_factory=dict)  # "p10" ... "p99" -> seconds a request
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -1,23 +1,15 @@
 """Backends turn a probe's `RequestSpec`s into `RequestRecord`s (contract: `base.Backend`):
 `sim` (discrete-event simulation on a virtual clock), `live` (servers the harness starts, driven
-over HTTP) and `endpoint` (a server already running, anywhere). Chosen by `backend.name` from the registry below."""
+over HTTP) and `endpoint` (a server already running, anywhere). Chosen by `backend.name` (harness.settings.backends names them)."""
 from __future__ import annotations
 
 from importlib import import_module
 
-from common.errors import HarnessError
-from harness.settings.backends import BACKEND_SETTINGS
-
-# name -> module holding `Backend`, the class implementing harness.backends.base.Backend (its
-# settings: harness.settings.backends, by the same names)
-BACKENDS = {name: f"harness.backends.{name}" for name in BACKEND_SETTINGS}
-
 
 def backend_class(name: str):
-    """The backend class registered under `name` (a clear error for an unknown one)."""
-    if name not in BACKENDS:
-        raise HarnessError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
-    return import_module(BACKENDS[name]).Backend
+    """The class implementing harness.backends.base.Backend for `backend.name` (one of
+    harness.settings.backends.BACKEND_SETTINGS, which the door checked): `harness.backends.NAME.Backend`."""
+    return import_module(f"harness.backends.{name}").Backend
 
 
 def open_backend(job):

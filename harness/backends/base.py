@@ -88,7 +88,6 @@ class BackendJob:
     autoscale: ScalePlan | None = None  # cluster.autoscale resolved for this experiment; None: a fixed fleet
 
     def settings_as(self, kind: type[S]) -> S:
-        """The job's settings, checked to be the backend's own kind."""
         if not isinstance(self.settings, kind):
             raise HarnessError(f"backend {kind.__name__} got {type(self.settings).__name__} settings")
         return self.settings

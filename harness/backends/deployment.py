@@ -46,9 +46,7 @@ def build_deployment(
     model: ModelSettings, hardware: HardwareSettings, parallel: ParallelSettings, *, gpu_memory_utilization: float,
     block_size: int, max_model_len: int, perf: PerfSettings = PerfSettings(),
 ) -> DeploymentPlan:
-    tp, pp, dp, ep = parallel.tp, parallel.pp, parallel.dp, parallel.ep
-    if tp < 1 or pp < 1:
-        raise HarnessError(f"parallel: tp and pp must be >= 1, got tp={tp} pp={pp}")
+    tp, pp, dp, ep = parallel.tp, parallel.pp, parallel.dp, parallel.ep  # Deployment.create refuses tp or pp < 1
     gpu, topology = _device(hardware)
     # A CPU's BLAS has no GPU thread-block tile: a 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
     cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.gpu) else {}

@@ -17,6 +17,7 @@ from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun
 from harness.backends.live.client import measure, warn
 from harness.backends.live.lifecycle import HealthWatch
+from harness.backends.live.prometheus import server_root
 from harness.backends.live.server import Endpoint, model_vocabulary
 from harness.records import CUT_OFF_KINDS, RequestSpec, error_kind
 from harness.settings.endpoint import EndpointSettings
@@ -27,17 +28,12 @@ CALIBRATION_STREAM = 99  # rng sub-stream of the two calibration prompts
 API_KEY_ENV = "OPENAI_API_KEY"  # the OpenAI SDK's variable: used when backend.api_key is not set
 
 
-def _root(url: str) -> str:
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
 class _Server:
     """What the harness asks a server before measuring it (plain HTTP, no load generator)."""
 
     def __init__(self, conf: EndpointSettings) -> None:
         self.conf = conf
-        self.base_url = _root(conf.base_url)
+        self.base_url = server_root(conf.base_url)
         self.api_key = conf.api_key or os.environ.get(API_KEY_ENV) or None
 
     def get(self, path: str, timeout: float = 5.0, body: dict | None = None) -> tuple[int, bytes]:

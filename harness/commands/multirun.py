@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError, RunBroken
-from harness.launch.outcome import EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_CRASHED, JobOutcome, here, secondary_task
+from harness.launch.outcome import EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_CRASHED, JobOutcome, first_line, here, secondary_task
 from harness.config import register
 from harness.paths import CONFIG_DIR
 
@@ -22,11 +22,6 @@ register()  # the structured schema the YAML presets fill in
 # What each launcher needs installed (the `cluster` extra: pip install -e '.[cluster]').
 NEEDS = {"ray": ("ray", "hydra_plugins.hydra_ray_launcher"),
          "submitit": ("submitit", "hydra_plugins.hydra_submitit_launcher")}
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base=None)
@@ -45,13 +40,13 @@ def _job(cfg: DictConfig) -> JobOutcome:
         return JobOutcome(0, run_dir=str(run_experiment(cfg, one_of_many=True)), host=here())
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
-        return JobOutcome(EXIT_BAD_INPUT, error=_one_line(e), host=here())
+        return JobOutcome(EXIT_BAD_INPUT, error=first_line(e), host=here())
     except RunBroken as e:
         print(f"error: the run broke, nothing it measured is a result: {e}", file=sys.stderr)
-        return JobOutcome(EXIT_BROKEN, error=f"the run broke: {_one_line(e)}", host=here())
+        return JobOutcome(EXIT_BROKEN, error=f"the run broke: {first_line(e)}", host=here())
     except Exception as e:  # a bug: its traceback in the job's output, its name in the report
         traceback.print_exc()
-        return JobOutcome(EXIT_CRASHED, error=f"{type(e).__name__}: {_one_line(e)}", host=here())
+        return JobOutcome(EXIT_CRASHED, error=f"{type(e).__name__}: {first_line(e)}", host=here())
 
 
 def check_launcher(argv: list[str]) -> None:

@@ -11,6 +11,7 @@ The summary has no "schedulers" entry: capacity readers (harness.analysis.loader
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -84,7 +85,7 @@ def offline_summary_json(plan: ExperimentPlan, outcomes: list[OfflineOutcome], p
                      "arrival": plan.arrival},
         "baseline": baseline,
         "gains": gains(summaries, baseline),
-        "offline": {name: {"config": plan.scheduler_knobs[name], **s.as_dict()} for name, s in summaries.items()},
+        "offline": {name: {"config": plan.scheduler_knobs[name], **asdict(s)} for name, s in summaries.items()},
     }
 
 

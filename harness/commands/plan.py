@@ -171,13 +171,10 @@ def _clean(x):
 
 
 def _evaluation(e) -> dict:
-    def search(a):
-        return None if a is None else {"capacity_qps": a.capacity_qps, "lowest_failing_qps": a.lowest_failing_qps,
-                                       "seconds": a.seconds, "probes": [asdict(p) for p in a.probes]}
     return {"key": e.candidate.key, "status": e.status, "bound_qps": e.bound.qps, "bound": e.bound.binding,
             "needed_qps": e.needed_qps, "warm_from": e.warm_from,
-            "screen": search(e.screen), "full": search(e.full),
-            "at_target": asdict(e.at_target) if e.at_target else None}
+            **{stage: asdict(a) if a is not None else None for stage, a in (("screen", e.screen), ("full", e.full),
+                                                                           ("at_target", e.at_target))}}
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def vllm_scheduler_cls(plan: ExperimentPlan) -> str | None:
 
 
 def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: ProbeExecutor | None,
-             runs: list[SchedulerRun], token_frames: list, one_of_many: bool, iterations: list | None = None) -> None:
+             runs: list[SchedulerRun], token_frames: list, one_of_many: bool, iterations: list) -> None:
     """Every scheduler's search, seed by seed, appended to `runs` in that order (with what
     finished when another broke). Simulated searches of probes big enough to pay for a process
     run at once, one per CPU (`search.searches_at_once`): each gives what it gives alone."""
@@ -171,11 +171,12 @@ def _run_all(plan: ExperimentPlan, show: bool, cache: ProbeCache | None, pool: P
                     raise
     finally:
         for i in sorted(done):
-            runs.append(done[i][0])
-            if done[i][1] is not None:
-                token_frames.append(done[i][1])
-            if iterations is not None and len(done[i]) > 2 and done[i][2] is not None:
-                iterations.append(done[i][2])
+            run, frame, trace = done[i]
+            runs.append(run)
+            if frame is not None:
+                token_frames.append(frame)
+            if trace is not None:
+                iterations.append(trace)
 
 
 def _search_job(job) -> tuple[SchedulerRun, object, object]:

@@ -22,16 +22,6 @@ def shown_probe(result: CapacityResult, fixed: bool) -> Probe | None:
     return passing[0] if passing else None
 
 
-def _warn_failed(runs: list[SchedulerRun]) -> None:
-    """Failed requests are never quiet: one line per probe that had any (the column `failed`)."""
-    for r in runs:
-        for p in r.result.probes:
-            v = p.detail.verdict
-            if v.num_errors:
-                kinds = ", ".join(f"{n} {k}" for k, n in v.errors.items())
-                print(f"WARNING: {r.scheduler} seed {r.seed} at {p.qps:.4g} QPS: {v.num_errors} requests failed ({kinds})")
-
-
 def disturbed_probes(result: CapacityResult) -> list[Probe]:
     """The probes a backend said ran on a disturbed host (the real-time twin fell behind its own
     timeline: harness/backends/live/twin_clock.py): their latencies measure the host, not the model."""
@@ -41,16 +31,6 @@ def disturbed_probes(result: CapacityResult) -> list[Probe]:
     from harness.backends.live.twin_clock import disturbed_note
 
     return [p for p in noted if disturbed_note(p.detail.notes) is not None]
-
-
-def _warn_disturbed(runs: list[SchedulerRun]) -> None:
-    """A result that rests on disturbed probes says so beside the table, not only probe by probe."""
-    for r in runs:
-        bad = disturbed_probes(r.result)
-        if bad:
-            print(f"WARNING: {r.scheduler} seed {r.seed}: {len(bad)} of {len(r.result.probes)} probes ran on a disturbed "
-                  f"host (at {', '.join(f'{p.qps:.4g}' for p in bad)} QPS the real-time twin fell behind its own "
-                  "timeline): this result measures the host, not the model; run it again on a quieter host")
 
 
 def _good(v, gpus: int) -> str:
@@ -65,14 +45,29 @@ def starved(p: Probe | None) -> str:
     return starvation(p.passed, p.qps, p.detail.summary.request_throughput, p.detail.summary.ttft.p99)
 
 
-def _warnstarved(runs: list[SchedulerRun], fixed: bool) -> None:
-    """A shown probe that passes the criterion but looks starved is said so ("!" in the table)."""
+def _warn(runs: list[SchedulerRun], fixed: bool) -> None:
+    """The WARNING lines below the table. Failed requests are never quiet: one line per probe that
+    had any (the column `failed`). A shown probe that passes the criterion but looks starved is
+    said so ("!" in the table). A result that rests on disturbed probes says so beside the table,
+    not only probe by probe."""
+    for r in runs:
+        for p in r.result.probes:
+            v = p.detail.verdict
+            if v.num_errors:
+                kinds = ", ".join(f"{n} {k}" for k, n in v.errors.items())
+                print(f"WARNING: {r.scheduler} seed {r.seed} at {p.qps:.4g} QPS: {v.num_errors} requests failed ({kinds})")
     for r in runs:
         p = shown_probe(r.result, fixed)
         why = starved(p)
         if why:
             print(f"WARNING: {r.scheduler} seed {r.seed} passes the criterion at {p.qps:.4g} QPS but looks starved: {why} "
                   "(harness/starvation.py; the verdict stays the criterion's)")
+    for r in runs:
+        bad = disturbed_probes(r.result)
+        if bad:
+            print(f"WARNING: {r.scheduler} seed {r.seed}: {len(bad)} of {len(r.result.probes)} probes ran on a disturbed "
+                  f"host (at {', '.join(f'{p.qps:.4g}' for p in bad)} QPS the real-time twin fell behind its own "
+                  "timeline): this result measures the host, not the model; run it again on a quieter host")
 
 
 def _latency(p: Probe | None) -> str:
@@ -97,9 +92,7 @@ def print_table(runs: list[SchedulerRun], fixed: bool, gpus: int) -> None:
             print(f"{r.scheduler:<{w}}{r.seed:>5}{p.qps:>9.4g}  {verdict:<7}"
                   f"{o.summary.ttft.p50:>8.3f} s{o.verdict.tbt_s:>8.3f} s{o.verdict.scheduling_delay_s:>12.3f} s"
                   f"{_latency(p)}{o.verdict.num_errors:>8}{_good(o.verdict, gpus)}")
-        _warn_failed(runs)
-        _warnstarved(runs, fixed)
-        _warn_disturbed(runs)
+        _warn(runs, fixed)
         return
     print(f"{'scheduler':<{w}}{'seed':>5}{'capacity (QPS)':>16}  {'bracket (pass, fail)':<22}{'probes':>7}  {'P99 TBT':>9}  "
           f"{'median delay':>12}{signs}{'failed':>8}{good}")
@@ -114,9 +107,7 @@ def print_table(runs: list[SchedulerRun], fixed: bool, gpus: int) -> None:
         good_cols = _good(cap.detail.verdict, gpus) if cap else f"{'-':>10}{'-':>13}"
         print(f"{r.scheduler:<{w}}{r.seed:>5}{cap_str:>16}  {f'[{res.capacity_qps:.4g}, {hi})':<22}{len(res.probes):>7}  {tbt:>9}  "
               f"{delay:>12}{_latency(cap)}{failed:>8}{good_cols}")
-    _warn_failed(runs)
-    _warnstarved(runs, fixed)
-    _warn_disturbed(runs)
+    _warn(runs, fixed)
     by_name: dict[str, list[float]] = {}
     for r in runs:
         by_name.setdefault(r.scheduler, []).append(r.result.capacity_qps)

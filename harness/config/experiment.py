@@ -19,7 +19,7 @@ from harness.typed import typed
 
 def backend_settings(node: Mapping) -> BackendSettings:
     """`cfg.backend` as the chosen backend's settings (its `name` picks the backend)."""
-    name = str(node.get("name", "sim"))
+    name = str(node.get("name", BackendSettings.name))
     if name not in BACKEND_SETTINGS:
         raise HarnessError(f"unknown backend {name!r}; known: {', '.join(BACKEND_SETTINGS)}")
     return typed(BACKEND_SETTINGS[name], node, "backend")

@@ -71,13 +71,9 @@ class DatasetSchema:
 LOOSE = {"arrival": Any, "slo": Any, "backend": Any, "search": Any, "scheduler": Any, "dataset": DatasetSchema}
 
 
-def _config_schema() -> type:
-    return dataclasses.make_dataclass("ConfigSchema", [
-        (name, kind, field(default=REQUIRED) if name in GROUPS else default)
-        for name, kind, default in _fields(ExperimentConfig, LOOSE)])
-
-
-ConfigSchema = _config_schema()
+ConfigSchema = dataclasses.make_dataclass("ConfigSchema", [
+    (name, kind, field(default=REQUIRED) if name in GROUPS else default)
+    for name, kind, default in _fields(ExperimentConfig, LOOSE)])
 
 
 def register() -> None:

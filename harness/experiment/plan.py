@@ -60,7 +60,6 @@ class ExperimentPlan:
     prefix_caching: frozenset[str] = frozenset()
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
-        """What a backend needs to serve `scheduler` of this plan."""
         return BackendJob(
             scheduler_name=scheduler, scheduler=self.schedulers[scheduler], deployment=self.deployment,
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,

@@ -3,19 +3,12 @@ definition applied to the simulated deployment (`slo=derived`), or an explicit `
 which criterion (`slo.criterion`: the paper's quantiles, or DistServe's per-request attainment)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import fields
 
 from common.errors import HarnessError
-from engines.perf.queries import SLO_DECODE_BATCH, SLO_DECODE_CONTEXT, decode_iteration_time
+from engines.perf.queries import decode_iteration_time
 from harness.metrics import Slo
 from harness.settings.slo import SLO_KINDS, SloSettings
-
-
-def derived_tbt_slo(perf, kind: str, multipliers: Mapping, batch: int = SLO_DECODE_BATCH,
-                    context: int = SLO_DECODE_CONTEXT) -> float:
-    """Multiplier x the latency of a decode-only iteration of `batch` sequences at `context` tokens."""
-    return float(multipliers[kind]) * decode_iteration_time(perf, batch, context)
 
 
 def resolve_slo(s: SloSettings, model_name: str, perf=None) -> Slo:
@@ -25,7 +18,8 @@ def resolve_slo(s: SloSettings, model_name: str, perf=None) -> Slo:
     if tbt is None and s.source == "derived":
         if perf is None:
             raise HarnessError("slo=derived needs the deployment's performance model")
-        tbt = derived_tbt_slo(perf, s.kind, s.multipliers, s.decode_batch, s.decode_context)
+        # multiplier x the latency of a decode-only iteration of decode_batch sequences at decode_context tokens
+        tbt = float(s.multipliers[s.kind]) * decode_iteration_time(perf, s.decode_batch, s.decode_context)
     if tbt is None:
         if model_name not in s.table:
             raise HarnessError(

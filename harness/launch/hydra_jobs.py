@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common.errors import HarnessError
 from harness.launch import ray_session, slurm, submitit_jobs
-from harness.launch.outcome import JobOutcome, crashed, exit_code
+from harness.launch.outcome import JobOutcome, crashed, exit_code, first_line
 from harness.launch.resources import FIXED_KEYS, JobResources, job_resources, with_fixed
 from harness.settings.experiment import ExperimentConfig
 
@@ -74,16 +74,28 @@ def _refuse(e: HarnessError) -> NoReturn:
     raise SystemExit(2)
 
 
-def _failed(overrides: list[str], cfg: DictConfig, err: BaseException) -> JobReturn:
-    ret = JobReturn(overrides=overrides, cfg=cfg, status=JobStatus.FAILED)
-    ret.return_value = err
-    return ret
-
-
-def _describe(jobs, resources: Sequence[JobResources], where: str) -> None:
+def _ready(launcher, kind: str, params: Mapping, jobs, resources: Sequence[JobResources], where: str) -> None:
+    """Every job checked (one line and exit 2 if one does not fit), the sweep directory made, the
+    jobs and their requests listed."""
+    try:
+        check(kind, params, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
+    except HarnessError as e:
+        _refuse(e)
+    Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     print(f"{where}: {len(jobs)} jobs", flush=True)
     for (idx, overrides, _), res in zip(jobs, resources):
         print(f"  {label(idx, overrides)}: {res.describe()}", flush=True)
+
+
+def _returns(jobs, ended: Iterator[tuple[int, object, BaseException | None]]) -> list[JobReturn]:
+    """Each job's JobReturn in input order; one that raised or whose worker died a failed one."""
+    returns: list = [None] * len(jobs)
+    for i, value, err in ended:
+        if err is not None:
+            value = JobReturn(overrides=jobs[i][1], cfg=jobs[i][2], status=JobStatus.FAILED)
+            value.return_value = err
+        returns[i] = value
+    return returns
 
 
 def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
@@ -96,23 +108,12 @@ def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_
     ray_cfg = params.get("ray") or {}
     jobs = _jobs(launcher, job_overrides, initial_job_idx)
     resources = requests([typed(cfg) for _, _, cfg in jobs], {"live_gpus": params.get("live_gpus", True), **ray_fixed(ray_cfg)})
-
-    def ready() -> None:
-        try:
-            check("ray", params, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
-        except HarnessError as e:
-            _refuse(e)
-        Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        _describe(jobs, resources, "ray")
-
     args = [(launcher.hydra_context, cfg, launcher.task_function, Singleton.get_state()) for _, _, cfg in jobs]
-    returns: list = [None] * len(jobs)
     try:
-        for i, value, err in _on_ray(_run_job, args, resources, ray_cfg, ready):
-            returns[i] = value if err is None else _failed(jobs[i][1], jobs[i][2], err)
+        return _returns(jobs, _on_ray(_run_job, args, resources, ray_cfg,
+                                      lambda: _ready(launcher, "ray", params, jobs, resources, "ray")))
     except HarnessError as e:  # Ray could not be reached
         _refuse(e)
-    return returns
 
 
 def _on_ray(fn: Callable, args: Sequence[tuple], resources: Sequence[JobResources], ray_cfg: Mapping,
@@ -142,13 +143,7 @@ def launch_on_submitit(launcher, job_overrides: Sequence[Sequence[str]], initial
     params, ours = split_params({k: _plain(v) for k, v in launcher.params.items()})
     jobs = _jobs(launcher, job_overrides, initial_job_idx)
     resources = requests([typed(cfg) for _, _, cfg in jobs], ours)
-    try:
-        check(kind, {**params, **ours}, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
-    except HarnessError as e:
-        _refuse(e)
-    sweep_dir = Path(str(launcher.config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    _describe(jobs, resources, f"submitit ({kind})")
+    _ready(launcher, kind, {**params, **ours}, jobs, resources, f"submitit ({kind})")
     # The official launcher is the submitted callable: in the job, it composes the job's config
     # and runs the task function (its __call__), as it would have.
     body = (SlurmLauncher if kind == "slurm" else LocalLauncher)()
@@ -157,11 +152,8 @@ def launch_on_submitit(launcher, job_overrides: Sequence[Sequence[str]], initial
     try:
         submitted = submitit_jobs.submit(kind, params, body, args, resources)
     except Exception as e:  # sbatch refused (an account, a QOS): one line
-        _refuse(HarnessError(f"submitit could not submit: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"))
-    returns: list = [None] * len(jobs)
-    for i, value, err in submitit_jobs.as_completed(submitted):
-        returns[i] = value if err is None else _failed(jobs[i][1], jobs[i][2], err)
-    return returns
+        _refuse(HarnessError(f"submitit could not submit: {first_line(e)}"))
+    return _returns(jobs, submitit_jobs.as_completed(submitted))
 
 
 def split_params(params: Mapping) -> tuple[dict, dict]:

@@ -26,6 +26,12 @@ def here() -> str:
     return socket.gethostname()
 
 
+def first_line(e: BaseException) -> str:
+    """An error's message in one line (its type's name where it has none)."""
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
 def crashed(e: BaseException) -> JobOutcome:
     """A job that never returned an outcome (its worker died, the launcher lost it)."""
     text = str(e).strip().splitlines()

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from common.errors import HarnessError
+from harness.launch.outcome import first_line
 from harness.launch.resources import JobResources, RayRequest, ray_request
 
 # A local Ray started for one run: no dashboard, a small object store (results are small), as the
@@ -67,7 +68,7 @@ def connect(init: Mapping | None = None) -> bool:
             ray.init(**kwargs)
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as e:
             failed.append(True)  # Ray's own retries logged to fd 2 are dropped: the line below says it
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             if "InvalidAuthToken" in str(e.__cause__ or ""):
                 first += (" (the cluster wants its token: export RAY_AUTH_MODE=token, with the token in "
                           "~/.ray/auth_token or $RAY_AUTH_TOKEN)")

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
-from common.errors import HarnessError
 from engines.perf.hardware import get_gpu, get_topology
 from harness.settings.experiment import ExperimentConfig
 from harness.settings.search import SearchSettings
@@ -68,7 +67,6 @@ def time_limit_min(config: ExperimentConfig) -> int:
 
 
 def job_resources(config: ExperimentConfig, live_gpus: bool = True) -> JobResources:
-    """The request of the job that runs experiment `config`."""
     search = config.search
     cpus = search.workers if search.workers > 1 and search.executor == "local" else 1
     timeout = time_limit_min(config)
@@ -79,9 +77,8 @@ def job_resources(config: ExperimentConfig, live_gpus: bool = True) -> JobResour
         return JobResources(cpus_per_task=cpus, timeout_min=timeout)
     p, hw = config.parallel, config.hardware
     gpus = p.tp * p.pp * p.dp
-    per_node = get_topology(hw.topology, get_gpu(hw.gpu), hw.gpus_per_node).gpus_per_node  # the GPU's usual node
-    if per_node < 1:
-        raise HarnessError(f"hardware.gpus_per_node must be >= 1, got {per_node}")
+    # the GPU's usual node (get_topology refuses hardware.gpus_per_node < 1)
+    per_node = get_topology(hw.topology, get_gpu(hw.gpu), hw.gpus_per_node).gpus_per_node
     nodes = math.ceil(gpus / per_node)
     return JobResources(nodes=nodes, gpus_per_node=min(gpus, per_node), tasks_per_node=1, cpus_per_task=cpus,
                         timeout_min=timeout)
@@ -113,9 +110,6 @@ def ray_request(res: JobResources) -> RayRequest:
 
 
 def slurm_params(res: JobResources) -> dict:
-    """submitit's parameters (the hydra-submitit-launcher's names) for one job."""
-    out = {"nodes": res.nodes, "tasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
-           "timeout_min": res.timeout_min}
-    if res.gpus_per_node:
-        out["gpus_per_node"] = res.gpus_per_node
-    return out
+    """submitit's parameters for one job: JobResources' fields are the hydra-submitit-launcher's
+    names (gpus_per_node left out where none is asked for)."""
+    return {k: v for k, v in asdict(res).items() if v or k != "gpus_per_node"}

@@ -67,13 +67,11 @@ class ClusterSettings:
         from engines.routers import ROUTERS, make_router
         if not (isinstance(self.instances, int) and self.instances >= 1):
             raise ValueError(f"instances must be >= 1, got {self.instances}")
-        for name in ("router", "decode_router"):
-            value = getattr(self, name)
-            if value is not None and value not in ROUTERS:
-                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(ROUTERS)}")
         if self.router_options is not None and not isinstance(self.router_options, Mapping):
             raise ValueError(f"router_options must be a mapping of the router's knobs, got {self.router_options!r}")
-        make_router(self.router, **self.knobs)  # ValueError naming an unknown or bad knob
+        make_router(self.router, **self.knobs)  # ValueError naming an unknown router, or an unknown or bad knob
+        if self.decode_router is not None and self.decode_router not in ROUTERS:
+            raise ValueError(f"unknown decode_router {self.decode_router!r}; known: {', '.join(ROUTERS)}")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers must be an integer >= 1 (1: one process), got {self.workers!r}")
         if self.prefill_instances < 0 or self.decode_instances < 0:

@@ -2,6 +2,8 @@
 
 Offsets are nondecreasing and start at the first gap, not at 0 (a run starts at 0 and the first
 request arrives one gap later), except for trace replay, which keeps the trace's own times.
+`arrival_offsets` checks the rate (where the process takes one), n and the seed, once for every
+process; each process checks its own knobs.
 
 Every random process draws a *standard* variate per gap and divides by the rate, so probes at
 different rates with the same seed are exact scaled copies of one another: a capacity search
@@ -42,40 +44,28 @@ import numpy as np
 
 from common.errors import HarnessError
 
+from .distributions import number
 from .seeding import ARRIVALS, check_seed, rng_for
 from .trace_file import read_trace
 
 CAP_FACTOR = 3.0  # the original artifact's gap cap, in units of the mean gap
 
 
-def _check_rate(rate: object) -> float:
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) or rate <= 0:
-        raise HarnessError(f"arrival rate must be a finite number > 0 (requests/s), got {rate!r}")
-    return float(rate)
-
-
-def _check_n(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
-        raise HarnessError(f"number of arrivals must be a non-negative integer, got {n!r}")
-    return int(n)
-
-
 def poisson(rate: float, n: int, seed: int) -> np.ndarray:
-    gaps = rng_for(ARRIVALS, seed).standard_exponential(_check_n(n))
-    return np.cumsum(gaps / _check_rate(rate))
+    gaps = rng_for(ARRIVALS, seed).standard_exponential(n)
+    return np.cumsum(gaps / rate)
 
 
 def poisson_capped(rate: float, n: int, seed: int) -> np.ndarray:
-    gaps = np.minimum(rng_for(ARRIVALS, seed).standard_exponential(_check_n(n)), CAP_FACTOR)
-    return np.cumsum(gaps / _check_rate(rate))
+    gaps = np.minimum(rng_for(ARRIVALS, seed).standard_exponential(n), CAP_FACTOR)
+    return np.cumsum(gaps / rate)
 
 
 def gamma(rate: float, n: int, seed: int, cv: float = 1.0) -> np.ndarray:
-    if isinstance(cv, bool) or not isinstance(cv, numbers.Real) or not math.isfinite(cv) or cv <= 0:
-        raise HarnessError(f"arrival.cv must be a finite number > 0, got {cv!r}")
+    cv = number(cv, "arrival.cv", 0, above=True)
     shape = 1.0 / (cv * cv)  # gamma(k, 1/k) has mean 1 and CV 1/sqrt(k)
-    gaps = rng_for(ARRIVALS, seed).standard_gamma(shape, _check_n(n)) / shape
-    return np.cumsum(gaps / _check_rate(rate))
+    gaps = rng_for(ARRIVALS, seed).standard_gamma(shape, n) / shape
+    return np.cumsum(gaps / rate)
 
 
 def diurnal(rate: float, n: int, seed: int, amplitude: float = 0.5, period_s: float = 86400.0,
@@ -84,8 +74,7 @@ def diurnal(rate: float, n: int, seed: int, amplitude: float = 0.5, period_s: fl
                        ("peak_s", peak_s, lambda x: True)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or not ok(v):
             raise HarnessError(f"arrival.{key}: got {v!r}; amplitude must be in [0, 1), period_s > 0, peak_s a number")
-    rate = _check_rate(rate)
-    target = np.cumsum(rng_for(ARRIVALS, seed).standard_exponential(_check_n(n)))  # integrated rate at each arrival
+    target = np.cumsum(rng_for(ARRIVALS, seed).standard_exponential(n))  # integrated rate at each arrival
     w, phase = 2 * math.pi / period_s, 2 * math.pi * peak_s / period_s
 
     def integrated(t: np.ndarray) -> np.ndarray:  # the integral of rate x (1 + a cos(w t - phase)) over [0, t]
@@ -100,18 +89,14 @@ def diurnal(rate: float, n: int, seed: int, amplitude: float = 0.5, period_s: fl
 
 
 def constant(rate: float, n: int, seed: int) -> np.ndarray:
-    check_seed(seed)
-    return np.arange(1, _check_n(n) + 1, dtype=np.float64) / _check_rate(rate)
+    return np.arange(1, n + 1, dtype=np.float64) / rate
 
 
 def trace(rate: float | None, n: int, seed: int, trace_file: str | None = None, time_scale: float = 1.0,
           scale_to_rate: bool = False, max_total_tokens: int | None = None) -> np.ndarray:
-    check_seed(seed)
-    n = _check_n(n)
     if not trace_file:
         raise HarnessError("arrival process 'trace' needs arrival.trace_file (a trace with an arrived_at column)")
-    if isinstance(time_scale, bool) or not isinstance(time_scale, numbers.Real) or not math.isfinite(time_scale) or time_scale <= 0:
-        raise HarnessError(f"arrival.time_scale must be a finite number > 0, got {time_scale!r}")
+    number(time_scale, "arrival.time_scale", 0, above=True)
     rows = read_trace(trace_file, max_total_tokens, need_arrivals=True)
     t = rows.arrived_at
     if n > t.size:
@@ -122,25 +107,21 @@ def trace(rate: float | None, n: int, seed: int, trace_file: str | None = None, 
         if span <= 0:
             raise HarnessError(f"{rows.path}: the first {n} arrivals have no time span; cannot scale to a rate")
         # mean rate over the replayed window = (n - 1) / span; scale so it equals `rate`
-        t = t * ((n - 1) / span / _check_rate(rate))
+        t = t * ((n - 1) / span / rate)
     return t
 
 
 def closed_loop(rate: float | None, n: int, seed: int, concurrency: int | None = None) -> np.ndarray:
-    check_seed(seed)
     _concurrency(concurrency)
-    return np.zeros(_check_n(n))
+    return np.zeros(n)
 
 
 def at_once(rate: float | None, n: int, seed: int) -> np.ndarray:
-    check_seed(seed)
-    return np.zeros(_check_n(n))
+    return np.zeros(n)
 
 
 def _concurrency(c: object) -> int:
-    if isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1:
-        raise HarnessError(f"arrival.concurrency must be a positive integer for closed_loop, got {c!r}")
-    return int(c)
+    return number(c, "arrival.concurrency (closed_loop)", 1, integer=True)
 
 
 def concurrency_limit(process: Mapping) -> int | None:
@@ -170,7 +151,8 @@ def arrival_offsets(process: Mapping, rate: float, n: int, seed: int) -> np.ndar
     if name not in PROCESSES:
         raise HarnessError(f"unknown arrival process {name!r} (known: {', '.join(PROCESSES)})")
     fn, params = PROCESSES[name]
+    n, seed = number(n, "number of arrivals", 0, integer=True), check_seed(seed)
     if name not in RATE_FREE and not (name == "trace" and not process.get("scale_to_rate")):
-        _check_rate(rate)
+        rate = number(rate, "arrival rate (requests/s)", 0, above=True)
     kwargs = {k: process[k] for k in params if process.get(k) is not None}
     return fn(rate, n, seed, **kwargs)

@@ -22,13 +22,13 @@ Other keys (card, description, ...) are ignored here.
 """
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 
 import numpy as np
 
 from common.errors import HarnessError
 
+from .distributions import number
 from .embedded import sample_embedded
 from .lengths import Workload
 from .seeding import LENGTHS, check_seed, rng_for
@@ -37,23 +37,14 @@ from .trace_file import read_trace
 SAMPLING = ("shuffle", "sequential")
 
 
-def _max_total(dataset: Mapping) -> int | None:
-    v = dataset.get("max_total_tokens")
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 2:
-        raise HarnessError(f"dataset.max_total_tokens must be an integer >= 2 or null, got {v!r}")
-    return int(v)
-
-
 def load_workload(dataset: Mapping, num_requests: int, seed: int) -> Workload:
     if not isinstance(dataset, Mapping):
         raise HarnessError(f"dataset must be a mapping, got {type(dataset).__name__}")
-    if isinstance(num_requests, bool) or not isinstance(num_requests, numbers.Integral) or num_requests < 1:
-        raise HarnessError(f"num_requests must be a positive integer, got {num_requests!r}")
-    n, seed = int(num_requests), check_seed(seed)
+    n, seed = number(num_requests, "num_requests", 1, integer=True), check_seed(seed)
     name = dataset.get("name")
-    max_total = _max_total(dataset)
+    max_total = dataset.get("max_total_tokens")
+    if max_total is not None:
+        max_total = number(max_total, "dataset.max_total_tokens (or null)", 2, integer=True)
     sampling = dataset.get("sampling") or "shuffle"
     if sampling not in SAMPLING:
         raise HarnessError(f"dataset.sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}")

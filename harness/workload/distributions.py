@@ -21,10 +21,15 @@ from common.errors import HarnessError
 Z90 = 1.2815515655446004  # the standard normal's 90th percentile
 
 
-def _number(value, what: str, low: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < low:
-        raise HarnessError(f"{what} must be a number >= {low:g}, got {value!r}")
-    return float(value)
+def number(value, what: str, low: float, *, above: bool = False, integer: bool = False):
+    """`value` if it is a finite number (an integer where `integer`, never a bool) >= `low` (> `low`
+    where `above`), else one HarnessError naming `what`: the check every number of a workload's
+    config gets (the numbers of a dataset, an arrival process, their distributions)."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real)
+            or not math.isfinite(value) or value < low or (above and value == low)):
+        raise HarnessError(f"{what} must be {'an integer' if integer else 'a number'} {'>' if above else '>='} "
+                           f"{low:g}, got {value!r}")
+    return int(value) if integer else float(value)
 
 
 def check_spec(spec, what: str, low: int = 1) -> None:
@@ -42,13 +47,13 @@ def draw(spec, n: int, rng: np.random.Generator, what: str, low: int = 1) -> np.
         raise HarnessError(f"{what} must be an integer or a mapping (median/p90, mean, quantiles or pmf), got {spec!r}")
     keys = set(spec)
     if keys == {"median", "p90"}:
-        median = _number(spec["median"], f"{what}.median", max(low, 1e-9))
-        p90 = _number(spec["p90"], f"{what}.p90", median)
+        median = number(spec["median"], f"{what}.median", max(low, 1e-9))
+        p90 = number(spec["p90"], f"{what}.p90", median)
         sigma = math.log(p90 / median) / Z90
         out = np.rint(median * np.exp(sigma * rng.standard_normal(n)))
         return np.maximum(out, low).astype(np.int64)
     if keys == {"mean"}:
-        mean = _number(spec["mean"], f"{what}.mean", 1.0)
+        mean = number(spec["mean"], f"{what}.mean", 1.0)
         return rng.geometric(1.0 / mean, n).astype(np.int64)
     if keys == {"quantiles"}:
         q = np.asarray(spec["quantiles"], dtype=np.float64)

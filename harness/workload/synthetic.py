@@ -15,14 +15,13 @@ Lengths (`synthetic.lengths`):
 """
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from common.errors import HarnessError
 
+from .distributions import number
 from .lengths import Workload
 from .seeding import LENGTHS, rng_for
 
@@ -42,12 +41,8 @@ class SyntheticLengths:
     def __post_init__(self) -> None:
         if self.lengths not in KINDS:
             raise HarnessError(f"dataset.synthetic.lengths must be one of {', '.join(KINDS)}, got {self.lengths!r}")
-        if isinstance(self.sequence_length, bool) or not isinstance(self.sequence_length, numbers.Integral) \
-                or self.sequence_length < 2:
-            raise HarnessError(f"dataset.synthetic.sequence_length must be an integer >= 2, got {self.sequence_length!r}")
-        if isinstance(self.pd_ratio, bool) or not isinstance(self.pd_ratio, numbers.Real) \
-                or not math.isfinite(self.pd_ratio) or self.pd_ratio <= 0:
-            raise HarnessError(f"dataset.synthetic.pd_ratio must be a number > 0, got {self.pd_ratio!r}")
+        number(self.sequence_length, "dataset.synthetic.sequence_length", 2, integer=True)
+        number(self.pd_ratio, "dataset.synthetic.pd_ratio", 0, above=True)
         if self.lengths == "zipf":
             top = self.max_sequence_length
             if top is None or top < self.sequence_length:

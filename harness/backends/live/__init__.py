@@ -42,18 +42,17 @@ def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> Li
     kv = s.kv_capacity_tokens
     if kv is None and s.server == "inrepo" and s.executor != "torch":
         kv = int(d.kv_capacity_tokens)  # the twin gets the simulator's KV pool: both make the same decisions
-    return LiveServerSpec(
-        kind=s.server, scheduler=job.scheduler, model=str(model), max_model_len=int(job.max_model_len),
-        host=s.host, port=s.port, served_model_name=s.vllm.served_model_name if s.server == "vllm" else None,
-        seed=int(job.seed), executor=s.executor, gpu=d.gpu, tp=d.tp, time_scale=s.time_scale,
-        stack=d.perf.deployment.stack, attention_kernel=d.perf.deployment.attention_kernel,
-        weight_dtype=d.perf.deployment.weight_dtype, kv_dtype=d.perf.deployment.kv_dtype,
-        kv_capacity_tokens=kv, gpu_memory_utilization=s.gpu_memory_utilization, block_size=s.block_size,
-        prefix_caching=job.prefix_caching, attention_backend=s.torch.attention_backend,
-        cuda_graphs=s.torch.cuda_graphs, compile_elementwise=s.torch.compile_elementwise,
-        vllm_command=tuple(s.vllm.command), vllm_env=tuple(s.vllm.env.items()), vllm_extra_args=tuple(s.vllm.extra_args),
-        vllm_scheduler=s.vllm_scheduler, ready_timeout_s=s.ready_timeout_s, stop_timeout_s=s.stop_timeout_s, log_dir=s.log_dir, api_key=s.api_key,
-    )
+    # The settings' fields of the spec's names (host, port, executor, time_scale, timeouts, log_dir,
+    # api_key, ...) and the torch executor's speed paths, as set; then what the plan decides.
+    same = {f.name: getattr(s, f.name) for f in dataclasses.fields(LiveServerSpec) if hasattr(s, f.name)}
+    perf = d.perf.deployment
+    return LiveServerSpec(**{
+        **same, **dataclasses.asdict(s.torch), "kind": s.server, "scheduler": job.scheduler, "model": str(model),
+        "max_model_len": int(job.max_model_len), "seed": int(job.seed), "gpu": d.gpu, "tp": d.tp,
+        "served_model_name": s.vllm.served_model_name if s.server == "vllm" else None, "stack": perf.stack,
+        "attention_kernel": perf.attention_kernel, "weight_dtype": perf.weight_dtype, "kv_dtype": perf.kv_dtype,
+        "kv_capacity_tokens": kv, "prefix_caching": job.prefix_caching, "vllm_command": tuple(s.vllm.command),
+        "vllm_env": tuple(s.vllm.env.items()), "vllm_extra_args": tuple(s.vllm.extra_args)})
 
 
 def cluster_spec(job: BackendJob) -> ClusterSpec | None:
@@ -133,15 +132,13 @@ class LiveBackend:
 
     def server_gone(self) -> str | None:
         """Why the server can no longer be measured (it exited, or stopped answering /health)."""
-        if isinstance(self._process, ClusterProcesses):
-            if reason := self._process.gone():
-                return reason
-            return self._health.problem() if self._health is not None else None
-        proc = self._process.proc if self._process is not None else None
-        code = proc.poll() if proc is not None else None
-        if code is not None:
-            return f"server exited with status {code}"
-        return self._health.problem() if self._health is not None else None
+        p = self._process
+        if isinstance(p, ClusterProcesses):
+            reason = p.gone()
+        else:
+            code = p.proc.poll() if p is not None and p.proc is not None else None
+            reason = None if code is None else f"server exited with status {code}"
+        return reason or (self._health.problem() if self._health is not None else None)
 
     def _broken(self, reason: str) -> RunBroken:
         p = self._process

@@ -7,7 +7,7 @@ import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from common.errors import RunBroken
 from harness.backends.base import BackendJob, BackendRun
@@ -42,14 +42,11 @@ class LiveRunOptions:
 
 def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
                 abort_check: Callable[[], str | None] | None = None) -> LiveRunOptions:
-    """The options of one probe of `job`."""
-    return LiveRunOptions(
-        seed=job.seed, time_limit_s=job.time_limit_s, drain_s=job.drain_s, concurrency=job.concurrency,
-        request_timeout_s=settings.request_timeout_s, stall_timeout_s=settings.stall_timeout_s,
-        max_error_fraction=job.max_error_fraction, lag=settings.lag, strict=settings.strict,
-        progress=job.progress, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
-        abort_check=abort_check, max_connections=settings.max_connections,
-    )
+    # The job's and the settings' fields of the options' names (seed, time_limit_s, drain_s, concurrency,
+    # max_error_fraction, progress; request_timeout_s, stall_timeout_s, lag, strict, max_connections).
+    same = {f.name: getattr(src, f.name) for src in (job, settings) for f in fields(LiveRunOptions) if hasattr(src, f.name)}
+    return LiveRunOptions(**same, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
+                          abort_check=abort_check)
 
 
 def describe_client(settings: ClientSettings) -> str:

@@ -36,10 +36,6 @@ class ClusterSpec:
     port: int | None = None  # the router's; None: a free one (every server always gets a free one)
     router_options: tuple[tuple[str, object], ...] = ()  # `router`'s knobs (cluster.router_options)
 
-    @property
-    def disaggregated(self) -> bool:
-        return any(spec.role == "prefill" for _, spec in self.servers)
-
 
 def role_specs(base: LiveServerSpec, prefill, decode, transfers, cluster,
                kv_capacity_tokens: int | None = None) -> tuple[tuple[str, LiveServerSpec], ...]:

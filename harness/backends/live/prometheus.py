@@ -15,10 +15,9 @@ PREFIXES = ("engine:", "vllm:")
 QUERIES, HITS = "prefix_cache_queries_total", "prefix_cache_hits_total"
 
 
-def metrics_url(base_url: str) -> str:
-    """/metrics at the server's root (an endpoint's base URL may end in /v1)."""
-    root = base_url.rstrip("/")
-    return (root[:-3] if root.endswith("/v1") else root) + "/metrics"
+def server_root(base_url: str) -> str:
+    """The server's root URL (an endpoint's base URL may end in /v1): where /metrics and /health are."""
+    return base_url.rstrip("/").removesuffix("/v1")
 
 
 def parse_counters(text: str) -> dict[str, float] | None:
@@ -37,7 +36,7 @@ def parse_counters(text: str) -> dict[str, float] | None:
 def scrape_text(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> str | None:
     """The server's /metrics text now, or None (no /metrics or no answer)."""
     try:
-        req = urllib.request.Request(metrics_url(base_url), headers=headers or {})
+        req = urllib.request.Request(server_root(base_url) + "/metrics", headers=headers or {})
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.read().decode("utf-8", "replace")
     except (OSError, ValueError):

@@ -124,7 +124,6 @@ class LiveServerSpec:
         return [sys.executable, "-m", "engines.server", *server_flags(self.server_config(port))]
 
     def server_config(self, port: int) -> ServerConfig:
-        """The in-repo server's config for this spec."""
         try:
             # the spec's fields of the server's names; the API key goes by environment (launch), never a flag
             mine = {f.name for f in fields(self)} - {"api_key"}

@@ -45,7 +45,6 @@ def scrape_twin(base_url: str, headers: dict[str, str] | None = None) -> TwinClo
 
 
 def during(before: TwinClock | None, after: TwinClock | None) -> TwinClock | None:
-    """What one probe added to the counters."""
     if before is None or after is None:
         return None
     return TwinClock(after.predicted_s - before.predicted_s, after.behind_s - before.behind_s)

@@ -53,16 +53,14 @@ class SimBackend:
             raise HarnessError(f"parallel.dp={job.deployment.dp}: DP ranks are simulated as one engine's ranks under an "
                                "open-loop arrival; use cluster.instances=1 without prefill/decode instances or replicas")
         self.job = job
-        # Each engine instance's configuration, built once; every probe builds fresh engines from them.
+        # Each engine instance's deployment plan (DP ranks: one a rank) and configuration, built once;
+        # every probe builds fresh engines from them.
         d = job.deployment
-        if job.disagg is not None:
-            self.configs = ()
-            self.roles = (job.engine_config(job.disagg.prefill, role="prefill"),
-                          job.engine_config(job.disagg.decode, role="decode"))
-        else:
-            plans = [p for n, p in job.replicas for _ in range(n)] or [d] * max(job.cluster.instances, d.dp)
-            self.configs = tuple(self._config(p) for p in plans)
-            self.roles = ()
+        self.plans = () if job.disagg is not None else (
+            [p for n, p in job.replicas for _ in range(n)] or [d] * max(job.cluster.instances, d.dp))
+        self.configs = tuple(self._config(p) for p in self.plans)
+        self.roles = () if job.disagg is None else (job.engine_config(job.disagg.prefill, role="prefill"),
+                                                    job.engine_config(job.disagg.decode, role="decode"))
 
     def __enter__(self) -> SimBackend:
         return self
@@ -114,9 +112,8 @@ class SimBackend:
             return BackendRun(simulate_vllm_dp(requests, [config for config, _ in self.configs], d.timer,
                                                time_limit_s=job.time_limit_s, stats=stats), stats)
         if job.cluster.num_instances > 1 or job.replicas:  # one instance is today's single engine, by the same code
-            plans = [p for n, p in job.replicas for _ in range(n)] or [d] * job.cluster.instances
-            engines, timers = zip(*(self._engine(p, *c) for p, c in zip(plans, self.configs)))
-            return BackendRun(self._run_cluster(requests, engines, timers, [p.pp for p in plans], stats), stats)
+            engines, timers = zip(*(self._engine(p, *c) for p, c in zip(self.plans, self.configs)))
+            return BackendRun(self._run_cluster(requests, engines, timers, [p.pp for p in self.plans], stats), stats)
         engine, timer = self._engine(d, *self.configs[0])
         log = IterationLog(d.timer, len(requests), batch=job.concurrency) if job.iteration_log else None
         if log is not None and job.prefix_caching:
