@@ -83,6 +83,15 @@ def save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
+def finish(fig: Figure, title: str | None = None, rect=None, **suptitle) -> Figure:
+    """Every figure's last step: its title over the panels (`suptitle`'s keywords), a tight layout
+    within `rect`."""
+    if title is not None:
+        fig.suptitle(title, **suptitle)
+    fig.tight_layout(rect=rect)
+    return fig
+
+
 def close(fig: Figure) -> None:
     plt.close(fig)
 

@@ -78,8 +78,7 @@ def fig_pd(runs: pd.DataFrame) -> Figure:
                          f"{ngpu}× {style.GPU_LABELS.get(gpu, gpu)}\n{CRITERION_LABELS.get(crit, crit)}", fontsize=8)
             if c == 0:
                 ax.set_ylabel("capacity (QPS)")
-    fig.tight_layout()
-    return fig
+    return style.finish(fig)
 
 
 def pd_table(runs: pd.DataFrame) -> pd.DataFrame:

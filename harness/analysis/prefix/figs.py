@@ -79,8 +79,7 @@ def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
                 ax.set_ylabel("capacity (QPS)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return fig
+    return style.finish(fig, rect=(0, 0.08, 1, 1))
 
 
 def prefix_table(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:

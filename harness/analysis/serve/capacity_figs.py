@@ -103,16 +103,14 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                             for ds, k, t in groups.itertuples(index=False)], fontsize=8)
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_ylim(0, top * 1.35 if top > 0 else 1)
-        ax.set_title(style.deployment_label(model, parallel, gpu, ngpu))
-        ax.set_xlabel("dataset, SLO (P99 TBT)")
-        ax.set_ylabel("capacity (QPS)")
+        ax.set(title=style.deployment_label(model, parallel, gpu, ngpu), xlabel="dataset, SLO (P99 TBT)",
+               ylabel="capacity (QPS)")
     notes = ["hatched: saturated search (capacity is a lower bound)"] if rows["saturated"].any() else []
     if _off_paper(rows):
         notes.append("✱ not at the paper's settings (see the report)")
     _legend(fig, axes, note="; ".join(notes))
-    fig.suptitle("Serving capacity under the P99 TBT SLO and median scheduling delay ≤ 2 s (Fig. 10–11 analog)", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, "Serving capacity under the P99 TBT SLO and median scheduling delay ≤ 2 s (Fig. 10–11 analog)",
+                        y=1.02)
 
 
 def _legend(fig: Figure, axes, note: str = "") -> None:
@@ -173,12 +171,9 @@ def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
         ax.set_title(f"{style.MODEL_LABELS.get(model, model)} {style.parallel_label(layouts[0])}"
                      + "".join(f" (dotted: {style.parallel_label(p)})" for p in layouts[1:])
                      + f" · {ngpu}× {style.GPU_LABELS.get(gpu, gpu)}")
-        ax.set_xlabel("P99 TBT SLO (s, log scale)")
-        ax.set_ylabel("capacity (QPS)")
+        ax.set(xlabel="P99 TBT SLO (s, log scale)", ylabel="capacity (QPS)")
     _legend(fig, axes)
-    fig.suptitle("Capacity vs P99 TBT SLO (Fig. 12 analog)", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, "Capacity vs P99 TBT SLO (Fig. 12 analog)", y=1.02)
 
 
 # ----------------------------------------------------------------------------- Fig. 13
@@ -241,9 +236,8 @@ def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figu
     ax.set_xticklabels([f"{k} ({t:g} s)" for k, t in kinds.itertuples(index=False)])
     ax.set_xlim(-0.6, len(kinds) - 0.4)
     ax.set_ylim(0, float(r["capacity_qps"].max()) * 1.5)
-    ax.set_xlabel("SLO (P99 TBT)")
-    ax.set_ylabel("capacity (QPS)")
-    ax.set_title(f"{style.MODEL_LABELS.get(model, model)}: capacity by parallelism")
+    ax.set(xlabel="SLO (P99 TBT)", ylabel="capacity (QPS)",
+           title=f"{style.MODEL_LABELS.get(model, model)}: capacity by parallelism")
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))  # label -> handle, one per combo
     ax.legend(list(handles.values()), list(handles), fontsize=8, title="dotted: TP only", title_fontsize=8,
               loc="upper center", ncol=2)
@@ -260,11 +254,9 @@ def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figu
         ax.plot(g["qps"], g["tbt_p50_s"], "-" if "pp" in par else ":", marker="o", ms=4,
                 color=style.scheduler_color(s), label=f"{style.scheduler_label(s)} {style.parallel_label(par)}")
     style.plain_log(ax, "x")
-    ax.set_xlabel("load (QPS, log scale)")
-    ax.set_ylabel("median TBT (s)")
+    ax.set(xlabel="load (QPS, log scale)", ylabel="median TBT (s)")
     ax.set_ylim(bottom=0)
     ax.set_title("median TBT vs load")
     ax.legend(fontsize=8)
-    fig.suptitle(f"Pipeline vs cross-node tensor parallelism, {style.MODEL_LABELS.get(model, model)} (Fig. 13 analog)", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, f"Pipeline vs cross-node tensor parallelism, {style.MODEL_LABELS.get(model, model)} "
+                             "(Fig. 13 analog)", y=1.02)

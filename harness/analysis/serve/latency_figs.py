@@ -77,9 +77,8 @@ def _panel_timeline(ax, tokens: pd.DataFrame, rid: int, baseline: str, ours: str
             ax.annotate(f"generation stall\n{t[i + 1] - t[i]:.2f} s", xy=((t[i] + t[i + 1]) / 2, i + 1),
                         xytext=(0, -36), textcoords="offset points", fontsize=8, ha="center", va="top",
                         color="tab:red", arrowprops={"arrowstyle": "->", "lw": 1.0, "color": "tab:red"})
-    ax.set_xlabel("time since the request's first token (s)")
-    ax.set_ylabel("output tokens generated")
-    ax.set_title(f"request {rid}: token timeline" + (" (same load)" if same_load else ""))
+    ax.set(xlabel="time since the request's first token (s)", ylabel="output tokens generated",
+           title=f"request {rid}: token timeline" + (" (same load)" if same_load else ""))
     ax.legend(fontsize=8, loc="upper left")
 
 
@@ -93,9 +92,8 @@ def _panel_tbt_vs_load(ax, probes: pd.DataFrame, run: pd.Series) -> None:
     ax.axhline(float(run["slo_tbt_s"]), color="black", ls="--", lw=1, label=f"SLO {float(run['slo_tbt_s']):g} s")
     style.plain_log(ax, "x")
     style.plain_log(ax, "y")
-    ax.set_xlabel("load (QPS, log scale)")
-    ax.set_ylabel("P99 TBT (s, log scale)")
-    ax.set_title(f"P99 TBT vs load: {run['experiment']}")
+    ax.set(xlabel="load (QPS, log scale)", ylabel="P99 TBT (s, log scale)",
+           title=f"P99 TBT vs load: {run['experiment']}")
     ax.legend(fontsize=8)
 
 
@@ -117,7 +115,5 @@ def fig_stall(runs: pd.DataFrame, probes: pd.DataFrame, baseline: str = "vllm", 
     _panel_timeline(axes[0][0], tokens, pick[0], baseline, ours, same_load)
     if cap is not None:
         _panel_tbt_vs_load(axes[0][1], probes, cap)
-    fig.suptitle(f"Generation stalls (Fig. 1 analog): {style.MODEL_LABELS.get(run['model'], run['model'])} "
-                 f"{style.parallel_label(run['parallel'])}, {style.dataset_label(run['dataset'])}", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, f"Generation stalls (Fig. 1 analog): {style.MODEL_LABELS.get(run['model'], run['model'])} "
+                             f"{style.parallel_label(run['parallel'])}, {style.dataset_label(run['dataset'])}", y=1.02)
