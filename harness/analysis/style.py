@@ -41,11 +41,6 @@ DPI = 150
 PANEL_W, PANEL_H = 4.2, 3.6
 
 
-def theme() -> None:
-    sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
-    plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": DPI, "axes.titlesize": 11, "axes.labelsize": 10})
-
-
 def scheduler_label(name: str) -> str:
     return SCHEDULER_LABELS.get(name, name)
 
@@ -71,7 +66,8 @@ def dataset_label(name: str) -> str:
 
 
 def new_figure(ncols: int, nrows: int = 1, width: float = PANEL_W, height: float = PANEL_H, **kw):
-    theme()
+    sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
+    plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": DPI, "axes.titlesize": 11, "axes.labelsize": 10})
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
     return fig, axes
 

@@ -77,10 +77,6 @@ def _kv_batch(plan: ExperimentPlan, policy) -> int:
     return max(1, int(np.searchsorted(np.cumsum(need), blocks, side="right")))
 
 
-def _decode_time(perf, b: int, c: int) -> float:
-    return float(perf.batch_times(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64)))
-
-
 def _decode_latency(perf, b: int, c: int) -> float:
     return float(perf.pipeline_latency(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64)))
 
@@ -88,7 +84,7 @@ def _decode_latency(perf, b: int, c: int) -> float:
 def _best_rate(perf, up_to: int, c: int) -> float:
     """max over b <= up_to of b / (decode of b): checked at every multiple of 16 (tile edges) and at up_to."""
     sizes = sorted({*range(16, up_to + 1, 16), up_to, min(8, up_to), 1})
-    return max(b / _decode_time(perf, b, c) for b in sizes)
+    return max(b / float(perf.batch_times(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64))) for b in sizes)
 
 
 def _slo_batch(perf, up_to: int, c: int, slo_s: float) -> int:

@@ -74,15 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["fetch"]:  # Vidur's public profiles -> the long format (harness/profile/fetch.py)
-        from harness.profile.fetch import fetch_command
-
-        try:
-            return fetch_command(argv[1:])
-        except HarnessError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     try:
+        if argv[:1] == ["fetch"]:  # Vidur's public profiles -> the long format (harness/profile/fetch.py)
+            from harness.profile.fetch import fetch_command
+
+            return fetch_command(argv[1:])
         args = parse_overrides(build_parser(), argv)
         rows = run(args)
     except HarnessError as exc:

@@ -29,10 +29,6 @@ def _deployment_order(df: pd.DataFrame, paper: Paper | None = None) -> list[tupl
     return [tuple(r) for r in keys.drop(columns="_rank").itertuples(index=False)]
 
 
-def paper_deployments(paper: Paper) -> set[tuple[str, str]]:
-    return {(d["model"], d["parallel"]) for d in paper.raw.get("deployments", [])}
-
-
 def _off_paper(rows: pd.DataFrame) -> set[tuple]:
     """(dataset, SLO) groups holding a run not at the paper's settings (drawn only when asked)."""
     if "settings" not in rows:
@@ -47,7 +43,7 @@ def capacity_rows(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     runs = capacity_mode(runs)
     if runs.empty:
         return runs
-    deps = paper_deployments(paper)
+    deps = {(d["model"], d["parallel"]) for d in paper.raw.get("deployments", [])}
     keep = runs["scheduler"].isin(MAIN_SCHEDULERS) & paper_config(runs, paper)
     keep &= pd.Series([(m, p) in deps for m, p in zip(runs["model"], runs["parallel"])], index=runs.index)
     return runs[keep]

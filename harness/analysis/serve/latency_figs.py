@@ -29,11 +29,6 @@ def pick_stall(tokens: pd.DataFrame, baseline: str = "vllm", ours: str = "sarath
     return int(gaps["request_id"].iloc[0]), float(gaps["_gap"].iloc[0])
 
 
-def _primary_seed(tokens: pd.DataFrame, seed) -> pd.DataFrame:
-    # Runs over several seeds save token times per seed: draw the run's own seed only.
-    return tokens[tokens["seed"] == seed] if "seed" in tokens and seed is not None and (tokens["seed"] == seed).any() else tokens
-
-
 def choose_run(runs: pd.DataFrame, baseline: str = "vllm", ours: str = "sarathi", mode: str | None = None) -> pd.Series | None:
     """A run with both schedulers (of `mode` when given), the main job's experiment and dataset first."""
     if runs.empty:
@@ -104,7 +99,9 @@ def fig_stall(runs: pd.DataFrame, probes: pd.DataFrame, baseline: str = "vllm", 
     if run is None:
         raise MissingResults(f"no run with both {baseline} and {ours} (run e.g. experiment=yi34b_tp2_strict, "
                              f"or at one rate: experiment=yi34b_tp2_strict scheduler=[sarathi,vllm] search.fixed_qps=1)")
-    tokens = _primary_seed(load_token_times(run["run_dir"]), run["seed"])
+    tokens, seed = load_token_times(run["run_dir"]), run["seed"]
+    if "seed" in tokens and seed is not None and (tokens["seed"] == seed).any():  # saved per seed: the run's own only
+        tokens = tokens[tokens["seed"] == seed]
     pick = pick_stall(tokens, baseline, ours)
     if pick is None:
         raise MissingResults(f"{run['experiment']}/{run['run']}: no request with token times under both {baseline} and {ours}")
