@@ -122,16 +122,9 @@ class DriftReport:
         return path
 
 
-def _rel_change(ref: float, cur: float) -> float:
-    if ref == cur:
-        return 0.0  # covers 0 == 0 (nothing passed either time)
-    if ref == 0 or not math.isfinite(ref):
-        return math.inf
-    return (cur - ref) / ref
-
-
 def _judge(cell: tuple, metric: str, ref: float, cur: float, tol: float, note: str = "") -> DriftRow:
-    ch = _rel_change(ref, cur)
+    # ref == cur covers 0 == 0 (nothing passed either time)
+    ch = 0.0 if ref == cur else math.inf if ref == 0 or not math.isfinite(ref) else (cur - ref) / ref
     return DriftRow(cell, metric, ref, cur, ch, tol, "ok" if abs(ch) <= tol else "drift", note)
 
 

@@ -92,16 +92,11 @@ def close(fig: Figure) -> None:
     plt.close(fig)
 
 
-def grid(n: int, max_cols: int = 2) -> tuple[int, int]:
-    """(rows, cols) for n panels: at most max_cols wide so a figure stays legible in a README."""
-    cols = min(n, max_cols)
-    return -(-n // cols), cols
-
-
 def panels(n: int, max_cols: int = 2, width: float = PANEL_W, height: float = PANEL_H):
-    """A figure with n panels in a grid; unused cells are hidden. Returns (fig, flat list of n axes)."""
-    rows, cols = grid(n, max_cols)
-    fig, axes = new_figure(cols, rows, width=width, height=height)
+    """A figure with n panels in a grid at most max_cols wide (so it stays legible in a README);
+    unused cells are hidden. Returns (fig, flat list of n axes)."""
+    cols = min(n, max_cols)
+    fig, axes = new_figure(cols, -(-n // cols), width=width, height=height)
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
         ax.set_visible(False)

@@ -31,20 +31,13 @@ def _ints(text: str) -> list[int]:
 
 def linear_grid(max_tokens: int) -> list[int]:
     """1, 2, 4, .., 64, 96, then both sides of every 128-token GEMM tile boundary."""
-    grid = [1, 2, 4, 8, 16, 32, 64, 96]
-    m = 128
-    while m <= max_tokens:
-        grid += [m, m + 1]
-        m += 128
+    grid = [1, 2, 4, 8, 16, 32, 64, 96] + [n for m in range(128, max_tokens + 1, 128) for n in (m, m + 1)]
     return sorted({n for n in grid if n <= max_tokens + 1})
 
 
 def _doubling(lo: int, hi: int) -> list[int]:
-    out, n = [], lo
-    while n <= hi:
-        out.append(n)
-        n *= 2
-    return out
+    """lo, 2 lo, 4 lo, ... up to hi (lo x 2^k <= hi while 2^k <= hi // lo)."""
+    return [lo * 2 ** k for k in range(max(hi // lo, 0).bit_length())]
 
 
 def build_parser() -> argparse.ArgumentParser:

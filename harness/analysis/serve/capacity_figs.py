@@ -210,9 +210,7 @@ def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figu
     r = r[paper_config(r, paper)]
     fig, axes = style.new_figure(2, width=5.6, height=4.0)
     ax = axes[0][0]
-    combos = r[["scheduler", "parallel"]].drop_duplicates()
-    combos = combos.assign(_o=[style.SCHEDULER_ORDER.index(s) if s in style.SCHEDULER_ORDER else 99 for s in combos["scheduler"]])
-    combos = [tuple(x) for x in combos.sort_values(["_o", "parallel"])[["scheduler", "parallel"]].itertuples(index=False)]
+    combos = sorted(set(zip(r["scheduler"], r["parallel"])), key=lambda sp: (style.SCHEDULER_ORDER.index(sp[0]), sp[1]))
     kinds = r[["slo_kind", "slo_tbt_s"]].drop_duplicates().sort_values("slo_tbt_s")
     width = 0.8 / max(len(combos), 1)
     claim_lines: list[str] = []
