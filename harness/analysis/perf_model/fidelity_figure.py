@@ -77,8 +77,7 @@ def _summary(ax, rows: list[tuple[str, float, float]], stack: str, compare: str,
     ax.plot([r[1] for r in rows], y, "o", ms=7, color=colors[0], ls="none", label=f"{stack} (default)")
     for yy, (_, a, b) in zip(y, rows):
         ax.plot([a, b], [yy, yy], color="0.7", lw=1, zorder=0)
-    ax.set_yticks(y)
-    ax.set_yticklabels([r[0].split(":")[0].split(" (")[0] for r in rows], fontsize=8.5)
+    ax.set_yticks(y, [r[0].split(":")[0].split(" (")[0] for r in rows], fontsize=8.5)
     style.plain_log(ax, "x")
     top = max(max(r[1], r[2]) for r in rows)
     ax.set_xlim(min(min(r[1], r[2]) for r in rows) / 1.5, top * 1.6)

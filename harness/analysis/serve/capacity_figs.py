@@ -93,10 +93,9 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                             ha="center", va="bottom", fontsize=7.5,
                             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
         ax.grid(axis="x", visible=False)
-        ax.set_xticks(range(len(groups)))
         off = _off_paper(d)
-        ax.set_xticklabels([("✱ " if (ds, t) in off else "") + f"{style.dataset_label(ds)}\n{k}\nP99 TBT ≤ {t:g} s"
-                            for ds, k, t in groups.itertuples(index=False)], fontsize=8)
+        ax.set_xticks(range(len(groups)), [("✱ " if (ds, t) in off else "") + f"{style.dataset_label(ds)}\n{k}\nP99 TBT ≤ {t:g} s"
+                                           for ds, k, t in groups.itertuples(index=False)], fontsize=8)
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_ylim(0, top * 1.35 if top > 0 else 1)
         ax.set(title=style.deployment_label(model, parallel, gpu, ngpu), xlabel="dataset, SLO (P99 TBT)",
@@ -160,8 +159,7 @@ def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
                                 textcoords="offset points", ha="right", fontsize=8, color=style.scheduler_color(s))
         style.plain_log(ax, "x")
         slos = sorted(d["slo_tbt_s"].unique())
-        ax.set_xticks(slos)
-        ax.set_xticklabels([f"{v:g}" for v in slos])
+        ax.set_xticks(slos, [f"{v:g}" for v in slos])
         ax.set_xlim(slos[0] / 1.4, slos[-1] * 1.4)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{style.MODEL_LABELS.get(model, model)} {style.parallel_label(layouts[0])}"
@@ -226,8 +224,7 @@ def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figu
                    label=f"{style.scheduler_label(s)} {style.parallel_label(par)}")
         claim_lines += [f"{kind}: {line}" for line in _pipeline_claim_lines(r, paper, model, kind)]
     ax.grid(axis="x", visible=False)
-    ax.set_xticks(range(len(kinds)))
-    ax.set_xticklabels([f"{k} ({t:g} s)" for k, t in kinds.itertuples(index=False)])
+    ax.set_xticks(range(len(kinds)), [f"{k} ({t:g} s)" for k, t in kinds.itertuples(index=False)])
     ax.set_xlim(-0.6, len(kinds) - 0.4)
     ax.set_ylim(0, float(r["capacity_qps"].max()) * 1.5)
     ax.set(xlabel="SLO (P99 TBT)", ylabel="capacity (QPS)",
