@@ -111,10 +111,7 @@ def run(args: argparse.Namespace) -> list:
         torch.set_num_threads(args.threads)
     if args.quick:
         args.repeats, args.warmup = min(args.repeats, 3), min(args.warmup, 1)
-    if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     dtype_name = args.dtype if args.dtype != "auto" else ("float16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
     config, weights_dir = resolve_model_config(args.model)
