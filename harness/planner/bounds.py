@@ -104,11 +104,8 @@ def _slo_batch(perf, up_to: int, c: int, slo_s: float) -> int:
 def _token_cost(perf, most_tokens: int) -> float:
     """Least seconds per token the slowest stage spends outside attention, at most `most_tokens` a batch."""
     sizes = sorted({n for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if n <= most_tokens} | {most_tokens})
-    costs = []
-    for n in sizes:
-        parts = perf.breakdown([n], [0])
-        costs.append((parts["total"] - parts["attention"]) / n)
-    return min(costs)
+    parts = {n: perf.breakdown([n], [0]) for n in sizes}
+    return min((p["total"] - p["attention"]) / n for n, p in parts.items())
 
 
 def _most_tokens(plan: ExperimentPlan, policy) -> int:

@@ -159,15 +159,10 @@ def run(args: argparse.Namespace) -> list:
 
 def _iteration_shapes(g: dict[str, list[int]]) -> list[tuple]:
     """Prefill chunks, decode batches and Sarathi-style mixed batches over the grids."""
-    shapes = []
     contexts = sorted({g["contexts"][0], g["contexts"][len(g["contexts"]) // 2], g["contexts"][-1]})
-    for n in g["chunks"]:
-        for c in contexts:
-            shapes.append(("prefill", n, c, 1, [(c, n)]))
     chunk = max(g["chunks"])
+    shapes = [("prefill", n, c, 1, [(c, n)]) for n in g["chunks"] for c in contexts]
     for b in g["batches"]:
-        for c in contexts:
-            c = max(c, 1)
-            shapes.append(("decode", b, c, b, [(c, 1)] * b))
-            shapes.append(("mixed", chunk + b - 1, c, b, [(c, chunk)] + [(c, 1)] * (b - 1)))
+        for c in (max(c, 1) for c in contexts):
+            shapes += [("decode", b, c, b, [(c, 1)] * b), ("mixed", chunk + b - 1, c, b, [(c, chunk)] + [(c, 1)] * (b - 1))]
     return shapes
