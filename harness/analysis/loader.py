@@ -67,14 +67,10 @@ class RunDir:
 def find_runs(results_dir: str | Path) -> list[RunDir]:
     """Every finished run under results_dir (experiment/timestamp/summary.json), oldest first."""
     root = Path(results_dir)
-    out = []
-    if not root.is_dir():
-        return out
-    for exp in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for run in exp.iterdir():
-            # A partial run is hidden (".<stamp>.partial"); a run without summary.json is not a run.
-            if run.is_dir() and not run.name.startswith(".") and (run / "summary.json").is_file():
-                out.append(RunDir(exp.name, run.name, run))
+    exps = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+    # A partial run is hidden (".<stamp>.partial"); a run without summary.json is not a run.
+    out = [RunDir(exp.name, run.name, run) for exp in exps for run in exp.iterdir()
+           if run.is_dir() and not run.name.startswith(".") and (run / "summary.json").is_file()]
     return sorted(out, key=lambda r: (r.order, r.experiment))
 
 

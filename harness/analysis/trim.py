@@ -80,11 +80,8 @@ def trim_tree(src_root: str | Path, dst_root: str | Path, keep_requests: int = 4
     if latest:
         offline = load_offline(src_root).drop_duplicates("experiment", keep="last")
         wanted = set(load_runs(src_root)["run_dir"]) | set(offline["run_dir"])
-    out = []
-    for r in find_runs(src_root):
-        if (wanted is None or str(r.path) in wanted) and (runs is None or f"{r.experiment}/{r.run}" in runs):
-            out.append(trim_run(r.path, Path(dst_root) / r.experiment / r.run, keep_requests, request_rows))
-    return out
+    return [trim_run(r.path, Path(dst_root) / r.experiment / r.run, keep_requests, request_rows) for r in find_runs(src_root)
+            if (wanted is None or str(r.path) in wanted) and (runs is None or f"{r.experiment}/{r.run}" in runs)]
 
 
 def main(argv: list[str] | None = None) -> int:
