@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from harness.analysis import style
 from harness.analysis.study import MissingResults
-from harness.analysis.trim import MIN_TOKENS, max_gap
+from harness.analysis.trim import by_stall
 from harness.analysis.loader import load_token_times
 
 PREFERRED_EXPERIMENTS = ("yi34b_tp2_strict", "mistral7b_strict")
@@ -22,11 +22,8 @@ def pick_stall(tokens: pd.DataFrame, baseline: str = "vllm", ours: str = "sarath
     a = tokens[tokens["scheduler"] == baseline]
     b = tokens[tokens["scheduler"] == ours]
     common = set(a["request_id"]) & set(b["request_id"])
-    a = a[a["request_id"].isin(common) & (a["token_times_s"].map(len) >= MIN_TOKENS)]
-    if a.empty:
-        return None
-    gaps = a.assign(_gap=a["token_times_s"].map(max_gap)).sort_values(["_gap", "request_id"], ascending=[False, True])
-    return int(gaps["request_id"].iloc[0]), float(gaps["_gap"].iloc[0])
+    a = by_stall(a[a["request_id"].isin(common)])
+    return None if a.empty else (int(a["request_id"].iloc[0]), float(a["_gap"].iloc[0]))
 
 
 def choose_run(runs: pd.DataFrame, baseline: str = "vllm", ours: str = "sarathi", mode: str | None = None) -> pd.Series | None:
