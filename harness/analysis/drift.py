@@ -122,16 +122,9 @@ class DriftReport:
         return path
 
 
-def _rel_change(ref: float, cur: float) -> float:
-    if ref == cur:
-        return 0.0  # covers 0 == 0 (nothing passed either time)
-    if ref == 0 or not math.isfinite(ref):
-        return math.inf
-    return (cur - ref) / ref
-
-
 def _judge(cell: tuple, metric: str, ref: float, cur: float, tol: float, note: str = "") -> DriftRow:
-    ch = _rel_change(ref, cur)
+    # ref == cur covers 0 == 0 (nothing passed either time)
+    ch = 0.0 if ref == cur else math.inf if ref == 0 or not math.isfinite(ref) else (cur - ref) / ref
     return DriftRow(cell, metric, ref, cur, ch, tol, "ok" if abs(ch) <= tol else "drift", note)
 
 
@@ -213,23 +206,14 @@ def _offline_rows(reference_dir, current_dir, tol: Tolerances) -> list[DriftRow]
                   for cell, v in cur.items() if cell not in ref]
 
 
-def _or_empty(df: pd.DataFrame, columns) -> pd.DataFrame:
-    # An empty tree loads as a frame without columns; comparisons need the columns to exist.
-    return df if not df.empty else pd.DataFrame(columns=columns)
-
-
 def compare(current_results_dir: str | Path, reference_dir: str | Path,
             tolerances: Tolerances | None = None) -> DriftReport:
     """Judge every reference cell's capacity (and fixed-rate latencies) against the current tree."""
     tol = tolerances or Tolerances()
+    # An empty tree loads as frames with every column (loader.RUN_COLUMNS): nothing compared, nothing new.
     (ref_runs, ref_p), (cur_runs, cur_p) = load_results(reference_dir), load_results(current_results_dir)
-    rows: list[DriftRow] = []
-    if not ref_runs.empty or not cur_runs.empty:
-        cols = ref_runs.columns if not ref_runs.empty else cur_runs.columns
-        rows += _capacity_rows(_or_empty(ref_runs, cols), _or_empty(cur_runs, cols), tol)
-        pcols = ref_p.columns if not ref_p.empty else cur_p.columns
-        rows += _latency_rows(_or_empty(ref_p, pcols), _or_empty(cur_p, pcols), tol)
-    rows += _offline_rows(reference_dir, current_results_dir, tol)
+    rows = (_capacity_rows(ref_runs, cur_runs, tol) + _latency_rows(ref_p, cur_p, tol)
+            + _offline_rows(reference_dir, current_results_dir, tol))
     return DriftReport(Path(current_results_dir), Path(reference_dir), tol, tuple(rows))
 
 

@@ -44,10 +44,6 @@ class Inputs:
 PREFIX_RUN = r"^prefix_(?P<preset>.+)_(?P<slo>strict|relaxed)_(?P<workload>conversations|agents)_(?P<cache>cache|nocache)$"
 
 
-def is_prefix_run(experiments: pd.Series) -> np.ndarray:
-    return experiments.astype(str).str.match(PREFIX_RUN).to_numpy(dtype=bool)
-
-
 def _cell_keys(runs: pd.DataFrame) -> list[tuple]:
     # NaN (no fixed rate) never equals itself: compared as None.
     keys = runs[list(CELL_KEY)].astype(object)
@@ -86,7 +82,7 @@ def load_inputs(results_dir: str | Path, paper_path: str | Path = PAPER_FILE, re
             probes = pd.concat([probes, probes_of(fill, ref_probes)], ignore_index=True)
     one = ((runs["instances"] == 1) & (runs["layout"] == "")).to_numpy(dtype=bool) if not runs.empty else np.ones(0, bool)
     clusters, runs = runs[~one].reset_index(drop=True), runs[one].reset_index(drop=True)
-    study = is_prefix_run(runs["experiment"]) if not runs.empty else np.ones(0, bool)
+    study = runs["experiment"].astype(str).str.match(PREFIX_RUN).to_numpy(dtype=bool) if not runs.empty else np.ones(0, bool)
     prefix, runs = runs[study].reset_index(drop=True), runs[~study].reset_index(drop=True)
     return Inputs(Path(results_dir), runs, probes_of(runs, probes), load_paper(paper_path), left_out, ref, clusters,
                   prefix, probes_of(prefix, probes))

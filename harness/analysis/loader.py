@@ -67,14 +67,10 @@ class RunDir:
 def find_runs(results_dir: str | Path) -> list[RunDir]:
     """Every finished run under results_dir (experiment/timestamp/summary.json), oldest first."""
     root = Path(results_dir)
-    out = []
-    if not root.is_dir():
-        return out
-    for exp in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for run in exp.iterdir():
-            # A partial run is hidden (".<stamp>.partial"); a run without summary.json is not a run.
-            if run.is_dir() and not run.name.startswith(".") and (run / "summary.json").is_file():
-                out.append(RunDir(exp.name, run.name, run))
+    exps = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+    # A partial run is hidden (".<stamp>.partial"); a run without summary.json is not a run.
+    out = [RunDir(exp.name, run.name, run) for exp in exps for run in exp.iterdir()
+           if run.is_dir() and not run.name.startswith(".") and (run / "summary.json").is_file()]
     return sorted(out, key=lambda r: (r.order, r.experiment))
 
 
@@ -90,29 +86,14 @@ def _read_run(r: RunDir) -> tuple[dict, dict]:
     return summary, config or {}
 
 
-def parallel_name(tp: int, pp: int) -> str:
-    """The experiments/parallel preset name: tp2, tp8, tp4pp2."""
-    return f"tp{tp}" if pp == 1 else f"tp{tp}pp{pp}"
-
-
-def _has_layout(cluster: dict) -> bool:
-    """Prefill/decode roles or instances of different deployments: the layout names the cell."""
-    return bool(cluster.get("prefill_instances") or cluster.get("decode_instances") or cluster.get("replicas"))
-
-
 def deployment_fields(config: dict) -> dict:
     """model, gpu, tp, pp, parallel, instances and dataset of a run's saved config.yaml."""
     par = config.get("parallel") or {}
     tp, pp = int(par.get("tp", 1)), int(par.get("pp", 1))
     return {"model": (config.get("model") or {}).get("name"), "gpu": (config.get("hardware") or {}).get("gpu"),
-            "tp": tp, "pp": pp, "parallel": parallel_name(tp, pp),
+            "tp": tp, "pp": pp, "parallel": f"tp{tp}" if pp == 1 else f"tp{tp}pp{pp}",  # the experiments/parallel preset
             "instances": int((config.get("cluster") or {}).get("instances", 1)),
             "dataset": (config.get("dataset") or {}).get("name")}
-
-
-def _dp(config: dict) -> int:
-    """parallel.dp of a run's saved config.yaml: the data-parallel ranks of tp x pp GPUs each (1 before it existed)."""
-    return int((config.get("parallel") or {}).get("dp", 1))
 
 
 def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> dict:
@@ -121,6 +102,9 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
     slo = summary.get("slo") or {}
     workload = summary.get("workload") or {}
     cluster = config.get("cluster") or {}
+    # Prefill/decode roles or instances of different deployments: the layout names the cell.
+    has_layout = cluster.get("prefill_instances") or cluster.get("decode_instances") or cluster.get("replicas")
+    dp = int((config.get("parallel") or {}).get("dp", 1))  # data-parallel ranks of tp x pp GPUs each (1 before it existed)
     return {
         "experiment": summary.get("experiment", r.experiment),
         "run": r.run,
@@ -129,9 +113,9 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
         **deployment,
         "router": str(cluster.get("router", "round_robin")),
         # a disaggregated or mixed cluster's instances (its summary says them; '' for replicas of one deployment)
-        "layout": str((summary.get("cluster") or {}).get("layout") or "") if _has_layout(cluster) else "",
+        "layout": str((summary.get("cluster") or {}).get("layout") or "") if has_layout else "",
         # saved since goodput per GPU (harness.commands.run.num_gpus); else counted as it counts them, DP ranks included
-        "num_gpus": int(summary.get("num_gpus") or tp * pp * _dp(config) * instances),
+        "num_gpus": int(summary.get("num_gpus") or tp * pp * dp * instances),
         "deployment": summary.get("deployment"),
         "dataset": workload.get("dataset") or deployment["dataset"],
         "num_requests": workload.get("num_requests"),
@@ -155,10 +139,6 @@ def nan_if_none(x):
     return float("nan") if x is None else x
 
 
-def _capacity_probe(s: dict) -> dict:
-    return next((p for p in s.get("probes") or [] if p.get("passed") and p.get("qps") == s.get("capacity_qps")), {})
-
-
 def _starvation_of(p: dict) -> str:
     """A probe's starvation flag as saved, or as harness.starvation judges it (runs saved before it)."""
     if "starvation" in p or not p:
@@ -171,7 +151,7 @@ def _scheduler_fields(name: str, s: dict) -> dict:
     cfg = s.get("config") or {}
     rep = s.get("repeats") or {}
     hi = s.get("lowest_failing_qps")
-    cap = _capacity_probe(s)
+    cap = next((p for p in s.get("probes") or [] if p.get("passed") and p.get("qps") == s.get("capacity_qps")), {})
     return {
         "scheduler": name,
         "policy": cfg.get("policy", name),

@@ -52,14 +52,19 @@ class Selector:
 
 
 @dataclass(frozen=True)
-class RatioClaim:
+class Published:
+    """One published number: what it says, where (the paper's figure or section) and how close ours must be."""
     id: str
     claim: str
     source: str
     value: float
+    tolerance: Tolerance
+
+
+@dataclass(frozen=True)
+class RatioClaim(Published):
     numerator: Selector
     denominator: Selector
-    tolerance: Tolerance
     match: str = "cell"  # "cell": every matching cell pair; "up_to": the paper's value is a maximum
     metric: str = "capacity_qps"
 
@@ -85,12 +90,7 @@ class Table4:
 
 
 @dataclass(frozen=True)
-class PerfFact:
-    id: str
-    claim: str
-    source: str
-    value: float
-    tolerance: Tolerance
+class PerfFact(Published):
     params: Mapping = field(default_factory=dict)  # model, gpu, tp, pp, chunk, prompts, bound, unit
 
 

@@ -41,11 +41,6 @@ DPI = 150
 PANEL_W, PANEL_H = 4.2, 3.6
 
 
-def theme() -> None:
-    sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
-    plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": DPI, "axes.titlesize": 11, "axes.labelsize": 10})
-
-
 def scheduler_label(name: str) -> str:
     return SCHEDULER_LABELS.get(name, name)
 
@@ -71,7 +66,8 @@ def dataset_label(name: str) -> str:
 
 
 def new_figure(ncols: int, nrows: int = 1, width: float = PANEL_W, height: float = PANEL_H, **kw):
-    theme()
+    sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
+    plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": DPI, "axes.titlesize": 11, "axes.labelsize": 10})
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
     return fig, axes
 
@@ -83,20 +79,24 @@ def save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
+def finish(fig: Figure, title: str | None = None, rect=None, **suptitle) -> Figure:
+    """Every figure's last step: its title over the panels (`suptitle`'s keywords), a tight layout
+    within `rect`."""
+    if title is not None:
+        fig.suptitle(title, **suptitle)
+    fig.tight_layout(rect=rect)
+    return fig
+
+
 def close(fig: Figure) -> None:
     plt.close(fig)
 
 
-def grid(n: int, max_cols: int = 2) -> tuple[int, int]:
-    """(rows, cols) for n panels: at most max_cols wide so a figure stays legible in a README."""
-    cols = min(n, max_cols)
-    return -(-n // cols), cols
-
-
 def panels(n: int, max_cols: int = 2, width: float = PANEL_W, height: float = PANEL_H):
-    """A figure with n panels in a grid; unused cells are hidden. Returns (fig, flat list of n axes)."""
-    rows, cols = grid(n, max_cols)
-    fig, axes = new_figure(cols, rows, width=width, height=height)
+    """A figure with n panels in a grid at most max_cols wide (so it stays legible in a README);
+    unused cells are hidden. Returns (fig, flat list of n axes)."""
+    cols = min(n, max_cols)
+    fig, axes = new_figure(cols, -(-n // cols), width=width, height=height)
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
         ax.set_visible(False)

@@ -28,19 +28,19 @@ from harness.overrides import parse as parse_overrides
 MIN_TOKENS = 16  # fig01's timeline: a handful of tokens shows no stall worth drawing (serve/latency_figs.py)
 
 
-def max_gap(times) -> float:
-    """The longest gap between consecutive token times (0 with fewer than two)."""
-    t = np.asarray(times, dtype=float)
-    return float(np.max(np.diff(t))) if t.size > 1 else 0.0
+def by_stall(tokens: pd.DataFrame) -> pd.DataFrame:
+    """Token rows of at least MIN_TOKENS tokens, the longest gap between two of them (`_gap`) first, ties
+    by request id: the one order Fig. 1 picks its request in and a trimmed copy keeps requests by."""
+    t = tokens[tokens["token_times_s"].map(len) >= MIN_TOKENS]
+    gap = t["token_times_s"].map(lambda times: float(np.max(np.diff(np.asarray(times, dtype=float)))))
+    return t.assign(_gap=gap).sort_values(["_gap", "request_id"], ascending=[False, True])
 
 
 def stall_request_ids(tokens: pd.DataFrame, k: int) -> set:
     """Per scheduler, the k requests (with at least MIN_TOKENS tokens) with the longest token gap."""
     if tokens.empty or k <= 0:
         return set()
-    t = tokens[tokens["token_times_s"].map(len) >= MIN_TOKENS]
-    t = t.assign(_gap=t["token_times_s"].map(max_gap)).sort_values(["_gap", "request_id"], ascending=[False, True])
-    return set(t.groupby("scheduler", sort=False).head(k)["request_id"])
+    return set(by_stall(tokens).groupby("scheduler", sort=False).head(k)["request_id"])
 
 
 def _capacity_probe_rows(requests: pd.DataFrame, summary: dict, rows: int | None) -> pd.DataFrame:
@@ -80,11 +80,8 @@ def trim_tree(src_root: str | Path, dst_root: str | Path, keep_requests: int = 4
     if latest:
         offline = load_offline(src_root).drop_duplicates("experiment", keep="last")
         wanted = set(load_runs(src_root)["run_dir"]) | set(offline["run_dir"])
-    out = []
-    for r in find_runs(src_root):
-        if (wanted is None or str(r.path) in wanted) and (runs is None or f"{r.experiment}/{r.run}" in runs):
-            out.append(trim_run(r.path, Path(dst_root) / r.experiment / r.run, keep_requests, request_rows))
-    return out
+    return [trim_run(r.path, Path(dst_root) / r.experiment / r.run, keep_requests, request_rows) for r in find_runs(src_root)
+            if (wanted is None or str(r.path) in wanted) and (runs is None or f"{r.experiment}/{r.run}" in runs)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,13 +25,13 @@ def parse_value(text: str):
 
 def load_dataset_config(args: dict[str, str]) -> dict:
     name = args.get("dataset")
+    known = ", ".join(sorted(p.stem for p in DATASET_DIR.glob("*.yaml")))
     if not name:
-        raise HarnessError(f"dataset=NAME is required (one of: {', '.join(sorted(p.stem for p in DATASET_DIR.glob('*.yaml')))})")
+        raise HarnessError(f"dataset=NAME is required (one of: {known})")
     path = DATASET_DIR / f"{name}.yaml"
     if not path.is_file():
         path = resolve_path(name)
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in DATASET_DIR.glob("*.yaml")))
         raise HarnessError(f"unknown dataset {name!r}: no experiments/dataset/{name}.yaml (known: {known})")
     try:
         cfg = yaml.safe_load(path.read_text()) or {}

@@ -9,16 +9,9 @@ from harness.workload import Workload
 def length_stats(w: Workload) -> dict[str, dict[str, float]]:
     p = w.prompt_lens.astype(np.float64)
     o = w.output_lens.astype(np.float64)
-    out = {}
-    for key, a in (("prompt", p), ("output", o), ("pd_ratio", p / o)):
-        out[key] = {
-            "median": float(np.median(a)),
-            "p90": float(np.percentile(a, 90)),
-            "std": float(a.std()),
-            "mean": float(a.mean()),
-        }
-    out["count"] = {"requests": float(len(w))}
-    return out
+    out = {key: {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "std": float(a.std()),
+                 "mean": float(a.mean())} for key, a in (("prompt", p), ("output", o), ("pd_ratio", p / o))}
+    return out | {"count": {"requests": float(len(w))}}
 
 
 def format_stats(stats: dict, published: dict | None) -> str:

@@ -55,17 +55,13 @@ def describe_deployment(tp: int, pp: int, unit=None, dp: int = 1) -> str:
     return f"{shape} ({gpus} GPU{'s' if gpus > 1 else ''})"
 
 
-def mean_output_tokens(run: PlanRun) -> float:
-    return float(np.mean(next(iter(run.space.plans.values())).workload.output_lens))
-
-
 def cost_per_million(run: PlanRun, gpus: int | None, served_qps: float) -> float | None:
     """Dollars per million output tokens of `gpus` GPUs serving `served_qps`."""
     plan = next(iter(run.space.plans.values()))
     price = run.settings.prices.get(plan.deployment.gpu)
     if price is None or gpus is None or not served_qps > 0:
         return None
-    return gpus * price / (served_qps * mean_output_tokens(run) * 3600) * 1e6
+    return gpus * price / (served_qps * float(np.mean(plan.workload.output_lens)) * 3600) * 1e6
 
 
 def ranked(run: PlanRun) -> list[Evaluation]:

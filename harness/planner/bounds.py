@@ -77,10 +77,6 @@ def _kv_batch(plan: ExperimentPlan, policy) -> int:
     return max(1, int(np.searchsorted(np.cumsum(need), blocks, side="right")))
 
 
-def _decode_time(perf, b: int, c: int) -> float:
-    return float(perf.batch_times(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64)))
-
-
 def _decode_latency(perf, b: int, c: int) -> float:
     return float(perf.pipeline_latency(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64)))
 
@@ -88,7 +84,7 @@ def _decode_latency(perf, b: int, c: int) -> float:
 def _best_rate(perf, up_to: int, c: int) -> float:
     """max over b <= up_to of b / (decode of b): checked at every multiple of 16 (tile edges) and at up_to."""
     sizes = sorted({*range(16, up_to + 1, 16), up_to, min(8, up_to), 1})
-    return max(b / _decode_time(perf, b, c) for b in sizes)
+    return max(b / float(perf.batch_times(np.ones(b, dtype=np.int64), np.full(b, c, dtype=np.int64))) for b in sizes)
 
 
 def _slo_batch(perf, up_to: int, c: int, slo_s: float) -> int:
@@ -108,11 +104,8 @@ def _slo_batch(perf, up_to: int, c: int, slo_s: float) -> int:
 def _token_cost(perf, most_tokens: int) -> float:
     """Least seconds per token the slowest stage spends outside attention, at most `most_tokens` a batch."""
     sizes = sorted({n for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if n <= most_tokens} | {most_tokens})
-    costs = []
-    for n in sizes:
-        parts = perf.breakdown([n], [0])
-        costs.append((parts["total"] - parts["attention"]) / n)
-    return min(costs)
+    parts = {n: perf.breakdown([n], [0]) for n in sizes}
+    return min((p["total"] - p["attention"]) / n for n, p in parts.items())
 
 
 def _most_tokens(plan: ExperimentPlan, policy) -> int:

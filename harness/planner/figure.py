@@ -55,8 +55,7 @@ def draw(run: PlanRun, win: Evaluation, path: Path, title: str) -> Path:
     if w:
         ax.scatter([w[0]], [w[1]], marker="*", s=220, color="gold", edgecolors="black", zorder=4, label="winner")
     ax.axvline(slo, color="0.5", lw=0.8, ls=":")
-    ax.set_xlabel("P99 TBT at capacity (s)")
-    ax.set_ylabel("capacity per GPU (QPS)")
+    ax.set(xlabel="P99 TBT at capacity (s)", ylabel="capacity per GPU (QPS)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="best")
     try:

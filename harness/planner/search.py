@@ -100,10 +100,6 @@ def fidelity(plan: ExperimentPlan, num_requests: int) -> ExperimentPlan:
                    workload=load_workload(plan.dataset, num_requests, plan.seed))
 
 
-def _stopping_early(plan: ExperimentPlan) -> ExperimentPlan:
-    return replace(plan, search=replace(plan.search, stop_early=True))
-
-
 def bound_of(space: Space, c: Candidate) -> Bound:
     plan = space.plan_of(c)
     if c.dp > 1:
@@ -166,14 +162,9 @@ def _nearest(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
     return min(same, key=distance) if same else None
 
 
-def _neighbour(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
-    """The screened candidate with a capacity nearest `c` (its warm start)."""
-    return _nearest(c, [e for e in done if e.screen is not None and e.screen.capacity_qps > 0])
-
-
 def _task(e: Evaluation, plan: ExperimentPlan, done: Sequence[Evaluation], s: PlanSettings, floor: float,
           ceiling: float) -> SearchTask:
-    n = _neighbour(e.candidate, done)
+    n = _nearest(e.candidate, [x for x in done if x.screen is not None and x.screen.capacity_qps > 0])  # its warm start
     if n is not None:
         guess, growth = n.screen.capacity_qps * e.bound.estimate_qps / max(n.bound.estimate_qps, 1e-12), WARM_GROWTH
         e.warm_from = n.candidate.key
@@ -239,7 +230,8 @@ def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = 
     workers = s.workers or os.cpu_count() or 1
     run.screen_requests = min(s.screen_requests, search.num_requests)  # never longer than the full probe
     # Screening probes stop once they are certain to fail (search.stop_early: the same verdicts).
-    screen_plans = {c.key: _stopping_early(fidelity(space.plan_of(c), run.screen_requests)) for c in space.candidates}
+    screen_plans = {c.key: fidelity(space.plan_of(c), run.screen_requests) for c in space.candidates}
+    screen_plans = {k: replace(p, search=replace(p.search, stop_early=True)) for k, p in screen_plans.items()}
     for e in evals:
         if e.bound.qps <= 0:
             e.status = "pruned"

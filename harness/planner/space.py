@@ -199,19 +199,15 @@ def enumerate_space(base: ExperimentConfig, s: PlanSettings) -> Space:
 def _nothing_fits(config: ExperimentConfig, s: PlanSettings, limit: int, misfits: list[Misfit]) -> str:
     model, gpu = config.model.name, config.hardware.gpu
     why = misfits[-1].reason if misfits else f"no tp x pp of plan.tp={s.tp}, plan.pp={s.pp} is <= {limit} GPUs"
-    smallest = _smallest_fit(config, limit)
+    # The (tp, pp) of the fewest GPUs past `limit` (up to 64) that holds the model
+    shapes = sorted(((tp, pp) for tp in (1, 2, 4, 8, 16) for pp in (1, 2, 4, 8, 16) if limit < tp * pp <= 64),
+                    key=lambda t: (t[0] * t[1], t[1]))
+    smallest = next(((tp, pp) for tp, pp in shapes if _fits(config, tp, pp)), None)
     fix = (f"; it needs more GPUs: the smallest that fits is tp={smallest[0]} pp={smallest[1]} "
            f"({smallest[0] * smallest[1]} GPUs: plan.max_gpus={smallest[0] * smallest[1]}"
            f"{'' if smallest[0] in s.tp and smallest[1] in s.pp else f' plan.tp=[{smallest[0]}] plan.pp=[{smallest[1]}]'})"
            if smallest else "; no replica of up to 64 GPUs holds it: a GPU with more memory")
     return f"{model} fits on no deployment of up to {limit}x {gpu} ({why}){fix}"
-
-
-def _smallest_fit(config: ExperimentConfig, limit: int) -> tuple[int, int] | None:
-    """The (tp, pp) of the fewest GPUs past `limit` (up to 64) that holds the model."""
-    shapes = sorted(((tp, pp) for tp in (1, 2, 4, 8, 16) for pp in (1, 2, 4, 8, 16) if limit < tp * pp <= 64),
-                    key=lambda t: (t[0] * t[1], t[1]))
-    return next(((tp, pp) for tp, pp in shapes if _fits(config, tp, pp)), None)
 
 
 def _fits(config: ExperimentConfig, tp: int, pp: int, dp: int = 1) -> bool:

@@ -31,20 +31,13 @@ def _ints(text: str) -> list[int]:
 
 def linear_grid(max_tokens: int) -> list[int]:
     """1, 2, 4, .., 64, 96, then both sides of every 128-token GEMM tile boundary."""
-    grid = [1, 2, 4, 8, 16, 32, 64, 96]
-    m = 128
-    while m <= max_tokens:
-        grid += [m, m + 1]
-        m += 128
+    grid = [1, 2, 4, 8, 16, 32, 64, 96] + [n for m in range(128, max_tokens + 1, 128) for n in (m, m + 1)]
     return sorted({n for n in grid if n <= max_tokens + 1})
 
 
 def _doubling(lo: int, hi: int) -> list[int]:
-    out, n = [], lo
-    while n <= hi:
-        out.append(n)
-        n *= 2
-    return out
+    """lo, 2 lo, 4 lo, ... up to hi (lo x 2^k <= hi while 2^k <= hi // lo)."""
+    return [lo * 2 ** k for k in range(max(hi // lo, 0).bit_length())]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,15 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["fetch"]:  # Vidur's public profiles -> the long format (harness/profile/fetch.py)
-        from harness.profile.fetch import fetch_command
-
-        try:
-            return fetch_command(argv[1:])
-        except HarnessError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     try:
+        if argv[:1] == ["fetch"]:  # Vidur's public profiles -> the long format (harness/profile/fetch.py)
+            from harness.profile.fetch import fetch_command
+
+            return fetch_command(argv[1:])
         args = parse_overrides(build_parser(), argv)
         rows = run(args)
     except HarnessError as exc:
@@ -122,10 +111,7 @@ def run(args: argparse.Namespace) -> list:
         torch.set_num_threads(args.threads)
     if args.quick:
         args.repeats, args.warmup = min(args.repeats, 3), min(args.warmup, 1)
-    if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     dtype_name = args.dtype if args.dtype != "auto" else ("float16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
     config, weights_dir = resolve_model_config(args.model)
@@ -173,15 +159,10 @@ def run(args: argparse.Namespace) -> list:
 
 def _iteration_shapes(g: dict[str, list[int]]) -> list[tuple]:
     """Prefill chunks, decode batches and Sarathi-style mixed batches over the grids."""
-    shapes = []
     contexts = sorted({g["contexts"][0], g["contexts"][len(g["contexts"]) // 2], g["contexts"][-1]})
-    for n in g["chunks"]:
-        for c in contexts:
-            shapes.append(("prefill", n, c, 1, [(c, n)]))
     chunk = max(g["chunks"])
+    shapes = [("prefill", n, c, 1, [(c, n)]) for n in g["chunks"] for c in contexts]
     for b in g["batches"]:
-        for c in contexts:
-            c = max(c, 1)
-            shapes.append(("decode", b, c, b, [(c, 1)] * b))
-            shapes.append(("mixed", chunk + b - 1, c, b, [(c, chunk)] + [(c, 1)] * (b - 1)))
+        for c in (max(c, 1) for c in contexts):
+            shapes += [("decode", b, c, b, [(c, 1)] * b), ("mixed", chunk + b - 1, c, b, [(c, chunk)] + [(c, 1)] * (b - 1))]
     return shapes

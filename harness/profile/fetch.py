@@ -91,21 +91,15 @@ def fetch_file(rel: str, *, ref: str, src: Path | None, raw_url: str, lfs_url: s
 def long_rows(profile: OperatorProfile) -> list[tuple]:
     """A loaded profile as long-format rows (op, num_tokens, context_len, batch_size, tp, time_s):
     the measured knots, so the long file prices exactly as the directory it came from."""
-    rows = []
-    x = profile.linear.x
-    for t, v in zip(x, profile.linear.y):
-        rows.append(("linear", int(t), "", "", profile.tp, float(v)))
-    ew = profile.elementwise[0]
+    tp, ew = profile.tp, profile.elementwise[0]
     total = ew.y.copy()
     for extra in profile.elementwise[1:]:  # e.g. the KV-cache write, on its own token grid
         total = total + extra(ew.x)
-    for t, v in zip(ew.x, total):
-        rows.append(("elementwise", int(t), "", "", profile.tp, float(v)))
-    for n, c, per_token in zip(*profile.prefill_per_token.points()):
-        rows.append(("attention_prefill", int(n), int(c), "", profile.tp, float(per_token * n)))
-    for b, c, v in zip(*profile.decode_batch.points()):
-        rows.append(("attention_decode", "", int(c), int(b), profile.tp, float(v)))
-    return rows
+    return ([("linear", int(t), "", "", tp, float(v)) for t, v in zip(profile.linear.x, profile.linear.y)]
+            + [("elementwise", int(t), "", "", tp, float(v)) for t, v in zip(ew.x, total)]
+            + [("attention_prefill", int(n), int(c), "", tp, float(per_token * n))
+               for n, c, per_token in zip(*profile.prefill_per_token.points())]
+            + [("attention_decode", "", int(c), int(b), tp, float(v)) for b, c, v in zip(*profile.decode_batch.points())])
 
 
 def write_long(path: Path, rows: list[tuple], provenance: str) -> None:

@@ -28,6 +28,7 @@ ITERATION_COLUMNS = ("op", "phase", "num_tokens", "context_len", "batch_size", "
                      "repeats", "num_layers", "model", "device", "dtype")
 PHASES = ("prefill", "decode", "mixed")
 # Coordinates each op uses; the others stay empty.
+_COORDS = ("num_tokens", "context_len", "batch_size")
 _USES = {"linear": ("num_tokens",), "elementwise": ("num_tokens",),
          "attention_prefill": ("num_tokens", "context_len"), "attention_decode": ("batch_size", "context_len")}
 
@@ -60,24 +61,19 @@ def write_tables(rows: list[Measurement], out: str | Path) -> tuple[Path, Path |
     out.parent.mkdir(parents=True, exist_ok=True)
     ops = [r for r in rows if r.op != "iteration"]
     its = [r for r in rows if r.op == "iteration"]
-    with out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=OP_COLUMNS)
-        w.writeheader()
-        for r in ops:
-            row = {c: getattr(r, c) for c in OP_COLUMNS}
-            for coord in ("num_tokens", "context_len", "batch_size"):
-                if coord not in _USES[r.op]:
-                    row[coord] = ""
-            w.writerow(row)
-    it_path = None
+    _write(out, OP_COLUMNS, [{c: "" if c in _COORDS and c not in _USES[r.op] else getattr(r, c) for c in OP_COLUMNS}
+                             for r in ops])
+    it_path = iterations_path(out) if its else None
     if its:
-        it_path = iterations_path(out)
-        with it_path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=ITERATION_COLUMNS)
-            w.writeheader()
-            for r in its:
-                w.writerow({c: getattr(r, c) for c in ITERATION_COLUMNS})
+        _write(it_path, ITERATION_COLUMNS, [{c: getattr(r, c) for c in ITERATION_COLUMNS} for r in its])
     return out, it_path
+
+
+def _write(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        w.writerows(rows)
 
 
 def read_iterations(path: str | Path) -> list[dict]:

@@ -106,11 +106,7 @@ def broken(base: Path) -> list[tuple[Path, str]]:
         partials = list(base.glob(".*.partial")) if base.is_dir() else []
     except OSError:
         return []
-    found = []
-    for d in partials:
-        reason = _read(d / FAILED_FILE) or _killed(_read(d / RUNNING_FILE))
-        if reason:
-            found.append((d, reason))
+    found = [(d, reason) for d in partials if (reason := _read(d / FAILED_FILE) or _killed(_read(d / RUNNING_FILE)))]
     return sorted(found, key=lambda x: x[0].name, reverse=True)
 
 

@@ -191,10 +191,8 @@ def broken_runs(results_dir: str | Path, experiment: str) -> list[tuple[Path, st
 
 
 def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serializable: {type(o).__name__}")

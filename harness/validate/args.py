@@ -67,12 +67,7 @@ def parse(argv: list[str], command: str, allowed: tuple[str, ...]) -> Words:
         i += 1
     if run is None:
         raise HarnessError(f"{command}: name the measured run (python -m harness {command} RUN [key=value ...])")
-    _check_values(command, flags)
-    return Words(run, flags, tuple(overrides))
-
-
-def _check_values(command: str, flags: dict) -> None:
-    """Values a flag's type lets through but that mean nothing: refused before anything runs."""
+    # Values a flag's type lets through but that mean nothing: refused before anything runs.
     limit = flags.get("--max-error")
     # nan, a negative or an infinite limit would fail every run or none, whatever the error
     if limit is not None and not (math.isfinite(limit) and limit >= 0):
@@ -80,6 +75,7 @@ def _check_values(command: str, flags: dict) -> None:
     kv = flags.get("--kv-tokens")
     if kv is not None and kv < 1:  # 0 would otherwise read as "not given": the deployment's own KV, in silence
         raise HarnessError(f"{command}: --kv-tokens must be a number of tokens >= 1, got {kv}")
+    return Words(run, flags, tuple(overrides))
 
 
 def check_out(command: str, out: str | None, directory: bool) -> None:

@@ -23,8 +23,7 @@ def write_figure(path: Path, real: Sequence[RequestRecord], sim: Sequence[Reques
         for label, recs, style in (("real", real, "-"), ("sim", sim, "--")):
             x = np.sort(samples(recs, metric))
             ax.plot(x * 1e3, np.arange(1, len(x) + 1) / max(1, len(x)), style, label=label)
-        ax.set_xlabel(f"{metric.upper()} (ms)")
-        ax.set_ylabel("CDF")
+        ax.set(xlabel=f"{metric.upper()} (ms)", ylabel="CDF")
         ax.legend()
     end = max(r.finished_s for r in real)
     bin_s = max(0.5, end / 60)
@@ -32,10 +31,8 @@ def write_figure(path: Path, real: Sequence[RequestRecord], sim: Sequence[Reques
         t, tput, queue = over_time(recs, bin_s)
         axes[3].plot(t, tput, style, label=label)
         axes[4].plot(t, queue, style, label=label)
-    axes[3].set_xlabel("time (s)")
-    axes[3].set_ylabel("output tokens/s")
-    axes[4].set_xlabel("time (s)")
-    axes[4].set_ylabel("requests waiting for a first token")
+    axes[3].set(xlabel="time (s)", ylabel="output tokens/s")
+    axes[4].set(xlabel="time (s)", ylabel="requests waiting for a first token")
     for ax in axes[3:]:
         ax.legend()
     fig.suptitle(title, fontsize=9)

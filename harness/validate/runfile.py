@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +65,7 @@ def read_run(path: str | Path, probe: tuple[str | None, float | None] = (None, N
     if p.suffix == ".json":
         return _read_vllm(p)
     if p.suffix in (".jsonl", ".ndjson"):
-        return _from_rows(p, "jsonl", _jsonl_rows(p))
+        return _from_rows(p, "jsonl", [obj | {"_where": f"line {n}"} for n, obj in jsonl_objects(p)])
     if p.suffix == ".csv":
         return _from_rows(p, "csv", _csv_rows(p))
     raise HarnessError(f"{p}: unknown run format (a harness run directory, vllm bench serve's .json, .jsonl or .csv)")
@@ -83,10 +83,6 @@ def _finish(p: Path, kind: str, records: list[RequestRecord], dropped: int, **ex
 
 
 # ---------------------------------------------------------------- one request a line
-def _jsonl_rows(p: Path) -> list[dict]:
-    return [obj | {"_where": f"line {line_no}"} for line_no, obj in jsonl_objects(p)]
-
-
 def _csv_rows(p: Path) -> list[dict]:
     try:
         # utf-8-sig: a byte-order mark (Excel's CSV export writes one) is not part of the first column's name
@@ -247,8 +243,7 @@ def _read_vllm(p: Path) -> MeasuredRun:
         # vLLM times each streamed chunk: one gap per token only when no chunk held two tokens.
         if itls is not None and len(itls) == rec.output_len - 1:
             tokens = rec.first_token_s + np.concatenate([[0.0], np.cumsum(itls)])
-            rec = RequestRecord(rec.request_id, rec.arrival_s, rec.prompt_len, rec.output_len, rec.first_scheduled_s,
-                                rec.first_token_s, rec.finished_s, tokens)
+            rec = replace(rec, token_times_s=tokens)
         records.append(rec)
     return _finish(p, "vllm-bench", records, dropped)
 

@@ -72,14 +72,12 @@ def fig_pd(runs: pd.DataFrame) -> Figure:
             for i, (b, v) in enumerate(zip(bars, vals)):
                 ax.annotate(f"{v:.3g}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7,
                             fontweight="bold" if i == best else "normal")
-            ax.set_xticks(range(len(order)))
-            ax.set_xticklabels(order, rotation=30, ha="right", fontsize=7)
+            ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=7)
             ax.set_title(f"{style.MODEL_LABELS.get(model, model)} {style.parallel_label(parallel)} · "
                          f"{ngpu}× {style.GPU_LABELS.get(gpu, gpu)}\n{CRITERION_LABELS.get(crit, crit)}", fontsize=8)
             if c == 0:
                 ax.set_ylabel("capacity (QPS)")
-    fig.tight_layout()
-    return fig
+    return style.finish(fig)
 
 
 def pd_table(runs: pd.DataFrame) -> pd.DataFrame:

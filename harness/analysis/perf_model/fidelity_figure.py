@@ -65,8 +65,7 @@ def _panel(ax, pts: pd.DataFrame, other: pd.DataFrame, title: str, colors, stack
     mine, theirs = mape_pct(pts), mape_pct(other)
     versus = "the same" if abs(mine - theirs) < 0.05 else f"{theirs:.1f} %"
     ax.set_title(f"{title}\nMAPE {mine:.1f} % ({compare} stack: {versus})", fontsize=10)
-    ax.set_xlabel("measured (ms)")
-    ax.set_ylabel(f"predicted, {stack} (ms)")
+    ax.set(xlabel="measured (ms)", ylabel=f"predicted, {stack} (ms)")
     ax.legend(fontsize=7, loc="upper left", framealpha=0.9, markerscale=1.8, handlelength=1.2)
 
 
@@ -78,15 +77,13 @@ def _summary(ax, rows: list[tuple[str, float, float]], stack: str, compare: str,
     ax.plot([r[1] for r in rows], y, "o", ms=7, color=colors[0], ls="none", label=f"{stack} (default)")
     for yy, (_, a, b) in zip(y, rows):
         ax.plot([a, b], [yy, yy], color="0.7", lw=1, zorder=0)
-    ax.set_yticks(y)
-    ax.set_yticklabels([r[0].split(":")[0].split(" (")[0] for r in rows], fontsize=8.5)
+    ax.set_yticks(y, [r[0].split(":")[0].split(" (")[0] for r in rows], fontsize=8.5)
     style.plain_log(ax, "x")
     top = max(max(r[1], r[2]) for r in rows)
     ax.set_xlim(min(min(r[1], r[2]) for r in rows) / 1.5, top * 1.6)
     ax.axvline(10, color="0.3", lw=0.8, ls=":")
     ax.set_ylim(-1.6, len(rows) - 0.5)  # a free band under the last row for the legend
-    ax.set_xlabel("MAPE (%); dotted: the 10 % goal")
-    ax.set_ylabel("operator family")
+    ax.set(xlabel="MAPE (%); dotted: the 10 % goal", ylabel="operator family")
     ax.set_title("MAPE per family, both stacks", fontsize=10)
     ax.legend(fontsize=7.5, loc="lower center", ncol=2, framealpha=0.9, handletextpad=0.3, columnspacing=1.0)
 
@@ -111,7 +108,5 @@ def fig_operator_fidelity(points: pd.DataFrame | None = None, stack: str = DEFAU
         _panel(ax, priced[sel], other[sel], title, colors, stack, compare)
         rows.append((title, mape_pct(priced[sel]), mape_pct(other[sel])))
     _summary(flat[len(PANELS)], rows, stack, compare, colors)
-    fig.suptitle(f"Operator fidelity: engines.perf ({stack}) vs Vidur's measured operators "
-                 f"({len(points):,}-point sample of data/perf/vidur_operator_sample.csv)", fontsize=12)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, f"Operator fidelity: engines.perf ({stack}) vs Vidur's measured operators "
+                             f"({len(points):,}-point sample of data/perf/vidur_operator_sample.csv)", fontsize=12)

@@ -23,40 +23,17 @@ def _model(params: Mapping):
                                        pp=params.get("pp", 1), **kw))
 
 
-def _chunking_overhead(p, params: Mapping) -> float:
-    chunk = int(params["chunk"])
-    return max(chunked_prefill_time(p, n, chunk) / p.iteration_time([n], [0]) - 1 for n in params["prompts"])
-
-
-def _tile_quantization(p, params: Mapping) -> float:
-    return p.iteration_time([257], [0]) / p.iteration_time([256], [0]) - 1
-
-
-def _prefill_saturation(p, params: Mapping) -> float:
-    return (p.iteration_time([512], [0]) / 512) / (p.iteration_time([4096], [0]) / 4096)
-
-
-def _prefill_latency(p, params: Mapping) -> float:
-    # Through every stage plus the sends: the paper quotes the latency a request sees.
-    return float(p.pipeline_latency(np.array([4096]), np.array([0])))
-
-
-def _prefill_stage(p, params: Mapping) -> float:
-    # One stage's share: a pipeline bubble is the gap between two micro-batches' stage times.
-    return float(p.batch_times(np.array([4096]), np.array([0])))
-
-
-def _decode_latency(p, params: Mapping) -> float:
-    return decode_iteration_time(p)
-
-
+# kind -> the fact's value from (the model, the fact's params)
 KINDS: dict[str, Callable] = {
-    "chunking_overhead": _chunking_overhead,
-    "tile_quantization": _tile_quantization,
-    "prefill_saturation": _prefill_saturation,
-    "prefill_latency": _prefill_latency,
-    "prefill_stage": _prefill_stage,
-    "decode_latency": _decode_latency,
+    "chunking_overhead": lambda p, params: max(chunked_prefill_time(p, n, int(params["chunk"])) / p.iteration_time([n], [0]) - 1
+                                               for n in params["prompts"]),
+    "tile_quantization": lambda p, params: p.iteration_time([257], [0]) / p.iteration_time([256], [0]) - 1,
+    "prefill_saturation": lambda p, params: (p.iteration_time([512], [0]) / 512) / (p.iteration_time([4096], [0]) / 4096),
+    # Through every stage plus the sends: the paper quotes the latency a request sees.
+    "prefill_latency": lambda p, params: float(p.pipeline_latency(np.array([4096]), np.array([0]))),
+    # One stage's share: a pipeline bubble is the gap between two micro-batches' stage times.
+    "prefill_stage": lambda p, params: float(p.batch_times(np.array([4096]), np.array([0]))),
+    "decode_latency": lambda p, params: decode_iteration_time(p),
 }
 
 

@@ -49,6 +49,13 @@ def _models(models: Mapping[str, PerfModel] | None) -> dict[str, PerfModel]:
     return dict(models) if models is not None else default_models()
 
 
+def _one(perf: PerfModel | None, label: str | None, default: int = 0) -> tuple[PerfModel, str]:
+    """`perf` and its label (its deployment's, unless given); without it, default_models()'s `default`-th."""
+    if perf is None:
+        label, perf = list(default_models().items())[default]
+    return perf, label or perf.deployment.describe()
+
+
 def _colors(n: int):
     import seaborn as sns
     return sns.color_palette("colorblind", max(n, 3))
@@ -82,19 +89,16 @@ def fig_per_token_times(models: Mapping[str, PerfModel] | None = None, decode_co
         ax_d.axhline(saturated, color=color, ls="--", lw=1.2, label=f"{label}: prefill, 4k prompt")
     _plain_log_x(ax_p)
     style.plain_log(ax_p, "y")
-    ax_p.set_xlabel("prompt length (tokens)")
-    ax_p.set_ylabel("time per prompt token (ms)")
-    ax_p.set_title("Prefill: per-token time vs prompt length")
+    ax_p.set(xlabel="prompt length (tokens)", ylabel="time per prompt token (ms)",
+             title="Prefill: per-token time vs prompt length")
     ax_p.legend(fontsize=8, loc="upper right")
     _plain_log_x(ax_d)
     style.plain_log(ax_d, "y")
-    ax_d.set_xlabel("decode batch size (sequences)")
-    ax_d.set_ylabel("time per generated token (ms)")
-    ax_d.set_title(f"Decode: per-token time vs batch size ({decode_context} context)")
+    ax_d.set(xlabel="decode batch size (sequences)", ylabel="time per generated token (ms)",
+             title=f"Decode: per-token time vs batch size ({decode_context} context)")
     ax_d.legend(fontsize=7.5, loc="upper right")
-    fig.suptitle("Per-token cost of prefill and decode iterations (Sarathi-Serve Figs 3/4 analog)", fontsize=12)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, "Per-token cost of prefill and decode iterations (Sarathi-Serve Figs 3/4 analog)",
+                        fontsize=12)
 
 
 # ------------------------------------------------------------------ (b) piggybacking
@@ -105,9 +109,7 @@ def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
     b decodes (t(b decodes + chunk) - t(b decodes)), against running the chunk on its own.
     The decodes already pay for streaming the weights, so small chunks ride along cheaply:
     Sarathi-Serve's piggybacking argument (Sec. 4)."""
-    if perf is None:
-        label, perf = next(iter(default_models().items()))
-    label = label or perf.deployment.describe()
+    perf, label = _one(perf, label)
     chunks = np.unique(np.concatenate([np.arange(1, 64, 4), np.arange(64, max_chunk + 1, 16)]))
     colors = _colors(len(decode_batches) + 1)
     fig, axes = style.new_figure(2, width=5.2, height=3.9)
@@ -120,21 +122,18 @@ def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
         extra = decode_with_chunk_times(perf, int(b), decode_context, chunks) * _MS - base
         ax_t.plot(chunks, extra, color=color, lw=1.8, label=f"added to {b} decodes ({base:.1f} ms alone)")
         ax_u.plot(chunks, extra / chunks * 1e3, color=color, lw=1.8, label=f"added to {b} decodes")
-    ax_t.set_xlabel("prefill chunk size (tokens)")
-    ax_t.set_ylabel("added iteration time (ms)")
-    ax_t.set_title("Incremental time of a piggybacked chunk")
+    ax_t.set(xlabel="prefill chunk size (tokens)", ylabel="added iteration time (ms)",
+             title="Incremental time of a piggybacked chunk")
     ax_t.set_xlim(0, max_chunk)
     ax_t.set_ylim(bottom=0)
     ax_t.legend(fontsize=7.5, loc="upper left")
-    ax_u.set_xlabel("prefill chunk size (tokens)")
-    ax_u.set_ylabel("added time per prompt token (µs)")
-    ax_u.set_title("... per prompt token")
+    ax_u.set(xlabel="prefill chunk size (tokens)", ylabel="added time per prompt token (µs)",
+             title="... per prompt token")
     _plain_log_x(ax_u)
     style.plain_log(ax_u, "y")
     ax_u.legend(fontsize=7.5, loc="upper right")
-    fig.suptitle(f"Piggybacking prefill chunks on decodes: {label}, decodes at {decode_context} context", fontsize=12)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, f"Piggybacking prefill chunks on decodes: {label}, decodes at {decode_context} context",
+                        fontsize=12)
 
 
 # ------------------------------------------------------------------ (c) Fig 9
@@ -158,21 +157,17 @@ def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decode
         ax.plot(chunks, hybrid, color=colors[0], lw=2, label="hybrid: decodes + chunk in one iteration")
         ax.axhline(dec, color="0.3", ls=":", lw=1.4, label=f"decode iteration alone ({dec:.1f} ms)")
         style.plain_log(ax, "y")
-        ax.set_ylabel("time (ms)")
-        ax.set_title(label)
+        ax.set(ylabel="time (ms)", title=label)
         ax.legend(fontsize=7.5, loc="upper left")
         saved = (1 - hybrid / separate) * 100
         ax_s.plot(chunks, saved, color=colors[2], lw=2)
         ax_s.fill_between(chunks, 0, saved, color=colors[2], alpha=0.15)
         ax_s.set_ylim(0, max(5.0, float(saved.max()) * 1.15))
-        ax_s.set_ylabel("time saved by hybrid (%)")
-        ax_s.set_xlabel("prefill chunk size (tokens)")
+        ax_s.set(ylabel="time saved by hybrid (%)", xlabel="prefill chunk size (tokens)")
         _plain_log_x(ax_s)
         ax_s.set_xlim(chunks[0], chunks[-1])
-    fig.suptitle(f"Hybrid batching vs separate iterations: {decodes} decodes at {decode_context} context "
-                 "+ one prefill chunk (Fig 9 analog)", fontsize=12)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, f"Hybrid batching vs separate iterations: {decodes} decodes at {decode_context} context "
+                             "+ one prefill chunk (Fig 9 analog)", fontsize=12)
 
 
 # ------------------------------------------------------------------ (d) Fig 14
@@ -181,9 +176,7 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
                           chunks: Sequence[int] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)) -> Figure:
     """Total prefill time of one prompt split into chunks, relative to prefilling it in one
     iteration, against the chunk size (Sarathi-Serve Fig 14 analog: Yi-34B TP-2)."""
-    if perf is None:
-        label, perf = "Yi-34B TP-2 · 2× A100-80GB PCIe", PerfModel(Deployment.create(model="yi-34b", gpu="a100-80g-pcie", tp=2))
-    label = label or perf.deployment.describe()
+    perf, label = _one(perf, label, 1)  # Yi-34B TP-2, as the paper's figure
     fig, axes = style.new_figure(1, width=6.4, height=4.2)
     ax = axes[0][0]
     colors = _colors(len(prompts))
@@ -194,13 +187,11 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
     _plain_log_x(ax)
     ax.set_xticks(list(chunks))
     ax.axhline(0, color="0.3", lw=0.8)
-    ax.set_xlabel("chunk size (tokens)")
-    ax.set_ylabel("prefill time overhead vs no chunking (%)")
-    ax.set_title(f"Chunked-prefill overhead: {label} (Fig 14 analog)")
+    ax.set(xlabel="chunk size (tokens)", ylabel="prefill time overhead vs no chunking (%)",
+           title=f"Chunked-prefill overhead: {label} (Fig 14 analog)")
     ax.legend(fontsize=8.5, loc="upper right")
     ax.set_ylim(bottom=min(-1.0, ax.get_ylim()[0]))
-    fig.tight_layout()
-    return fig
+    return style.finish(fig)
 
 
 # ------------------------------------------------------------------ (e) tile quantization
@@ -209,9 +200,7 @@ def fig_tile_quantization(perf: PerfModel | None = None, label: str | None = Non
     so time steps up just past every multiple of the tile (257 tokens pay for 384) and the cost
     per token is a sawtooth. The dashed line is the same roofline without tiles (analytical
     models only)."""
-    if perf is None:
-        label, perf = next(iter(default_models().items()))
-    label = label or perf.deployment.describe()
+    perf, label = _one(perf, label)
     tokens = np.arange(1, max_tokens + 1)
     tiled = linear_time_per_layer(perf, tokens) * _US
     reference = None
@@ -237,15 +226,11 @@ def fig_tile_quantization(perf: PerfModel | None = None, label: str | None = Non
         ax.set_xlabel("tokens in the batch")
         ax.legend(fontsize=8, loc="upper left" if ax is ax_t else "upper right")
     ax_t.set_ylim(bottom=0)
-    ax_t.set_ylabel("linear-layer time per layer (µs)")
-    ax_t.set_title("Linear layers (QKV, attn-out, MLP): one layer")
+    ax_t.set(ylabel="linear-layer time per layer (µs)", title="Linear layers (QKV, attn-out, MLP): one layer")
     floor = float(np.min(tiled[tile - 1:] / tokens[tile - 1:])) if max_tokens >= tile else float(np.min(tiled / tokens))
     ax_u.set_ylim(0, 4 * floor)  # small batches (weight streaming, ~1/tokens) run off the top
-    ax_u.set_ylabel("time per token (µs)")
-    ax_u.set_title("... per token (small batches off scale)")
-    fig.suptitle(f"Tile quantization: {label}", fontsize=12)
-    fig.tight_layout()
-    return fig
+    ax_u.set(ylabel="time per token (µs)", title="... per token (small batches off scale)")
+    return style.finish(fig, f"Tile quantization: {label}", fontsize=12)
 
 
 # ------------------------------------------------------------------ all

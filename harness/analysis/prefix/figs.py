@@ -69,8 +69,7 @@ def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
                                    label=f"{style.scheduler_label(base)}, {tag}")
             ax.set_xscale("log", base=2)
             style.plain_log(ax, "y")
-            ax.set_xticks([256, 512, 1024, 2048])
-            ax.set_xticklabels(["256", "512", "1024", "2048"])
+            ax.set_xticks([256, 512, 1024, 2048], ["256", "512", "1024", "2048"])
             ax.xaxis.set_minor_formatter(NullFormatter())
             slo_s = float(d["slo_tbt_s"].iloc[0])
             ax.set_title(f"{WORKLOAD_LABELS[w]} · {slo} (P99 TBT ≤ {slo_s:g} s)", fontsize=8)
@@ -79,8 +78,7 @@ def fig_prefix(runs: pd.DataFrame, probes: pd.DataFrame) -> Figure:
                 ax.set_ylabel("capacity (QPS)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return fig
+    return style.finish(fig, rect=(0, 0.08, 1, 1))
 
 
 def prefix_table(runs: pd.DataFrame, probes: pd.DataFrame) -> pd.DataFrame:

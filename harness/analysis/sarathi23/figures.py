@@ -127,11 +127,9 @@ def fig_orca(s: Study) -> Figure:
     fig, axes = style.new_figure(1, width=6.0)
     ax = axes[0][0]
     x = np.arange(len(matrix.SEQUENCE_LENGTHS))
+    runs = [s.rows(matrix.orca_name(length), exact=True) for length in matrix.SEQUENCE_LENGTHS]
     for i, name in enumerate(("orca_best", "decode_maximal")):
-        gains = []
-        for length in matrix.SEQUENCE_LENGTHS:
-            r = s.rows(matrix.orca_name(length), exact=True)
-            gains.append(float(r[r["scheduler"] == name]["gain"].iloc[-1]))
+        gains = [float(r[r["scheduler"] == name]["gain"].iloc[-1]) for r in runs]
         _bar_labels(ax, ax.bar(x + (i - 0.5) * 0.38, gains, 0.38, color=style.scheduler_color(name),
                                label=style.scheduler_label(name)))
     pub = [(0, "orca_best_1k", -0.19)] + [(k, f"sarathi_vs_orca_{k + 1}k", 0.19) for k in range(3)]
@@ -161,11 +159,9 @@ def fig_pipeline(s: Study) -> Figure:
     ax.set(ylabel="completion time of every request (s)", title="GPT-3 175B on 64 A100s, 10,000 requests")
     bottom = np.zeros(2)
     names = ("orca_best", "decode_maximal")
+    last = [pp[pp["scheduler"] == n].iloc[-1] for n in names]
     for cause in ("schedule", "send", "upstream"):
-        vals = []
-        for n in names:
-            r = pp[pp["scheduler"] == n].iloc[-1]
-            vals.append(r["bubble_p50_s"] * (r["bubble_share"] or {}).get(cause, 0.0))
+        vals = [r["bubble_p50_s"] * (r["bubble_share"] or {}).get(cause, 0.0) for r in last]
         ax2.bar(range(2), vals, bottom=bottom, label=cause)
         bottom += vals
     ax2.set_xticks(range(2), [f"TP8-PP8\n{short[n]}" for n in names], fontsize=8)

@@ -74,17 +74,14 @@ def readme_quotes(claims, table: pd.DataFrame) -> tuple[str, str]:
 
     def cell(cid: str) -> str:
         r = rows.loc[cid]
-        out = f"{r['published']:.2f}x / {_num_2f(r['reproduced'])}x"
+        ours = "—" if r["reproduced"] is None or not math.isfinite(float(r["reproduced"])) else f"{float(r['reproduced']):.2f}"
+        out = f"{r['published']:.2f}x / {ours}x"
         return out if r["within"] is None or r["within"] else out + f" (outside {rel[cid] * 100:.0f} %)"
 
     lines = ["| LLaMA-13B on one RTX A6000 / LLaMA-33B on one A100, chunk 256 | throughput gain: paper / ours "
              "| decode speedup: paper / ours |", "| --- | --- | --- |"]
     lines += [f"| {label} | {cell(gain)} | {cell(speedup)} |" for label, gain, speedup in README_ROWS]
     return f"{ok} of its {judged} checks within tolerance ({inputs} more are inputs of the model", "\n".join(lines)
-
-
-def _num_2f(v) -> str:
-    return "—" if v is None or not math.isfinite(float(v)) else f"{float(v):.2f}"
 
 
 # What each `perf.cpu_costs` choice of the pipeline study assumes (engines/perf/cpu_costs.py CPU_CHOICES).

@@ -29,10 +29,6 @@ def _deployment_order(df: pd.DataFrame, paper: Paper | None = None) -> list[tupl
     return [tuple(r) for r in keys.drop(columns="_rank").itertuples(index=False)]
 
 
-def paper_deployments(paper: Paper) -> set[tuple[str, str]]:
-    return {(d["model"], d["parallel"]) for d in paper.raw.get("deployments", [])}
-
-
 def _off_paper(rows: pd.DataFrame) -> set[tuple]:
     """(dataset, SLO) groups holding a run not at the paper's settings (drawn only when asked)."""
     if "settings" not in rows:
@@ -47,7 +43,7 @@ def capacity_rows(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     runs = capacity_mode(runs)
     if runs.empty:
         return runs
-    deps = paper_deployments(paper)
+    deps = {(d["model"], d["parallel"]) for d in paper.raw.get("deployments", [])}
     keep = runs["scheduler"].isin(MAIN_SCHEDULERS) & paper_config(runs, paper)
     keep &= pd.Series([(m, p) in deps for m, p in zip(runs["model"], runs["parallel"])], index=runs.index)
     return runs[keep]
@@ -97,22 +93,19 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
                             ha="center", va="bottom", fontsize=7.5,
                             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
         ax.grid(axis="x", visible=False)
-        ax.set_xticks(range(len(groups)))
         off = _off_paper(d)
-        ax.set_xticklabels([("✱ " if (ds, t) in off else "") + f"{style.dataset_label(ds)}\n{k}\nP99 TBT ≤ {t:g} s"
-                            for ds, k, t in groups.itertuples(index=False)], fontsize=8)
+        ax.set_xticks(range(len(groups)), [("✱ " if (ds, t) in off else "") + f"{style.dataset_label(ds)}\n{k}\nP99 TBT ≤ {t:g} s"
+                                           for ds, k, t in groups.itertuples(index=False)], fontsize=8)
         ax.set_xlim(-0.6, len(groups) - 0.4)
         ax.set_ylim(0, top * 1.35 if top > 0 else 1)
-        ax.set_title(style.deployment_label(model, parallel, gpu, ngpu))
-        ax.set_xlabel("dataset, SLO (P99 TBT)")
-        ax.set_ylabel("capacity (QPS)")
+        ax.set(title=style.deployment_label(model, parallel, gpu, ngpu), xlabel="dataset, SLO (P99 TBT)",
+               ylabel="capacity (QPS)")
     notes = ["hatched: saturated search (capacity is a lower bound)"] if rows["saturated"].any() else []
     if _off_paper(rows):
         notes.append("✱ not at the paper's settings (see the report)")
     _legend(fig, axes, note="; ".join(notes))
-    fig.suptitle("Serving capacity under the P99 TBT SLO and median scheduling delay ≤ 2 s (Fig. 10–11 analog)", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, "Serving capacity under the P99 TBT SLO and median scheduling delay ≤ 2 s (Fig. 10–11 analog)",
+                        y=1.02)
 
 
 def _legend(fig: Figure, axes, note: str = "") -> None:
@@ -166,19 +159,15 @@ def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
                                 textcoords="offset points", ha="right", fontsize=8, color=style.scheduler_color(s))
         style.plain_log(ax, "x")
         slos = sorted(d["slo_tbt_s"].unique())
-        ax.set_xticks(slos)
-        ax.set_xticklabels([f"{v:g}" for v in slos])
+        ax.set_xticks(slos, [f"{v:g}" for v in slos])
         ax.set_xlim(slos[0] / 1.4, slos[-1] * 1.4)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{style.MODEL_LABELS.get(model, model)} {style.parallel_label(layouts[0])}"
                      + "".join(f" (dotted: {style.parallel_label(p)})" for p in layouts[1:])
                      + f" · {ngpu}× {style.GPU_LABELS.get(gpu, gpu)}")
-        ax.set_xlabel("P99 TBT SLO (s, log scale)")
-        ax.set_ylabel("capacity (QPS)")
+        ax.set(xlabel="P99 TBT SLO (s, log scale)", ylabel="capacity (QPS)")
     _legend(fig, axes)
-    fig.suptitle("Capacity vs P99 TBT SLO (Fig. 12 analog)", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, "Capacity vs P99 TBT SLO (Fig. 12 analog)", y=1.02)
 
 
 # ----------------------------------------------------------------------------- Fig. 13
@@ -219,9 +208,7 @@ def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figu
     r = r[paper_config(r, paper)]
     fig, axes = style.new_figure(2, width=5.6, height=4.0)
     ax = axes[0][0]
-    combos = r[["scheduler", "parallel"]].drop_duplicates()
-    combos = combos.assign(_o=[style.SCHEDULER_ORDER.index(s) if s in style.SCHEDULER_ORDER else 99 for s in combos["scheduler"]])
-    combos = [tuple(x) for x in combos.sort_values(["_o", "parallel"])[["scheduler", "parallel"]].itertuples(index=False)]
+    combos = sorted(set(zip(r["scheduler"], r["parallel"])), key=lambda sp: (style.SCHEDULER_ORDER.index(sp[0]), sp[1]))
     kinds = r[["slo_kind", "slo_tbt_s"]].drop_duplicates().sort_values("slo_tbt_s")
     width = 0.8 / max(len(combos), 1)
     claim_lines: list[str] = []
@@ -237,13 +224,11 @@ def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figu
                    label=f"{style.scheduler_label(s)} {style.parallel_label(par)}")
         claim_lines += [f"{kind}: {line}" for line in _pipeline_claim_lines(r, paper, model, kind)]
     ax.grid(axis="x", visible=False)
-    ax.set_xticks(range(len(kinds)))
-    ax.set_xticklabels([f"{k} ({t:g} s)" for k, t in kinds.itertuples(index=False)])
+    ax.set_xticks(range(len(kinds)), [f"{k} ({t:g} s)" for k, t in kinds.itertuples(index=False)])
     ax.set_xlim(-0.6, len(kinds) - 0.4)
     ax.set_ylim(0, float(r["capacity_qps"].max()) * 1.5)
-    ax.set_xlabel("SLO (P99 TBT)")
-    ax.set_ylabel("capacity (QPS)")
-    ax.set_title(f"{style.MODEL_LABELS.get(model, model)}: capacity by parallelism")
+    ax.set(xlabel="SLO (P99 TBT)", ylabel="capacity (QPS)",
+           title=f"{style.MODEL_LABELS.get(model, model)}: capacity by parallelism")
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))  # label -> handle, one per combo
     ax.legend(list(handles.values()), list(handles), fontsize=8, title="dotted: TP only", title_fontsize=8,
               loc="upper center", ncol=2)
@@ -260,11 +245,9 @@ def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figu
         ax.plot(g["qps"], g["tbt_p50_s"], "-" if "pp" in par else ":", marker="o", ms=4,
                 color=style.scheduler_color(s), label=f"{style.scheduler_label(s)} {style.parallel_label(par)}")
     style.plain_log(ax, "x")
-    ax.set_xlabel("load (QPS, log scale)")
-    ax.set_ylabel("median TBT (s)")
+    ax.set(xlabel="load (QPS, log scale)", ylabel="median TBT (s)")
     ax.set_ylim(bottom=0)
     ax.set_title("median TBT vs load")
     ax.legend(fontsize=8)
-    fig.suptitle(f"Pipeline vs cross-node tensor parallelism, {style.MODEL_LABELS.get(model, model)} (Fig. 13 analog)", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, f"Pipeline vs cross-node tensor parallelism, {style.MODEL_LABELS.get(model, model)} "
+                             "(Fig. 13 analog)", y=1.02)

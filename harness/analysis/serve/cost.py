@@ -49,17 +49,12 @@ def matrix_cost_text(probes: pd.DataFrame) -> str:
         d = cell[(cell.index.get_level_values(0) == model) & (cell.index.get_level_values(1) == parallel)]
         return [float(d.xs(k, level="slo_kind").sum()) for k in ("strict", "relaxed") if k in d.index.get_level_values("slo_kind")]
 
-    big = []
-    for model, parallel, label in (("llama2-70b", "tp4pp2", "LLaMA2-70B TP4-PP2 on A40"), ("falcon-180b", "tp4pp2", "Falcon-180B TP4-PP2"),
-                                   ("falcon-180b", "tp8", "Falcon TP-8")):
-        v = of(model, parallel)
-        if v:
-            big.append(f"{label} {' and '.join(f'{x:.0f}' for x in v)}")
-    small = []
-    for model, label in (("yi-34b", "Yi-34B"), ("mistral-7b", "Mistral-7B")):
-        v = [float(x) for k, x in cell.items() if k[0] == model]
-        if v:
-            small.append(f"{label} {_span(v)}")
+    big = [f"{label} {' and '.join(f'{x:.0f}' for x in v)}"
+           for model, parallel, label in (("llama2-70b", "tp4pp2", "LLaMA2-70B TP4-PP2 on A40"),
+                                          ("falcon-180b", "tp4pp2", "Falcon-180B TP4-PP2"), ("falcon-180b", "tp8", "Falcon TP-8"))
+           if (v := of(model, parallel))]
+    small = [f"{label} {_span(v)}" for model, label in (("yi-34b", "Yi-34B"), ("mistral-7b", "Mistral-7B"))
+             if (v := [float(x) for k, x in cell.items() if k[0] == model])]
     p = c["probes_frame"]
     orca = c["searches_hours"][c["searches_hours"].index.get_level_values("scheduler") == "orca"]
     slow = orca[orca.index.get_level_values(0) == "llama2-70b"]

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from harness.analysis import style
 from harness.analysis.study import MissingResults
-from harness.analysis.trim import MIN_TOKENS, max_gap
+from harness.analysis.trim import by_stall
 from harness.analysis.loader import load_token_times
 
 PREFERRED_EXPERIMENTS = ("yi34b_tp2_strict", "mistral7b_strict")
@@ -22,16 +22,8 @@ def pick_stall(tokens: pd.DataFrame, baseline: str = "vllm", ours: str = "sarath
     a = tokens[tokens["scheduler"] == baseline]
     b = tokens[tokens["scheduler"] == ours]
     common = set(a["request_id"]) & set(b["request_id"])
-    a = a[a["request_id"].isin(common) & (a["token_times_s"].map(len) >= MIN_TOKENS)]
-    if a.empty:
-        return None
-    gaps = a.assign(_gap=a["token_times_s"].map(max_gap)).sort_values(["_gap", "request_id"], ascending=[False, True])
-    return int(gaps["request_id"].iloc[0]), float(gaps["_gap"].iloc[0])
-
-
-def _primary_seed(tokens: pd.DataFrame, seed) -> pd.DataFrame:
-    # Runs over several seeds save token times per seed: draw the run's own seed only.
-    return tokens[tokens["seed"] == seed] if "seed" in tokens and seed is not None and (tokens["seed"] == seed).any() else tokens
+    a = by_stall(a[a["request_id"].isin(common)])
+    return None if a.empty else (int(a["request_id"].iloc[0]), float(a["_gap"].iloc[0]))
 
 
 def choose_run(runs: pd.DataFrame, baseline: str = "vllm", ours: str = "sarathi", mode: str | None = None) -> pd.Series | None:
@@ -77,9 +69,8 @@ def _panel_timeline(ax, tokens: pd.DataFrame, rid: int, baseline: str, ours: str
             ax.annotate(f"generation stall\n{t[i + 1] - t[i]:.2f} s", xy=((t[i] + t[i + 1]) / 2, i + 1),
                         xytext=(0, -36), textcoords="offset points", fontsize=8, ha="center", va="top",
                         color="tab:red", arrowprops={"arrowstyle": "->", "lw": 1.0, "color": "tab:red"})
-    ax.set_xlabel("time since the request's first token (s)")
-    ax.set_ylabel("output tokens generated")
-    ax.set_title(f"request {rid}: token timeline" + (" (same load)" if same_load else ""))
+    ax.set(xlabel="time since the request's first token (s)", ylabel="output tokens generated",
+           title=f"request {rid}: token timeline" + (" (same load)" if same_load else ""))
     ax.legend(fontsize=8, loc="upper left")
 
 
@@ -93,9 +84,8 @@ def _panel_tbt_vs_load(ax, probes: pd.DataFrame, run: pd.Series) -> None:
     ax.axhline(float(run["slo_tbt_s"]), color="black", ls="--", lw=1, label=f"SLO {float(run['slo_tbt_s']):g} s")
     style.plain_log(ax, "x")
     style.plain_log(ax, "y")
-    ax.set_xlabel("load (QPS, log scale)")
-    ax.set_ylabel("P99 TBT (s, log scale)")
-    ax.set_title(f"P99 TBT vs load: {run['experiment']}")
+    ax.set(xlabel="load (QPS, log scale)", ylabel="P99 TBT (s, log scale)",
+           title=f"P99 TBT vs load: {run['experiment']}")
     ax.legend(fontsize=8)
 
 
@@ -106,7 +96,9 @@ def fig_stall(runs: pd.DataFrame, probes: pd.DataFrame, baseline: str = "vllm", 
     if run is None:
         raise MissingResults(f"no run with both {baseline} and {ours} (run e.g. experiment=yi34b_tp2_strict, "
                              f"or at one rate: experiment=yi34b_tp2_strict scheduler=[sarathi,vllm] search.fixed_qps=1)")
-    tokens = _primary_seed(load_token_times(run["run_dir"]), run["seed"])
+    tokens, seed = load_token_times(run["run_dir"]), run["seed"]
+    if "seed" in tokens and seed is not None and (tokens["seed"] == seed).any():  # saved per seed: the run's own only
+        tokens = tokens[tokens["seed"] == seed]
     pick = pick_stall(tokens, baseline, ours)
     if pick is None:
         raise MissingResults(f"{run['experiment']}/{run['run']}: no request with token times under both {baseline} and {ours}")
@@ -117,7 +109,5 @@ def fig_stall(runs: pd.DataFrame, probes: pd.DataFrame, baseline: str = "vllm", 
     _panel_timeline(axes[0][0], tokens, pick[0], baseline, ours, same_load)
     if cap is not None:
         _panel_tbt_vs_load(axes[0][1], probes, cap)
-    fig.suptitle(f"Generation stalls (Fig. 1 analog): {style.MODEL_LABELS.get(run['model'], run['model'])} "
-                 f"{style.parallel_label(run['parallel'])}, {style.dataset_label(run['dataset'])}", y=1.02)
-    fig.tight_layout()
-    return fig
+    return style.finish(fig, f"Generation stalls (Fig. 1 analog): {style.MODEL_LABELS.get(run['model'], run['model'])} "
+                             f"{style.parallel_label(run['parallel'])}, {style.dataset_label(run['dataset'])}", y=1.02)
