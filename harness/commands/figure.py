@@ -20,7 +20,10 @@ def launcher_words(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def figure_command(argv: list[str]) -> int:
     from harness.analysis.figures import load_inputs
+    from omegaconf import OmegaConf
+
     from harness.analysis.report import source_of, write_report
+    from harness.analysis.settings import prime
     from harness.analysis.studies import FIGURES, run_order, study_of
     from harness.commands.jobs import compose_all, launcher_params, run_configs
 
@@ -36,6 +39,7 @@ def figure_command(argv: list[str]) -> int:
         cells = run_order()  # the papers' own figures' cells first
         configs = compose_all([[*cell.overrides, f"results_dir={opts['results_dir']}", "progress=false"] for _, cell in cells],
                               n_jobs=opts["n_jobs"])
+        prime({tuple(cell.overrides): OmegaConf.to_container(cfg, resolve=True) for (_, cell), cfg in zip(cells, configs)})
         run_configs(configs, n_jobs=opts["n_jobs"], launcher=opts["launcher"], launcher_overrides=launcher_overrides,
                     groups=[study.name for study, _ in cells])
     if opts["figure"] == "all":
