@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engines.core.batch import Batch
 from engines.core.block_manager import BlockManager
 from engines.core.checks import launch, policy_broken
+from engines.core.decode_pass import decode_pass
 from engines.core.policy import Policy
 from engines.core.sequence import Sequence, SequenceStatus
 
@@ -34,6 +35,12 @@ class Engine:
         self.running: list[Sequence] = []
         self.seqs: dict[int, Sequence] = {}
         self.num_preemptions = 0  # total so far; lets a caller see whether a schedule() preempted
+        # Sequences released (preempted, finished, aborted: their KV freed) so far, and what this
+        # schedule()'s decode pass vouches for: (its decodes, `releases` after it); its batch check
+        # need not check those again while no sequence is released (decode_pass.py). A plain
+        # tuple: made every stepped iteration.
+        self.releases = 0
+        self.vouch: tuple[tuple[Sequence, ...], int] | None = None
 
     # -- requests -------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -56,6 +63,7 @@ class Engine:
         else:
             self.running.remove(seq)
         self.blocks.free(seq)
+        self.releases += 1
         seq.status = SequenceStatus.ABORTED
 
     def stop(self, seq_id: int) -> None:
@@ -88,12 +96,22 @@ class Engine:
         self.blocks.free(seq)
         seq.reset_for_recompute()
         self.num_preemptions += 1
+        self.releases += 1
         self.waiting.appendleft(seq)
+
+    def decode_pass(self) -> tuple[list[Sequence], list[Sequence], list[int]]:
+        """One KV slot for every running decode, preempting where none is free: (decodes, running
+        prefills waiting for chunks, the decodes' contexts), in priority order (decode_pass.py). The
+        engine vouches for the decodes: a batch that starts with them is checked only past them."""
+        decodes, prefills, contexts = decode_pass(self)
+        self.vouch = (tuple(decodes), self.releases)
+        return decodes, prefills, contexts
 
     # -- the step loop ----------------------------------------------------------------------
     def schedule(self) -> Batch | None:
         """The policy's batch, checked against its invariants (engines/core/checks.py) and put in
         flight; PolicyBroken names the policy when it raised or its batch breaks them."""
+        self.vouch = None  # a decode pass of this schedule() vouches anew
         try:
             batch = self.policy.schedule(self)
         except Exception as e:  # a plugin's bug: say whose, keep the cause chained
@@ -220,6 +238,7 @@ class Engine:
         seq.status = SequenceStatus.FINISHED
         self.running.remove(seq)
         self.blocks.free(seq)
+        self.releases += 1
         del self.seqs[seq.seq_id]
 
 

@@ -9,7 +9,6 @@ batch whole if it fits the remaining budget, or alone as the batch's only prefil
 from __future__ import annotations
 
 from engines.core import BasePolicy, Batch, Engine, Sequence
-from engines.schedulers.decodes import schedule_decodes
 from engines.schedulers.registry import register_policy, require_positive
 from engines.schedulers.sweep import Axis, Sweep
 
@@ -41,7 +40,7 @@ class SarathiPolicy(BasePolicy):
         return 0
 
     def schedule(self, engine: Engine) -> Batch | None:
-        decodes, prefills = schedule_decodes(engine)
+        decodes, prefills, contexts = engine.decode_pass()  # engines/core/decode_pass.py
         chunked: list[Sequence] = []
         chunks: list[int] = []
         used = len(decodes)
@@ -66,4 +65,4 @@ class SarathiPolicy(BasePolicy):
             chunks.append(chunk)
             used += chunk
             has_prefill = True
-        return Batch.mixed(decodes, chunked, chunks) if decodes or chunked else None
+        return Batch.mixed(decodes, chunked, chunks, contexts) if decodes or chunked else None
