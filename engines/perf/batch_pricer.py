@@ -142,6 +142,10 @@ class BatchPricer(DecodeRunPricing):
     def _stages(self, shape: tuple, attention: float) -> list[float]:
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = shape
         layer = linear + attention + elementwise + tp_comm
+        if not self.last:  # one stage: the loop below's operations for s = 0, in its order
+            t = ((self.layers[0] * layer) + embedding) + lm_head
+            t = max(t, cpu) if self.overlap else t + cpu
+            return [t if launches is None else t + launches[0]]
         out = []
         for s, layers in enumerate(self.layers):
             t = layers * layer
