@@ -176,6 +176,30 @@ class Engine:
             return 1
         seqs = batch.seqs
         limit = min([s.output_len - s.num_generated for s in seqs])  # remaining_output, inlined
+        return self._slots_for(seqs, limit)
+
+    def chunk_run_limit(self, batch: Batch) -> int:
+        """How many times `batch` (running decodes, then one prompt's chunk filling the policy's
+        budget) repeats: the same decodes one token each, the prompt's next chunk of the same size,
+        nothing admitted (Policy.chunk_batch_repeats). The run ends with the iteration that finishes
+        the first decode, before the chunk that would end the prompt (it makes a token: a new
+        decode), and before the iteration whose decode slots the free list could not cover. 1 where
+        the policy does not say so, or where a subclass keeps books of its own in complete() (the
+        prefix cache registers computed blocks there): those step."""
+        if type(self).complete is not Engine.complete or not self.policy.chunk_batch_repeats(self, batch):
+            return 1
+        seqs = batch.seqs
+        prompt = seqs[-1]
+        # rows whose chunk leaves some of the prompt: (left - 1) // chunk of them
+        limit = (prompt.prefill_target - prompt.num_computed - 1) // batch.new_tokens[-1]
+        decodes = seqs[:-1]
+        if decodes and limit > 1:
+            limit = self._slots_for(decodes, min(limit, min([s.output_len - s.num_generated for s in decodes])))
+        return max(limit, 1)
+
+    def _slots_for(self, seqs, limit: int) -> int:
+        """The most rows, up to `limit`, in which each of `seqs` (decodes whose first row's slot the
+        policy allocated) decodes one token a row with the free list covering its new blocks."""
         blocks = self.blocks
         if not self.kv_paged:
             return limit
@@ -216,11 +240,24 @@ class Engine:
         """
         return self._decode_run_done(batch, k, self.blocks.grow)
 
+    def complete_chunk_run(self, batch: Batch, k: int) -> tuple[Sequence, ...]:
+        """Complete `k` repetitions of a chunk-run batch at once (1 <= k <= chunk_run_limit): its
+        decodes as complete_decode_run, its prompt k chunks further (no token: the run stops before
+        the prompt's last chunk). Exactly what k alternating schedule()/complete() calls would do."""
+        prompt = batch.seqs[-1]
+        prompt.in_flight = False
+        prompt.num_computed += k * batch.new_tokens[-1]
+        return self._decodes_done(batch.seqs[:-1], k, self.blocks.grow)
+
     def _decode_run_done(self, batch: Batch, k: int, grow) -> tuple[Sequence, ...]:
         """complete_decode_run, each sequence's KV grown by `grow` first (None: already grown)."""
+        return self._decodes_done(batch.seqs, k, grow)
+
+    def _decodes_done(self, seqs, k: int, grow) -> tuple[Sequence, ...]:
+        """`k` decode tokens for each of `seqs`, its KV grown by `grow` first (None: already grown)."""
         finished = []
         bs = self.blocks.block_size
-        for seq in batch.seqs:
+        for seq in seqs:
             seq.in_flight = False
             computed = seq.num_computed + k
             # grow only where the table does not cover the run (where it does, grow takes nothing)

@@ -39,6 +39,16 @@ class SarathiPolicy(BasePolicy):
             return seq.remaining_prefill
         return 0
 
+    def chunk_batch_repeats(self, engine: Engine, batch: Batch) -> bool:
+        """Chunked, with this class's own schedule (a subclass scheduling its own way says for
+        itself), a batch of decodes then one chunk, the budget full: the next schedule() walks the
+        same decodes (none finished, each given a slot: Engine.chunk_run_limit), gives the same
+        prompt, the first running prefill, min(what is left, budget - decodes) tokens, the same
+        chunk while more than that is left, and admits nothing (no room left for a chunk)."""
+        is_prefill = batch.is_prefill
+        return (self.chunked_prefill and type(self).schedule is SarathiPolicy.schedule and is_prefill[-1]
+                and is_prefill.count(True) == 1 and sum(batch.new_tokens) == self.token_budget)
+
     def schedule(self, engine: Engine) -> Batch | None:
         decodes, prefills, contexts = engine.decode_pass()  # engines/core/decode_pass.py
         chunked: list[Sequence] = []
