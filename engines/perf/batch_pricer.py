@@ -35,6 +35,7 @@ from .vllm_releases import padded
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
 _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
+_NEGATIVE = "new_tokens and context_lens must be >= 0"
 
 
 class BatchPricer(DecodeRunPricing):
@@ -188,8 +189,8 @@ class BatchPricer(DecodeRunPricing):
             raise HarnessError(f"new_tokens shape ({b},) != context_lens shape ({len(context_lens)},)")
         if not b:
             return [0.0] * len(self.layers)
-        if min(new_tokens) < 0 or min(context_lens) < 0:
-            raise HarnessError("new_tokens and context_lens must be >= 0")
+        if min(context_lens) < 0:  # (a negative new_tokens is refused where it is met, below: not a 1)
+            raise HarnessError(_NEGATIVE)
         ones = new_tokens.count(1)
         units = 0.0
         mixed = False  # a prefill chunk shares the step: decodes pay the varlen call's tile (kernels.py)
@@ -203,10 +204,12 @@ class BatchPricer(DecodeRunPricing):
             else:
                 decodes = [c for n, c in zip(new_tokens, context_lens) if n == 1]
                 rest = zip(new_tokens, context_lens)
-            for n, c in rest:
+            for n, c in rest:  # every item that is not a 1 is met here
                 if n > 1:
                     mixed = True
                     units += self._prefill_units(float(n), float(c))
+                elif n < 0:
+                    raise HarnessError(_NEGATIVE)
             seqs = b - new_tokens.count(0)
             if not seqs:
                 return [0.0] * len(self.layers)
