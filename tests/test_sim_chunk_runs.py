@@ -120,3 +120,18 @@ def test_a_chunk_run_ends_where_the_free_list_does():
         _step_the_claim(engine, batch, k)
         engine.blocks.free(tenant)
     assert cut > 5
+
+
+@pytest.mark.parametrize("name", ["yi-tp2", "mistral-window", "llama70-tp4pp2-a40", "mixtral-fp8-v1"])
+def test_a_chunk_runs_rows_are_priced_as_stepping_prices_them(name):
+    """PerfModel.chunk_run_times row i is iteration_time of the batch i rows on, bit for bit."""
+    from tests.test_perf_pricer import MODELS
+    model = MODELS[name]
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        d, chunk, k = int(rng.integers(0, 40)), int(rng.integers(2, 600)), int(rng.integers(1, 12))
+        ctx = tuple(int(c) for c in rng.integers(1, 6000, d)) + (int(rng.integers(0, 4000)),)
+        new = (1,) * d + (chunk,)
+        want = [model.iteration_time(new, tuple(c + i for c in ctx[:-1]) + (ctx[-1] + i * chunk,)) for i in range(k)]
+        assert model.chunk_run_times(new, ctx, k) == want
+    assert model.chunk_run_times((1, 1), (5, 6), 3) is None  # decode-only: not a chunk run's batch

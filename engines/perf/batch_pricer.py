@@ -218,6 +218,29 @@ class BatchPricer(DecodeRunPricing):
             units += self._mixed_decode_units(decodes) if mixed and self.mixed_rows else self._decode_units_of(decodes)
         return self._stages(self._shape(tokens, seqs), units * ops.TIME_QUANTUM_S)
 
+    def chunk_run_times(self, new_tokens: tuple, context_lens: tuple, k: int) -> list[float] | None:
+        """The slowest stage of each of k rows of a chunk run (the simulator's _chunk_run): row i is
+        the batch of decodes (one token each) then one chunk of n > 1 tokens, each decode's context
+        + i and the chunk's + i * n. Per row, stage_times' operations in its order; what is the same
+        in every row (the checks, the counts, the shape) once. None where the batch is not so."""
+        chunk = new_tokens[-1]
+        d = len(new_tokens) - 1
+        if chunk <= 1 or new_tokens.count(1) != d or len(context_lens) != d + 1 or min(context_lens) < 0:
+            return None
+        decodes, prompt = context_lens[:-1], context_lens[-1]
+        shape = self._shape(d + chunk, d + 1)  # (tokens, sequences) of every row: sum(new_tokens), b
+        n = float(chunk)
+        decode_units = (self._mixed_decode_units if self.mixed_rows else self._decode_units_of) if d else None
+        prefill_units, stages, q = self._prefill_units, self._stages, ops.TIME_QUANTUM_S
+        out = []
+        for i in range(k):
+            units = 0.0
+            units += prefill_units(n, float(prompt + i * chunk))
+            if decode_units is not None:
+                units += decode_units([c + i for c in decodes] if i else decodes)
+            out.append(max(stages(shape, units * q)))
+        return out
+
     def _decode_units_of(self, decodes) -> float:
         """Attention units of a batch's decodes: theirs from the table, the call's fixed cost, and
         what the split-KV critical path adds (split_kv.DecodeCall.row_units, term for term)."""

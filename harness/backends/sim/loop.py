@@ -284,16 +284,27 @@ def _chunk_run(engine: Engine, batch: Batch, k: int, timer: FastTimer, line: Tim
     Each row is priced as stepping prices it (the same call on the same new tokens and contexts)
     and its end summed from the one before; a row starting at or after `stop` is not run."""
     new_tokens, first = batch.new_tokens, batch.context_lens
-    contexts, prompt = first[:-1], first[-1]
-    chunk = new_tokens[-1]
-    price = timer.iteration_time
-    end = t + price(new_tokens, first)
-    ends = [end]
-    for i in range(1, k):
-        if end >= stop:
-            break
-        end = end + price(new_tokens, tuple([c + i for c in contexts]) + (prompt + i * chunk,))
-        ends.append(end)
+    rows = getattr(timer, "chunk_run_times", None)  # optional (timer.py): every row in one call
+    dts = rows(new_tokens, first, k) if rows is not None else None
+    if dts is not None:
+        end = t + dts[0]
+        ends = [end]
+        for i in range(1, k):
+            if end >= stop:
+                break
+            end = end + dts[i]
+            ends.append(end)
+    else:
+        contexts, prompt = first[:-1], first[-1]
+        chunk = new_tokens[-1]
+        price = timer.iteration_time
+        end = t + price(new_tokens, first)
+        ends = [end]
+        for i in range(1, k):
+            if end >= stop:
+                break
+            end = end + price(new_tokens, tuple([c + i for c in contexts]) + (prompt + i * chunk,))
+            ends.append(end)
     finished = engine.complete_chunk_run(batch, len(ends))
     line.tokens_run(batch.seqs[:-1], ends)
     return end, finished
