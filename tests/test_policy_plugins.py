@@ -156,12 +156,13 @@ def test_a_policy_is_the_whole_protocol(scratch_registry):
 
         def schedule(self, engine): ...
     with pytest.raises(TypeError, match="Bare lacks max_batch_tokens, max_micro_batch_seqs, vllm_flags, check_kv, "
-                                        "decode_batch_repeats of engines.core.Policy"):
+                                        "decode_batch_repeats, chunk_batch_repeats of engines.core.Policy"):
         make_policy(SchedulerConfig("bare"), MAX_LEN)
     register_policy("based")(type("Based", (BasePolicy, Bare), {}))
     policy = make_policy(SchedulerConfig("based"), MAX_LEN)
     assert (policy.max_batch_tokens, policy.max_micro_batch_seqs, policy.vllm_flags) == (None, None, ())
     assert policy.decode_batch_repeats(None) and policy.check_kv(1, 2) is None
+    assert not policy.chunk_batch_repeats(None, None)  # chunk runs: only where a policy knows (Sarathi)
 
 
 def test_the_vllm_exporter_and_the_planner_ask_the_policy(scratch_registry):

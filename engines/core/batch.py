@@ -25,15 +25,21 @@ class Batch:
         )
 
     @staticmethod
-    def mixed(decodes: list[Sequence], prefills: list[Sequence], chunks: list[int]) -> Batch:
+    def mixed(decodes: list[Sequence], prefills: list[Sequence], chunks: list[int],
+              decode_contexts: list[int] | None = None) -> Batch:
         """`build` of decodes (one token each, past their prefill) followed by prefill chunks, made
-        without a pair per item (the Sarathi-style schedulers build one every iteration)."""
+        without a pair per item (the Sarathi-style schedulers build one every iteration).
+        `decode_contexts`: the decodes' num_computed, where the caller has them (Engine.decode_pass)."""
         seqs = tuple(decodes + prefills)
         d = len(decodes)
+        if decode_contexts is None:
+            contexts = tuple([s.num_computed for s in seqs])
+        else:
+            contexts = tuple(decode_contexts + [s.num_computed for s in prefills])
         return Batch(
             seqs=seqs,
             new_tokens=(1,) * d + tuple(chunks),
-            context_lens=tuple([s.num_computed for s in seqs]),
+            context_lens=contexts,
             is_prefill=(False,) * d + tuple([s.num_computed < s.prefill_target for s in prefills]),
         )
 

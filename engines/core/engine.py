@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engines.core.batch import Batch
 from engines.core.block_manager import BlockManager
 from engines.core.checks import launch, policy_broken
+from engines.core.decode_pass import decode_pass
 from engines.core.policy import Policy
 from engines.core.sequence import Sequence, SequenceStatus
 
@@ -34,6 +35,12 @@ class Engine:
         self.running: list[Sequence] = []
         self.seqs: dict[int, Sequence] = {}
         self.num_preemptions = 0  # total so far; lets a caller see whether a schedule() preempted
+        # Sequences released (preempted, finished, aborted: their KV freed) so far, and what this
+        # schedule()'s decode pass vouches for: (its decodes, `releases` after it); its batch check
+        # need not check those again while no sequence is released (decode_pass.py). A plain
+        # tuple: made every stepped iteration.
+        self.releases = 0
+        self.vouch: tuple[tuple[Sequence, ...], int] | None = None
 
     # -- requests -------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -56,6 +63,7 @@ class Engine:
         else:
             self.running.remove(seq)
         self.blocks.free(seq)
+        self.releases += 1
         seq.status = SequenceStatus.ABORTED
 
     def stop(self, seq_id: int) -> None:
@@ -88,12 +96,22 @@ class Engine:
         self.blocks.free(seq)
         seq.reset_for_recompute()
         self.num_preemptions += 1
+        self.releases += 1
         self.waiting.appendleft(seq)
+
+    def decode_pass(self) -> tuple[list[Sequence], list[Sequence], list[int]]:
+        """One KV slot for every running decode, preempting where none is free: (decodes, running
+        prefills waiting for chunks, the decodes' contexts), in priority order (decode_pass.py). The
+        engine vouches for the decodes: a batch that starts with them is checked only past them."""
+        decodes, prefills, contexts = decode_pass(self)
+        self.vouch = (tuple(decodes), self.releases)
+        return decodes, prefills, contexts
 
     # -- the step loop ----------------------------------------------------------------------
     def schedule(self) -> Batch | None:
         """The policy's batch, checked against its invariants (engines/core/checks.py) and put in
         flight; PolicyBroken names the policy when it raised or its batch breaks them."""
+        self.vouch = None  # a decode pass of this schedule() vouches anew
         try:
             batch = self.policy.schedule(self)
         except Exception as e:  # a plugin's bug: say whose, keep the cause chained
@@ -158,6 +176,30 @@ class Engine:
             return 1
         seqs = batch.seqs
         limit = min([s.output_len - s.num_generated for s in seqs])  # remaining_output, inlined
+        return self._slots_for(seqs, limit)
+
+    def chunk_run_limit(self, batch: Batch) -> int:
+        """How many times `batch` (running decodes, then one prompt's chunk filling the policy's
+        budget) repeats: the same decodes one token each, the prompt's next chunk of the same size,
+        nothing admitted (Policy.chunk_batch_repeats). The run ends with the iteration that finishes
+        the first decode, before the chunk that would end the prompt (it makes a token: a new
+        decode), and before the iteration whose decode slots the free list could not cover. 1 where
+        the policy does not say so, or where a subclass keeps books of its own in complete() (the
+        prefix cache registers computed blocks there): those step."""
+        if type(self).complete is not Engine.complete or not self.policy.chunk_batch_repeats(self, batch):
+            return 1
+        seqs = batch.seqs
+        prompt = seqs[-1]
+        # rows whose chunk leaves some of the prompt: (left - 1) // chunk of them
+        limit = (prompt.prefill_target - prompt.num_computed - 1) // batch.new_tokens[-1]
+        decodes = seqs[:-1]
+        if decodes and limit > 1:
+            limit = self._slots_for(decodes, min(limit, min([s.output_len - s.num_generated for s in decodes])))
+        return max(limit, 1)
+
+    def _slots_for(self, seqs, limit: int) -> int:
+        """The most rows, up to `limit`, in which each of `seqs` (decodes whose first row's slot the
+        policy allocated) decodes one token a row with the free list covering its new blocks."""
         blocks = self.blocks
         if not self.kv_paged:
             return limit
@@ -198,11 +240,24 @@ class Engine:
         """
         return self._decode_run_done(batch, k, self.blocks.grow)
 
+    def complete_chunk_run(self, batch: Batch, k: int) -> tuple[Sequence, ...]:
+        """Complete `k` repetitions of a chunk-run batch at once (1 <= k <= chunk_run_limit): its
+        decodes as complete_decode_run, its prompt k chunks further (no token: the run stops before
+        the prompt's last chunk). Exactly what k alternating schedule()/complete() calls would do."""
+        prompt = batch.seqs[-1]
+        prompt.in_flight = False
+        prompt.num_computed += k * batch.new_tokens[-1]
+        return self._decodes_done(batch.seqs[:-1], k, self.blocks.grow)
+
     def _decode_run_done(self, batch: Batch, k: int, grow) -> tuple[Sequence, ...]:
         """complete_decode_run, each sequence's KV grown by `grow` first (None: already grown)."""
+        return self._decodes_done(batch.seqs, k, grow)
+
+    def _decodes_done(self, seqs, k: int, grow) -> tuple[Sequence, ...]:
+        """`k` decode tokens for each of `seqs`, its KV grown by `grow` first (None: already grown)."""
         finished = []
         bs = self.blocks.block_size
-        for seq in batch.seqs:
+        for seq in seqs:
             seq.in_flight = False
             computed = seq.num_computed + k
             # grow only where the table does not cover the run (where it does, grow takes nothing)
@@ -220,6 +275,7 @@ class Engine:
         seq.status = SequenceStatus.FINISHED
         self.running.remove(seq)
         self.blocks.free(seq)
+        self.releases += 1
         del self.seqs[seq.seq_id]
 
 

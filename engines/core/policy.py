@@ -31,6 +31,13 @@ class Policy(Protocol):
         """Would the decode-only batch it just returned be returned again, with the same sequences,
         while nothing arrives or finishes? (The simulator then fast-forwards the run.)"""
 
+    def chunk_batch_repeats(self, engine: Engine, batch: Batch) -> bool:
+        """Is `batch`, which it just returned, its running decodes and then one prompt's chunk that
+        fills its budget, one it returns again (the same decodes, the prompt's next chunk of the
+        same size, nothing admitted, whatever arrives) while no decode finishes or lacks a KV slot
+        and more than a chunk of the prompt is left? (The simulator then fast-forwards the run:
+        Engine.chunk_run_limit.)"""
+
 
 def missing_members(policy: object) -> list[str]:
     """What of `Policy` the object lacks (the registry names it when a policy is built)."""
@@ -42,7 +49,7 @@ class BasePolicy:
     """The defaults: paged KV, no token limit beyond its batch's prompts, no micro-batch cap, no
     KV check, no extra vLLM flags, and decode batches that repeat, which holds for FCFS admission
     that stops at the first request that does not fit (a policy admitting in another order says
-    otherwise, as shortest_prompt_first and chunked_only do)."""
+    otherwise, as shortest_prompt_first and chunked_only do); no chunk runs (chunk_batch_repeats)."""
 
     reserves_kv = False
     max_batch_tokens: int | None = None
@@ -54,3 +61,6 @@ class BasePolicy:
 
     def decode_batch_repeats(self, engine: Engine) -> bool:
         return True
+
+    def chunk_batch_repeats(self, engine: Engine, batch: Batch) -> bool:
+        return False  # a policy says so only where it knows (SarathiPolicy)

@@ -110,6 +110,11 @@ class PerfModel:
             return self._row_stage_times(new_tokens, context_lens)
         return self.stage_times(np.asarray(new_tokens), np.asarray(context_lens)).tolist()
 
+    def chunk_run_times(self, new_tokens: tuple, context_lens: tuple, k: int) -> list[float] | None:
+        """iteration_time of each of k rows of a chunk run (BatchPricer.chunk_run_times); None where
+        this model prices its components its own way or the batch is not one."""
+        return self._pricer.chunk_run_times(new_tokens, context_lens, k) if self._scalar_rows else None
+
     def decode_time_floor(self, batch_size: int) -> float | None:
         """A lower bound of iteration_time for any decode-only batch of `batch_size` sequences
         (BatchPricer.decode_floor); None where this model prices its components its own way."""

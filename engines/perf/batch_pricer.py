@@ -35,6 +35,7 @@ from .vllm_releases import padded
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
 _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
+_NEGATIVE = "new_tokens and context_lens must be >= 0"
 
 
 class BatchPricer(DecodeRunPricing):
@@ -142,6 +143,10 @@ class BatchPricer(DecodeRunPricing):
     def _stages(self, shape: tuple, attention: float) -> list[float]:
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = shape
         layer = linear + attention + elementwise + tp_comm
+        if not self.last:  # one stage: the loop below's operations for s = 0, in its order
+            t = ((self.layers[0] * layer) + embedding) + lm_head
+            t = max(t, cpu) if self.overlap else t + cpu
+            return [t if launches is None else t + launches[0]]
         out = []
         for s, layers in enumerate(self.layers):
             t = layers * layer
@@ -184,8 +189,8 @@ class BatchPricer(DecodeRunPricing):
             raise HarnessError(f"new_tokens shape ({b},) != context_lens shape ({len(context_lens)},)")
         if not b:
             return [0.0] * len(self.layers)
-        if min(new_tokens) < 0 or min(context_lens) < 0:
-            raise HarnessError("new_tokens and context_lens must be >= 0")
+        if min(context_lens) < 0:  # (a negative new_tokens is refused where it is met, below: not a 1)
+            raise HarnessError(_NEGATIVE)
         ones = new_tokens.count(1)
         units = 0.0
         mixed = False  # a prefill chunk shares the step: decodes pay the varlen call's tile (kernels.py)
@@ -199,10 +204,12 @@ class BatchPricer(DecodeRunPricing):
             else:
                 decodes = [c for n, c in zip(new_tokens, context_lens) if n == 1]
                 rest = zip(new_tokens, context_lens)
-            for n, c in rest:
+            for n, c in rest:  # every item that is not a 1 is met here
                 if n > 1:
                     mixed = True
                     units += self._prefill_units(float(n), float(c))
+                elif n < 0:
+                    raise HarnessError(_NEGATIVE)
             seqs = b - new_tokens.count(0)
             if not seqs:
                 return [0.0] * len(self.layers)
@@ -210,6 +217,29 @@ class BatchPricer(DecodeRunPricing):
         if ones:
             units += self._mixed_decode_units(decodes) if mixed and self.mixed_rows else self._decode_units_of(decodes)
         return self._stages(self._shape(tokens, seqs), units * ops.TIME_QUANTUM_S)
+
+    def chunk_run_times(self, new_tokens: tuple, context_lens: tuple, k: int) -> list[float] | None:
+        """The slowest stage of each of k rows of a chunk run (the simulator's _chunk_run): row i is
+        the batch of decodes (one token each) then one chunk of n > 1 tokens, each decode's context
+        + i and the chunk's + i * n. Per row, stage_times' operations in its order; what is the same
+        in every row (the checks, the counts, the shape) once. None where the batch is not so."""
+        chunk = new_tokens[-1]
+        d = len(new_tokens) - 1
+        if chunk <= 1 or new_tokens.count(1) != d or len(context_lens) != d + 1 or min(context_lens) < 0:
+            return None
+        decodes, prompt = context_lens[:-1], context_lens[-1]
+        shape = self._shape(d + chunk, d + 1)  # (tokens, sequences) of every row: sum(new_tokens), b
+        n = float(chunk)
+        decode_units = (self._mixed_decode_units if self.mixed_rows else self._decode_units_of) if d else None
+        prefill_units, stages, q = self._prefill_units, self._stages, ops.TIME_QUANTUM_S
+        out = []
+        for i in range(k):
+            units = 0.0
+            units += prefill_units(n, float(prompt + i * chunk))
+            if decode_units is not None:
+                units += decode_units([c + i for c in decodes] if i else decodes)
+            out.append(max(stages(shape, units * q)))
+        return out
 
     def _decode_units_of(self, decodes) -> float:
         """Attention units of a batch's decodes: theirs from the table, the call's fixed cost, and

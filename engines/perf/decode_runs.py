@@ -43,6 +43,19 @@ class DecodeRunPricing:
     def _start_runs(self) -> None:
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
         self._kernel: Callable | None | bool = False  # decode_run_times' compiled run: False, not looked up yet
+        self._steps: dict[tuple[int, int], np.ndarray] = {}  # _row_steps', per (lo, hi)
+
+    def _row_steps(self, lo: int, hi: int) -> np.ndarray:
+        """(hi - lo, 1) int64 steps lo..hi-1: a run's contexts are base + these (broadcast). Kept per
+        (lo, hi), read-only: most runs are a few rows from 0, and an arange and two views cost
+        more than the run's own gather."""
+        got = self._steps.get((lo, hi))
+        if got is None:
+            got = np.arange(lo, hi, dtype=np.int64)[:, None]
+            got.flags.writeable = False
+            if len(self._steps) < 4096:
+                self._steps[(lo, hi)] = got
+        return got
 
     def decode_run_stages(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, pp) stage seconds of decode-only iterations lo..hi-1 of a run whose iteration 0
@@ -119,7 +132,7 @@ class DecodeRunPricing:
         b = len(base)
         seqs = float(b)
         splits, n_blocks, waves = self._one_split(b, longest + lo)
-        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+        ctx = base + self._row_steps(lo, hi)  # (k, b): row i, contexts base + lo + i
         units, keys, blocks = np.add.reduce(self._run_table(splits).take(ctx, axis=1), axis=-1)  # each (k,), fresh
         split = float(splits)
         # In place, each of _run_units' operations, a few with their operands swapped (exact).
@@ -157,7 +170,7 @@ class DecodeRunPricing:
         b = len(base)
         seqs = float(b)
         splits, n_blocks, waves = self._one_split(b, longest + lo)
-        ctx = base[None, :] + np.arange(lo, hi, dtype=np.int64)[:, None]
+        ctx = base + self._row_steps(lo, hi)  # (k, b): row i, contexts base + lo + i
         units, keys, blocks = np.add.reduce(self._run_table(splits).take(ctx, axis=1), axis=-1).tolist()
         split = float(splits)
         per_cta = max(seqs, 1.0)

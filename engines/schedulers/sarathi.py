@@ -9,7 +9,6 @@ batch whole if it fits the remaining budget, or alone as the batch's only prefil
 from __future__ import annotations
 
 from engines.core import BasePolicy, Batch, Engine, Sequence
-from engines.schedulers.decodes import schedule_decodes
 from engines.schedulers.registry import register_policy, require_positive
 from engines.schedulers.sweep import Axis, Sweep
 
@@ -40,8 +39,18 @@ class SarathiPolicy(BasePolicy):
             return seq.remaining_prefill
         return 0
 
+    def chunk_batch_repeats(self, engine: Engine, batch: Batch) -> bool:
+        """Chunked, with this class's own schedule (a subclass scheduling its own way says for
+        itself), a batch of decodes then one chunk, the budget full: the next schedule() walks the
+        same decodes (none finished, each given a slot: Engine.chunk_run_limit), gives the same
+        prompt, the first running prefill, min(what is left, budget - decodes) tokens, the same
+        chunk while more than that is left, and admits nothing (no room left for a chunk)."""
+        is_prefill = batch.is_prefill
+        return (self.chunked_prefill and type(self).schedule is SarathiPolicy.schedule and is_prefill[-1]
+                and is_prefill.count(True) == 1 and sum(batch.new_tokens) == self.token_budget)
+
     def schedule(self, engine: Engine) -> Batch | None:
-        decodes, prefills = schedule_decodes(engine)
+        decodes, prefills, contexts = engine.decode_pass()  # engines/core/decode_pass.py
         chunked: list[Sequence] = []
         chunks: list[int] = []
         used = len(decodes)
@@ -66,4 +75,4 @@ class SarathiPolicy(BasePolicy):
             chunks.append(chunk)
             used += chunk
             has_prefill = True
-        return Batch.mixed(decodes, chunked, chunks) if decodes or chunked else None
+        return Batch.mixed(decodes, chunked, chunks, contexts) if decodes or chunked else None

@@ -107,15 +107,21 @@ class SimRun:
         sequence): all known up front here; a mixin whose finishes release arrivals plans its own."""
         self.order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i))
         self.arrivals = np.array([requests[i].arrival_s for i in self.order], dtype=np.float64)
+        # The same times as Python floats, for the loop's test every iteration (a numpy scalar's
+        # read and compare cost ~10x a float's). This run's own admit_arrivals and next_arrival read
+        # them; a cluster's instances read `arrivals` (disagg.py moves a decode's arrival there).
+        self._arrival_list = self.arrivals.tolist()
         # Engine sequence ids are arrival ranks, so "lower id" means "arrived earlier" (FCFS).
         self.seqs = [sim_sequence(rank, requests[i], block_size) for rank, i in enumerate(self.order)]
 
     @property
     def next_arrival(self) -> float:
-        return float(self.arrivals[self.next]) if self.next < len(self.arrivals) else np.inf
+        times = self._arrival_list
+        return times[self.next] if self.next < len(times) else np.inf
 
     def admit_arrivals(self, t: float) -> None:
-        while self.next < len(self.arrivals) and self.arrivals[self.next] <= t:
+        times = self._arrival_list
+        while self.next < len(times) and times[self.next] <= t:
             self.engine.add(self.seqs[self.next])
             self.next += 1
 
@@ -247,8 +253,12 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
         run.started(batch, t)
         # A schedule() that preempted freed blocks a prefill-first policy had not seen when it
         # decided not to admit: the next decision may differ, so that iteration is stepped.
-        if fast_forward and tier is None and batch.is_decode_only and engine.num_preemptions == preemptions_before:
+        runs = fast_forward and tier is None and engine.num_preemptions == preemptions_before
+        if runs and batch.is_decode_only:
             t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, stop, log)
+        elif runs and log is None and watch is None and halt is None and (k := engine.chunk_run_limit(batch)) > 1:
+            # (stepped where a log wants each iteration, or a watch or halt may stop between them)
+            t, finished = _chunk_run(engine, batch, k, timer, run.line, t, stop)
         else:
             start = t
             dt = timer.iteration_time(batch.new_tokens, batch.context_lens)
@@ -266,6 +276,38 @@ def _one_iteration(engine: Engine, batch: Batch, line: Timeline, t: float, dt: f
     out = engine.complete(batch)
     line.tokens_at(out.produced, t_end)
     return t_end, out.finished
+
+
+def _chunk_run(engine: Engine, batch: Batch, k: int, timer: FastTimer, line: Timeline, t: float, stop: float):
+    """Advance up to `k` (> 1, Engine.chunk_run_limit) iterations repeating `batch`, its decodes
+    one context further and its chunk one chunk further each row; returns (end time, finished).
+    Each row is priced as stepping prices it (the same call on the same new tokens and contexts)
+    and its end summed from the one before; a row starting at or after `stop` is not run."""
+    new_tokens, first = batch.new_tokens, batch.context_lens
+    rows = getattr(timer, "chunk_run_times", None)  # optional (timer.py): every row in one call
+    dts = rows(new_tokens, first, k) if rows is not None else None
+    if dts is not None:
+        end = t + dts[0]
+        ends = [end]
+        for i in range(1, k):
+            if end >= stop:
+                break
+            end = end + dts[i]
+            ends.append(end)
+    else:
+        contexts, prompt = first[:-1], first[-1]
+        chunk = new_tokens[-1]
+        price = timer.iteration_time
+        end = t + price(new_tokens, first)
+        ends = [end]
+        for i in range(1, k):
+            if end >= stop:
+                break
+            end = end + price(new_tokens, tuple([c + i for c in contexts]) + (prompt + i * chunk,))
+            ends.append(end)
+    finished = engine.complete_chunk_run(batch, len(ends))
+    line.tokens_run(batch.seqs[:-1], ends)
+    return end, finished
 
 
 def _decode_run(

@@ -51,6 +51,9 @@ class FastTimer(IterationTimer, Protocol):
     # iteration_time prices one batch (so a run's first row is its first iteration's time).
     # alone_decode_times(top) -> list[float] | None, per context c (0..top at least) the
     # decode_run_times row of one sequence at c: a lone sequence's run is a slice of it.
+    # chunk_run_times(new_tokens, context_lens, k) -> list[float] | None, iteration_time of each
+    # row of a chunk run (loop._chunk_run): row i the batch's decodes i contexts on, its chunk i
+    # chunks on; None: priced row by row with iteration_time.
 
 
 _FAST = ("iteration_time", "iteration_stage_times", "decode_run_times", "decode_run_stage_times")
@@ -91,6 +94,9 @@ class _ArrayTimer:
 
     def alone_decode_times(self, top):
         return None  # (nor a per-context table)
+
+    def chunk_run_times(self, new_tokens, context_lens, k):
+        return None  # (row by row: iteration_time)
 
     def decode_run_stage_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)
