@@ -17,7 +17,8 @@ took its previous turn's slice back parks under that group's id, whose marks its
 still carry, and marks only the blocks after them (its own). An id is in `groups` only while
 its group is parked, and then exactly its parked blocks carry it: a take-back that leaves blocks
 in the group moves those to a fresh id, a block leaving a group singly (a stranger's hit,
-eviction, the free list) is unmarked, and a turn freed otherwise retires its id for good.
+eviction, the free list) is unmarked, and a turn freed otherwise retires its id for good (as does
+a group whose blocks all leave it at once, `unpark`: they keep its id, which no group has again).
 
 `ParkedTurns` owns that state: `by_key` (groups oldest first), `groups` (the same by id),
 `blocks` (parked, over all groups), `mark`, `oldest` (the first group's key), `live` (by id, the
@@ -112,11 +113,20 @@ class ParkedTurns:
         return p if p is not None and p.table is hint else None
 
     def unpark(self, blocks: list[int]) -> None:
-        """Take parked `blocks` out of their groups singly (a stranger's hits, or a hint's past a
-        group's slice): their references, the groups', are now the hitter's. An admission's at
-        once: a session's first turn hits a system prompt's blocks parked by the turn before (a
-        fleet's replica-day unparks millions), and no other hit's branch reads a group's count."""
+        """Take parked `blocks` out of their groups singly (a stranger's hits,
+        or a hint's past a group's slice): their references, the groups', are now the hitter's. An
+        admission's at once: a session's first turn hits a system prompt's blocks parked by the turn
+        before (a fleet's replica-day unparks millions), and no other hit's branch reads a group's
+        count. Where they are all of one group's blocks (a turn that shared a system prompt, parked
+        by park_rest, read back whole by its next turn), the group goes at once, its blocks keeping
+        its id as their mark: an id no group will have again."""
         groups, mark = self.groups, self.mark
+        p = groups[mark[blocks[0]]] if blocks else None
+        if p is not None and p.live == len(blocks) and list(map(mark.__getitem__, blocks)).count(p.id) == len(blocks):
+            self.blocks -= len(blocks)
+            p.live = 0
+            self._drop(p)
+            return
         for b in blocks:
             p = groups[mark[b]]
             mark[b] = -1
