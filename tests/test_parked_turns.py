@@ -102,26 +102,27 @@ def test_parked_turns_make_the_per_block_books_decisions(seed, num_blocks, tier)
 
 def test_the_stream_parks_turns_evicts_from_them_and_takes_blocks_out_singly(monkeypatch):
     """The differential test above reaches every path of a parked group (a guard that it stays able to fail)."""
-    seen = {"park": 0, "evict": 0, "evict_one": 0, "unpark": 0, "take_back": 0}
+    seen = {"park": 0, "park_shared": 0, "evict": 0, "evict_one": 0, "unpark": 0, "take_back": 0}
     for name in seen:
         method = getattr(ParkedTurns, name)
 
         def counted(self, *args, _m=method, _n=name):
             out = _m(self, *args)
-            seen[_n] += _n != "take_back" or bool(out)
+            seen[_n] += _n != "take_back" or bool(out[1])
+            shortcuts["led"] += _n == "take_back" and out[0] > 0  # a slice past a shared lead
             return out
         monkeypatch.setattr(ParkedTurns, name, counted)
-    shortcuts = {"unhit": 0, "unregistered": 0, "flagged": 0}  # the reads a parked turn's next turn skips
+    shortcuts = {"unhit": 0, "unregistered": 0, "flagged": 0, "led": 0}  # the reads a parked turn's next turn skips
     held_alone, park = ParkedTurns.held_alone, ParkedTurns.park
 
-    def alone(self, table, unhit):
+    def alone(self, table, start, unhit):
         shortcuts["unhit"] += unhit > 0
         shortcuts["flagged"] += any(t.shared for t in self.live.values())
-        return held_alone(self, table, unhit)
+        return held_alone(self, table, start, unhit)
 
-    def parking(self, seq, key, taken):
+    def parking(self, seq, key, taken, start=0):
         shortcuts["unregistered"] += seq.blocks_unregistered > 0
-        return park(self, seq, key, taken)
+        return park(self, seq, key, taken, start)
     monkeypatch.setattr(ParkedTurns, "held_alone", alone)
     monkeypatch.setattr(ParkedTurns, "park", parking)
     for seed in range(20):
