@@ -197,3 +197,32 @@ def test_a_turn_sharing_a_block_past_its_first_is_not_parked():
         blocks.audit([other.block_table, third.block_table])
         books.append((blocks.evictable_order(), list(blocks._free), third.block_table[:]))
     assert books[0] == books[1]
+
+
+def test_a_turn_past_a_shared_lead_is_taken_back_past_it():
+    """A conversation's turn whose first block a stranger still holds (a shared system prompt) is
+    parked past that block (park_shared), and its next turn takes the rest back as one slice, the
+    shared block singly: the same books as freeing block by block."""
+    books = []
+    for parks in (True, False):
+        blocks = PrefixCachingBlockManager(20, BS, watermark=0.0)
+        blocks.parks_turns = parks
+        turn1 = Sequence(0, 12, 1, Segments(((1, 4), (2, 8), (3, 1)), BS, continued=True))
+        blocks.admit(turn1)
+        turn1.num_computed = 12
+        blocks.register(turn1)
+        stranger = Sequence(1, 8, 4, Segments(((1, 4), (9, 4), (4, 4)), BS))  # the same first block (the prompt)
+        blocks.admit(stranger)
+        assert stranger.block_table[0] == turn1.block_table[0]
+        turn1.num_computed = 13
+        blocks.free(turn1)  # its first block still the stranger's: parked past it
+        turn2 = Sequence(2, 17, 1, Segments(((1, 4), (2, 8), (3, 1), (5, 4), (6, 1)), BS, after=turn1.tokens,
+                                            continued=True))
+        hint = turn2.tokens.hint[:]
+        assert blocks.lookup(turn2) == hint[:3]
+        blocks.admit(turn2)
+        if parks:
+            assert (turn2.tokens.taken, blocks.parked._starts) == (3, {turn2.tokens.group: 1})  # a slice past the lead
+        blocks.audit([stranger.block_table, turn2.block_table])
+        books.append((blocks.evictable_order(), list(blocks._free), turn2.block_table[:], blocks._ref[:]))
+    assert books[0] == books[1]
