@@ -102,26 +102,27 @@ def test_parked_turns_make_the_per_block_books_decisions(seed, num_blocks, tier)
 
 def test_the_stream_parks_turns_evicts_from_them_and_takes_blocks_out_singly(monkeypatch):
     """The differential test above reaches every path of a parked group (a guard that it stays able to fail)."""
-    seen = {"park": 0, "evict": 0, "evict_one": 0, "unpark": 0, "take_back": 0}
+    seen = {"park": 0, "park_shared": 0, "evict": 0, "evict_one": 0, "unpark": 0, "take_back": 0}
     for name in seen:
         method = getattr(ParkedTurns, name)
 
         def counted(self, *args, _m=method, _n=name):
             out = _m(self, *args)
-            seen[_n] += _n != "take_back" or bool(out)
+            seen[_n] += _n != "take_back" or bool(out[1])
+            shortcuts["led"] += _n == "take_back" and out[0] > 0  # a slice past a shared lead
             return out
         monkeypatch.setattr(ParkedTurns, name, counted)
-    shortcuts = {"unhit": 0, "unregistered": 0, "flagged": 0}  # the reads a parked turn's next turn skips
+    shortcuts = {"unhit": 0, "unregistered": 0, "flagged": 0, "led": 0}  # the reads a parked turn's next turn skips
     held_alone, park = ParkedTurns.held_alone, ParkedTurns.park
 
-    def alone(self, table, unhit):
+    def alone(self, table, start, unhit):
         shortcuts["unhit"] += unhit > 0
         shortcuts["flagged"] += any(t.shared for t in self.live.values())
-        return held_alone(self, table, unhit)
+        return held_alone(self, table, start, unhit)
 
-    def parking(self, seq, key, taken):
+    def parking(self, seq, key, taken, start=0):
         shortcuts["unregistered"] += seq.blocks_unregistered > 0
-        return park(self, seq, key, taken)
+        return park(self, seq, key, taken, start)
     monkeypatch.setattr(ParkedTurns, "held_alone", alone)
     monkeypatch.setattr(ParkedTurns, "park", parking)
     for seed in range(20):
@@ -195,4 +196,33 @@ def test_a_turn_sharing_a_block_past_its_first_is_not_parked():
         blocks.free(turn)
         blocks.audit([other.block_table, third.block_table])
         books.append((blocks.evictable_order(), list(blocks._free), third.block_table[:]))
+    assert books[0] == books[1]
+
+
+def test_a_turn_past_a_shared_lead_is_taken_back_past_it():
+    """A conversation's turn whose first block a stranger still holds (a shared system prompt) is
+    parked past that block (park_shared), and its next turn takes the rest back as one slice, the
+    shared block singly: the same books as freeing block by block."""
+    books = []
+    for parks in (True, False):
+        blocks = PrefixCachingBlockManager(20, BS, watermark=0.0)
+        blocks.parks_turns = parks
+        turn1 = Sequence(0, 12, 1, Segments(((1, 4), (2, 8), (3, 1)), BS, continued=True))
+        blocks.admit(turn1)
+        turn1.num_computed = 12
+        blocks.register(turn1)
+        stranger = Sequence(1, 8, 4, Segments(((1, 4), (9, 4), (4, 4)), BS))  # the same first block (the prompt)
+        blocks.admit(stranger)
+        assert stranger.block_table[0] == turn1.block_table[0]
+        turn1.num_computed = 13
+        blocks.free(turn1)  # its first block still the stranger's: parked past it
+        turn2 = Sequence(2, 17, 1, Segments(((1, 4), (2, 8), (3, 1), (5, 4), (6, 1)), BS, after=turn1.tokens,
+                                            continued=True))
+        hint = turn2.tokens.hint[:]
+        assert blocks.lookup(turn2) == hint[:3]
+        blocks.admit(turn2)
+        if parks:
+            assert (turn2.tokens.taken, blocks.parked._starts) == (3, {turn2.tokens.group: 1})  # a slice past the lead
+        blocks.audit([stranger.block_table, turn2.block_table])
+        books.append((blocks.evictable_order(), list(blocks._free), turn2.block_table[:], blocks._ref[:]))
     assert books[0] == books[1]

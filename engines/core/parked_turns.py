@@ -2,7 +2,10 @@
 
 A turn that a later turn continues, and that alone holds its blocks, is freed parked: its cached
 blocks are evictable as one group at the free's place in the LRU order (its stamp, the group's
-`key`), and its next turn takes its hint back as one slice. Any other free parks the blocks it
+`key`), and its next turn takes its hint back as one slice. One whose leading blocks other
+sequences hold too (a system prompt shared by sessions running at once; only leading ones, for
+hits lead) parks the rest the same way (`park_shared`), its next turn taking them back as a
+slice past that lead, which it takes singly. Any other free parks the blocks it
 leaves unused the same way (`park_rest`), as a group no turn takes back: a per-block LRU entry
 costs an insert and a pop of an OrderedDict node each (some 130 ns a block, a fleet's day evicts
 millions), a group's a store and a read. Eviction reads a group tail first, past
@@ -17,7 +20,8 @@ took its previous turn's slice back parks under that group's id, whose marks its
 still carry, and marks only the blocks after them (its own). An id is in `groups` only while
 its group is parked, and then exactly its parked blocks carry it: a take-back that leaves blocks
 in the group moves those to a fresh id, a block leaving a group singly (a stranger's hit,
-eviction, the free list) is unmarked, and a turn freed otherwise retires its id for good.
+eviction, the free list) is unmarked, and a turn freed otherwise retires its id for good (as does
+a group whose blocks all leave it at once, `unpark`: they keep its id, which no group has again).
 
 `ParkedTurns` owns that state: `by_key` (groups oldest first), `groups` (the same by id),
 `blocks` (parked, over all groups), `mark`, `oldest` (the first group's key), `live` (by id, the
@@ -45,11 +49,11 @@ class ParkedTurn:
 
     __slots__ = ("key", "id", "table", "lo", "hi", "live", "whole")
 
-    def __init__(self, key: int, gid: int, table: list[int], live: int, whole: int) -> None:
+    def __init__(self, key: int, gid: int, table: list[int], live: int, whole: int, lead: int = 0) -> None:
         self.key = key
         self.id = gid
         self.table = table
-        self.lo = 0
+        self.lo = lead  # (a shared lead, park_shared's: the blocks before it were other sequences' too)
         self.hi = len(table)
         self.live = live  # blocks still parked here
         self.whole = whole  # the leading blocks all parked here (the first uncached one went to the free list)
@@ -58,7 +62,8 @@ class ParkedTurn:
 class ParkedTurns:
     """The parked groups of one prefix cache (PrefixCachingBlockManager), over its blocks' books."""
 
-    __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "live", "_ids", "_ref", "_hash", "_free")
+    __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "live", "led", "_starts", "_ids", "_ref", "_hash",
+                 "_free")
 
     def __init__(self, ref: list[int], hashes: list[int | None], free: list[int]) -> None:
         """Nothing parked, over the block manager's reference counts, hashes and free list (the same
@@ -71,26 +76,33 @@ class ParkedTurns:
         self.blocks = 0  # blocks parked, over all groups
         self.mark = [-1] * len(ref)  # per block: the id of the group that holds it, if `groups` has it
         self.oldest = NONE_PARKED  # the first group's key
+        self.led: dict[int, ParkedTurn] = {}  # id(its table) -> a group parked after a shared lead, until taken back
+        self._starts: dict[int, int] = {}  # a live turn's group id -> where its slice starts, if past a shared lead
 
-    def take_back(self, tokens, hinted: int) -> int:
+    def take_back(self, tokens, hinted: int) -> tuple[int, int]:
         """Take the `hinted` hits that lead a turn's hint (`tokens.hint`) back from the group its
         previous turn was parked in, as one slice (their references are the group's: they pass to
-        the turn as they are); how many it took (the rest are taken singly)."""
+        the turn as they are): where the slice starts and ends (the hits before and after it are
+        taken singly; before it: a shared lead, park_shared's)."""
         tokens.taken = 0
         hint = tokens.hint
         m = hinted
         if not m or hint is None:
-            return 0
+            return 0, 0
         p = self.hint_group(hint)
         # The group must be unevicted up to m. A leading block that went to the free list (uncached)
         # and holds a wanted hash again was cached since by another sequence: the slice stops before it.
-        if p is None or m > min(p.hi, p.whole):
-            return 0
+        if p is None or m > min(p.hi, p.whole) or m <= p.lo:
+            return 0, 0
         tokens.taken, tokens.group, tokens.shared = m, p.id, False  # those blocks carry its id: parked again, the turn keeps it
         self.live[p.id] = tokens
+        lo = p.lo
+        if lo:
+            self._starts[p.id] = lo
+            del self.led[id(hint)]
         p.lo = m
-        self.blocks -= m
-        p.live -= m
+        self.blocks -= m - lo
+        p.live -= m - lo
         if not p.live:
             self._drop(p)
         else:  # what stays parked moves to a fresh id, so that one is this turn's alone
@@ -102,21 +114,38 @@ class ParkedTurns:
             del self.groups[old]
             p.id = new
             self.groups[new] = p
-        return m
+        return lo, m
+
+    def release(self, gid: int) -> int:
+        """A live turn that took a slice back (its group id `gid`) is freed: where its slice started."""
+        del self.live[gid]
+        return self._starts.pop(gid, 0) if self._starts else 0
 
     def hint_group(self, hint: list[int]) -> ParkedTurn | None:
         """The group `hint` (a turn's freed table, its leading block within this engine) is still
         parked as, holding its leading block: hits lead, so a block taken out of it singly was taken
         with every block before it, and a hint is handed over once, so nothing took a slice before."""
         p = self.groups.get(self.mark[hint[0]])
-        return p if p is not None and p.table is hint else None
+        if p is not None and p.table is hint:
+            return p
+        p = self.led.get(id(hint)) if self.led else None  # parked after a shared lead: its first own block
+        return p if p is not None and p.table is hint and self.mark[hint[p.lo]] == p.id else None
 
     def unpark(self, blocks: list[int]) -> None:
-        """Take parked `blocks` out of their groups singly (a stranger's hits, or a hint's past a
-        group's slice): their references, the groups', are now the hitter's. An admission's at
-        once: a session's first turn hits a system prompt's blocks parked by the turn before (a
-        fleet's replica-day unparks millions), and no other hit's branch reads a group's count."""
+        """Take parked `blocks` out of their groups singly (a stranger's hits,
+        or a hint's past a group's slice): their references, the groups', are now the hitter's. An
+        admission's at once: a session's first turn hits a system prompt's blocks parked by the turn
+        before (a fleet's replica-day unparks millions), and no other hit's branch reads a group's
+        count. Where they are all of one group's blocks (a turn that shared a system prompt, parked
+        by park_rest, read back whole by its next turn), the group goes at once, its blocks keeping
+        its id as their mark: an id no group will have again."""
         groups, mark = self.groups, self.mark
+        p = groups[mark[blocks[0]]] if blocks else None
+        if p is not None and p.live == len(blocks) and list(map(mark.__getitem__, blocks)).count(p.id) == len(blocks):
+            self.blocks -= len(blocks)
+            p.live = 0
+            self._drop(p)
+            return
         for b in blocks:
             p = groups[mark[b]]
             mark[b] = -1
@@ -130,6 +159,8 @@ class ParkedTurns:
         by_key = self.by_key
         del by_key[p.key]
         del self.groups[p.id]
+        if self.led and self.led.get(id(p.table)) is p:
+            del self.led[id(p.table)]
         if p.key == self.oldest:
             self.oldest = next(iter(by_key), NONE_PARKED)
 
@@ -171,29 +202,66 @@ class ParkedTurns:
             self._drop(p)
         return b
 
-    def held_alone(self, table: list[int], unhit: int) -> bool:
-        """Whether a turn's blocks are all held by it alone (reference count 1 each), the first
-        `unhit` known to be: the blocks it took back from its previous turn's group, when no other
+    def park_turn(self, seq: Sequence, key: int, taken: int, start: int) -> bool:
+        """Park a turn that a later turn continues, if its blocks allow: all held by it alone (park),
+        or all but a shared lead (park_shared); whether it did (else park_rest frees it). `start`,
+        `taken`: the slice it took back from its previous turn's group."""
+        table = seq.block_table
+        if self.held_alone(table, start, 0 if seq.tokens.shared else taken):  # type: ignore[union-attr]
+            self.park(seq, key, taken, start)
+            return True
+        counts = itemgetter(*table)(self._ref) if len(table) > 1 else (self._ref[table[0]],)
+        lead = counts.index(1) if 1 in counts else 0
+        if not lead or counts.count(1) != len(table) - lead:  # (a shared block past one held alone)
+            return False
+        self.park_shared(seq, key, lead)
+        return True
+
+    def held_alone(self, table: list[int], start: int, unhit: int) -> bool:
+        """Whether a turn's blocks are all held by it alone (reference count 1 each), table[start:unhit]
+        known to be: the blocks it took back from its previous turn's group, when no other
         sequence hit one since (admit tells it, by their mark): they came with count 1, and only a
         hit raises it."""
         ref = self._ref
         rest = table[unhit:] if unhit else table
+        if start and unhit:
+            rest = table[:start] + rest
         if len(rest) < 2:
             return not rest or ref[rest[0]] == 1
         if ref[rest[0]] != 1:  # where a shared block is, mostly: a system prompt's, first
             return False
         return itemgetter(*rest)(ref).count(1) == len(rest)  # (one C call: no list of the counts)
 
-    def park(self, seq: Sequence, key: int, taken: int) -> None:
+    def park(self, seq: Sequence, key: int, taken: int, start: int = 0) -> None:
         """Free a turn's blocks, which it alone held, as a group: the cached ones evictable at this
         free's place in the order (their references now the group's), the others back on the free
-        list (as a free would put them). Marks are written only past the `taken` blocks the turn
-        took back from its previous turn's group: those carry that group's id, which this group
+        list (as a free would put them). Marks are written only outside the blocks [start:taken] the
+        turn took back from its previous turn's group: those carry that group's id, which this group
         takes over."""
         table, mark = seq.block_table, self.mark
         gid = seq.tokens.group if taken else key  # type: ignore[union-attr]
         for b in table[taken:] if taken else table:
             mark[b] = gid
+        for b in table[:start] if taken else ():
+            mark[b] = gid
+        self._park_own(seq, key, gid, 0)
+
+    def park_shared(self, seq: Sequence, key: int, lead: int) -> None:
+        """park, for a turn whose first `lead` blocks other sequences hold too (a shared system
+        prompt's; only they, for hits lead): those lose its reference, the rest are parked as a group
+        of a fresh id whose slice starts past them, so its next turn takes them back at once. Every
+        decision is park_rest's (the same group, the same blocks to the free list in its order)."""
+        table, mark, ref = seq.block_table, self.mark, self._ref
+        for b in table[:lead]:
+            ref[b] -= 1
+        for b in table[lead:]:
+            mark[b] = key
+        self._park_own(seq, key, key, lead)
+
+    def _park_own(self, seq: Sequence, key: int, gid: int, lead: int) -> None:
+        """The blocks past `lead` of a turn held by it alone, marked `gid`: the cached ones a group,
+        the others to the free list."""
+        table, mark = seq.block_table, self.mark
         if seq.blocks_unregistered:  # a block register went through stayed uncached: find them all
             held = list(map(self._hash.__getitem__, table))
             whole = held.index(None) if None in held else len(table)
@@ -208,8 +276,10 @@ class ParkedTurns:
                 free.append(b)
                 mark[b] = -1
                 ref[b] = 0
-        if len(loose) < len(table):
-            self._add(ParkedTurn(key, gid, table, len(table) - len(loose), whole))
+        if len(loose) < len(table) - lead:
+            self._add(ParkedTurn(key, gid, table, len(table) - lead - len(loose), whole, lead))
+            if lead:
+                self.led[id(table)] = self.groups[gid]
 
     def park_rest(self, table: list[int], key: int) -> None:
         """Free a table's blocks as the block manager books them singly, but with those that become

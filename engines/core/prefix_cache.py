@@ -14,8 +14,8 @@ free, evictable, or used (reference count >= 1); `num_free` counts free + evicta
 
 A free is *parked*: the blocks it makes evictable become one group at its place in the LRU order,
 without a per-block insert. A session's turn that a later turn continues (`tokens.continued`) and
-that holds its blocks alone is taken back by the next turn, its leading blocks (its hint) as one
-slice; any other free parks the blocks nobody else holds. Eviction reads a group tail first, and a
+that holds its blocks alone (or all but a shared lead) is taken back by the next turn, its leading
+blocks (its hint, past that lead) as one slice; any other free parks the blocks nobody else holds. Eviction reads a group tail first, and a
 stranger's hit takes a block out of it singly, so every decision is the one the per-block books
 make (tests/test_parked_turns.py drives both side by side); a turn re-reads hundreds of blocks,
 and this made those reads a store each. The groups are their own object (`parked`: parked_turns.py's
@@ -29,12 +29,13 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import compress, count
+from itertools import chain, compress, count
 from operator import itemgetter, ne
 
 from engines.core.block_manager import BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
 from engines.core.parked_turns import ParkedTurns
+from engines.core.prefix_cache_audit import audit_books
 from engines.core.prefix_cache_stats import PrefixCacheStats
 from engines.core.sequence import Sequence
 
@@ -130,19 +131,25 @@ class PrefixCachingBlockManager(BlockManager):
             return []
         # Where the previous turn is still parked, its cached leading blocks up to the first evicted one
         # hold the hashes it computed, which these tokens took (`inherited`): no need to read them.
+        # A group parked after a shared lead (parked_turns.park_shared) is sure past that lead only.
         p = self.parked.hint_group(hint)
-        sure = min(m, p.hi, p.whole, tokens.inherited) if p is not None else 0
-        if sure == m:
-            return hint[:m]
-        rest = hint[sure:m]
+        lead = min(p.lo, m) if p is not None else 0
+        sure = max(lead, min(m, p.hi, p.whole, tokens.inherited)) if p is not None else 0
+        if lead and self._holding(hint, tokens.hashes, 0, lead) < lead:
+            return hint[:self._holding(hint, tokens.hashes, 0, lead)]
+        return hint[:m] if sure == m else hint[:self._holding(hint, tokens.hashes, sure, m)]
+
+    def _holding(self, hint: list[int], hashes: list[int], a: int, b: int) -> int:
+        """a + how many of hint[a:b] hold hashes[a:b] (a block id past this engine's holds none),
+        up to the first that does not, at C speed."""
         try:
-            held = list(map(self._hash.__getitem__, rest))
+            held = list(map(self._hash.__getitem__, hint[a:b]))
         except IndexError:
-            return hint[:sure]
-        want = tokens.hashes[sure:m]
+            return a
+        want = hashes[a:b]
         if held == want:  # the common case: the previous turn's blocks all still cached
-            return hint[:m]
-        return hint[:sure + next(compress(count(), map(ne, held, want)))]  # up to the first block reused since
+            return b
+        return a + next(compress(count(), map(ne, held, want)))  # up to the first block reused since
 
     def cached_prefix(self, hashes) -> int:
         """How many of `hashes` (a prompt's chained block hashes, in order) lead a run this cache
@@ -188,8 +195,8 @@ class PrefixCachingBlockManager(BlockManager):
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
         ref, evictable, parking, parked = self._ref, self._evictable, self.parked, []
         mark, groups, live = parking.mark, parking.groups, parking.live
-        first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else 0
-        for i in range(first, len(hits)):
+        lead, first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else (0, 0)
+        for i in chain(range(lead), range(first, len(hits))) if lead else range(first, len(hits)):
             b = hits[i]
             if ref[b] == 0:  # evictable singly
                 del evictable[b]
@@ -300,14 +307,13 @@ class PrefixCachingBlockManager(BlockManager):
         self._stamp = stamp + 1
         ref, hashes, free = self._ref, self._hash, self._free
         tokens = seq.tokens
-        taken = 0
+        taken = start = 0
         if tokens is not None and tokens.taken:  # (once: a preempted turn aborted later is freed again)
             taken, tokens.taken = tokens.taken, 0
-            del self.parked.live[tokens.group]
+            start = self.parked.release(tokens.group)
         if tokens is not None and tokens.continued:  # for the session's next turn
             tokens.freed_table = table
-            if self.parks_turns and table and self.parked.held_alone(table, 0 if tokens.shared else taken):
-                self.parked.park(seq, stamp, taken)
+            if self.parks_turns and table and self.parked.park_turn(seq, stamp, taken, start):
                 seq.block_table = []
                 seq.blocks_hashed = 0
                 return
@@ -355,32 +361,8 @@ class PrefixCachingBlockManager(BlockManager):
 
     # -- a check for tests ------------------------------------------------------------------
     def audit(self, tables: list[list[int]]) -> None:
-        """Raise if the books do not balance, given every live sequence's block table."""
-        counts = [0] * self.num_blocks
-        for table in tables:
-            for b in table:
-                counts[b] += 1
-        held = counts[:]  # and a parked group holds a reference to each of its blocks (parked_turns.py)
-        for b, _ in self.parked.order():
-            held[b] += 1
-        free, evictable = set(self._free), set(self._evictable)
-        order = self.evictable_order()
-        if len(free) != len(self._free) or free & evictable or len(set(order)) != len(order) or len(order) != self.num_evictable:
-            raise AssertionError("a block is free twice, or both free and evictable, or counted wrong")
-        evictable = set(order)
-        for b in range(self.num_blocks):
-            if held[b] != self._ref[b]:
-                raise AssertionError(f"block {b}: {counts[b]} tables and {held[b] - counts[b]} groups hold it, "
-                                     f"reference count {self._ref[b]}")
-            where = (b in free) + (b in evictable) + (counts[b] > 0)
-            if where != 1:
-                raise AssertionError(f"block {b} is in {where} of free / evictable / used")
-            if (b in evictable) != (self._hash[b] is not None and counts[b] == 0):
-                raise AssertionError(f"block {b}: evictable iff cached and unused")
-            if b in free and self._hash[b] is not None:
-                raise AssertionError(f"block {b} is free but still cached")
-        if any(self._hash[b] != h for h, b in self._cache.items()):
-            raise AssertionError("the hash table and the blocks' hashes disagree")
+        """Raise if the books do not balance, given every live sequence's block table (prefix_cache_audit.py)."""
+        audit_books(self, tables)
 
 
 def _leading_hits(cache: dict[int, int], hashes: list[int], start: int, limit: int) -> list[int]:
