@@ -99,19 +99,22 @@ def run_configs(configs: Sequence[DictConfig], n_jobs: int = 2, only_missing: bo
 
 
 class _Left:
-    """What is still to run, by group, as jobs end (they end in any order: counted by name)."""
+    """What is still to run, by group, as jobs end. They end in any order and report only their
+    name, which configs may share (an experiment run on two datasets, or by two studies): each
+    name is counted as often as it runs."""
 
     def __init__(self, groups: Sequence[str] | None, todo: Sequence[DictConfig]) -> None:
-        self.of = dict(zip((str(c.name) for c in todo), groups)) if groups is not None else {}
+        self.of: dict[str, list[str]] = {}
         self.count: dict[str, int] = {}
-        for g in self.of.values():
+        for c, g in zip(todo, groups if groups is not None else ()):
+            self.of.setdefault(str(c.name), []).append(g)
             self.count[g] = self.count.get(g, 0) + 1
 
     def after(self, name: str) -> str:
         """"; left: serve 3, fleet 14" once `name` ended ("" without groups; "; none left" at the end)."""
-        g = self.of.get(name)
-        if g is None:
+        if not self.of.get(name):
             return ""
+        g = self.of[name].pop(0)
         self.count[g] -= 1
         rest = ", ".join(f"{k} {n}" for k, n in self.count.items() if n)
         return f"; left: {rest}" if rest else "; none left"
