@@ -75,3 +75,13 @@ def test_the_config_sets_the_simulated_search_step():
     assert rates[:turn + 1] == pytest.approx([1.5 ** (sign * k) for k in range(turn + 1)], rel=1e-12)
     lo, hi = r.bracket
     assert hi / lo - 1 <= 0.1 and hi <= 1.5 * lo
+
+
+def test_the_run_header_names_the_step():
+    from harness.config import compose, plan_experiment
+
+    def header(*words):
+        return plan_experiment(compose(["experiment=yi34b_tp2_strict", *words])).describe_probes()
+
+    assert "doubled or halved" in header()
+    assert "stepped by x1.5" in header("search.growth=1.5") and "doubled" not in header("search.growth=1.5")

@@ -89,7 +89,8 @@ class ExperimentPlan:
         s = self.search
         rate = s.fixed_qps or s.start_qps
         what = (f"one probe of {s.num_requests} requests at {rate:g} QPS" if s.fixed_qps else
-                f"probes of {s.num_requests} requests from {rate:g} QPS (doubled or halved until one passes and one "
+                f"probes of {s.num_requests} requests from {rate:g} QPS "
+                f"({'doubled or halved' if s.growth == 2 else f'stepped by x{s.growth:g}'} until one passes and one "
                 f"fails, within [{s.min_qps:g}, {s.max_qps:g}] QPS, then bisected to {s.rel_tol:.1%})")
         end = (f"cut at {s.time_limit_s:g} s" if s.time_limit_s is not None
                else f"cut {_duration(self.drain_s)} after its last arrival")
