@@ -42,38 +42,61 @@ def _processes() -> list[tuple[int, int, str]]:
     return rows
 
 
+def _listens(pgid: int, port: int) -> bool:
+    """Whether a process of the group `pgid` holds the listening TCP socket of `port` (Linux /proc)."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in (Path(table).read_text().splitlines()[1:] if Path(table).exists() else ()):
+            f = row.split()
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                sockets.add(f"socket:[{f[9]}]")
+    for pid, group, _ in _processes() if sockets else ():
+        if group == pgid:
+            try:
+                if any(os.readlink(f"/proc/{pid}/fd/{fd}") in sockets for fd in os.listdir(f"/proc/{pid}/fd")):
+                    return True
+            except OSError:  # gone, or a descriptor closed between the listing and the read
+                continue
+    return False
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A 2-CPU Ray head on loopback, its temp dir our own (no /tmp/ray/ray_current_cluster left
     pointing at it), token auth off for it and its drivers; yields its address."""
-    port = _free_port()
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     # Ray's memory monitor off: on a host near 95 % memory from other work it killed the *healthy*
     # job of the worker-death test (OutOfMemoryError, seen in a flake hunt); these tests are about
     # what the harness reports, not about the host's memory.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "RAY_memory_monitor_refresh_ms": "0"}
-    head = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}", "--block"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-    address = f"127.0.0.1:{port}"
     old = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE",)}
     os.environ["RAY_AUTH_MODE"] = "disabled"
+    head = None
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert head.poll() is None, "ray start exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
+        # A free port can be taken by another xdist worker's server before Ray binds it; then a
+        # connection succeeds to that server, not to Ray. Ready means Ray's own group listens.
+        for _ in range(3):
+            port = _free_port()
+            head = subprocess.Popen(
+                [str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}",
+                 "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+                 f"--temp-dir={temp}", "--block"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+            deadline = time.monotonic() + 60
+            while head.poll() is None and not _listens(head.pid, port):
                 assert time.monotonic() < deadline, "the Ray head never listened"
                 time.sleep(0.2)
+            if head.poll() is None:
+                break
+        assert head.poll() is None, "ray start exited three times"
+        address = f"127.0.0.1:{port}"
         assert any(p[1] == head.pid and p[0] != head.pid for p in _processes())  # its processes are findable
         yield address
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        if head is None:
+            return
         head.send_signal(signal.SIGTERM)  # `ray start --block` stops everything it started
         try:
             head.wait(60)
