@@ -22,6 +22,12 @@ pytest.importorskip("ray")
 pytest.importorskip("hydra_plugins.hydra_ray_launcher")
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 
+# Each test runs with the other xdist workers idle. Two fresh-clone CI runs of the whole suite
+# (2026-12-06, load ~4) lost this module's Ray head at its first test (refused, or Ray's own
+# connect failing), while the module alone passed (8 of 8, 35 s); what took the head down beside
+# the other workers is not established.
+pytestmark = pytest.mark.alone
+
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = "experiment=mistral7b_strict,yi34b_tp2_strict,llama2_70b_tp4pp2_strict"
 TINY = ["scheduler=[vllm]", "search.num_requests=32", "progress=false"]
