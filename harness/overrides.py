@@ -4,16 +4,29 @@
 `figure=` and `nightly` commands); `parse` reads them with an argparse parser's declared options,
 so a tool keeps argparse's types, defaults and checks while its users write `max_tokens=2048
 quick=true` (the old `--max-tokens 2048 --quick` still works, with a note that it is the old
-spelling).
+spelling). `exits_2` is every entry point's bad input: one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from common.errors import HarnessError
 from harness.typed import did_you_mean
+
+
+def exits_2(main: Callable[..., int]) -> Callable[..., int]:
+    """`main` with a HarnessError (bad input) printed as one line, `error: ...`, and exit status 2."""
+    @functools.wraps(main)
+    def guarded(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except HarnessError as e:
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
+    return guarded
 
 
 def split(argv: list[str]) -> dict[str, str]:

@@ -24,12 +24,13 @@ import pandas as pd
 import yaml
 
 from common.errors import HarnessError
+from harness.overrides import exits_2, split
 from harness.workload import load_workload
 from harness.workload.paths import REPO_ROOT
 from harness.workload.trace_file import read_trace
 
 from .build import build_trace
-from .config import int_arg, load_card, load_dataset_config, parse_args
+from .config import int_arg, load_card, load_dataset_config
 from .stats import format_stats, length_stats
 
 
@@ -81,16 +82,12 @@ def cmd_build(args: dict[str, str]) -> int:
 COMMANDS = {"stats": cmd_stats, "sample": cmd_sample, "build": cmd_build}
 
 
+@exits_2
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or any(a in ("-h", "--help", "help") for a in argv):
         print(__doc__)
         return 0 if argv else 2
-    try:
-        cmd = COMMANDS.get(argv[0])
-        if cmd is None:
-            raise HarnessError(f"unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)})")
-        return cmd(parse_args(argv[1:]))
-    except HarnessError as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+    if argv[0] not in COMMANDS:
+        raise HarnessError(f"unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)})")
+    return COMMANDS[argv[0]](split(argv[1:]))

@@ -9,18 +9,10 @@ from __future__ import annotations
 import yaml
 
 from common.errors import HarnessError
-from harness.overrides import split as parse_args  # noqa: F401  (the data CLI's KEY=VALUE words)
 from harness.workload.paths import REPO_ROOT, resolve_path
 
 DATASET_DIR = REPO_ROOT / "experiments" / "dataset"
 CARD_DIR = REPO_ROOT / "data" / "cards"
-
-
-def parse_value(text: str):
-    try:
-        return yaml.safe_load(text) if text != "" else None
-    except yaml.YAMLError:
-        return text
 
 
 def load_dataset_config(args: dict[str, str]) -> dict:
@@ -41,7 +33,10 @@ def load_dataset_config(args: dict[str, str]) -> dict:
         raise HarnessError(f"{path}: expected a mapping")
     for key, value in args.items():
         if key.startswith("dataset."):
-            cfg[key.removeprefix("dataset.")] = parse_value(value)
+            try:
+                cfg[key.removeprefix("dataset.")] = yaml.safe_load(value) if value != "" else None
+            except yaml.YAMLError:  # not YAML: the word as written
+                cfg[key.removeprefix("dataset.")] = value
     return cfg
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from common.errors import HarnessError
-from harness.overrides import parse as parse_overrides
+from harness.overrides import exits_2, parse as parse_overrides
 
 
 def _ints(text: str) -> list[int]:
@@ -65,18 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@exits_2
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        if argv[:1] == ["fetch"]:  # Vidur's public profiles -> the long format (harness/profile/fetch.py)
-            from harness.profile.fetch import fetch_command
+    if argv[:1] == ["fetch"]:  # Vidur's public profiles -> the long format (harness/profile/fetch.py)
+        from harness.profile.fetch import fetch_command
 
-            return fetch_command(argv[1:])
-        args = parse_overrides(build_parser(), argv)
-        rows = run(args)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fetch_command(argv[1:])
+    args = parse_overrides(build_parser(), argv)
+    rows = run(args)
     from harness.profile.table import write_tables
 
     ops_path, it_path = write_tables(rows, args.out)

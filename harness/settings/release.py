@@ -21,17 +21,12 @@ POLICY = "vllm_v1"  # the policy whose rules follow a release
 BATCH_KNOBS = ("max_num_batched_tokens", "max_num_seqs")  # [ARGS]: batch_defaults' pair, in its order
 
 
-def shipped_releases() -> list[str]:
-    """The stacks that are a shipped engine release (engines/perf/kernels.py STACKS with `release`)."""
-    return sorted(name for name, stack in STACKS.items() if stack.release is not None)
-
-
 def with_release(config):
     """`config` (an ExperimentConfig) with its `release` applied; unchanged without one."""
     name = config.release
     if name is None:
         return config
-    known = shipped_releases()
+    known = sorted(n for n, stack in STACKS.items() if stack.release is not None)  # the shipped engine releases
     if name not in known:
         raise HarnessError(f"release={name}: not a shipped engine release; known: {', '.join(known)}")
     if config.perf.stack not in (DEFAULT_STACK, name):

@@ -140,17 +140,13 @@ def _request_id(where: str, raw, default: int) -> int:
         return raw
     if isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():  # exact, however long
         return int(raw)
-    v = float(raw) if isinstance(raw, float) else _float_or_nan(raw) if isinstance(raw, str) else math.nan
+    try:
+        v = float(raw) if isinstance(raw, (float, str)) else math.nan
+    except ValueError:  # a word, not a number
+        v = math.nan
     if math.isfinite(v) and v == int(v):  # 7.0 is request 7; 2.5 is no request's id
         return int(v)
     raise HarnessError(f"{where}, column request_id: not a whole number: {raw!r}")
-
-
-def _float_or_nan(raw: str) -> float:
-    try:
-        return float(raw)
-    except ValueError:
-        return math.nan
 
 
 def _num(where: str, row: dict, col: str, *, integer: bool = False, required: bool = True) -> float:
