@@ -187,10 +187,8 @@ class Slo:
     def __post_init__(self) -> None:
         limits = (self.tbt_s, self.scheduling_delay_s, self.ttft_s, self.tpot_s)
         if not all(x is None or x > 0 for x in limits) or self.tbt_s is None:
-            raise ValueError(
-                f"SLO limits must be > 0, got tbt {self.tbt_s}, scheduling delay {self.scheduling_delay_s}, "
-                f"ttft {self.ttft_s}, tpot {self.tpot_s}"
-            )
+            raise ValueError(f"SLO limits must be > 0, got tbt {self.tbt_s}, scheduling delay {self.scheduling_delay_s}, "
+                             f"ttft {self.ttft_s}, tpot {self.tpot_s}")
         if self.criterion not in CRITERIA:
             raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
         if not 0 < self.attainment <= 1:

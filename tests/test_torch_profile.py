@@ -2,11 +2,13 @@
 profile reader (perf=profile) accepts, plus whole-iteration times."""
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness.profile import OP_COLUMNS, OPS, iterations_path, read_iterations  # noqa: E402
+from harness.profile.table import OP_COLUMNS, OPS, iterations_path  # noqa: E402
 from harness.profile.cli import linear_grid, main  # noqa: E402
 
 
@@ -21,9 +23,10 @@ def test_profile_tables_on_cpu(tmp_path):
     assert ops == set(OPS)
     decode = [line.split(",") for line in lines[1:] if line.startswith("attention_decode")]
     assert all(row[1] == "" and row[3] in ("1", "4") for row in decode)  # num_tokens unused -> empty
-    its = read_iterations(iterations_path(out))
+    with iterations_path(out).open(newline="") as f:
+        its = list(csv.DictReader(f))
     assert {r["phase"] for r in its} == {"prefill", "decode", "mixed"}
-    assert all(r["op"] == "iteration" and r["time_s"] > 0 and r["num_layers"] == 2 for r in its)
+    assert all(r["op"] == "iteration" and float(r["time_s"]) > 0 and r["num_layers"] == "2" for r in its)
 
 
 def test_perf_model_reads_the_profile(tmp_path):

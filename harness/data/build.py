@@ -42,9 +42,7 @@ def build_trace(dataset: dict, tokenizer: str, out: Path, source: str | None = N
     if limit is not None:
         requests = itertools.islice(requests, limit)
 
-    prompts: list[int] = []
-    outputs: list[int] = []
-    conversations: list[int] = []
+    prompts, outputs, conversations = [], [], []  # token counts a request, its conversation's index
     while chunk := list(itertools.islice(requests, BATCH)):
         # One batched tokenizer call per chunk: all prompt turns and replies together.
         texts = [t for turns, _, _ in chunk for t in turns] + [reply for _, reply, _ in chunk]
@@ -56,9 +54,7 @@ def build_trace(dataset: dict, tokenizer: str, out: Path, source: str | None = N
             k += len(turns)
         outputs.extend(counts[k:])
 
-    p = np.asarray(prompts, np.int64)
-    o = np.asarray(outputs, np.int64)
-    conv = np.asarray(conversations, np.int64)
+    p, o, conv = (np.asarray(x, np.int64) for x in (prompts, outputs, conversations))
     if p.size == 0:
         raise HarnessError(f"source {source or recipe.hf_dataset!r} yielded no requests for {name}")
     max_total = dataset.get("max_total_tokens")

@@ -26,7 +26,6 @@ OP_COLUMNS = ("op", "num_tokens", "context_len", "batch_size", "tp", "time_s", "
 OPS = ("linear", "elementwise", "attention_prefill", "attention_decode")
 ITERATION_COLUMNS = ("op", "phase", "num_tokens", "context_len", "batch_size", "tp", "time_s", "time_s_min",
                      "repeats", "num_layers", "model", "device", "dtype")
-PHASES = ("prefill", "decode", "mixed")
 # Coordinates each op uses; the others stay empty.
 _COORDS = ("num_tokens", "context_len", "batch_size")
 _USES = {"linear": ("num_tokens",), "elementwise": ("num_tokens",),
@@ -75,11 +74,3 @@ def _write(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
         w.writeheader()
         w.writerows(rows)
 
-
-def read_iterations(path: str | Path) -> list[dict]:
-    """Iteration rows with numeric fields converted."""
-    ints = ("num_tokens", "context_len", "batch_size", "tp", "repeats", "num_layers")
-    floats = ("time_s", "time_s_min")
-    with Path(path).open(newline="") as f:
-        return [{k: int(v) if k in ints else float(v) if k in floats else v for k, v in row.items()}
-                for row in csv.DictReader(f)]

@@ -119,9 +119,8 @@ def table(c: Comparison, title: str = "") -> str:
     for r in c.rows:
         mark = "" if r.key in HEADLINE else " (not judged)"
         lines.append(f"| {r.metric.upper()} | {r.stat}{mark} | {r.real * 1e3:.1f} | {r.sim * 1e3:.1f} | {100 * r.error:+.1f}% |")
-    lines.append("")
-    lines.append(f"{c.compared} requests compared; {c.dropped_real} dropped from the run (errors, no output); "
-                 f"{c.dropped_sim} unfinished in the simulator; largest headline error {100 * c.headline_error():.1f}%")
+    lines += ["", f"{c.compared} requests compared; {c.dropped_real} dropped from the run (errors, no output); "
+                 f"{c.dropped_sim} unfinished in the simulator; largest headline error {100 * c.headline_error():.1f}%"]
     return "\n".join(lines)
 
 

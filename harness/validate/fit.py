@@ -70,11 +70,6 @@ def loss(c: Comparison) -> float:
     return (sum(terms) / len(terms) if terms else math.inf) + 10.0 * unfinished
 
 
-def _start(target: Target) -> dict[str, float]:
-    d = target.base
-    return {"flops_scale": 1.0, "bandwidth_scale": 1.0, "step_cpu_s": d.cpu_overhead_s, "seq_cpu_s": d.cpu_overhead_per_seq_s}
-
-
 def _moves(factors: Sequence[str]) -> list[tuple[tuple[str, int], ...]]:
     """The search's directions: each factor up or down alone, then each pair together, the same way
     or opposite ways. Two speeds that trade against each other (FLOP/s and bandwidth both set a
@@ -166,13 +161,14 @@ def calibrate(run: MeasuredRun, target: Target, window: float = 0.5, factors: Se
         c = _part(run, whole(params), fitted)
         return np.array([r.sim for r in c.rows if r.key in HEADLINE] + [c.dropped_sim], float)
 
-    evals = 0
+    evals, d = 0, target.base
+    start = {"flops_scale": 1.0, "bandwidth_scale": 1.0, "step_cpu_s": d.cpu_overhead_s, "seq_cpu_s": d.cpu_overhead_per_seq_s}
     # From the model's own numbers, taking each move that improves as it comes, under each schedule;
     # the better fit of the fitted requests wins (ties: the first). (With the run's first half fitted
     # and its second held out, a better fit of the first half was seen to predict the second worse on
     # the H200 run, 20 -> 37-51 %: the engine's load differed between the halves. The requests
     # fitted now are spread over the run, beside the held-out ones.)
-    _, x = min((_search(score, _start(target), factors, steps, sweeps) for steps, sweeps in SCHEDULES),
+    _, x = min((_search(score, start, factors, steps, sweeps) for steps, sweeps in SCHEDULES),
                key=lambda found: found[0])
     blind, why = unidentified(stats, x, factors)
     if blind:

@@ -216,13 +216,12 @@ def _read_vllm(p: Path) -> MeasuredRun:
     missing = [k for k in _VLLM_KEYS if k not in obj]
     if missing:
         raise HarnessError(f"{p}: missing key(s) {', '.join(missing)} (run vllm bench serve with --save-result --save-detailed)")
-    for k in (*_VLLM_KEYS, "itls"):
+    for k in (*_VLLM_KEYS, "itls"):  # start_times first: every other list is as long
         if k in obj and not isinstance(obj[k], list):
             raise HarnessError(f"{p}: key {k}: expected a list (one entry a request), got {type(obj[k]).__name__}")
+        if k in obj and len(obj[k]) != len(obj["start_times"]):
+            raise HarnessError(f"{p}: key {k} has {len(obj[k])} entries, start_times {len(obj['start_times'])}")
     n = len(obj["start_times"])
-    for k in (*_VLLM_KEYS, "itls"):
-        if k in obj and len(obj[k]) != n:
-            raise HarnessError(f"{p}: key {k} has {len(obj[k])} entries, start_times {n}")
     records, dropped = [], 0
     for i in range(n):
         where = f"{p}: request {i + 1}"
