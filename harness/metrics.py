@@ -21,6 +21,7 @@ least `Slo.attainment`, 90 % by default, of its requests meet both TTFT and TPOT
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -44,8 +45,7 @@ class Distribution:
     def of(values: np.ndarray) -> Distribution:
         values = np.asarray(values, dtype=np.float64)
         if values.size == 0:
-            nan = float("nan")
-            return Distribution(0, nan, nan, nan, nan, nan)
+            return Distribution(0, *[float("nan")] * 5)
         with np.errstate(invalid="ignore"):
             qs = np.quantile(values, QUANTILES)
             mean = float(np.mean(values))
@@ -179,6 +179,7 @@ class Slo:
     min_goodput_fraction: float | None = None  # optional: also require this share of good requests
     # Requests that failed (any error kind but a time limit's cut-off) may be at most this share of
     # the probe: 0 by default, so one failed request fails the probe, and the verdict says why.
+    # The plan sets it from search.max_error_fraction, whose settings check it is in [0, 1].
     max_error_fraction: float = 0.0
     tpot_s: float | None = None  # per-request TPOT limit (DistServe's TPOT SLO); None: tbt_s
     criterion: str = "paper"  # paper | attainment (module docstring)
@@ -201,8 +202,6 @@ class Slo:
                              "the share of good requests is attainment")
         if self.min_goodput_fraction is not None and not 0 < self.min_goodput_fraction <= 1:
             raise ValueError(f"min_goodput_fraction must be in (0, 1], got {self.min_goodput_fraction}")
-        if not 0 <= self.max_error_fraction <= 1:
-            raise ValueError(f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}")
         for q in (self.tbt_quantile, self.scheduling_delay_quantile, self.ttft_quantile):
             if not 0 < q <= 1:
                 raise ValueError(f"SLO quantiles must be in (0, 1], got {q}")
@@ -234,12 +233,8 @@ class SloVerdict:
 
 def error_counts(records: Sequence[RequestRecord]) -> dict[str, int]:
     """Failed requests by kind, a time limit's cut-off (unfinished, not sent) left out."""
-    out: dict[str, int] = {}
-    for r in records:
-        kind = error_kind(r.error)
-        if kind is not None and kind not in CUT_OFF_KINDS:
-            out[kind] = out.get(kind, 0) + 1
-    return dict(sorted(out.items()))
+    kinds = Counter(kind for r in records if (kind := error_kind(r.error)) is not None and kind not in CUT_OFF_KINDS)
+    return dict(sorted(kinds.items()))
 
 
 def good_requests(records: Sequence[RequestRecord], slo: Slo) -> np.ndarray:
