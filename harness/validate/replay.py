@@ -22,6 +22,7 @@ from harness.settings.experiment import ExperimentConfig
 from .frontend import deliver
 from .runfile import MeasuredRun
 
+
 @dataclass(frozen=True, eq=False)
 class Target:
     """What the simulator replays the run on."""
@@ -39,10 +40,6 @@ class Target:
     def scheduler(self) -> SchedulerConfig:
         return self.engine.scheduler
 
-    @property
-    def kv_tokens(self) -> int:
-        return self.engine.kv_capacity_tokens
-
     def describe(self) -> str:
         # the scheduler's entry as written: its knobs, then the engine's setting it carries
         knobs = ", ".join(f"{k}={v}" for k, v in (*self.scheduler.knobs, ("prefix_caching", self.engine.prefix_caching)))
@@ -51,7 +48,7 @@ class Target:
         front = (f"; each token delivered after the API server's output processing (perf.cpu_costs={cpu})"
                  if frontend_costs(cpu) is not None else "")
         return (f"{self.plan.description}; {self.scheduler_name} ({self.scheduler.policy}: {knobs}); "
-                f"KV {self.kv_tokens} tokens{ranks}{front}")
+                f"KV {self.engine.kv_capacity_tokens} tokens{ranks}{front}")
 
 
 def target_for(run: MeasuredRun, config: ExperimentConfig, kv_tokens: int | None = None) -> Target:
@@ -109,4 +106,4 @@ def kv_bound(target: Target, sim: Sequence[RequestRecord], given: bool) -> str |
              "the model's estimate; pass the engine's own: vLLM logs \"GPU KV cache size: N tokens\", its scheduler "
              "has N less one block, its null block")
     return (f"warning: the replay was KV-bound: {preempted} of {len(sim)} requests preempted with a pool of "
-            f"{target.kv_tokens} tokens{' a rank' if target.plan.dp > 1 else ''} ({where})")
+            f"{target.engine.kv_capacity_tokens} tokens{' a rank' if target.plan.dp > 1 else ''} ({where})")
