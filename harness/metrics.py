@@ -100,11 +100,8 @@ def summarize_cache(prompt_len, cached_tokens, ttft, started, block_size: int) -
     return CacheSummary(
         token_hit_rate=float(cached[started].sum() / tokens) if tokens else float("nan"),
         block_hit_rate=float((cached[started] // block_size).sum() / blocks) if blocks else float("nan"),
-        hit_requests=int(hit.sum()),
-        miss_requests=int(miss.sum()),
-        ttft_hit=Distribution.of(ttft[hit & ~np.isnan(ttft)]),
-        ttft_miss=Distribution.of(ttft[miss & ~np.isnan(ttft)]),
-    )
+        hit_requests=int(hit.sum()), miss_requests=int(miss.sum()),
+        ttft_hit=Distribution.of(ttft[hit & ~np.isnan(ttft)]), ttft_miss=Distribution.of(ttft[miss & ~np.isnan(ttft)]))
 
 
 def cache_summary(records: Sequence[RequestRecord], block_size: int) -> CacheSummary:
@@ -137,19 +134,13 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
     duration = float(last - arrival.min()) if np.isfinite(last) else float("nan")
     tpot = [np.mean(np.diff(r.token_times_s)) for r in records if len(r.token_times_s) > 1]
     return Summary(
-        num_requests=len(records),
-        num_completed=int(completed.sum()),
-        num_unstarted=int(sum(not r.started for r in records)),
-        num_preemptions=int(sum(r.num_preemptions for r in records)),
-        duration_s=duration,
+        num_requests=len(records), num_completed=int(completed.sum()), num_unstarted=int(sum(not r.started for r in records)),
+        num_preemptions=int(sum(r.num_preemptions for r in records)), duration_s=duration,
         request_throughput=float(completed.sum() / duration) if duration > 0 else float("nan"),
         output_token_throughput=float(n_tokens / duration) if duration > 0 else float("nan"),
-        ttft=Distribution.of((first_token - arrival)[~np.isnan(first_token)]),
-        tbt=Distribution.of(tbt_samples(records)),
-        tpot=Distribution.of(np.array(tpot)),
-        scheduling_delay=Distribution.of(scheduling_delays(records)),
-        e2e=Distribution.of((finished - arrival)[completed]),
-    )
+        ttft=Distribution.of((first_token - arrival)[~np.isnan(first_token)]), tbt=Distribution.of(tbt_samples(records)),
+        tpot=Distribution.of(np.array(tpot)), scheduling_delay=Distribution.of(scheduling_delays(records)),
+        e2e=Distribution.of((finished - arrival)[completed]))
 
 
 # The paper's capacity criterion (Sarathi-Serve Sec. 5.1): P99 TBT within the SLO, median

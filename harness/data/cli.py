@@ -72,10 +72,8 @@ def cmd_build(args: dict[str, str]) -> int:
     out = Path(args.get("out") or REPO_ROOT / "data" / "traces" / f"{ds.get('name')}.csv")
     limit = int_arg(args, "limit", 0, minimum=1) if "limit" in args else None
     prov = build_trace(ds, args["tokenizer"], out, source=args.get("source"), split=args.get("split"), limit=limit)
-    print(
-        f"wrote {prov['rows_written']} requests to {out} ({prov['dropped_over_max_total_tokens']} over "
-        f"max_total_tokens, {prov['dropped_empty']} empty dropped); provenance in {out.name}.provenance.yaml"
-    )
+    print(f"wrote {prov['rows_written']} requests to {out} ({prov['dropped_over_max_total_tokens']} over "
+          f"max_total_tokens, {prov['dropped_empty']} empty dropped); provenance in {out.name}.provenance.yaml")
     return 0
 
 

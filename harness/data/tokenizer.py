@@ -34,9 +34,8 @@ def load_token_counter(spec: str) -> TokenCounter:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise HarnessError(
-            f"tokenizer {spec!r} is not a tokenizer.json file or folder, and `transformers` is not installed to load it"
-        ) from None
+        raise HarnessError(f"tokenizer {spec!r} is not a tokenizer.json file or folder, and `transformers` is not "
+                           "installed to load it") from None
     try:
         tok = AutoTokenizer.from_pretrained(spec)
     except Exception as e:

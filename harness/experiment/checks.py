@@ -34,9 +34,8 @@ def check_cluster_backend(config: ExperimentConfig) -> None:
     check_scaled_run(cluster.autoscale, backend, offline=False)  # sim only: refused before an endpoint is asked
     if (cluster.instances > 1 or cluster.disaggregated) and backend not in ("sim", "live"):
         what = "disaggregated prefill/decode" if cluster.disaggregated else f"cluster.instances={cluster.instances}"
-        raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) "
-                           "run a cluster; "
-                           f"use one engine (cluster.instances=1, no prefill/decode instances) with backend={backend}")
+        raise HarnessError(f"{what}: only backend=sim and backend=live (in-repo servers behind the in-repo router) run "
+                           f"a cluster; use one engine (cluster.instances=1, no prefill/decode instances) with backend={backend}")
 
 
 def check_backend_runs(config: ExperimentConfig, deployment: DeploymentPlan, offline: bool) -> None:
@@ -107,7 +106,5 @@ def check_lengths(workload: Workload, max_model_len: int, dataset: str) -> None:
     bad = np.flatnonzero(total > max_model_len)
     if bad.size:
         i = int(bad[0])
-        raise HarnessError(
-            f"{dataset}: request {i} has prompt {workload.prompt_lens[i]} + output {workload.output_lens[i]} tokens, "
-            f"over max_model_len {max_model_len} ({bad.size} such requests)"
-        )
+        raise HarnessError(f"{dataset}: request {i} has prompt {workload.prompt_lens[i]} + output "
+                           f"{workload.output_lens[i]} tokens, over max_model_len {max_model_len} ({bad.size} such requests)")

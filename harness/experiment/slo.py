@@ -22,10 +22,8 @@ def resolve_slo(s: SloSettings, model_name: str, perf=None) -> Slo:
         tbt = float(s.multipliers[s.kind]) * decode_iteration_time(perf, s.decode_batch, s.decode_context)
     if tbt is None:
         if model_name not in s.table:
-            raise HarnessError(
-                f"slo: no {s.source} SLO for model {model_name!r} "
-                f"(table has {', '.join(s.table) or 'nothing'}); set slo.tbt_s=SECONDS"
-            )
+            raise HarnessError(f"slo: no {s.source} SLO for model {model_name!r} "
+                               f"(table has {', '.join(s.table) or 'nothing'}); set slo.tbt_s=SECONDS")
         tbt = s.table[model_name][s.kind]
     try:
         # the settings' fields of the criterion's names (max_error_fraction is the search's: the plan sets it)
