@@ -154,7 +154,26 @@ CRITERIA = ("paper", "attainment")
 
 
 @dataclass(frozen=True)
-class Slo:
+class SloCriterion:
+    """The criterion's knobs as a config writes them (`slo.*`: harness.settings.slo.SloSettings adds
+    where tbt_s comes from); the paper's criterion and DistServe's attainment by default."""
+
+    tbt_s: float | None = None  # the TBT limit; in `slo`, a number overrides the table or the derivation
+    tbt_quantile: float = PAPER_TBT_QUANTILE
+    scheduling_delay_s: float = PAPER_SCHEDULING_DELAY_S
+    scheduling_delay_quantile: float = PAPER_SCHEDULING_DELAY_QUANTILE
+    ttft_s: float | None = None  # optional: also require this TTFT quantile (not the paper's)
+    ttft_quantile: float = PAPER_TBT_QUANTILE
+    min_goodput_fraction: float | None = None  # optional: also require this share of good requests
+    tpot_s: float | None = None  # per-request TPOT limit (DistServe's TPOT SLO, good_requests); None: tbt_s
+    # paper: the quantile criterion above | attainment: >= `attainment` of the requests meet TTFT <= ttft_s
+    # and TPOT <= tpot_s each (DistServe, OSDI'24; supersedes min_goodput_fraction, which must be unset).
+    criterion: str = "paper"
+    attainment: float = DISTSERVE_ATTAINMENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slo(SloCriterion):
     """The capacity criterion. `paper` (the default): P99 TBT <= tbt_s and median scheduling delay
     <= 2 s, plus the optional extras (a TTFT quantile, a share of good requests). `attainment`:
     at least `attainment` of the requests each have TTFT <= ttft_s and TPOT <= tpot_s (DistServe's
@@ -162,19 +181,10 @@ class Slo:
     beyond max_error_fraction fail the probe."""
 
     tbt_s: float
-    tbt_quantile: float = PAPER_TBT_QUANTILE
-    scheduling_delay_s: float = PAPER_SCHEDULING_DELAY_S
-    scheduling_delay_quantile: float = PAPER_SCHEDULING_DELAY_QUANTILE
-    ttft_s: float | None = None  # optional: also require this TTFT quantile (not the paper's)
-    ttft_quantile: float = PAPER_TBT_QUANTILE
-    min_goodput_fraction: float | None = None  # optional: also require this share of good requests
     # Requests that failed (any error kind but a time limit's cut-off) may be at most this share of
     # the probe: 0 by default, so one failed request fails the probe, and the verdict says why.
     # The plan sets it from search.max_error_fraction, whose settings check it is in [0, 1].
     max_error_fraction: float = 0.0
-    tpot_s: float | None = None  # per-request TPOT limit (DistServe's TPOT SLO); None: tbt_s
-    criterion: str = "paper"  # paper | attainment (module docstring)
-    attainment: float = DISTSERVE_ATTAINMENT  # criterion=attainment: the share of requests that must meet both
 
     def __post_init__(self) -> None:
         limits = (self.tbt_s, self.scheduling_delay_s, self.ttft_s, self.tpot_s)

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from common.errors import HarnessError
 from engines.perf.queries import decode_iteration_time
-from harness.metrics import Slo
+from harness.metrics import Slo, SloCriterion
 from harness.settings.slo import SLO_KINDS, SloSettings
 
 
@@ -26,7 +26,7 @@ def resolve_slo(s: SloSettings, model_name: str, perf=None) -> Slo:
                                f"(table has {', '.join(s.table) or 'nothing'}); set slo.tbt_s=SECONDS")
         tbt = s.table[model_name][s.kind]
     try:
-        # the settings' fields of the criterion's names (max_error_fraction is the search's: the plan sets it)
-        return Slo(**{**{f.name: getattr(s, f.name) for f in fields(Slo) if hasattr(s, f.name)}, "tbt_s": float(tbt)})
+        # the settings' criterion (max_error_fraction is the search's: the plan sets it)
+        return Slo(**{**{f.name: getattr(s, f.name) for f in fields(SloCriterion)}, "tbt_s": float(tbt)})
     except (TypeError, ValueError) as e:
         raise HarnessError(f"slo: {e}") from None
