@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import HarnessError
+from engines.perf.calibration import FACTORS
 
 # flag -> (type, default); every flag takes one value (`--flag V` or `--flag=V`)
 FLAGS = {
@@ -15,7 +16,7 @@ FLAGS = {
     "--probe": (str, None),  # a harness run with several probes: SCHEDULER@QPS
     "--kv-tokens": (int, None),  # the engine's KV pool in tokens (one DP rank's), where it is not the deployment's
     "--window": (float, 0.5),  # calibrate: the share of the run's requests fitted on (spread over the run)
-    "--factors": (str, "flops_scale,bandwidth_scale,step_cpu_s,seq_cpu_s"),  # calibrate: the factors fitted
+    "--factors": (str, ",".join(FACTORS)),  # calibrate: the factors fitted
 }
 
 

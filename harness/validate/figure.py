@@ -19,21 +19,19 @@ def write_figure(path: Path, real: Sequence[RequestRecord], sim: Sequence[Reques
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 5, figsize=(22, 4))
-    for ax, metric in zip(axes[:3], ("ttft", "tpot", "e2e")):
-        for label, recs, style in (("real", real, "-"), ("sim", sim, "--")):
+    cdfs = ("ttft", "tpot", "e2e")
+    bin_s = max(0.5, max(r.finished_s for r in real) / 60)
+    for label, recs, style in (("real", real, "-"), ("sim", sim, "--")):
+        for ax, metric in zip(axes, cdfs):
             x = np.sort(samples(recs, metric))
             ax.plot(x * 1e3, np.arange(1, len(x) + 1) / max(1, len(x)), style, label=label)
-        ax.set(xlabel=f"{metric.upper()} (ms)", ylabel="CDF")
-        ax.legend()
-    end = max(r.finished_s for r in real)
-    bin_s = max(0.5, end / 60)
-    for label, recs, style in (("real", real, "-"), ("sim", sim, "--")):
         t, tput, queue = over_time(recs, bin_s)
         axes[3].plot(t, tput, style, label=label)
         axes[4].plot(t, queue, style, label=label)
-    axes[3].set(xlabel="time (s)", ylabel="output tokens/s")
-    axes[4].set(xlabel="time (s)", ylabel="requests waiting for a first token")
-    for ax in axes[3:]:
+    labels = [(f"{m.upper()} (ms)", "CDF") for m in cdfs] + [("time (s)", "output tokens/s"),
+                                                             ("time (s)", "requests waiting for a first token")]
+    for ax, (xlabel, ylabel) in zip(axes, labels):
+        ax.set(xlabel=xlabel, ylabel=ylabel)
         ax.legend()
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
