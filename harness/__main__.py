@@ -1,5 +1,3 @@
-import sys
-
 from harness.commands.main import main
 
-sys.exit(main())
+raise SystemExit(main())
