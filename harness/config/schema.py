@@ -46,10 +46,8 @@ def _fields(cls: type, kinds: dict | None = None) -> list[tuple]:
             kind, default = inner, field(default_factory=inner)
         elif f.default_factory is not MISSING:
             default = field(default_factory=f.default_factory)
-        elif f.default is not MISSING:
-            default = field(default=f.default)
-        else:
-            default = field(default=REQUIRED)
+        else:  # no default: the config must set it
+            default = field(default=REQUIRED if f.default is MISSING else f.default)
         spec.append((f.name, kind, default))
     return spec
 
