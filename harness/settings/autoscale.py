@@ -55,15 +55,3 @@ class AutoscaleSettings:
         if self.cold_start_s is not None:
             return float(self.cold_start_s)
         return weight_bytes_per_gpu / (self.load_gbps * 1e9) + self.startup_s
-
-
-def check_autoscale(settings: AutoscaleSettings, instances: int, disaggregated: bool, replicas: bool) -> None:
-    """What a cluster config with autoscaling must hold (ValueError, in ClusterSettings' checks)."""
-    if settings.policy is None:
-        return
-    if disaggregated or replicas:
-        raise ValueError("autoscale scales colocated replicas of the deployment (cluster.instances); "
-                         "not prefill/decode instances or cluster.replicas")
-    if not settings.min_replicas <= instances <= settings.max_replicas:
-        raise ValueError(f"instances={instances} (the replicas a scaled run starts with) must be within "
-                         f"[min_replicas, max_replicas] = [{settings.min_replicas}, {settings.max_replicas}]")

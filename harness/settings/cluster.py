@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.settings.autoscale import AutoscaleSettings, check_autoscale
+from harness.settings.autoscale import AutoscaleSettings
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,13 @@ class ClusterSettings:
             raise ValueError("replicas lists every colocated instance: leave instances=1 and no prefill/decode instances")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}")
-        check_autoscale(self.autoscale, self.instances, self.disaggregated, bool(self.replicas))
+        a = self.autoscale
+        if a.policy is not None and (self.disaggregated or self.replicas):
+            raise ValueError("autoscale scales colocated replicas of the deployment (cluster.instances); "
+                             "not prefill/decode instances or cluster.replicas")
+        if a.policy is not None and not a.min_replicas <= self.instances <= a.max_replicas:
+            raise ValueError(f"instances={self.instances} (the replicas a scaled run starts with) must be within "
+                             f"[min_replicas, max_replicas] = [{a.min_replicas}, {a.max_replicas}]")
 
     @property
     def disaggregated(self) -> bool:
