@@ -40,35 +40,27 @@ def check_cluster_backend(config: ExperimentConfig) -> None:
 
 def check_backend_runs(config: ExperimentConfig, deployment: DeploymentPlan, offline: bool) -> None:
     """What only the simulator runs so far: DP ranks, parallel probes, clusters of other
-    deployments, a scaled fleet, a host KV tier."""
+    deployments, a scaled fleet, a host KV tier (engine.kv_offload_gib, within the node's memory)."""
     backend, cluster = config.backend.name, config.cluster
     if deployment.dp > 1 and backend != "sim":
         raise HarnessError(f"parallel.dp={deployment.dp}: only backend=sim runs data-parallel ranks so far, "
                            f"not backend={backend}")
     check_workers(config.search, backend)
     check_cluster_backend(config)
-    check_offload(config, deployment)
+    gib, host = config.engine.kv_offload_gib, config.engine.host_memory_gib
+    if not (gib >= 0 and host > 0):
+        raise HarnessError(f"engine: kv_offload_gib must be >= 0 and host_memory_gib > 0, got {gib!r}, {host!r}")
+    if gib > host:
+        raise HarnessError(f"engine.kv_offload_gib={gib:g} GiB is larger than the node's host memory "
+                           f"(engine.host_memory_gib={host:g} GiB)")
+    if gib and (backend != "sim" or cluster.disaggregated or cluster.replicas or deployment.pp > 1):
+        raise HarnessError("engine.kv_offload_gib: the host KV tier is simulated so far for backend=sim, pp=1, one "
+                           "engine or colocated replicas (cluster.instances); not "
+                           + (f"backend={backend}" if backend != "sim" else "this cluster or pipeline"))
     check_scaled_run(cluster.autoscale, backend, offline=offline)
     if cluster.replicas and backend != "sim":
         raise HarnessError(f"cluster.replicas (instances of different deployments): only backend=sim runs them so far, "
                            f"not backend={backend}")
-
-
-def check_offload(config: ExperimentConfig, deployment: DeploymentPlan) -> None:
-    """engine.kv_offload_gib: a tier that fits the node's host memory, where it is simulated."""
-    engine, backend, cluster = config.engine, config.backend.name, config.cluster
-    gib, host = engine.kv_offload_gib, engine.host_memory_gib
-    if not (gib >= 0 and host > 0):
-        raise HarnessError(f"engine: kv_offload_gib must be >= 0 and host_memory_gib > 0, got {gib!r}, {host!r}")
-    if not gib:
-        return
-    if gib > host:
-        raise HarnessError(f"engine.kv_offload_gib={gib:g} GiB is larger than the node's host memory "
-                           f"(engine.host_memory_gib={host:g} GiB)")
-    if backend != "sim" or cluster.disaggregated or cluster.replicas or deployment.pp > 1:
-        raise HarnessError("engine.kv_offload_gib: the host KV tier is simulated so far for backend=sim, pp=1, one "
-                           "engine or colocated replicas (cluster.instances); not "
-                           + (f"backend={backend}" if backend != "sim" else "this cluster or pipeline"))
 
 
 def check_offline(search: SearchSettings, settings: OfflineSettings, schedulers) -> None:
