@@ -232,12 +232,6 @@ class SloVerdict:
     errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
 
 
-def error_counts(records: Sequence[RequestRecord]) -> dict[str, int]:
-    """Failed requests by kind, a time limit's cut-off (unfinished, not sent) left out."""
-    kinds = Counter(kind for r in records if (kind := error_kind(r.error)) is not None and kind not in CUT_OFF_KINDS)
-    return dict(sorted(kinds.items()))
-
-
 def good_requests(records: Sequence[RequestRecord], slo: Slo) -> np.ndarray:
     """Per request: completed, TPOT (mean TBT) <= slo.tpot_limit_s and (if set) TTFT <= slo.ttft_s."""
     good = np.zeros(len(records), dtype=bool)
@@ -271,7 +265,8 @@ def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
     if not paper and not fraction >= slo.attainment:
         reasons.append(f"attainment {fraction:.1%} < {slo.attainment:.1%} (TTFT <= {slo.ttft_s:g}s and "
                        f"TPOT <= {slo.tpot_limit_s:g}s per request)")
-    errors = error_counts(records)
+    # Failed requests by kind, a time limit's cut-off (unfinished, not sent) left out.
+    errors = dict(sorted(Counter(k for r in records if (k := error_kind(r.error)) and k not in CUT_OFF_KINDS).items()))
     num_errors = sum(errors.values())
     if records and num_errors / len(records) > slo.max_error_fraction:
         kinds = ", ".join(f"{n} {k}" for k, n in errors.items())

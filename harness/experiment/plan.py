@@ -60,11 +60,14 @@ class ExperimentPlan:
     prefix_caching: frozenset[str] = frozenset()
 
     def job(self, scheduler: str, progress: bool = True) -> BackendJob:
+        s = self.slo  # a simulated probe stops once failing the paper's criterion is certain (search.stop_early)
+        give_up = (GiveUp(s.tbt_s, s.tbt_quantile, s.scheduling_delay_s, s.scheduling_delay_quantile)
+                   if self.search.stop_early and s.criterion == "paper" else None)
         return BackendJob(
             scheduler_name=scheduler, scheduler=self.schedulers[scheduler], deployment=self.deployment,
             max_model_len=self.max_model_len, seed=self.seed, settings=self.backend,
             time_limit_s=self.search.time_limit_s, concurrency=concurrency_limit(self.arrival), progress=progress,
-            cluster=self.cluster, disagg=self.disagg, replicas=self.replicas, give_up=self._give_up(),
+            cluster=self.cluster, disagg=self.disagg, replicas=self.replicas, give_up=give_up,
             max_error_fraction=self.search.max_error_fraction, drain_s=self.drain_s, kv_offload_gib=self.kv_offload_gib,
             prefix_caching=scheduler in self.prefix_caching,
             autoscale=scale_plan(self.cluster.autoscale, self.cluster.instances, self.deployment, self.slo),
@@ -96,12 +99,6 @@ class ExperimentPlan:
                else f"cut {_duration(self.drain_s)} after its last arrival")
         return (f"{what}; the first sends for about {_duration(s.num_requests / rate)}, each probe {end}, or as soon "
                 f"as more than {s.max_error_fraction:.0%} of its requests failed (search.max_error_fraction)")
-
-    def _give_up(self) -> GiveUp | None:
-        s = self.slo
-        if not self.search.stop_early or s.criterion != "paper":
-            return None
-        return GiveUp(s.tbt_s, s.tbt_quantile, s.scheduling_delay_s, s.scheduling_delay_quantile)
 
 
 def scheduler_configs(config: ExperimentConfig) -> tuple[dict[str, SchedulerConfig], frozenset[str]]:
