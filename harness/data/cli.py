@@ -30,7 +30,7 @@ from harness.workload.paths import REPO_ROOT
 from harness.workload.trace_file import read_trace
 
 from .build import build_trace
-from .config import int_arg, load_card, load_dataset_config
+from .config import CARD_DIR, int_arg, load_dataset_config
 from .stats import format_stats, length_stats
 
 
@@ -44,9 +44,10 @@ def cmd_stats(args: dict[str, str]) -> int:
     else:
         n = int_arg(args, "n", 100_000, minimum=1)
     w = load_workload(ds, n, seed)
-    card = load_card(str(ds.get("name"))) or {}
+    card = CARD_DIR / f"{ds.get('name')}.yaml"  # the dataset card: its published numbers beside ours
+    published = (yaml.safe_load(card.read_text()) or {}).get("published") if card.is_file() else None
     print(f"# {w.source}")
-    print(format_stats(length_stats(w), card.get("published")))
+    print(format_stats(length_stats(w), published))
     return 0
 
 

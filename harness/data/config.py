@@ -40,11 +40,6 @@ def load_dataset_config(args: dict[str, str]) -> dict:
     return cfg
 
 
-def load_card(name: str) -> dict | None:
-    path = CARD_DIR / f"{name}.yaml"
-    return yaml.safe_load(path.read_text()) if path.is_file() else None
-
-
 def int_arg(args: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
     raw = args.get(key)
     if raw is None:
