@@ -64,8 +64,6 @@ class RequestRecord:
 # What went wrong with a request, by kind (RequestRecord.error is the message; both backends and
 # the load generator write messages these prefixes recognise). `unfinished` and `not_sent` are a
 # time-limited probe's cut-off, judged by the latency criteria, not counted as errors.
-ERROR_KINDS = ("connect", "http_status", "stream_cut", "timeout", "short_output", "extra_output", "prompt_len",
-               "usage", "model", "malformed", "aborted", "unfinished", "not_sent", "other")
 PROMPT_MISCOUNT = "prompt counted as "  # + "N tokens by the server, planned M"
 EXTRA_OUTPUT = "extra tokens: "  # + "received N, M asked"
 WRONG_MODEL = "wrong model: "  # + "answered as X, asked for Y"
@@ -98,6 +96,7 @@ _PREFIXES = (
     ("ClientOSError", "connect"),
     ("ServerTimeoutError", "timeout"),
 )
+ERROR_KINDS = (*dict.fromkeys(kind for _, kind in _PREFIXES), "other")
 
 
 def error_kind(error: str | None) -> str | None:
