@@ -107,3 +107,5 @@ def test_no_network_or_no_such_model_is_one_line(tmp_path):
     assert p.returncode == 2 and "src: no " in p.stderr and not (tmp_path / "p").exists()
     p = fetch("gpu=a100")
     assert p.returncode == 2 and "needs gpu= and model=" in p.stderr
+    p = fetch("gpu=a100", f"model={MODEL}", "tp=two", f"src={VIDUR}", f"out={tmp_path / 'p'}")
+    assert p.returncode == 2 and p.stderr.startswith("error: tp=two: expected TP degrees") and not (tmp_path / "p").exists()

@@ -121,11 +121,15 @@ def fetch_command(argv: list[str]) -> int:
     gpu, model = str(opts["gpu"]).strip("/"), str(opts["model"]).strip("/")
     if not gpu or not model:
         raise HarnessError("fetch needs gpu= and model= (e.g. gpu=a100 model=meta-llama/Llama-2-70b-hf)")
+    try:
+        wanted = [int(t) for t in str(opts["tp"]).replace("[", "").replace("]", "").split(",") if t.strip()]
+    except ValueError:
+        raise HarnessError(f"tp={opts['tp']}: expected TP degrees, e.g. tp=2 or tp=1,2") from None
     src = Path(str(opts["src"])).expanduser() if opts["src"] else None
     got = {f: fetch_file(f"{gpu}/{model}/{f}", ref=str(opts["ref"]), src=src, raw_url=str(opts["raw_url"]).rstrip("/"),
                          lfs_url=str(opts["lfs_url"]).rstrip("/"), verify=bool(opts["verify"])) for f in FILES}
     both = sorted(set(_tp_degrees(got["mlp.csv"][0])) & set(_tp_degrees(got["attention.csv"][0])))
-    degrees = [int(t) for t in str(opts["tp"]).replace("[", "").replace("]", "").split(",") if t.strip()] or both
+    degrees = wanted or both
     if not degrees:
         raise HarnessError(f"{gpu}/{model}: mlp.csv and attention.csv share no TP degree")
     arch = get_model(VIDUR_MODELS[model]) if model in VIDUR_MODELS else None  # the shape check
