@@ -193,19 +193,16 @@ class Slo(SloCriterion):
                              f"ttft {self.ttft_s}, tpot {self.tpot_s}")
         if self.criterion not in CRITERIA:
             raise ValueError(f"criterion must be one of {', '.join(CRITERIA)}, got {self.criterion!r}")
-        if not 0 < self.attainment <= 1:
-            raise ValueError(f"attainment must be in (0, 1], got {self.attainment}")
         if self.criterion == "attainment" and self.ttft_s is None:
             # Without a TTFT limit a queue could grow without bound while every TPOT stays small.
             raise ValueError("criterion=attainment judges TTFT and TPOT per request: set ttft_s too")
         if self.criterion == "attainment" and self.min_goodput_fraction is not None:
             raise ValueError("min_goodput_fraction is the paper criterion's extra; with criterion=attainment "
                              "the share of good requests is attainment")
-        if self.min_goodput_fraction is not None and not 0 < self.min_goodput_fraction <= 1:
-            raise ValueError(f"min_goodput_fraction must be in (0, 1], got {self.min_goodput_fraction}")
-        for q in (self.tbt_quantile, self.scheduling_delay_quantile, self.ttft_quantile):
-            if not 0 < q <= 1:
-                raise ValueError(f"SLO quantiles must be in (0, 1], got {q}")
+        for name in ("attainment", "min_goodput_fraction", "tbt_quantile", "scheduling_delay_quantile", "ttft_quantile"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:  # shares and quantiles; min_goodput_fraction is optional
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
 
     @property
     def tpot_limit_s(self) -> float:
