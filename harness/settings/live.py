@@ -69,7 +69,6 @@ class LiveSettings(ClientSettings):
         return self.ready_timeout_s
 
     def __post_init__(self) -> None:
-        if self.server not in SERVER_KINDS:
-            raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.server!r}")
-        if self.vllm_scheduler not in VLLM_SCHEDULERS:
-            raise HarnessError(f"backend.vllm_scheduler must be one of {', '.join(VLLM_SCHEDULERS)}, got {self.vllm_scheduler!r}")
+        for name, known in (("server", SERVER_KINDS), ("vllm_scheduler", VLLM_SCHEDULERS)):
+            if getattr(self, name) not in known:
+                raise HarnessError(f"backend.{name} must be one of {', '.join(known)}, got {getattr(self, name)!r}")
