@@ -25,8 +25,8 @@ import yaml
 
 from common.errors import HarnessError
 from harness.overrides import exits_2, split
+from harness.paths import ROOT
 from harness.workload import load_workload
-from harness.workload.paths import REPO_ROOT
 from harness.workload.trace_file import read_trace
 
 from .build import build_trace
@@ -70,7 +70,7 @@ def cmd_build(args: dict[str, str]) -> int:
     ds = load_dataset_config(args)
     if not args.get("tokenizer"):
         raise HarnessError("build needs tokenizer=PATH (a tokenizer.json, a folder holding one, or a transformers name)")
-    out = Path(args.get("out") or REPO_ROOT / "data" / "traces" / f"{ds.get('name')}.csv")
+    out = Path(args.get("out") or ROOT / "data" / "traces" / f"{ds.get('name')}.csv")
     limit = int_arg(args, "limit", 0, minimum=1) if "limit" in args else None
     prov = build_trace(ds, args["tokenizer"], out, source=args.get("source"), split=args.get("split"), limit=limit)
     print(f"wrote {prov['rows_written']} requests to {out} ({prov['dropped_over_max_total_tokens']} over "

@@ -9,10 +9,11 @@ from __future__ import annotations
 import yaml
 
 from common.errors import HarnessError
-from harness.workload.paths import REPO_ROOT, resolve_path
+from harness.paths import CONFIG_DIR, ROOT
+from harness.workload.paths import resolve_path
 
-DATASET_DIR = REPO_ROOT / "experiments" / "dataset"
-CARD_DIR = REPO_ROOT / "data" / "cards"
+DATASET_DIR = CONFIG_DIR / "dataset"  # the group the experiments compose
+CARD_DIR = ROOT / "data" / "cards"
 
 
 def load_dataset_config(args: dict[str, str]) -> dict:
