@@ -70,8 +70,9 @@ class ClusterSettings:
         if self.router_options is not None and not isinstance(self.router_options, Mapping):
             raise ValueError(f"router_options must be a mapping of the router's knobs, got {self.router_options!r}")
         make_router(self.router, **self.knobs)  # ValueError naming an unknown router, or an unknown or bad knob
-        if self.decode_router is not None and self.decode_router not in ROUTERS:
-            raise ValueError(f"unknown decode_router {self.decode_router!r}; known: {', '.join(ROUTERS)}")
+        for name, known in (("decode_router", (None, *ROUTERS)), ("kv_transfer", TRANSFER_MODES), ("placement", PLACEMENTS)):
+            if getattr(self, name) not in known:  # decode_router None: the router's
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; known: {', '.join(filter(None, known))}")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers must be an integer >= 1 (1: one process), got {self.workers!r}")
         if self.prefill_instances < 0 or self.decode_instances < 0:
@@ -87,12 +88,8 @@ class ClusterSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        if self.kv_transfer not in TRANSFER_MODES:
-            raise ValueError(f"unknown kv_transfer {self.kv_transfer!r}; known: {', '.join(TRANSFER_MODES)}")
         if self.replicas and (self.instances != 1 or self.disaggregated):
             raise ValueError("replicas lists every colocated instance: leave instances=1 and no prefill/decode instances")
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"unknown placement {self.placement!r}; known: {', '.join(PLACEMENTS)}")
         a = self.autoscale
         if a.policy is not None and (self.disaggregated or self.replicas):
             raise ValueError("autoscale scales colocated replicas of the deployment (cluster.instances); "
