@@ -14,17 +14,12 @@ from harness.typed import did_you_mean
 
 def compose(overrides: list[str]) -> DictConfig:
     register_schedulers()  # policies registered since the import (a decorator in the caller's module) too
-    return _composed(overrides, _resolved)
+    return _composed(overrides)
 
 
-def _resolved(cfg: DictConfig) -> DictConfig:
-    OmegaConf.resolve(cfg)
-    return cfg
-
-
-def _composed(words: list[str], finish: Callable, **kwargs):
-    """`finish` of experiments/config composed with `words`; Hydra's and OmegaConf's errors (there
-    or in `finish`) as one line naming the problem."""
+def _composed(words: list[str], finish: Callable | None = None, **kwargs):
+    """`finish` of experiments/config composed with `words` (None: the config, resolved); Hydra's
+    and OmegaConf's errors (there or in `finish`) as one line naming the problem."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException, MissingConfigException
@@ -33,6 +28,9 @@ def _composed(words: list[str], finish: Callable, **kwargs):
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
             cfg = hydra_compose("config", overrides=words, **kwargs)
+        if finish is None:
+            OmegaConf.resolve(cfg)
+            return cfg
         return finish(cfg)
     except MissingConfigException as e:
         raise HarnessError(_missing_config_line(e)) from None
