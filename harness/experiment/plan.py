@@ -151,6 +151,11 @@ def plan_experiment(config: ExperimentConfig) -> ExperimentPlan:
         check_offline(search, offline, schedulers)
     workload = load_workload(c.dataset, search.num_requests, c.seed)
     check_workload(c, workload, offline is not None)
+    count = workload.sessions.num_sessions if workload.sessions is not None else 0
+    notes = () if not count else (
+        f"sessions: a probe holds {count} sessions of {len(workload) / count:.1f} turns on average, each turn "
+        "released by the answer before it; however fast they start, at most that many are in the engine at once, "
+        "so a capacity at search.max_qps is the probe's limit, not the engine's (raise search.num_requests)",)
     replicas = plan_replicas(c) if cluster.replicas else ()
     pools = ([("prefill", disagg.prefill), ("decode", disagg.decode)] if disagg is not None
              else [("both", d) for _, d in replicas] or [("both", deployment)])
@@ -167,7 +172,7 @@ def plan_experiment(config: ExperimentConfig) -> ExperimentPlan:
         name=c.name, seed=c.seed, deployment=deployment, max_model_len=c.max_model_len, slo=slo,
         schedulers=schedulers, scheduler_knobs=scheduler_knobs, slo_kind=c.slo.kind, slo_source=c.slo.source,
         workload=workload, arrival=dict(c.arrival), search=search, backend=backend, dataset=dict(c.dataset),
-        cluster=cluster, disagg=disagg, replicas=replicas, offline=offline, notes=_session_notes(workload),
+        cluster=cluster, disagg=disagg, replicas=replicas, offline=offline, notes=notes,
         kv_offload_gib=c.engine.kv_offload_gib, prefix_caching=caching,
     )
     for name in schedulers:  # the backend's own checks of the plan (no server is started)
@@ -180,15 +185,6 @@ def _duration(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
-
-
-def _session_notes(workload: Workload) -> tuple[str, ...]:
-    if workload.sessions is None:
-        return ()
-    count = workload.sessions.num_sessions
-    return (f"sessions: a probe holds {count} sessions of {len(workload) / count:.1f} turns on average, each turn "
-            "released by the answer before it; however fast they start, at most that many are in the engine at once, "
-            "so a capacity at search.max_qps is the probe's limit, not the engine's (raise search.num_requests)",)
 
 
 def reseed(plan: ExperimentPlan, seed: int) -> ExperimentPlan:
