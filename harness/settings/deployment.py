@@ -2,7 +2,7 @@
 performance model prices it). harness.backends.deployment builds the priced deployment from them."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from engines.perf.kernels import DEFAULT_STACK
 
@@ -48,8 +48,7 @@ class PerfSettings:
     def deployment_knobs(self) -> dict:
         """The keys `engines.perf.Deployment.create` takes by the same name, where set: the engine's
         kernels, its KV sizing, the number formats, CUDA graphs, EP's token exchange."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name in DEPLOYMENT_KNOBS and getattr(self, f.name) is not None}
+        return {k: getattr(self, k) for k in DEPLOYMENT_KNOBS if getattr(self, k) is not None}
 
 
 # The perf.* keys that are Deployment.create's own (the others choose the model: kind, path,
