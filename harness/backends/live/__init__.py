@@ -14,7 +14,7 @@ from typing import ClassVar
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun
 from harness.backends.deployment import DeploymentPlan
-from harness.backends.live.client import LiveRunOptions, measure, run_live, run_live_result
+from harness.backends.live.client import measure, run_live_result
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec, role_specs
 from harness.backends.live.lifecycle import HealthWatch, ServerProcess
 from harness.backends.live.iterations import iteration_frame, scheduler_class
@@ -23,8 +23,8 @@ from harness.records import RequestSpec
 from harness.settings.live import LiveSettings, TorchSettings, VllmSettings
 
 __all__ = [
-    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "TorchSettings", "VllmSettings",
-    "model_vocabulary", "cluster_spec", "run_live", "run_live_result", "scheduler_class", "serve", "server_spec",
+    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveServerSpec", "LiveSettings", "TorchSettings", "VllmSettings",
+    "model_vocabulary", "cluster_spec", "run_live_result", "scheduler_class", "serve", "server_spec",
 ]
 
 
