@@ -29,8 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from common.errors import HarnessError
-from harness.planner.bounds import (Bound, capacity_bound, data_parallel_bound, decode_limit_s, single_decode_s, ttft_floors_s,
-                                 unit_bound)
+from harness.planner.bounds import Bound, capacity_bound, data_parallel_bound, decode_limit_s, single_decode_s, ttft_floors_s
 from harness.planner.replicas import competitive_rate, rank_key, replicas_needed
 from harness.planner.settings import PlanSettings
 from harness.planner.space import Candidate, Space
@@ -104,7 +103,7 @@ def bound_of(space: Space, c: Candidate) -> Bound:
     plan = space.plan_of(c)
     if c.dp > 1:
         return data_parallel_bound(plan, c.scheduler)
-    return unit_bound(plan, c.scheduler, c.unit.prefill, c.unit.decode) if c.unit else capacity_bound(plan, c.scheduler)
+    return capacity_bound(plan, c.scheduler, c.unit.prefill, c.unit.decode) if c.unit else capacity_bound(plan, c.scheduler)
 
 
 def check_slo_reachable(space: Space) -> None:
