@@ -24,24 +24,16 @@ CONNECT_TIMEOUT_S = 5.0
 GCS_WAIT_S = "10"  # Ray's own connect loop (1 s per try, 20 by default), for a cluster by address
 
 
-def _host_port(address: str) -> tuple[str, int] | None:
-    rest = address.removeprefix("ray://").removeprefix("http://").removeprefix("https://")
-    host, sep, port = rest.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
 def check_reachable(address: str) -> None:
     """One TCP connect to a HOST:PORT address (ray://HOST:PORT too): a clear line at once instead
     of Ray's own minute of retries."""
-    where = _host_port(address)
-    if where is None:
+    host, sep, port = address.removeprefix("ray://").removeprefix("http://").removeprefix("https://").rpartition(":")
+    if not sep or not port.isdigit():
         if address not in ("auto", "local"):
             raise HarnessError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
         return
     try:
-        socket.create_connection(where, timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as e:
         raise HarnessError(f"Ray cluster at {address} is unreachable ({e.strerror or e}); nothing was submitted") from None
 
@@ -116,17 +108,13 @@ def disconnect(connected: bool) -> None:
         ray.shutdown()
 
 
-def nodes() -> list[dict]:
-    """The alive nodes' resources ({'CPU': 2.0, 'GPU': 4.0, ...})."""
-    import ray
-
-    return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
-
-
 def check_fits(jobs: Sequence[tuple[str, JobResources]], cluster: Sequence[Mapping] | None = None) -> None:
     """Every job fits on the cluster (each of its nodes on another cluster node), else one line
     naming the first that does not: a request that can never be met would wait forever."""
-    cluster = nodes() if cluster is None else cluster
+    if cluster is None:  # the alive nodes' resources ({'CPU': 2.0, 'GPU': 4.0, ...})
+        import ray
+
+        cluster = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
     gpus = sorted((int(n.get("GPU", 0)) for n in cluster), reverse=True)
     cpus = max((int(n.get("CPU", 0)) for n in cluster), default=0)
     for label, res in jobs:
