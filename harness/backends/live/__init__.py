@@ -145,7 +145,7 @@ class LiveBackend:
         if isinstance(p, ClusterProcesses):
             return RunBroken(f"{self.spec.kind} cluster for {self.job.scheduler_name}: {p.describe(reason)}")
         where = f"{self.spec.kind} server for {self.job.scheduler_name} at {self.spec.host} (pid {p.pid if p else '?'})"
-        tail = f"\n--- last lines of {p.log_path} ---\n{p.log_tail(12)}" if p is not None else ""
+        tail = f"\n{p.tail_text(12)}" if p is not None else ""
         return RunBroken(f"{where}: {reason}{tail}")
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:
