@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engines.schedulers import SchedulerConfig  # noqa: E402
-from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.backends.live import LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.loadgen import LoadOptions  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 from harness.validate.runfile import write_jsonl  # noqa: E402
 
@@ -57,8 +58,8 @@ def measure(engine: str, seqs: int, qps: float, seed: int, out: Path, model_dir:
         warnings.simplefilter("ignore")
         with serve(spec(engine, seqs, model_dir, str(out))) as endpoint:
             # a warm-up run first, discarded: kernels built for each new shape the first time (PyTorch on CPU)
-            run_live_result(reqs[:24], endpoint, LiveRunOptions(progress=False, strict=False, seed=1))
-            res = run_live_result(reqs, endpoint, LiveRunOptions(progress=False, strict=False))
+            run_live_result(reqs[:24], endpoint, LoadOptions(progress=False, strict=False, seed=1))
+            res = run_live_result(reqs, endpoint, LoadOptions(progress=False, strict=False))
     path = out / f"{engine}_seqs{seqs}_qps{qps:g}.jsonl"
     write_jsonl(path, res.records)
     return path

@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from engines.external.vllm_scheduler import SUPPORTED_VLLM, supports  # noqa: E402
 from engines.external.vllm_scheduler.trace import read_trace  # noqa: E402
 from engines.schedulers import SchedulerConfig  # noqa: E402
-from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.backends.live import LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.loadgen import LoadOptions  # noqa: E402
 from harness.metrics import tbt_samples  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 
@@ -97,7 +98,7 @@ def serve_load(policy: str | None, args, model: str, work: Path, requests: list[
                           ready_timeout_s=600, log_dir=str(work))
     with serve(spec) as endpoint, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dispatch-lag warnings on a busy host
-        res = run_live_result(requests, endpoint, LiveRunOptions(progress=False, strict=False, seed=1))
+        res = run_live_result(requests, endpoint, LoadOptions(progress=False, strict=False, seed=1))
         texts = greedy(endpoint.base_url, PROMPTS)
     return res, texts, trace
 

@@ -94,7 +94,7 @@ def test_a_job_that_fits_no_node_is_refused_before_submission():
     ray_session.check_fits([("falcon", falcon)], four_gpu_nodes)  # fits: two nodes of 4
     with pytest.raises(HarnessError, match="needs 2 nodes with 4 GPU"):
         ray_session.check_fits([("falcon", falcon)], four_gpu_nodes[:1])
-    with pytest.raises(HarnessError, match=r"llama asks for 8 GPU\(s\) on one node, the largest node of the Ray cluster has 4"):
+    with pytest.raises(HarnessError, match=r"llama asks for 8 GPU\(s\) per node, a node of the Ray cluster has at most 4"):
         ray_session.check_fits([("falcon", falcon), ("llama", resources("experiment=llama2_70b_tp4pp2_strict", *LIVE))],
                                four_gpu_nodes)
     with pytest.raises(HarnessError, match="asks for 8 CPUs"):
@@ -153,12 +153,12 @@ SMALL = ["scheduler=[vllm]", "search.num_requests=16", "progress=false"]
 
 @pytest.mark.parametrize("launcher, extra, message", [
     ("submitit_slurm", ["hydra.launcher.partition=gpu", "experiment=llama2_70b_tp4pp2_strict", *LIVE],
-     "asks for 8 GPU(s) per node, the nodes of SLURM partition gpu have at most 4"),
+     "asks for 8 GPU(s) per node, a node of SLURM partition gpu has at most 4"),
     ("submitit_slurm", ["hydra.launcher.partition=a100x", "experiment=mistral7b_strict"],
      "SLURM partition 'a100x' does not exist (sinfo knows: cpu, gpu)"),
     ("submitit_slurm", ["hydra.launcher.partition=cpu", "experiment=mistral7b_strict", *LIVE],
-     "asks for 1 GPU(s) per node, the nodes of SLURM partition cpu have at most 0"),
-    ("submitit_local", ["experiment=mistral7b_strict", *LIVE], "asks for 1 GPU(s), this machine has 0"),
+     "asks for 1 GPU(s) per node, a node of SLURM partition cpu has at most 0"),
+    ("submitit_local", ["experiment=mistral7b_strict", *LIVE], "asks for 1 GPU(s) per node, this machine has at most 0"),
     ("submitit_local", ["experiment=falcon180b_tp4pp2_strict", *LIVE], "runs on this machine only"),
     ("ray", ["hydra.launcher.ray.init.address=127.0.0.1:PORT", "experiment=mistral7b_strict"],
      "Ray cluster at 127.0.0.1:PORT is unreachable"),

@@ -23,7 +23,8 @@ from common.errors import RunBroken
 from engines.routers import make_router
 from engines.schedulers import EngineConfig, make_engine
 from harness.backends import open_backend
-from harness.backends.live import LiveBackend, LiveRunOptions, run_live_result
+from harness.backends.live import LiveBackend, run_live_result
+from harness.loadgen import LoadOptions
 from harness.backends.sim import simulate_disaggregated
 from harness.config import compose
 from harness.metrics import summarize
@@ -132,7 +133,7 @@ def test_a_killed_decode_server_fails_every_request_and_the_run():
         os.kill(procs["decode 0"].pid, signal.SIGKILL)
         procs["decode 0"].proc.wait(timeout=10)
         reqs = [RequestSpec(i, 0.01 * i, 30, 8) for i in range(10)]
-        res = run_live_result(reqs, backend.endpoint, LiveRunOptions(progress=False, strict=False))
+        res = run_live_result(reqs, backend.endpoint, LoadOptions(progress=False, strict=False))
         assert all(r.error and "decode server" in r.error and len(r.token_times_s) == 1 for r in res.records)
         assert backend.server_gone() == "decode 0 server exited with status -9"
         with pytest.raises(RunBroken, match="decode 0 server exited with status -9"):

@@ -16,7 +16,8 @@ import pytest
 
 from engines.perf import Deployment, PerfModel
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
-from harness.backends.live import Endpoint, LiveRunOptions, LiveServerSpec, run_live_result, serve
+from harness.backends.live import Endpoint, LiveServerSpec, run_live_result, serve
+from harness.loadgen import LoadOptions
 from harness.backends.live.lifecycle import free_port
 from harness.backends.live.twin_clock import DISTURBED, disturbed_note
 from harness.backends.sim import simulate
@@ -32,7 +33,7 @@ SLOW_SCALE = 25.0
 KV_TOKENS = 1 << 20
 MAX_LEN = 4096
 SCHED = SchedulerConfig("sarathi", max_num_seqs=128, token_budget=512)
-OPTS = LiveRunOptions(progress=False, strict=False)
+OPTS = LoadOptions(progress=False, strict=False)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +157,7 @@ def assert_in_band_unless_disturbed(res, live, sim, low=0.95, high=1.20):
 @pytest.mark.live
 def test_time_limit_records_unfinished_and_unsent_requests(endpoint):
     reqs = [RequestSpec(i, 0.05 * i, 50, 400) for i in range(10)] + [RequestSpec(10, 5.0, 50, 5)]
-    res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, time_limit_s=1.0))
+    res = _run(reqs, endpoint, LoadOptions(progress=False, strict=False, time_limit_s=1.0))
     assert len(res.records) == 11
     running = res.records[:10]
     assert all(r.error == UNFINISHED for r in running)
@@ -182,7 +183,7 @@ def test_http_errors_are_recorded_per_request_while_the_run_goes_on(endpoint):
 @pytest.mark.live
 def test_a_request_past_its_timeout_is_recorded_and_the_others_finish(endpoint):
     reqs = [RequestSpec(0, 0.0, 50, 3), RequestSpec(1, 0.0, 50, 2000), RequestSpec(2, 0.05, 50, 3)]
-    res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, request_timeout_s=1.0))
+    res = _run(reqs, endpoint, LoadOptions(progress=False, strict=False, request_timeout_s=1.0))
     fast0, slow, fast2 = res.records
     assert fast0.completed and fast2.completed
     assert slow.error == "timed out after 1 s" and len(slow.token_times_s) < 2000
@@ -199,7 +200,7 @@ def test_refused_connections_are_errors_not_crashes():
 @pytest.mark.live
 def test_closed_loop_keeps_the_concurrency_limit(endpoint):
     reqs = [RequestSpec(i, 0.0, 64, 6) for i in range(24)]
-    res = _run(reqs, endpoint, LiveRunOptions(progress=False, strict=False, concurrency=4))
+    res = _run(reqs, endpoint, LoadOptions(progress=False, strict=False, concurrency=4))
     assert all(r.completed for r in res.records)
     starts = np.array([r.dispatched_s for r in res.records])
     ends = np.array([r.finished_s for r in res.records])

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from engines.schedulers import SchedulerConfig
-from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result
+from harness.backends.live import LiveServerSpec, run_live_result
+from harness.loadgen import LoadOptions
 from harness.backends.live.lifecycle import free_port
 from harness.records import RequestSpec
 from tests.policy_workloads import BUILT_IN
@@ -31,7 +32,7 @@ def test_each_policy_serves_a_burst(policy):
     sched = SchedulerConfig.shared(policy, max_num_seqs=16, token_budget=256)
     spec = LiveServerSpec(kind="inrepo", scheduler=sched, model="tiny", max_model_len=1024, executor="null",
                           kv_capacity_tokens=16384, ready_timeout_s=60)
-    res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))
+    res = run_live_result(reqs, spec, LoadOptions(progress=False, strict=False))
     assert [r.error for r in res.records] == [None] * 40
     assert all(r.completed and r.first_scheduled_s <= r.first_token_s for r in res.records)
     assert set(res.token_sources) == {"token_ids"}  # the server names each event's tokens

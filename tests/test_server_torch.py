@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("torch", reason="the torch executor needs torch (pip install '.[engine]')")
 
 from engines.schedulers import SchedulerConfig  # noqa: E402
-from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.backends.live import LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.loadgen import LoadOptions  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 
 pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
@@ -23,7 +24,7 @@ def test_torch_executor_serves_streams(policy):
     reqs = [RequestSpec(i, 0.01 * i, 20 + 15 * i, 4 + i) for i in range(8)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = run_live_result(reqs, spec, LiveRunOptions(progress=False, strict=False))
+        res = run_live_result(reqs, spec, LoadOptions(progress=False, strict=False))
     assert [r.error for r in res.records] == [None] * 8
     assert all(r.completed and r.first_scheduled_s <= r.first_token_s for r in res.records)
 
@@ -37,7 +38,7 @@ def test_live_spec_selects_flex_and_graphs(tmp_path):
     reqs = [RequestSpec(i, 0.01 * i, 12 + 9 * i, 2 + i) for i in range(4)]
     with warnings.catch_warnings(), serve(spec) as endpoint:
         warnings.simplefilter("ignore")
-        res = run_live_result(reqs, endpoint, LiveRunOptions(progress=False, strict=False))
+        res = run_live_result(reqs, endpoint, LoadOptions(progress=False, strict=False))
         with urllib.request.urlopen(f"{endpoint.base_url}/metrics", timeout=10) as r:
             metrics = dict(line.split("} ") for line in r.read().decode().splitlines() if line.startswith("engine:"))
     assert [r.error for r in res.records] == [None] * 4

@@ -39,7 +39,8 @@ pytest.importorskip("torch", reason="the torch executor needs torch (pip install
 
 from engines.perf.calibration import FACTORS  # noqa: E402
 from engines.schedulers import SchedulerConfig  # noqa: E402
-from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.backends.live import LiveServerSpec, run_live_result, serve  # noqa: E402
+from harness.loadgen import LoadOptions  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
 from harness.validate.runfile import read_run, write_jsonl  # noqa: E402
 
@@ -110,12 +111,12 @@ def _measure(tmp, alone_block, max_num_seqs: int, qps: float, seed: int):
             engine = _children() - kids  # the server this run started
             # A warm-up run first, discarded: PyTorch on CPU builds its kernels for each new shape the first
             # time it meets it, which made the first seconds of a run several times slower than the rest.
-            run_live_result(_poisson(24, qps, seed + 100), endpoint, LiveRunOptions(progress=False, strict=False))
+            run_live_result(_poisson(24, qps, seed + 100), endpoint, LoadOptions(progress=False, strict=False))
             # The measured run, with its host-speed probes, with the other xdist workers idle (tests/conftest.py);
             # the server's start, the warm-up and everything judged from the run files go on beside them.
             with alone_block():
                 before, sched = _probe_s(), _waited(engine)
-                res = run_live_result(reqs, endpoint, LiveRunOptions(progress=False, strict=False))
+                res = run_live_result(reqs, endpoint, LoadOptions(progress=False, strict=False))
                 ran, waited = (b - a for a, b in zip(sched, _waited(engine)))
                 probes = {"probe_s": [before, _probe_s()], "stretch": (ran + waited) / ran if ran > 0 else 1.0}
     assert [r.error for r in res.records] == [None] * len(reqs)

@@ -24,7 +24,8 @@ import pytest
 
 from engines.external.vllm_scheduler import SCHEDULER_CLS
 from engines.schedulers import SchedulerConfig
-from harness.backends.live import LiveRunOptions, LiveServerSpec, run_live_result
+from harness.backends.live import LiveServerSpec, run_live_result
+from harness.loadgen import LoadOptions
 from harness.backends.live.lifecycle import ServerProcess
 from harness.records import RequestSpec
 
@@ -88,7 +89,7 @@ def test_vllm_serves_every_request_under_the_policy(model_dir, tmp_path, policy,
         assert endpoint.vocab_size == 2048 and endpoint.model == "tiny"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # dispatch-lag warnings on a busy 2-core machine
-            res = run_live_result(reqs, endpoint, LiveRunOptions(progress=False, strict=False, seed=1))
+            res = run_live_result(reqs, endpoint, LoadOptions(progress=False, strict=False, seed=1))
     assert _pids_in_group(pgid) == []  # nothing of the server outlives it
     text = server.log_path.read_text()
     assert "--no-enable-prefix-caching" in " ".join(spec.command(0))

@@ -13,7 +13,8 @@ import pytest
 
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.base import BackendJob
-from harness.backends.live import LiveRunOptions, LiveServerSpec, serve
+from harness.backends.live import LiveServerSpec, serve
+from harness.loadgen import LoadOptions
 from harness.backends.live.client import run_live_result
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.sim import simulate
@@ -40,7 +41,7 @@ def test_a_conversation_workload_runs_end_to_end_and_its_hit_rate_is_measured(mo
     with serve(spec) as endpoint, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         before = scrape(endpoint.base_url)
-        res = run_live_result(reqs, endpoint, LiveRunOptions(progress=False, strict=False))
+        res = run_live_result(reqs, endpoint, LoadOptions(progress=False, strict=False))
         counted = measured(before, scrape(endpoint.base_url))
     assert all(r.completed for r in res.records), [r.error for r in res.records if r.error][:3]
     # vLLM's CPU platform caches in blocks of 128 tokens unless told otherwise (vllm/platforms/cpu.py);

@@ -72,7 +72,7 @@ class BackendJob:
     # a backend that has none (a live server) leaves them out.
     iteration_log: bool = False
     # A probe with more failed requests than this share fails: a live backend stops it as soon as
-    # that is certain (harness.loadgen: LoadOptions.max_errors).
+    # that is certain (harness.loadgen: LoadOptions.max_error_fraction).
     max_error_fraction: float = 1.0
     # Live, without time_limit_s: a probe ends this long after its last planned arrival (what has
     # not finished then is cut off, as at a time limit): derived from the plan's SLO and lengths.

@@ -47,9 +47,12 @@ def build_deployment(
     block_size: int, max_model_len: int, perf: PerfSettings = PerfSettings(),
 ) -> DeploymentPlan:
     tp, pp, dp, ep = parallel.tp, parallel.pp, parallel.dp, parallel.ep  # Deployment.create refuses tp or pp < 1
-    gpu, topology = _device(hardware)
-    # A CPU's BLAS has no GPU thread-block tile: a 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
-    cpu = {"gemm_tile_tokens": 1} if cpu_device.is_cpu(hardware.gpu) else {}
+    gpu, topology, cpu = hardware.gpu, hardware.topology, {}
+    if cpu_device.is_cpu(hardware.gpu):  # this machine's CPU (engines/perf/cpu_device.py: the config's numbers, or a
+        # probe's) in its node (one device: no links are ever priced); a CPU's BLAS has no GPU thread-block tile, so a
+        # 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
+        gpu = cpu_device.cpu_spec(hardware.cpu_flops, hardware.cpu_bandwidth, hardware.cpu_memory_bytes)
+        topology, cpu = hardware.topology or CPU_TOPOLOGY, {"gemm_tile_tokens": 1}
     deployment = Deployment.create(dp=dp, ep=ep, model=model.name, gpu=gpu, tp=tp, pp=pp, topology=topology,
                                    gpus_per_node=hardware.gpus_per_node, **perf.deployment_knobs(), **cpu,
                                    **cpu_choice(perf.cpu_costs or "engine"))
@@ -98,15 +101,6 @@ def check_one_release(deployment: Deployment, schedulers: Mapping[str, Scheduler
 
 
 CPU_TOPOLOGY = default_topology("cpu")  # the node a CPU device sits in (engines.perf.hardware)
-
-
-def _device(hardware: HardwareSettings):
-    """The catalog GPU's name, or this machine's CPU (engines/perf/cpu_device.py: the config's numbers,
-    or a probe's), with the node it sits in (a CPU is one device: no links are ever priced)."""
-    if not cpu_device.is_cpu(hardware.gpu):
-        return hardware.gpu, hardware.topology
-    spec = cpu_device.cpu_spec(hardware.cpu_flops, hardware.cpu_bandwidth, hardware.cpu_memory_bytes)
-    return spec, hardware.topology or CPU_TOPOLOGY
 
 
 @dataclass(frozen=True)

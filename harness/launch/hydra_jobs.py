@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from common.errors import HarnessError
 from harness.launch import ray_session, slurm, submitit_jobs
-from harness.launch.outcome import JobOutcome, crashed, exit_code, first_line
+from harness.launch.outcome import EXIT_CRASHED, JobOutcome, exit_code, first_line
 from harness.launch.resources import FIXED_KEYS, JobResources, job_resources, with_fixed
 from harness.settings.experiment import ExperimentConfig
 
@@ -201,7 +201,9 @@ def outcome_of(ret: JobReturn) -> JobOutcome:
     value = ret._return_value
     if ret.status == JobStatus.COMPLETED:
         return value if isinstance(value, JobOutcome) else JobOutcome(0)
-    return crashed(value if isinstance(value, BaseException) else RuntimeError(str(value)))
+    e = value if isinstance(value, BaseException) else RuntimeError(str(value))  # its worker died, the launcher lost it
+    text = str(e).strip().splitlines()
+    return JobOutcome(EXIT_CRASHED, error=f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": "))
 
 
 def sweep_and_report(sweeper, arguments: list[str]) -> list:

@@ -32,12 +32,6 @@ def first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def crashed(e: BaseException) -> JobOutcome:
-    """A job that never returned an outcome (its worker died, the launcher lost it)."""
-    text = str(e).strip().splitlines()
-    return JobOutcome(EXIT_CRASHED, error=f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": "))
-
-
 def exit_code(outcomes: list[JobOutcome]) -> int:
     """The driver's exit status: 0 when every job is done; else a crash (1) over a broken run (3)
     over bad input (2)."""

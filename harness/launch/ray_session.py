@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from common.errors import HarnessError
 from harness.launch.outcome import first_line
-from harness.launch.resources import JobResources, RayRequest, ray_request
+from harness.launch.resources import JobResources, RayRequest, check_room, ray_request
 
 # A local Ray started for one run: no dashboard, a small object store (results are small), as the
 # official hydra-ray-launcher does for CI (ray-project/ray#11966).
@@ -24,24 +24,16 @@ CONNECT_TIMEOUT_S = 5.0
 GCS_WAIT_S = "10"  # Ray's own connect loop (1 s per try, 20 by default), for a cluster by address
 
 
-def _host_port(address: str) -> tuple[str, int] | None:
-    rest = address.removeprefix("ray://").removeprefix("http://").removeprefix("https://")
-    host, sep, port = rest.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
 def check_reachable(address: str) -> None:
     """One TCP connect to a HOST:PORT address (ray://HOST:PORT too): a clear line at once instead
     of Ray's own minute of retries."""
-    where = _host_port(address)
-    if where is None:
+    host, sep, port = address.removeprefix("ray://").removeprefix("http://").removeprefix("https://").rpartition(":")
+    if not sep or not port.isdigit():
         if address not in ("auto", "local"):
             raise HarnessError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
         return
     try:
-        socket.create_connection(where, timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as e:
         raise HarnessError(f"Ray cluster at {address} is unreachable ({e.strerror or e}); nothing was submitted") from None
 
@@ -116,31 +108,14 @@ def disconnect(connected: bool) -> None:
         ray.shutdown()
 
 
-def nodes() -> list[dict]:
-    """The alive nodes' resources ({'CPU': 2.0, 'GPU': 4.0, ...})."""
-    import ray
-
-    return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
-
-
 def check_fits(jobs: Sequence[tuple[str, JobResources]], cluster: Sequence[Mapping] | None = None) -> None:
-    """Every job fits on the cluster (each of its nodes on another cluster node), else one line
-    naming the first that does not: a request that can never be met would wait forever."""
-    cluster = nodes() if cluster is None else cluster
-    gpus = sorted((int(n.get("GPU", 0)) for n in cluster), reverse=True)
-    cpus = max((int(n.get("CPU", 0)) for n in cluster), default=0)
-    for label, res in jobs:
-        largest = gpus[0] if gpus else 0
-        if res.gpus_per_node > largest:
-            raise HarnessError(f"{label} asks for {res.gpus_per_node} GPU(s) on one node, the largest node of the "
-                               f"Ray cluster has {largest}; nothing was submitted")
-        fitting = sum(g >= res.gpus_per_node for g in gpus)
-        if fitting < res.nodes:
-            raise HarnessError(f"{label} needs {res.nodes} nodes with {res.gpus_per_node} GPU(s) each, the Ray "
-                               f"cluster has {fitting}; nothing was submitted")
-        if res.cpus_per_task > cpus:
-            raise HarnessError(f"{label} asks for {res.cpus_per_task} CPUs (search.workers), the largest node of "
-                               f"the Ray cluster has {cpus}; nothing was submitted")
+    """Every job fits on the Ray cluster (resources.check_room); `cluster`: its nodes' resources."""
+    if cluster is None:  # the alive nodes' resources ({'CPU': 2.0, 'GPU': 4.0, ...})
+        import ray
+
+        cluster = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+    check_room(jobs, "the Ray cluster", "a node of the Ray cluster", [int(n.get("GPU", 0)) for n in cluster],
+               max((int(n.get("CPU", 0)) for n in cluster), default=0))
 
 
 def submit(fn: Callable, args: Sequence, res: JobResources, extra: Mapping | None = None):

@@ -5,9 +5,10 @@ places them, with a time limit from the most probes its searches can take."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 
+from common.errors import HarnessError
 from engines.perf.hardware import get_gpu, get_topology
 from harness.settings.experiment import ExperimentConfig
 from harness.settings.search import SearchSettings
@@ -82,6 +83,28 @@ def job_resources(config: ExperimentConfig, live_gpus: bool = True) -> JobResour
     nodes = math.ceil(gpus / per_node)
     return JobResources(nodes=nodes, gpus_per_node=min(gpus, per_node), tasks_per_node=1, cpus_per_task=cpus,
                         timeout_min=timeout)
+
+
+def check_room(jobs: Sequence[tuple[str, JobResources]], where: str, node: str, node_gpus: Sequence[int],
+               node_cpus: int, one_node: str | None = None) -> None:
+    """Every job fits `where` (`node`: one of its nodes, as a message names it; `node_gpus`: each
+    node's GPUs; `node_cpus`: the most CPUs of one, 0 unknown), each of its nodes on another node,
+    else HarnessError naming the first that does not: a request never met would wait forever.
+    `one_node`: why `where` runs no job over several nodes (None: it may)."""
+    most = max(node_gpus, default=0)
+    for label, res in jobs:
+        if res.nodes > 1 and one_node:
+            raise HarnessError(f"{label} needs {res.nodes} nodes; {one_node}; nothing was submitted")
+        if res.gpus_per_node > most:
+            raise HarnessError(f"{label} asks for {res.gpus_per_node} GPU(s) per node, {node} has at most {most}; "
+                               "nothing was submitted")
+        fitting = sum(g >= res.gpus_per_node for g in node_gpus)
+        if fitting < res.nodes:
+            raise HarnessError(f"{label} needs {res.nodes} nodes with {res.gpus_per_node} GPU(s) each, {where} has "
+                               f"{fitting}; nothing was submitted")
+        if node_cpus and res.cpus_per_task * res.tasks_per_node > node_cpus:
+            raise HarnessError(f"{label} asks for {res.cpus_per_task * res.tasks_per_node} CPUs a node (search.workers), "
+                               f"{node} has {node_cpus}; nothing was submitted")
 
 
 def with_fixed(res: JobResources, fixed: Mapping) -> JobResources:

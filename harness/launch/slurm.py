@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.errors import HarnessError
-from harness.launch.resources import JobResources
+from harness.launch.resources import JobResources, check_room
 
 _GPU = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
 
@@ -84,24 +84,16 @@ def partition(name: str | None) -> Partition:
 
 
 def check_partition(name: str | None, jobs: Sequence[tuple[str, JobResources]]) -> Partition:
-    """The partition holds every job (else HarnessError naming the first that does not); a time
-    limit over the partition's is printed and left to SLURM (sbatch refuses it, or the partition's
-    policy caps it)."""
+    """The partition holds every job (resources.check_room); a time limit over the partition's is
+    printed and left to SLURM (sbatch refuses it, or the partition's policy caps it)."""
     part = partition(name)
     for label, res in jobs:
         if part.time_limit_min is not None and res.timeout_min > part.time_limit_min:
             print(f"note: {label}: its time limit ({res.timeout_min} min, from its probe count) is over SLURM "
                   f"partition {part.name}'s {part.time_limit_min} min; set search.time_limit_s (each probe's "
                   "longest) or hydra.launcher.timeout_min", flush=True)
-        if res.gpus_per_node > part.gpus_per_node:
-            raise HarnessError(f"{label} asks for {res.gpus_per_node} GPU(s) per node, the nodes of SLURM partition "
-                               f"{part.name} have at most {part.gpus_per_node}; nothing was submitted")
-        if res.nodes > part.nodes:
-            raise HarnessError(f"{label} needs {res.nodes} nodes, SLURM partition {part.name} has {part.nodes}; "
-                               "nothing was submitted")
-        if part.cpus_per_node and res.cpus_per_task * res.tasks_per_node > part.cpus_per_node:
-            raise HarnessError(f"{label} asks for {res.cpus_per_task} CPUs per task, the nodes of SLURM partition "
-                               f"{part.name} have {part.cpus_per_node}; nothing was submitted")
+    check_room(jobs, f"SLURM partition {part.name}", f"a node of SLURM partition {part.name}",
+               [part.gpus_per_node] * part.nodes, part.cpus_per_node)
     return part
 
 
@@ -122,14 +114,5 @@ def local_gpus() -> int:
 
 def check_local(jobs: Sequence[tuple[str, JobResources]]) -> None:
     """submitit's local executor runs every job on this machine."""
-    gpus, cpus = local_gpus(), os.cpu_count() or 1
-    for label, res in jobs:
-        if res.nodes > 1:
-            raise HarnessError(f"{label} needs {res.nodes} nodes; hydra/launcher=submitit_local runs on this machine "
-                               "only (use submitit_slurm or ray); nothing was submitted")
-        if res.gpus_per_node > gpus:
-            raise HarnessError(f"{label} asks for {res.gpus_per_node} GPU(s), this machine has {gpus}; "
-                               "nothing was submitted")
-        if res.cpus_per_task > cpus:
-            raise HarnessError(f"{label} asks for {res.cpus_per_task} CPUs (search.workers), this machine has {cpus}; "
-                               "nothing was submitted")
+    check_room(jobs, "this machine", "this machine", [local_gpus()], os.cpu_count() or 1,
+               "hydra/launcher=submitit_local runs on this machine only (use submitit_slurm or ray)")

@@ -48,7 +48,7 @@ class LoadResult:
     notes: tuple[str, ...] = ()
     aborted: str | None = None  # why the run was stopped early (LoadOptions.abort_check), if it was
     client: ClientLoad | None = None  # what the run cost the client itself
-    stopped: str | None = None  # why the run stopped once its failure was certain (LoadOptions.max_errors)
+    stopped: str | None = None  # why the run stopped once its failure was certain (LoadOptions.max_error_fraction)
     without_usage: int = 0  # answered requests whose stream carried no usage: their counts went unchecked
 
 

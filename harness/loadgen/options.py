@@ -11,12 +11,13 @@ from harness.settings.load import API_PATHS, MAX_CONNECTIONS
 
 @dataclass(frozen=True)
 class LoadOptions:
-    base_url: str  # e.g. http://127.0.0.1:8000
-    model: str
+    base_url: str = ""  # e.g. http://127.0.0.1:8000 (a live backend's run sets it, and model, from its endpoint)
+    model: str = ""
     api: str = "completions"  # completions (/v1/completions) | chat (/v1/chat/completions: text prompts only)
     request_timeout_s: float = 600.0  # per request, connect to last byte
     connect_timeout_s: float = 10.0
     time_limit_s: float | None = None  # stop the run here; unfinished requests are recorded, not dropped
+    drain_s: float | None = None  # open loop without time_limit_s: stop this long after the last planned arrival
     concurrency: int | None = None  # closed loop: at most this many in flight, arrival times ignored
     ignore_eos: bool = True  # benchmarks generate exactly output_len tokens
     temperature: float = 0.0
@@ -35,9 +36,9 @@ class LoadOptions:
     # inherit it (SCHED_RESET_ON_FORK). None: wherever the process may have it (the default);
     # True: asked for, a warning where it may not; False: never.
     realtime_priority: bool | None = None
-    # Stop the run once more than this many requests failed (not counting a time limit's cut-off):
-    # the probe's error fraction is then certain to pass its limit. None: never stop for errors.
-    max_errors: int | None = None
+    # Stop the run once more than this share of its requests failed (not counting a time limit's
+    # cut-off): the probe's error fraction is then certain to pass its limit. None or >= 1: never.
+    max_error_fraction: float | None = None
     # A stream silent this long after its first body bytes is cut as stalled (an error of kind
     # timeout): a server that never ends a stream does not hold the run for request_timeout_s.
     stall_timeout_s: float | None = None
@@ -52,6 +53,10 @@ class LoadOptions:
     # Sessions (harness/loadgen/sessions.py): a later turn's prompt token ids, built when it is
     # released from its spec and the ids the server generated for the turn before (None: unnamed).
     session_prompt: Callable[[RequestSpec, list[int] | None], tuple[int, ...]] | None = field(default=None, compare=False)
+    # The live backend's own (harness/backends/live/client.py): the seed of the prompt token ids it
+    # draws, and whether an invalid dispatch verdict raises instead of returning suspect records.
+    seed: int = 0
+    strict: bool = True
 
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:

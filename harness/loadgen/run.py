@@ -193,7 +193,12 @@ class _LoadRun:
         self.left = n  # requests neither ended nor skipped (a failed turn's successors are skipped)
         self.aborted: str | None = None  # the caller's reason the server is gone (opts.abort_check)
         self.stopped: str | None = None  # why the run stopped once its failure was certain
-        self.failed = 0  # requests failed at a glance (opts.max_errors)
+        self.failed = 0  # requests failed at a glance
+        frac = opts.max_error_fraction
+        self.max_errors = None if frac is None or frac >= 1 else math.floor(frac * n)  # more fail the probe
+        self.limit_s = opts.time_limit_s  # the time limit, or the last planned arrival + drain_s
+        if self.limit_s is None and opts.drain_s is not None and n and opts.concurrency is None:
+            self.limit_s = max(r.arrival_s for r in requests) + opts.drain_s
         # Closed loop: the requests not yet sent; None in open loop, and once the run is over.
         self.queue: Iterator[int] | None = None
         self.bar: tqdm | None = None
@@ -241,11 +246,11 @@ class _LoadRun:
         self.left -= 1
         self.bar.update(1)
         opts = self.opts
-        if opts.max_errors is not None and self.stopped is None and failed_at_a_glance(self.requests[i], self.attempts[i], opts):
+        if self.max_errors is not None and self.stopped is None and failed_at_a_glance(self.requests[i], self.attempts[i], opts):
             self.failed += 1
-            if self.failed > opts.max_errors:  # the probe fails whatever the rest does: stop sending
+            if self.failed > self.max_errors:  # the probe fails whatever the rest does: stop sending
                 self.stopped = (f"{self.failed} of {self.n} requests failed by request {i}, more than the "
-                                f"{opts.max_errors} allowed")
+                                f"{self.max_errors} allowed")
                 self.all_done.set()
         if self.queue is not None and self.stopped is None:
             self.next_closed()
@@ -323,7 +328,7 @@ class _LoadRun:
         watched = opts.abort_check is not None or opts.stall_timeout_s is not None
         watchdog = loop.create_task(self.watch()) if watched else None
         try:
-            limit = None if opts.time_limit_s is None else max(0.0, t0 + opts.time_limit_s - clock())
+            limit = None if self.limit_s is None else max(0.0, t0 + self.limit_s - clock())
             try:
                 await asyncio.wait_for(self.all_done.wait(), timeout=limit)
             except TimeoutError:

@@ -27,7 +27,7 @@ and d is the TTFT limit (the requests that pass wait at most that; 2 / N covers 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -140,33 +140,46 @@ def _waited_s(plan: ExperimentPlan) -> float:
     return plan.slo.scheduling_delay_s if plan.slo.criterion == "paper" else float(plan.slo.ttft_s)
 
 
-def capacity_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
-    """No probe of `scheduler` on `plan`'s deployment passes above `qps` (module docstring)."""
-    perf, policy, w = plan.deployment.perf, _policy(plan, scheduler), plan.workload
+def capacity_bound(plan: ExperimentPlan, scheduler: str, prefill: int = 0, decode: int = 1) -> Bound:
+    """No probe of `scheduler` on `plan`'s deployment passes above `qps` (module docstring); with
+    `prefill` > 0, of a P/D unit (`plan.disagg`, `prefill` and `decode` instances), from each role's
+    share of the same facts: every prompt token passes the slowest stage of a prefill instance (at
+    most the scheduler's batch of tokens); on a decode instance, the decode bound (its KV pool and
+    max_num_seqs; token 2's TBT sample holds the transfer and any wait, so it too lasts at least its
+    iteration), its output tokens through the slowest stage, and Little's law on its KV. The unit is
+    at most min(P x prefill rate, D x decode rate); under attainment, as for one engine."""
+    policy, w = _policy(plan, scheduler), plan.workload
+    dplan = replace(plan, deployment=plan.disagg.decode) if prefill else plan  # where the decodes run
+    perf = dplan.deployment.perf
     c = shortest_decode_context(plan)
-    batch = min(int(policy.max_num_seqs), _kv_batch(plan, policy))
+    p, o = w.prompt_lens.astype(np.float64), w.output_lens.astype(np.float64)
+    batch = min(int(policy.max_num_seqs), _kv_batch(dplan, policy))
     slo_batch = min(batch, _slo_batch(perf, batch, c, decode_limit_s(plan)))
     if slo_batch == 0:
         return Bound(0.0, "slo", batch)
-    token_rate = _decode_token_rate(perf, plan, batch, slo_batch, c)
-    p = w.prompt_lens.astype(np.float64)
-    o = w.output_lens.astype(np.float64)
-    decode = token_rate / max(float(np.mean(o - 1)), 1e-9)
-    tokens = 1.0 / (float(np.mean(p + o - 1)) * _token_cost(perf, _most_tokens(plan, policy)))
-    held = plan.max_model_len * (o - 1) if policy.reserves_kv else (o - 1) * p + (o - 1) * o / 2
-    kv = plan.deployment.kv_capacity_tokens / max(float(np.mean(held)) * _decode_latency(perf, 1, c), 1e-12)
-    rates = {"decode": decode, "tokens": tokens, "kv": kv}
+    rates, outputs = {}, max(float(np.mean(o - 1)), 1e-9)
+    if prefill:
+        pplan = replace(plan, deployment=plan.disagg.prefill)
+        rates["prefill"] = prefill / (float(np.mean(p)) * _token_cost(pplan.deployment.perf, _most_tokens(pplan, policy)))
+    rates["decode"] = decode * _decode_token_rate(perf, plan, batch, slo_batch, c) / outputs
+    if prefill:
+        rates["tokens"] = decode / (outputs * _token_cost(perf, batch))
+    else:
+        rates["tokens"] = 1.0 / (float(np.mean(p + o - 1)) * _token_cost(perf, _most_tokens(plan, policy)))
+    reserved = policy.reserves_kv and not prefill  # max_model_len of KV per request (a decode role reserves none)
+    held = plan.max_model_len * (o - 1) if reserved else (o - 1) * p + (o - 1) * o / 2
+    rates["kv"] = decode * dplan.deployment.kv_capacity_tokens / max(float(np.mean(held)) * _decode_latency(perf, 1, c), 1e-12)
     binding = min(rates, key=rates.get)
     rate = rates[binding]
-    slack = 1 + 2 * (batch + rate * _waited_s(plan)) / len(w.prompt_lens)
-    return Bound(rate * slack, binding, batch, min(rate, _typical_decode(plan, batch, o)))
+    absorbed = prefill * int(policy.max_num_seqs) + decode * batch  # requests the running sets hold
+    slack = 1 + 2 * (absorbed + rate * _waited_s(plan)) / len(w.prompt_lens)
+    typical = decode * _typical_decode(dplan, batch, o)
+    return Bound(rate * slack, binding, batch, min(rate, min(rates["prefill"], typical) if prefill else typical))
 
 
 def data_parallel_bound(plan: ExperimentPlan, scheduler: str) -> Bound:
     """DP ranks sharing expert-parallel MoE layers: at most dp times one rank's bound, that rank's
     steps priced at their fastest (`_fastest_perf`), its own KV pool and batch."""
-    from dataclasses import replace
-
     fast = _fastest_perf(plan)
     one = capacity_bound(replace(plan, deployment=replace(plan.deployment, perf=fast, timer=fast)), scheduler)
     dp = plan.deployment.dp
@@ -181,37 +194,3 @@ def _typical_decode(plan: ExperimentPlan, batch: int, o: np.ndarray) -> float:
     c = int(np.mean(plan.workload.prompt_lens) + np.mean(o) / 2)
     b = _slo_batch(perf, batch, c, decode_limit_s(plan))
     return 0.0 if b == 0 else _best_rate(perf, b, c) / max(float(np.mean(o - 1)), 1e-9)
-
-
-def unit_bound(plan: ExperimentPlan, scheduler: str, prefill: int, decode: int) -> Bound:
-    """No probe of a P/D unit (`plan.disagg`, `prefill` and `decode` instances) passes above `qps`,
-    from each role's share of the facts above: every prompt token passes the slowest stage of a
-    prefill instance (at most the scheduler's batch of tokens); on a decode instance, the decode
-    bound (its KV pool and max_num_seqs; token 2's TBT sample holds the transfer and any wait, so
-    it too lasts at least its iteration), its output tokens through the slowest stage, and Little's
-    law on its KV. The unit is at most min(P x prefill rate, D x decode rate); under attainment,
-    as for one engine (module docstring)."""
-    from dataclasses import replace
-
-    policy, w = _policy(plan, scheduler), plan.workload
-    pplan, dplan = replace(plan, deployment=plan.disagg.prefill), replace(plan, deployment=plan.disagg.decode)
-    pperf, dperf = pplan.deployment.perf, dplan.deployment.perf
-    c = shortest_decode_context(plan)
-    p, o = w.prompt_lens.astype(np.float64), w.output_lens.astype(np.float64)
-    batch = min(int(policy.max_num_seqs), _kv_batch(dplan, policy))
-    rates = {"prefill": prefill / (float(np.mean(p)) * _token_cost(pperf, _most_tokens(pplan, policy)))}
-    estimate = min(rates["prefill"], decode * _typical_decode(dplan, batch, o))
-    slo_batch = min(batch, _slo_batch(dperf, batch, c, decode_limit_s(plan)))
-    if slo_batch == 0:
-        return Bound(0.0, "slo", batch)
-    token_rate = _decode_token_rate(dperf, plan, batch, slo_batch, c)
-    outputs = max(float(np.mean(o - 1)), 1e-9)
-    held = (o - 1) * p + (o - 1) * o / 2
-    rates["decode"] = decode * token_rate / outputs
-    rates["tokens"] = decode / (outputs * _token_cost(dperf, batch))
-    rates["kv"] = decode * dplan.deployment.kv_capacity_tokens / max(float(np.mean(held)) * _decode_latency(dperf, 1, c), 1e-12)
-    binding = min(rates, key=rates.get)
-    rate = rates[binding]
-    absorbed = prefill * int(policy.max_num_seqs) + decode * batch  # requests the running sets hold
-    slack = 1 + 2 * (absorbed + rate * _waited_s(plan)) / len(w.prompt_lens)
-    return Bound(rate * slack, binding, batch, min(rate, estimate))

@@ -29,8 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from common.errors import HarnessError
-from harness.planner.bounds import (Bound, capacity_bound, data_parallel_bound, decode_limit_s, single_decode_s, ttft_floors_s,
-                                 unit_bound)
+from harness.planner.bounds import Bound, capacity_bound, data_parallel_bound, decode_limit_s, single_decode_s, ttft_floors_s
 from harness.planner.replicas import competitive_rate, rank_key, replicas_needed
 from harness.planner.settings import PlanSettings
 from harness.planner.space import Candidate, Space
@@ -104,7 +103,7 @@ def bound_of(space: Space, c: Candidate) -> Bound:
     plan = space.plan_of(c)
     if c.dp > 1:
         return data_parallel_bound(plan, c.scheduler)
-    return unit_bound(plan, c.scheduler, c.unit.prefill, c.unit.decode) if c.unit else capacity_bound(plan, c.scheduler)
+    return capacity_bound(plan, c.scheduler, c.unit.prefill, c.unit.decode) if c.unit else capacity_bound(plan, c.scheduler)
 
 
 def check_slo_reachable(space: Space) -> None:
@@ -174,10 +173,9 @@ def _task(e: Evaluation, plan: ExperimentPlan, done: Sequence[Evaluation], s: Pl
     return SearchTask(plan, e.candidate.scheduler, start, floor, ceiling, s.screen_rel_tol, growth)
 
 
-def _best(evals: Sequence[Evaluation], target: float | None, stage: str) -> Evaluation | None:
-    pool = [e for e in evals if (e.full if stage == "full" else e.screen) is not None]
-    scored = [(rank_key(target, (e.full if stage == "full" else e.screen).capacity_qps, e.candidate.gpus), i, e)
-              for i, e in enumerate(pool)]
+def _best_screened(evals: Sequence[Evaluation], target: float | None) -> Evaluation | None:
+    pool = [e for e in evals if e.screen is not None]
+    scored = [(rank_key(target, e.screen.capacity_qps, e.candidate.gpus), i, e) for i, e in enumerate(pool)]
     scored = [t for t in scored if t[0][0] != math.inf]
     return min(scored)[2] if scored else None
 
@@ -251,7 +249,7 @@ def _screen(run: PlanRun, order: list[Evaluation], plans, pool, workers: int, lo
     wave_size = 2 * workers
     pending = _seeds(order)
     while pending:
-        best = _best(run.evaluations, target, "screen")
+        best = _best_screened(run.evaluations, target)
         if run.waves:  # the seeds go first, as they are
             ratios = _ratios(run.evaluations)
             pending.sort(key=lambda e: _expected(e, ratios, target))
@@ -278,7 +276,7 @@ def _screen(run: PlanRun, order: list[Evaluation], plans, pool, workers: int, lo
             e.screen = answer
             run.probes_screen += len(answer.probes)
             e.status = "screened" if answer.capacity_qps > 0 else "eliminated"
-        best = _best(run.evaluations, target, "screen")
+        best = _best_screened(run.evaluations, target)
         decided = sum(e.status != "pending" for e in run.evaluations)
         log(f"  screened {decided}/{len(run.evaluations)} (wave {run.waves}): best so far "
             + (f"{best.candidate.key} {best.screen.capacity_qps:.3g} QPS ({run.screen_requests} requests a probe)" if best else "none"))

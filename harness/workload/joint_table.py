@@ -79,14 +79,10 @@ def _admissible_points(t: JointTable, limit: int | None) -> np.ndarray:
     return pts
 
 
-def _effective_limit(t: JointTable, max_total_tokens: int | None) -> int | None:
-    limits = [x for x in (max_total_tokens, t.source_max_total) if x is not None]
-    return min(limits) if limits else None
-
-
 def sample_joint(table: JointTable, n: int, rng: np.random.Generator, max_total_tokens: int | None):
     """n (prompt, output) draws from `table`, conditioned on prompt + output <= max_total_tokens."""
-    limit = _effective_limit(table, max_total_tokens)
+    limits = [x for x in (max_total_tokens, table.source_max_total) if x is not None]
+    limit = min(limits) if limits else None  # a looser limit than the source's acts as the source's
     kept = _admissible_points(table, limit)
     base = _admissible_points(table, table.source_max_total)
     weights = np.where(base > 0, table.count * kept / np.where(base > 0, base, 1), 0.0)

@@ -18,13 +18,13 @@ import numpy as np
 from common.errors import HarnessError
 from harness.records import RequestSpec
 
+from .distributions import number
 from .seeding import PROMPTS, check_seed, rng_for
 
 
 def allowed_ids(vocab_size: int, special_ids: Iterable[int] = ()) -> np.ndarray:
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1:
-        raise HarnessError(f"vocab_size must be a positive integer, got {vocab_size!r}")
-    ids = np.setdiff1d(np.arange(int(vocab_size), dtype=np.int64), np.fromiter(special_ids, np.int64))
+    vocab_size = number(vocab_size, "vocab_size", 1, integer=True)
+    ids = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), np.fromiter(special_ids, np.int64))
     if ids.size == 0:
         raise HarnessError(f"every id of a vocabulary of {vocab_size} is special; no prompt ids left")
     return ids
@@ -32,13 +32,12 @@ def allowed_ids(vocab_size: int, special_ids: Iterable[int] = ()) -> np.ndarray:
 
 def prompt_token_ids(n_tokens: int, vocab_size: int, seed: int | Sequence[int], special_ids: Iterable[int] = ()) -> tuple[int, ...]:
     """`n_tokens` random non-special ids; `seed` an int or a sequence such as (run_seed, request_id)."""
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, numbers.Integral) or n_tokens < 0:
-        raise HarnessError(f"n_tokens must be a non-negative integer, got {n_tokens!r}")
     seeds = [seed] if isinstance(seed, numbers.Integral) else list(seed)
-    return _draw(allowed_ids(vocab_size, special_ids), int(n_tokens), seeds)
+    return draw_ids(allowed_ids(vocab_size, special_ids), number(n_tokens, "n_tokens", 0, integer=True), seeds)
 
 
-def _draw(ids: np.ndarray, n_tokens: int, seeds: Sequence[int]) -> tuple[int, ...]:
+def draw_ids(ids: np.ndarray, n_tokens: int, seeds: Sequence[int]) -> tuple[int, ...]:
+    """`n_tokens` of `ids` drawn at random, seeded by `seeds` (rng_for's sub-streams of PROMPTS)."""
     rng = rng_for(PROMPTS, check_seed(seeds[0]), *(check_seed(s) for s in seeds[1:]))
     return tuple(ids[rng.integers(0, ids.size, n_tokens)].tolist())
 
@@ -50,7 +49,7 @@ def with_prompt_token_ids(requests: Sequence[RequestSpec], vocab_size: int, seed
     firsts = rng_for(PROMPTS, check_seed(seed), 0).permutation(ids) if len(requests) <= ids.size else None
     out = []
     for i, r in enumerate(requests):
-        toks = _draw(ids, r.prompt_len, (seed, 1, r.request_id))
+        toks = draw_ids(ids, r.prompt_len, (seed, 1, r.request_id))
         if firsts is not None and toks:
             toks = (int(firsts[i]),) + toks[1:]
         out.append(dataclasses.replace(r, prompt_token_ids=toks))

@@ -21,6 +21,10 @@ def load_sessions(dataset: Mapping, n: int, seed: int, max_total: int | None) ->
     from harness.typed import typed  # the config's own checks: unknown keys, wrong types
 
     spec = typed(SessionSettings, dataset["sessions"], "dataset.sessions")
+    for k, h in enumerate(spec.head_lengths if spec.system_prompts and max_total is not None else []):
+        if h + 2 > max_total:  # a request needs one token of its own and one output token
+            raise HarnessError(f"dataset.sessions: system prompt {k} has {h} tokens, longer than the model's context "
+                               f"allows (max_total_tokens {max_total}: a request needs its own token and an output)")
     name = str(dataset.get("name"))
     if spec.kind == "conversation" and spec.lengths == "trace":
         from .conversation_trace import conversation_drafts
@@ -48,11 +52,7 @@ def _conversation_fit() -> dict:
 
 
 def _shared_prefix_drafts(spec: SessionSettings, n: int, seed: int, max_total: int | None):
-    longest = max(spec.head_lengths)
-    room = None if max_total is None else max_total - longest
-    if room is not None and room < 2:
-        raise HarnessError(f"dataset.sessions: system prompts of up to {longest} tokens are longer than the model's "
-                           f"context allows (max_total_tokens {max_total}: a request needs its own token and an output)")
+    room = None if max_total is None else max_total - max(spec.head_lengths)  # >= 2 (load_sessions)
     prompt, output, origin = sample_embedded(spec.base, n, rng_for(LENGTHS, seed), room)
     drafts = [SessionDraft(h, [(int(p), int(o))]) for h, p, o in zip(head_picks(spec, seed), prompt, output)]
     return drafts, f"each request's own part and output from {spec.base} ({origin}; max_total_tokens {room})"

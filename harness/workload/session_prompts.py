@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 
 from harness.records import RequestSpec
 
-from .prompts import allowed_ids
-from .seeding import PROMPTS, check_seed, rng_for
+from .prompts import allowed_ids, draw_ids
+from .seeding import check_seed
 
 SEGMENT_STREAM = 2  # rng_for sub-stream (token-id prompts use 0 and 1, text prompts 3)
 
@@ -29,8 +29,7 @@ class SessionPrompts:
         self.fallbacks = 0
 
     def segment(self, seg: int, n: int) -> list[int]:
-        rng = rng_for(PROMPTS, self.seed, SEGMENT_STREAM, check_seed(seg))
-        return self.ids[rng.integers(0, self.ids.size, n)].tolist()
+        return list(draw_ids(self.ids, n, (self.seed, SEGMENT_STREAM, seg)))
 
     def first(self, spec: RequestSpec) -> tuple[int, ...]:
         ids = [t for seg, n in spec.prompt_segments for t in self.segment(seg, n)]

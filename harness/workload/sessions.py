@@ -124,13 +124,10 @@ class SessionDraft:
 def assemble(spec: SessionSettings, drafts: Iterable[SessionDraft], n: int, seed: int, max_total: int | None,
              name: str, origin: str) -> Workload:
     """The first `n` turns of `drafts` that fit max_total_tokens, as a Workload with its Sessions."""
-    heads = spec.head_lengths if spec.system_prompts else []
+    heads = spec.head_lengths if spec.system_prompts else []  # each fits (session_kinds.load_sessions)
     limit = max_total if max_total is not None else math.inf
-    for k, h in enumerate(heads):
-        if h + 2 > limit:  # a request needs one token of its own and one output token
-            raise HarnessError(f"dataset.sessions: system prompt {k} has {h} tokens, longer than the model's context "
-                               f"allows (max_total_tokens {max_total}: a request needs its own token and an output)")
-    think = _think_times(spec, n, seed)
+    think = (np.full(n, float(spec.think_time_s)) if spec.think == "fixed" or spec.think_time_s == 0
+             else rng_for(LENGTHS, seed, THINK_STREAM).standard_exponential(n) * spec.think_time_s)
     session, turn, runs, outs, prompt, output = [], [], [], [], [], []
     next_seg = len(heads) + 1  # segments 1..N are the system prompts
     cut_turns = cut_sessions = 0
@@ -177,12 +174,6 @@ def assemble(spec: SessionSettings, drafts: Iterable[SessionDraft], n: int, seed
     source = (f"{name}: {spec.kind} sessions, {origin}; {sessions.num_sessions} sessions, {n} requests, think "
               f"{spec.think} {spec.think_time_s:g} s, answers {spec.answers}, {len(heads)} system prompts, seed {seed}{cut}")
     return Workload(np.asarray(prompt), np.asarray(output), source, sessions)
-
-
-def _think_times(spec: SessionSettings, n: int, seed: int) -> np.ndarray:
-    if spec.think == "fixed" or spec.think_time_s == 0:
-        return np.full(n, float(spec.think_time_s))
-    return rng_for(LENGTHS, seed, THINK_STREAM).standard_exponential(n) * spec.think_time_s
 
 
 def head_picks(spec: SessionSettings, seed: int) -> Iterator[int | None]:

@@ -14,7 +14,7 @@ from typing import ClassVar
 from common.errors import HarnessError, RunBroken
 from harness.backends.base import BackendJob, BackendRun
 from harness.backends.deployment import DeploymentPlan
-from harness.backends.live.client import LiveRunOptions, measure, run_live, run_live_result
+from harness.backends.live.client import measure, run_live_result
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec, role_specs
 from harness.backends.live.lifecycle import HealthWatch, ServerProcess
 from harness.backends.live.iterations import iteration_frame, scheduler_class
@@ -23,8 +23,8 @@ from harness.records import RequestSpec
 from harness.settings.live import LiveSettings, TorchSettings, VllmSettings
 
 __all__ = [
-    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveRunOptions", "LiveServerSpec", "LiveSettings", "TorchSettings", "VllmSettings",
-    "model_vocabulary", "cluster_spec", "run_live", "run_live_result", "scheduler_class", "serve", "server_spec",
+    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveServerSpec", "LiveSettings", "TorchSettings", "VllmSettings",
+    "model_vocabulary", "cluster_spec", "run_live_result", "scheduler_class", "serve", "server_spec",
 ]
 
 
@@ -145,7 +145,7 @@ class LiveBackend:
         if isinstance(p, ClusterProcesses):
             return RunBroken(f"{self.spec.kind} cluster for {self.job.scheduler_name}: {p.describe(reason)}")
         where = f"{self.spec.kind} server for {self.job.scheduler_name} at {self.spec.host} (pid {p.pid if p else '?'})"
-        tail = f"\n--- last lines of {p.log_path} ---\n{p.log_tail(12)}" if p is not None else ""
+        tail = f"\n{p.tail_text(12)}" if p is not None else ""
         return RunBroken(f"{where}: {reason}{tail}")
 
     def run(self, requests: Sequence[RequestSpec], label: str = "") -> BackendRun:

@@ -3,50 +3,32 @@ for how far the client kept its schedule (dispatch lag)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 
 from common.errors import RunBroken
 from harness.backends.base import BackendJob, BackendRun
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
 from harness.backends.live.twin_clock import disturbance, disturbed_note, during, scrape_twin
-from harness.loadgen import LagPolicy, LoadOptions, LoadResult, run_load
+from harness.loadgen import LoadOptions, LoadResult, run_load
 from harness.loadgen.run import auth_headers
-from harness.records import RequestRecord, RequestSpec
+from harness.records import RequestSpec
 from harness.settings.client import ClientSettings
 from harness.workload import with_prompt_token_ids
 from harness.workload.session_prompts import SessionPrompts
 
 
-@dataclass(frozen=True)
-class LiveRunOptions:
-    seed: int = 0  # prompt token ids
-    time_limit_s: float | None = None
-    drain_s: float | None = None  # without a time limit: stop this long after the last planned arrival
-    concurrency: int | None = None
-    request_timeout_s: float = 600.0
-    stall_timeout_s: float | None = None  # LoadOptions.stall_timeout_s
-    max_error_fraction: float | None = None  # stop once more than this share of the requests failed
-    lag: LagPolicy = field(default_factory=LagPolicy)
-    strict: bool = True  # an invalid dispatch verdict raises instead of returning suspect records
-    progress: bool = True
-    progress_desc: str = "requests"
-    realtime_priority: bool | None = LoadOptions.realtime_priority  # SCHED_FIFO (see harness/loadgen/options.py)
-    max_connections: int = LoadOptions.max_connections  # the client's connection pool
-    abort_check: Callable[[], str | None] | None = field(default=None, compare=False)  # LoadOptions.abort_check
-
-
 def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
-                abort_check: Callable[[], str | None] | None = None) -> LiveRunOptions:
+                abort_check: Callable[[], str | None] | None = None) -> LoadOptions:
     # The job's and the settings' fields of the options' names (seed, time_limit_s, drain_s, concurrency,
-    # max_error_fraction, progress; request_timeout_s, stall_timeout_s, lag, strict, max_connections).
-    same = {f.name: getattr(src, f.name) for src in (job, settings) for f in fields(LiveRunOptions) if hasattr(src, f.name)}
-    return LiveRunOptions(**same, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
-                          abort_check=abort_check)
+    # max_error_fraction, progress; request_timeout_s, stall_timeout_s, lag, strict, max_connections;
+    # an endpoint's base_url, api and api_key, which run_live_result takes from the server it runs against).
+    same = {f.name: getattr(src, f.name) for src in (job, settings) for f in fields(LoadOptions) if hasattr(src, f.name)}
+    return LoadOptions(**same, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
+                       abort_check=abort_check)
 
 
 def describe_client(settings: ClientSettings) -> str:
@@ -71,7 +53,8 @@ def warn(message: str) -> None:
 
 
 def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
-                    options: LiveRunOptions = LiveRunOptions()) -> LoadResult:
+                    options: LoadOptions = LoadOptions()) -> LoadResult:
+    """One probe: `requests` against a running `Endpoint`, or against a server started for it."""
     if isinstance(server, LiveServerSpec):
         with serve(server) as endpoint:
             return run_live_result(requests, endpoint, options)
@@ -81,29 +64,19 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
         requests = [dataclasses.replace(r, prompt_token_ids=prompts.first(r)) if r.after is None else r for r in requests]
     elif any(r.prompt_token_ids is None and r.prompt_text is None for r in requests):
         requests = with_prompt_token_ids(requests, server.vocab_size, options.seed, server.special_ids)
-    time_limit = options.time_limit_s
-    if time_limit is None and options.drain_s is not None and requests and options.concurrency is None:
-        time_limit = max(r.arrival_s for r in requests) + options.drain_s
-    frac = options.max_error_fraction
-    twin_before = scrape_twin(server.base_url, auth_headers(server.api_key))  # None: not a real-time twin
-    result = run_load(requests, LoadOptions(
+    headers = auth_headers(server.api_key)
+    twin_before = scrape_twin(server.base_url, headers)  # None: not a real-time twin
+    result = run_load(requests, dataclasses.replace(
+        options, base_url=server.base_url, model=server.model, api_key=server.api_key, api=server.api,
         session_prompt=prompts.next if prompts is not None else None,
-        extra_body=(("return_token_ids", True),) if prompts is not None else (),  # vLLM names generated ids on request
-        base_url=server.base_url, model=server.model, request_timeout_s=options.request_timeout_s,
-        time_limit_s=time_limit, concurrency=options.concurrency, lag=options.lag,
-        progress=options.progress, progress_desc=options.progress_desc, realtime_priority=options.realtime_priority,
-        abort_check=options.abort_check, api_key=server.api_key, api=server.api,
-        max_connections=options.max_connections, stall_timeout_s=options.stall_timeout_s,
-        max_errors=None if frac is None or frac >= 1 else math.floor(frac * len(requests)),
-    ))
+        extra_body=(("return_token_ids", True),) if prompts is not None else ()))  # vLLM names generated ids on request
     if prompts is not None and prompts.fallbacks:
         warnings.warn(f"live run: the server did not name the ids it generated for {prompts.fallbacks} answers; those "
                       "turns carried the dataset's answer instead, which no prefix cache holds", stacklevel=2)
-    if twin_before is not None and (note := disturbance(during(twin_before, scrape_twin(
-            server.base_url, auth_headers(server.api_key))))):
+    if twin_before is not None and (note := disturbance(during(twin_before, scrape_twin(server.base_url, headers)))):
         result = dataclasses.replace(result, notes=(*result.notes, note))  # warned below, saved with the probe
     verdict = result.verdict
-    probe = "" if options.progress_desc == LiveRunOptions.progress_desc else f"{options.progress_desc}: "
+    probe = "" if options.progress_desc == LoadOptions.progress_desc else f"{options.progress_desc}: "
     if verdict.status == "invalid" and options.strict:
         raise RunBroken(f"{probe}live run invalid, the client did not keep its schedule: {verdict.message}")
     if verdict.status != "ok":
@@ -111,12 +84,6 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     for note in result.notes:
         warn(f"{probe}{note}")
     return result
-
-
-def run_live(requests: Sequence[RequestSpec], server: Endpoint | LiveServerSpec,
-             options: LiveRunOptions = LiveRunOptions()) -> list[RequestRecord]:
-    """One probe: `requests` against a running `Endpoint`, or against a server started for it."""
-    return run_live_result(requests, server, options).records
 
 
 def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob, label: str,

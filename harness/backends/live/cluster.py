@@ -132,4 +132,4 @@ class ClusterProcesses:
         if not named:
             return reason
         name, proc = named[0]
-        return f"{name} (pid {proc.pid}): {reason}\n--- last lines of {proc.log_path} ---\n{proc.log_tail(12)}"
+        return f"{name} (pid {proc.pid}): {reason}\n{proc.tail_text(12)}"

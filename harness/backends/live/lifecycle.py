@@ -173,7 +173,7 @@ class ServerProcess:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise ServerStartError(f"server exited with status {code} before it was ready\n{self._tail_text()}")
+                raise ServerStartError(f"server exited with status {code} before it was ready\n{self.tail_text()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
@@ -183,7 +183,7 @@ class ServerProcess:
                 pass
             if time.monotonic() > deadline:
                 raise ServerStartError(
-                    f"server not ready at {url} after {self.spec.ready_timeout_s:g} s\n{self._tail_text()}")
+                    f"server not ready at {url} after {self.spec.ready_timeout_s:g} s\n{self.tail_text()}")
             time.sleep(0.2)
 
     def warm_up(self) -> None:
@@ -197,9 +197,9 @@ class ServerProcess:
             with urllib.request.urlopen(req, timeout=self.spec.ready_timeout_s) as r:
                 r.read()
         except urllib.error.HTTPError as e:
-            raise ServerStartError(f"warm-up request failed: HTTP {e.code}: {e.read()[:300]!r}\n{self._tail_text()}") from None
+            raise ServerStartError(f"warm-up request failed: HTTP {e.code}: {e.read()[:300]!r}\n{self.tail_text()}") from None
         except (urllib.error.URLError, OSError) as e:
-            raise ServerStartError(f"warm-up request failed: {e}\n{self._tail_text()}") from None
+            raise ServerStartError(f"warm-up request failed: {e}\n{self.tail_text()}") from None
 
     def stop(self) -> None:
         """SIGTERM the group, wait up to stop_timeout_s for every member, then SIGKILL the rest."""
@@ -235,8 +235,8 @@ class ServerProcess:
             text = f.read().decode(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
-    def _tail_text(self) -> str:
-        return f"--- last lines of {self.log_path} ---\n{self.log_tail()}"
+    def tail_text(self, lines: int = 40) -> str:
+        return f"--- last lines of {self.log_path} ---\n{self.log_tail(lines)}"
 
     def _restore_sigterm(self) -> None:
         if self._old_sigterm is not None:

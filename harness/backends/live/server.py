@@ -1,13 +1,13 @@
 """Servers the live backend starts: what to launch (`LiveServerSpec`), and where it answers once up
 (`Endpoint`).
 
-    from harness.backends.live import LiveServerSpec, run_live, serve
+    from harness.backends.live import LiveServerSpec, run_live_result, serve
     spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig("sarathi"), model="tiny", max_model_len=4096)
-    records = run_live(requests, spec)            # starts the server, runs, stops it
+    records = run_live_result(requests, spec).records  # starts the server, runs, stops it
 
     with serve(spec) as endpoint:                 # one server for many probes (a capacity search)
         for qps in ...:
-            records = run_live(requests_at(qps), endpoint)
+            records = run_live_result(requests_at(qps), endpoint).records
 
 Server kinds: `inrepo` (`python -m engines.server`, executor realtime | null | torch) and `vllm`
 (`vllm serve`, flags from engines/external/vllm.py, command from config so vLLM lives in its own
