@@ -22,17 +22,16 @@ class PrefixCachingEngine(Engine):
     find them, and a client has those once the answer is done (a conversation's next turn). This
     keeps the cost per decode iteration at the plain engine's."""
 
-    blocks: PrefixCachingBlockManager
-
     def __init__(self, policy: Policy, blocks: PrefixCachingBlockManager, max_model_len: int,
                  policy_name: str | None = None) -> None:
         if not isinstance(blocks, PrefixCachingBlockManager):
             raise TypeError("PrefixCachingEngine needs a PrefixCachingBlockManager")
         super().__init__(policy, blocks, max_model_len, policy_name)
+        self.cache = blocks
 
     def complete(self, batch: Batch) -> StepOutput:
         out = super().complete(batch)  # finished ones registered as they were freed
-        register = self.blocks.register
+        register = self.cache.register
         for seq in compress(batch.seqs, batch.is_prefill):
             if seq.block_table:  # still running (finished and aborted ones hold no blocks)
                 register(seq)
@@ -42,5 +41,5 @@ class PrefixCachingEngine(Engine):
         # Every sequence's slots are taken before any of them leaves, as k stepped iterations take
         # them (each schedule() allocates before the iteration's finishes free). Otherwise a
         # sequence could reuse a block the finisher just freed where stepping evicted a cached one.
-        self.blocks.grow_run(batch.seqs, k)
+        self.cache.grow_run(batch.seqs, k)
         return self._decode_run_done(batch, k, None)  # grown: the plain engine's grows would find nothing to take

@@ -1,0 +1,84 @@
+"""The engine core's compiled build (mypyc), and the guard that never runs a stale one.
+
+`pip install -e .` compiles MODULES with mypyc (setup.py), the simulator's hot core, and records
+each one's source hash beside them (RECORD). At import, `guard` (engines/__init__.py) compares
+those hashes with the sources: where any of them changed since the build, every module of the
+build is imported from its .py, with one warning line naming the changed files. All or none: the
+compiled modules call each other's classes directly (one C library), so a compiled module beside
+an interpreted one of the same build would meet two `Sequence` classes. A checkout without the
+build (no extension modules) runs its .py files as before, silently.
+
+This module imports nothing of the package: setup.py loads it by its path, before the package is
+built.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from importlib.util import spec_from_file_location
+from pathlib import Path
+
+# The hot core (benchmarks/RESULTS.md's profiles: the prefix cache's files, the engine's step and
+# its decode pass, the block manager). Not its statistics records (tests read them with vars()),
+# the policy protocol, or the policies (the registry reads their constructors' signatures).
+MODULES = tuple(f"engines.core.{name}" for name in (
+    "batch", "block_manager", "caching_engine", "chain_memo", "checks", "decode_pass", "engine",
+    "parked_turns", "prefix_cache", "sequence", "tokens"))
+RECORD = "compiled_sources.json"  # beside this file: {module: sha256 of the .py it was built from}
+PURE = "SARATHI_HARNESS_PURE"  # =1: never build (setup.py) nor import the compiled modules
+
+
+def source_path(root: Path, module: str) -> Path:
+    """The .py of `module` under `root`, the directory holding the `engines` package."""
+    return root.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_hashes(root: Path) -> dict[str, str]:
+    return {m: hashlib.sha256(source_path(root, m).read_bytes()).hexdigest() for m in MODULES}
+
+
+def is_built(root: Path) -> bool:
+    """Does any module of the build have an extension module beside its .py?"""
+    return any(source_path(root, m).with_suffix(suffix).exists() for m in MODULES for suffix in EXTENSION_SUFFIXES)
+
+
+def changed_sources(root: Path) -> list[str]:
+    """The modules whose .py is not the one the build compiled (all of them without a record)."""
+    record = root / "engines" / RECORD
+    built = json.loads(record.read_text()) if record.exists() else {}
+    return [m for m, digest in source_hashes(root).items() if built.get(m) != digest]
+
+
+class SourceFinder:
+    """Finds the build's modules' .py files, ahead of their extension modules (sys.meta_path)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname not in MODULES:
+            return None
+        return spec_from_file_location(fullname, source_path(self.root, fullname))
+
+    def invalidate_caches(self) -> None:
+        return None
+
+
+def guard(root: Path) -> None:
+    """Import the build's modules from their .py where the build is stale or PURE is set."""
+    if not is_built(root):
+        return
+    if os.environ.get(PURE) != "1":
+        changed = changed_sources(root)
+        if not changed:
+            return
+        names = ", ".join(str(source_path(Path(), m)) for m in changed)
+        print(f"sarathi-harness: {names} changed since the engine core was compiled: running it from its "
+              f"Python source (slower; rebuild with `pip install -e .`, or set {PURE}=1 to silence this)",
+              file=sys.stderr)
+    if not any(isinstance(f, SourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, SourceFinder(root))
+
