@@ -27,8 +27,12 @@ from pathlib import Path
 MODULES = tuple(f"engines.core.{name}" for name in (
     "batch", "block_manager", "caching_engine", "chain_memo", "checks", "decode_pass", "engine",
     "parked_turns", "prefix_cache", "sequence", "tokens"))
-RECORD = "compiled_sources.json"  # beside this file: {module: sha256 of the .py it was built from}
+RECORD = "compiled_sources.json"  # beside this file: {source: sha256} of the sources the build read
+# What the build reads: the compiled modules and the engine core's other modules, whose types and
+# constants mypyc compiles against (a changed one makes the build stale as well).
+READ = "engines/core"
 PURE = "SARATHI_HARNESS_PURE"  # =1: never build (setup.py) nor import the compiled modules
+_WARNED = "SARATHI_HARNESS_STALE_WARNED"  # set once warned: a run's worker processes do not repeat it
 
 
 def source_path(root: Path, module: str) -> Path:
@@ -37,7 +41,9 @@ def source_path(root: Path, module: str) -> Path:
 
 
 def source_hashes(root: Path) -> dict[str, str]:
-    return {m: hashlib.sha256(source_path(root, m).read_bytes()).hexdigest() for m in MODULES}
+    """sha256 of each source the build reads, by its path under `root`."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / READ).glob("*.py"))}
 
 
 def is_built(root: Path) -> bool:
@@ -46,10 +52,12 @@ def is_built(root: Path) -> bool:
 
 
 def changed_sources(root: Path) -> list[str]:
-    """The modules whose .py is not the one the build compiled (all of them without a record)."""
+    """The sources that are not those the build read (added, removed or edited; all of them
+    without a record)."""
     record = root / "engines" / RECORD
     built = json.loads(record.read_text()) if record.exists() else {}
-    return [m for m, digest in source_hashes(root).items() if built.get(m) != digest]
+    now = source_hashes(root)
+    return sorted(p for p in now.keys() | built.keys() if built.get(p) != now.get(p))
 
 
 class SourceFinder:
@@ -75,10 +83,16 @@ def guard(root: Path) -> None:
         changed = changed_sources(root)
         if not changed:
             return
-        names = ", ".join(str(source_path(Path(), m)) for m in changed)
-        print(f"sarathi-harness: {names} changed since the engine core was compiled: running it from its "
-              f"Python source (slower; rebuild with `pip install -e .`, or set {PURE}=1 to silence this)",
-              file=sys.stderr)
+        if os.environ.get(_WARNED) != "1":
+            _warn(changed)
+            os.environ[_WARNED] = "1"
     if not any(isinstance(f, SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, SourceFinder(root))
+
+
+def _warn(changed: list[str]) -> None:
+    names = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    print(f"sarathi-harness: {names} changed since the engine core was compiled: running it from its "
+          f"Python source (slower; rebuild: `pip install -e .` or `python setup.py build_ext --inplace`; or set {PURE}=1 to silence this)",
+          file=sys.stderr)
 
