@@ -96,3 +96,9 @@ def _warn(changed: list[str]) -> None:
           f"Python source (slower; rebuild: `pip install -e .` or `python setup.py build_ext --inplace`; or set {PURE}=1 to silence this)",
           file=sys.stderr)
 
+
+
+def loaded() -> bool:
+    """Does this process run the compiled engine core?"""
+    import engines.core.engine  # (here, not above: setup.py loads this module before the package is built)
+    return any(str(engines.core.engine.__file__).endswith(s) for s in EXTENSION_SUFFIXES)
