@@ -23,10 +23,11 @@ from pathlib import Path
 
 # The hot core (benchmarks/RESULTS.md's profiles: the prefix cache's files, the engine's step and
 # its decode pass, the block manager). Not its statistics records (tests read them with vars()),
-# the policy protocol, or the policies (the registry reads their constructors' signatures).
+# the policy protocol, or the policies (the registry reads their constructors' signatures). And the
+# vLLM plugin's MirrorEngine: an interpreted class cannot subclass a compiled one (mypyc).
 MODULES = tuple(f"engines.core.{name}" for name in (
     "batch", "block_manager", "caching_engine", "chain_memo", "checks", "decode_pass", "engine",
-    "parked_turns", "prefix_cache", "sequence", "tokens"))
+    "parked_turns", "prefix_cache", "sequence", "tokens")) + ("engines.external.vllm_scheduler.mirror",)
 RECORD = "compiled_sources.json"  # beside this file: {source: sha256} of the sources the build read
 # What the build reads: the compiled modules and the engine core's other modules, whose types and
 # constants mypyc compiles against (a changed one makes the build stale as well).
@@ -42,8 +43,8 @@ def source_path(root: Path, module: str) -> Path:
 
 def source_hashes(root: Path) -> dict[str, str]:
     """sha256 of each source the build reads, by its path under `root`."""
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((root / READ).glob("*.py"))}
+    paths = set((root / READ).glob("*.py")) | {source_path(root, m) for m in MODULES}
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)}
 
 
 def is_built(root: Path) -> bool:
