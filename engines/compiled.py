@@ -20,6 +20,7 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 from importlib.util import spec_from_file_location
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # The hot core (benchmarks/RESULTS.md's profiles: the prefix cache's files, the engine's step and
 # its decode pass, the block manager). Not its statistics records (tests read them with vars()),
@@ -32,6 +33,15 @@ RECORD = "compiled_sources.json"  # beside this file: {source: sha256} of the so
 # What the build reads: the compiled modules and the engine core's other modules, whose types and
 # constants mypyc compiles against (a changed one makes the build stale as well).
 READ = "engines/core"
+if TYPE_CHECKING:  # what mypyc reads: the compiled classes' options
+    from mypy_extensions import mypyc_attr
+else:
+    def mypyc_attr(*args, **kwargs):
+        """mypy_extensions.mypyc_attr where nothing compiles: a no-op (the source needs no mypy_extensions)."""
+        return lambda cls: cls
+# The compiled classes say @mypyc_attr(serializable=True): pickled as CPython pickles an instance
+# (its state, no __init__ call), as a simulation's engines are sent to a process pool
+# (harness/backends/sim/partition.py).
 PURE = "SARATHI_HARNESS_PURE"  # =1: never build (setup.py) nor import the compiled modules
 _WARNED = "SARATHI_HARNESS_STALE_WARNED"  # set once warned: a run's worker processes do not repeat it
 
