@@ -1,7 +1,7 @@
 """The engine core's compiled build (mypyc), and the guard that never runs a stale one.
 
 `pip install -e .` compiles MODULES with mypyc (setup.py), the simulator's hot core, and records
-each one's source hash beside them (RECORD). At import, `guard` (engines/__init__.py) compares
+the hashes of the sources it read beside them (RECORD). At import, `guard` (engines/__init__.py) compares
 those hashes with the sources: where any of them changed since the build, every module of the
 build is imported from its .py, with one warning line naming the changed files. All or none: the
 compiled modules call each other's classes directly (one C library), so a compiled module beside
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 # The hot core (benchmarks/RESULTS.md's profiles: the prefix cache's files, the engine's step and
 # its decode pass, the block manager). Not its statistics records (tests read them with vars()),
 # the policy protocol, or the policies (the registry reads their constructors' signatures). And the
-# vLLM plugin's MirrorEngine: an interpreted class cannot subclass a compiled one (mypyc).
+# vLLM plugin's MirrorEngine, compiled with the Engine it subclasses.
 MODULES = tuple(f"engines.core.{name}" for name in (
     "batch", "block_manager", "caching_engine", "chain_memo", "checks", "decode_pass", "engine",
     "parked_turns", "prefix_cache", "sequence", "tokens")) + ("engines.external.vllm_scheduler.mirror",)
@@ -33,15 +33,16 @@ RECORD = "compiled_sources.json"  # beside this file: {source: sha256} of the so
 # What the build reads: the compiled modules and the engine core's other modules, whose types and
 # constants mypyc compiles against (a changed one makes the build stale as well).
 READ = "engines/core"
-if TYPE_CHECKING:  # what mypyc reads: the compiled classes' options
+# The compiled classes' options, read by mypyc. Each class says serializable (pickled as CPython
+# pickles an instance: a simulation's engines go to a process pool, harness/backends/sim/partition.py)
+# and allow_interpreted_subclasses (without it a serializable class's __init__ is never run:
+# mypyc 2.4.1 and 1.18.2 leave its tp_init empty; it also lets a subclass in Python extend it).
+if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr
 else:
     def mypyc_attr(*args, **kwargs):
-        """mypy_extensions.mypyc_attr where nothing compiles: a no-op (the source needs no mypy_extensions)."""
+        """mypy_extensions.mypyc_attr at run time: a no-op (running the source needs no mypy_extensions)."""
         return lambda cls: cls
-# The compiled classes say @mypyc_attr(serializable=True): pickled as CPython pickles an instance
-# (its state, no __init__ call), as a simulation's engines are sent to a process pool
-# (harness/backends/sim/partition.py).
 PURE = "SARATHI_HARNESS_PURE"  # =1: never build (setup.py) nor import the compiled modules
 _WARNED = "SARATHI_HARNESS_STALE_WARNED"  # set once warned: a run's worker processes do not repeat it
 
@@ -104,9 +105,8 @@ def guard(root: Path) -> None:
 def _warn(changed: list[str]) -> None:
     names = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
     print(f"sarathi-harness: {names} changed since the engine core was compiled: running it from its "
-          f"Python source (slower; rebuild: `pip install -e .` or `python setup.py build_ext --inplace`; or set {PURE}=1 to silence this)",
-          file=sys.stderr)
-
+          "Python source (slower; rebuild: `pip install -e .` or `python setup.py build_ext --inplace`; "
+          f"or set {PURE}=1 to silence this)", file=sys.stderr)
 
 
 def loaded() -> bool:

@@ -7,7 +7,7 @@ from engines.compiled import mypyc_attr
 from engines.core.sequence import Sequence
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # pickled whole (engines/compiled.py)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 @dataclass(frozen=True, slots=True)
 class Batch:
     seqs: tuple[Sequence, ...]

@@ -15,7 +15,7 @@ from engines.core.prefix_cache import PrefixCachingBlockManager
 from engines.core.sequence import Sequence
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # pickled whole (engines/compiled.py)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class PrefixCachingEngine(Engine):
     """Blocks are registered when a prefill chunk completes them (or, by a policy that says so,
     when it schedules the chunk: vllm_v1, as vLLM V1 caches them) and when a sequence frees its

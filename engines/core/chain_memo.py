@@ -28,7 +28,7 @@ ENTRY_WEIGHT = 8  # an entry's overhead in units of one held hash (about 300 B /
 DEFAULT_MAX_WEIGHT = 1 << 19  # units: at most about 23 MB (module docstring)
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # pickled whole (engines/compiled.py)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class ChainMemo:
     __slots__ = ("max_weight", "_young", "_old", "_weight")
 

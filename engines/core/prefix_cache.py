@@ -43,7 +43,7 @@ from engines.core.sequence import Sequence
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # pickled whole (engines/compiled.py)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class PrefixCachingBlockManager(BlockManager):
     def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE, watermark: float = 0.01,
                  reserve_tokens: int | None = None, tier: HostTier | None = None) -> None:

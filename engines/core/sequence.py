@@ -19,7 +19,7 @@ class SequenceStatus(Enum):
     ABORTED = "aborted"
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # pickled whole (engines/compiled.py)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class Sequence:
     __slots__ = (
         "seq_id",

@@ -36,7 +36,7 @@ MEMO = ChainMemo()
 _length = itemgetter(1)  # of a run: (segment id, tokens)
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # pickled whole (engines/compiled.py)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class TokenIds:
     __slots__ = ("ids", "hashes", "block_size", "continued", "freed_table", "hint", "inherited", "taken", "group",
                  "shared")
@@ -68,7 +68,7 @@ class TokenIds:
         return h[i]
 
 
-@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # pickled whole (engines/compiled.py)
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class Segments:
     __slots__ = ("runs", "hashes", "block_size", "_run", "_offset", "continued", "freed_table", "hint", "inherited",
                  "taken", "group", "shared")
