@@ -23,6 +23,9 @@ compiled = module_from_spec(_spec)
 _spec.loader.exec_module(compiled)
 
 
+READ: dict[str, str] = {}  # the sources' hashes as the build read them (compiled.RECORD)
+
+
 def skipped(why: str) -> list:
     print(f"sarathi-harness: the engine core is not compiled ({why}); it runs from its Python source", file=sys.stderr)
     return []
@@ -39,6 +42,7 @@ def extensions() -> list:
     # The modules are type-checked as compiled; what they import is read for its types only
     # (follow-imports=silent: the policies they meet through the Policy protocol are not checked).
     flags = ["--follow-imports=silent", "--ignore-missing-imports"]
+    READ.update(compiled.source_hashes(ROOT))  # before mypyc reads them: an edit after reads as stale
     try:  # mypy type-checks the modules first; it exits on an error it prints
         exts = mypycify([*flags, *paths], opt_level="3")
     except (SystemExit, Exception) as e:
@@ -50,22 +54,26 @@ def extensions() -> list:
 
 class RecordedBuild(build_ext):
     """Builds the extensions, then records the sources they were compiled from (compiled.RECORD),
-    or removes them all where any failed (the build is used whole or not at all)."""
+    or removes them all where any failed (the build is used whole or not at all). Every build
+    starts from nothing: an extension left from an earlier build must never pass for this one's."""
 
     def run(self) -> None:
-        super().run()
         if not self.extensions:
-            return
+            return super().run()
         target = ROOT if self.inplace else Path(self.build_lib)
+        record = target / "engines" / compiled.RECORD
         outputs = [Path(p) for p in self.get_outputs()]
+        for p in [record, *outputs]:
+            p.unlink(missing_ok=True)
+        self.force = True
+        super().run()
         if not all(p.exists() for p in outputs):
             for p in outputs:
                 p.unlink(missing_ok=True)
             skipped("an extension failed to build")
             return
-        record = target / "engines" / compiled.RECORD
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(compiled.source_hashes(ROOT), indent=1, sort_keys=True) + "\n")
+        record.write_text(json.dumps(READ, indent=1, sort_keys=True) + "\n")
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": RecordedBuild})
