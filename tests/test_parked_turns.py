@@ -15,6 +15,7 @@ from engines.core.kv_tier import HostTier
 from engines.core.parked_turns import ParkedTurns
 from harness.backends.sim import simulate
 from harness.workload import requests_at_rate
+from tests.core_source import on_the_source
 from tests.test_sim import WindowedTimer
 from tests.test_sim_sessions import _engine, _same, _sessions
 
@@ -100,6 +101,7 @@ def test_parked_turns_make_the_per_block_books_decisions(seed, num_blocks, tier)
         assert a == b, f"step {step}"
 
 
+@on_the_source  # it replaces ParkedTurns' methods (tests/core_source.py)
 def test_the_stream_parks_turns_evicts_from_them_and_takes_blocks_out_singly(monkeypatch):
     """The differential test above reaches every path of a parked group (a guard that it stays able to fail)."""
     seen = {"park": 0, "park_shared": 0, "evict": 0, "evict_one": 0, "unpark": 0, "take_back": 0}
@@ -138,9 +140,11 @@ def test_a_simulation_is_the_same_without_parking(monkeypatch, kv_blocks, policy
     reqs = requests_at_rate(_sessions(60, kv_blocks, heads=2, think=0.05), {"name": "poisson"}, 20.0, 3)
     parked = simulate(reqs, engine := _engine(policy, kv_blocks * 16), WindowedTimer())
     stats = vars(engine.blocks.stats).copy()
-    assert engine.blocks.parks_turns
-    monkeypatch.setattr(PrefixCachingBlockManager, "parks_turns", False)
-    plain = simulate(reqs, engine := _engine(policy, kv_blocks * 16), WindowedTimer())
+    assert engine.blocks.parks_turns and engine.blocks.parked.blocks > 0  # turns left parked
+    engine = _engine(policy, kv_blocks * 16)
+    engine.blocks.parks_turns = False  # on the instance: a compiled class's instances keep their own default
+    plain = simulate(reqs, engine, WindowedTimer())
+    assert engine.blocks.parked.blocks == 0
     _same(parked, plain)
     assert vars(engine.blocks.stats) == stats and stats["hits"] > 0
 

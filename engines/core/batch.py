@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engines.compiled import mypyc_attr
 from engines.core.sequence import Sequence
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 @dataclass(frozen=True, slots=True)
 class Batch:
     seqs: tuple[Sequence, ...]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence as Sequence_
 
+from engines.compiled import mypyc_attr
 from engines.core.sequence import Sequence
 
 DEFAULT_BLOCK_SIZE = 16  # tokens per block, vLLM's default
@@ -18,6 +19,7 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class BlockManager:
     def __init__(
         self,

@@ -22,10 +22,13 @@ memo would (benchmarks/bench_fleet.py's run, counted).
 """
 from __future__ import annotations
 
+from engines.compiled import mypyc_attr
+
 ENTRY_WEIGHT = 8  # an entry's overhead in units of one held hash (about 300 B / 44 B, see above)
 DEFAULT_MAX_WEIGHT = 1 << 19  # units: at most about 23 MB (module docstring)
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class ChainMemo:
     __slots__ = ("max_weight", "_young", "_old", "_weight")
 

@@ -10,6 +10,7 @@ from bisect import insort
 from collections import deque
 from dataclasses import dataclass
 
+from engines.compiled import mypyc_attr
 from engines.core.batch import Batch
 from engines.core.block_manager import BlockManager
 from engines.core.checks import launch, policy_broken
@@ -18,12 +19,14 @@ from engines.core.policy import Policy
 from engines.core.sequence import Sequence, SequenceStatus
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 @dataclass(frozen=True, slots=True)
 class StepOutput:
     produced: tuple[Sequence, ...]  # sequences that made one output token this iteration
     finished: tuple[Sequence, ...]
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class Engine:
     def __init__(self, policy: Policy, blocks: BlockManager, max_model_len: int, policy_name: str | None = None) -> None:
         self.policy = policy

@@ -38,11 +38,13 @@ from collections.abc import Iterator
 from itertools import count
 from operator import itemgetter
 
+from engines.compiled import mypyc_attr
 from engines.core.sequence import Sequence
 
 NONE_PARKED = 1 << 62  # the oldest group's key when none is parked (frees never number as many)
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class ParkedTurn:
     """A freed turn's blocks, evictable as one group: those of table[lo:hi] whose mark is this
     group's `id`; at `key` in the LRU order; evicted from hi down, taken from lo up."""
@@ -59,6 +61,7 @@ class ParkedTurn:
         self.whole = whole  # the leading blocks all parked here (the first uncached one went to the free list)
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class ParkedTurns:
     """The parked groups of one prefix cache (PrefixCachingBlockManager), over its blocks' books."""
 

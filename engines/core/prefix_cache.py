@@ -32,7 +32,8 @@ from collections import OrderedDict
 from itertools import chain, compress, count
 from operator import itemgetter, ne
 
-from engines.core.block_manager import BlockManager, blocks_for
+from engines.compiled import mypyc_attr
+from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
 from engines.core.kv_tier import HostTier
 from engines.core.parked_turns import ParkedTurns
 from engines.core.prefix_cache_audit import audit_books
@@ -42,11 +43,12 @@ from engines.core.sequence import Sequence
 _SCAN = 64  # hashes looked up at once when finding a prompt's leading hits
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class PrefixCachingBlockManager(BlockManager):
-    def __init__(self, *args, tier: HostTier | None = None, **kwargs) -> None:
-        # BlockManager's (num_blocks, block_size, watermark, reserve_tokens); `tier`: where evicted
-        # cached blocks go (kv_tier.py), None: they are dropped
-        super().__init__(*args, **kwargs)
+    def __init__(self, num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE, watermark: float = 0.01,
+                 reserve_tokens: int | None = None, tier: HostTier | None = None) -> None:
+        # `tier`: where evicted cached blocks go (kv_tier.py), None: they are dropped
+        super().__init__(num_blocks, block_size, watermark, reserve_tokens)
         self.tier = tier
         self._host_hits = 0  # of the last lookup: blocks after its GPU hits found in the tier
         self._hinted = 0  # of the last lookup: its leading hits that its hint gave
@@ -372,9 +374,9 @@ def _leading_hits(cache: dict[int, int], hashes: list[int], start: int, limit: i
     hits: list[int] = []
     get = cache.get
     for lo in range(start, limit, _SCAN):
-        found = list(map(get, hashes[lo:min(lo + _SCAN, limit)]))
+        found: list[int | None] = list(map(get, hashes[lo:min(lo + _SCAN, limit)]))
         if None in found:
-            hits += found[:found.index(None)]
+            hits += found[:found.index(None)]  # type: ignore[arg-type]  # none before the first None
             break
-        hits += found
+        hits += found  # type: ignore[arg-type]  # no None in it
     return hits

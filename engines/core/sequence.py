@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from engines.compiled import mypyc_attr
+
 
 class SequenceStatus(Enum):
     WAITING = "waiting"
@@ -17,6 +19,7 @@ class SequenceStatus(Enum):
     ABORTED = "aborted"
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class Sequence:
     __slots__ = (
         "seq_id",

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from operator import itemgetter
 
+from engines.compiled import mypyc_attr
 from engines.core.chain_memo import ChainMemo
 
 ROOT_HASH = 0x5EED_CAFE  # the parent hash of a sequence's first block
@@ -35,6 +36,7 @@ MEMO = ChainMemo()
 _length = itemgetter(1)  # of a run: (segment id, tokens)
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class TokenIds:
     __slots__ = ("ids", "hashes", "block_size", "continued", "freed_table", "hint", "inherited", "taken", "group",
                  "shared")
@@ -66,6 +68,7 @@ class TokenIds:
         return h[i]
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class Segments:
     __slots__ = ("runs", "hashes", "block_size", "_run", "_offset", "continued", "freed_table", "hint", "inherited",
                  "taken", "group", "shared")

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from engines.compiled import mypyc_attr
 from engines.core import BlockManager, Engine, Policy, Sequence, SequenceStatus
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
 class MirrorEngine(Engine):
     def __init__(self, policy: Policy, blocks: BlockManager, max_model_len: int, policy_name: str,
                  on_preempt: Callable[[Sequence], bool]) -> None:
