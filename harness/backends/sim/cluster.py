@@ -59,10 +59,15 @@ class _Instance:
         self.halt: Callable[[], bool] | None = None  # read by loop.step_until (sessions: see simulate_cluster_sessions)
         self.instance_id: int | None = None  # in a fleet that changes (autoscale.py): its start order
 
-    # -- what Pipeline reads of its run -----------------------------------------------------
+    # -- what Pipeline and loop.step_until read of its run --------------------------------------
     @property
     def line(self):
         return self.run.line
+
+    @property
+    def watch(self):
+        """The cluster's one give-up watch (search.stop_early), None without: every instance stops once it is certain."""
+        return self.run.watch
 
     def admit_arrivals(self, t: float) -> None:
         self._admit(t)
@@ -131,7 +136,10 @@ def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tu
     `place(rank, instance)`, if given, runs before the rank is queued (it may set its arrival);
     `request_of(rank)` is what a cache-aware router sees of the request."""
     stateful = getattr(router, "needs_state", True)
+    watch = insts[0].watch
     for t, rank in decisions:
+        if watch is not None and watch.certain:  # the rest is never routed: recorded as stopped early
+            break
         if stateful:
             for inst in insts:
                 inst.advance(t, limit, final=False)
@@ -196,17 +204,20 @@ def simulate_cluster(
     on_progress: Callable[[int], None] | None = None,
     stats: dict | None = None,
     on_route: Callable[[list[InstanceState], int], None] | None = None,
+    give_up=None,
 ) -> list[RequestRecord]:
     """Run `requests` through a cluster of `engines` (instance i priced by `timers[i]`) behind
     `router`; one record per request, input order. Every instance has `pp` pipeline stages (or
     instance i has pp[i]: instances of different deployments).
     `stats`, if given, receives `instance_requests` (how many requests each instance got) and,
     with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
-    sees every decision."""
+    sees every decision. With `give_up` (a GiveUp, search.stop_early) every instance stops once the
+    cluster's failure is certain, as a single engine's run does (loop.simulate)."""
     if has_sessions(requests):  # later turns released by finishes: routed as they are released
         return simulate_cluster_sessions(requests, engines, timers, router, pp=pp, fast_forward=fast_forward,
-                                         time_limit_s=time_limit_s, on_progress=on_progress, stats=stats)
-    run = SimRun(requests, engines[0] if engines else None, on_progress)  # type: ignore[arg-type]
+                                         time_limit_s=time_limit_s, on_progress=on_progress, stats=stats,
+                                         give_up=give_up)
+    run = SimRun(requests, engines[0] if engines else None, on_progress, give_up)  # type: ignore[arg-type]
     insts = make_instances(run, engines, timers, fast_forward, pp)
     limit = np.inf if time_limit_s is None else float(time_limit_s)
     request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
@@ -214,6 +225,8 @@ def simulate_cluster(
                   request_of=request_of)
     if stats is not None:
         add_instance_stats(stats, insts, router=router)
+        if run.watch is not None and run.watch.certain:  # where the furthest instance stopped
+            stats["stopped_early_s"] = max(inst.pipe.t if inst.pipe is not None else inst.t for inst in insts)
     return run.records()
 
 
@@ -293,17 +306,20 @@ def simulate_cluster_sessions(
     time_limit_s: float | None = None,
     on_progress: Callable[[int], None] | None = None,
     stats: dict | None = None,
+    give_up=None,
 ) -> list[RequestRecord]:
     """`cluster.simulate_cluster` for requests with sessions (RequestSpec.after)."""
     if any(k > 1 for k in ([pp] if isinstance(pp, int) else pp)):
         raise ValueError("sessions on a cluster are simulated with pp=1 instances only")
-    run = ClusterSessionRun(requests, engines[0] if engines else None, on_progress, None)  # type: ignore[arg-type]
+    run = ClusterSessionRun(requests, engines[0] if engines else None, on_progress, give_up)  # type: ignore[arg-type]
     insts = make_instances(run, engines, timers, fast_forward, pp)
     limit = math.inf if time_limit_s is None else float(time_limit_s)
     request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
     run_sessions(run, insts, router, limit, request_of)
     if stats is not None:
         add_instance_stats(stats, insts, router=router)
+        if run.watch is not None and run.watch.certain:  # where the furthest instance stopped
+            stats["stopped_early_s"] = max(inst.pipe.t if inst.pipe is not None else inst.t for inst in insts)
     return run.records()
 
 
@@ -347,7 +363,8 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
         busy_bounds.set(k, bounds[k] if busy else None)
     for inst in insts:
         register(inst)
-    while True:
+    watch = run.watch
+    while watch is None or not watch.certain:  # (a failure certain: nothing more is routed or run)
         release = run.next_arrival
         tick = fleet.next_tick if fleet is not None else math.inf
         event = min(release, tick)
