@@ -224,16 +224,18 @@ def simulate_cluster(
     route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
                   request_of=request_of)
     if stats is not None:
-        add_instance_stats(stats, insts, router=router)
-        if run.watch is not None and run.watch.certain:  # where the furthest instance stopped
-            stats["stopped_early_s"] = max(inst.pipe.t if inst.pipe is not None else inst.t for inst in insts)
+        add_instance_stats(stats, insts, router=router, run=run)
     return run.records()
 
 
-def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", router: Router | None = None) -> None:
+def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", router: Router | None = None,
+                       run: SimRun | None = None) -> None:
     """Requests each instance got (`<prefix>instance_requests`), the pipelined loops' counters,
-    summed, and a cache-aware router's decisions by branch (`<prefix>router_decisions`)."""
+    summed, a cache-aware router's decisions by branch (`<prefix>router_decisions`) and, if `run`
+    stopped early, where its furthest instance stopped (`stopped_early_s`)."""
     stats[f"{prefix}instance_requests"] = [inst.routed for inst in insts]
+    if run is not None and run.watch is not None and run.watch.certain:
+        stats["stopped_early_s"] = max(inst.pipe.t if inst.pipe is not None else inst.t for inst in insts)
     if getattr(router, "decisions", None) is not None:
         stats[f"{prefix}router_decisions"] = dict(router.decisions)  # type: ignore[union-attr]
     for inst in insts:
@@ -317,9 +319,7 @@ def simulate_cluster_sessions(
     request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
     run_sessions(run, insts, router, limit, request_of)
     if stats is not None:
-        add_instance_stats(stats, insts, router=router)
-        if run.watch is not None and run.watch.certain:  # where the furthest instance stopped
-            stats["stopped_early_s"] = max(inst.pipe.t if inst.pipe is not None else inst.t for inst in insts)
+        add_instance_stats(stats, insts, router=router, run=run)
     return run.records()
 
 
