@@ -213,16 +213,19 @@ def simulate_cluster(
     with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
     sees every decision. With `give_up` (a GiveUp, search.stop_early) every instance stops once the
     cluster's failure is certain, as a single engine's run does (loop.simulate)."""
-    if has_sessions(requests):  # later turns released by finishes: routed as they are released
-        return simulate_cluster_sessions(requests, engines, timers, router, pp=pp, fast_forward=fast_forward,
-                                         time_limit_s=time_limit_s, on_progress=on_progress, stats=stats,
-                                         give_up=give_up)
-    run = SimRun(requests, engines[0] if engines else None, on_progress, give_up)  # type: ignore[arg-type]
+    limit = math.inf if time_limit_s is None else float(time_limit_s)
+    sessions = has_sessions(requests)  # later turns released by finishes: routed as they are released
+    if sessions and any(k > 1 for k in ([pp] if isinstance(pp, int) else pp)):
+        raise ValueError("sessions on a cluster are simulated with pp=1 instances only")
+    kind = ClusterSessionRun if sessions else SimRun
+    run = kind(requests, engines[0] if engines else None, on_progress, give_up)  # type: ignore[arg-type]
     insts = make_instances(run, engines, timers, fast_forward, pp)
-    limit = np.inf if time_limit_s is None else float(time_limit_s)
     request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
-    route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
-                  request_of=request_of)
+    if sessions:
+        run_sessions(run, insts, router, limit, request_of)  # type: ignore[arg-type]
+    else:
+        route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
+                      request_of=request_of)
     if stats is not None:
         add_instance_stats(stats, insts, router=router, run=run)
     return run.records()
@@ -295,32 +298,6 @@ def _release_bound(inst: _Instance, run: ClusterSessionRun, floor: float) -> flo
                 if bound < best:
                     best = bound
     return inst.t + best
-
-
-def simulate_cluster_sessions(
-    requests: Seq[RequestSpec],
-    engines: Seq[Engine],
-    timers: Seq[IterationTimer],
-    router: Router,
-    *,
-    pp: int | Seq[int] = 1,
-    fast_forward: bool = True,
-    time_limit_s: float | None = None,
-    on_progress: Callable[[int], None] | None = None,
-    stats: dict | None = None,
-    give_up=None,
-) -> list[RequestRecord]:
-    """`cluster.simulate_cluster` for requests with sessions (RequestSpec.after)."""
-    if any(k > 1 for k in ([pp] if isinstance(pp, int) else pp)):
-        raise ValueError("sessions on a cluster are simulated with pp=1 instances only")
-    run = ClusterSessionRun(requests, engines[0] if engines else None, on_progress, give_up)  # type: ignore[arg-type]
-    insts = make_instances(run, engines, timers, fast_forward, pp)
-    limit = math.inf if time_limit_s is None else float(time_limit_s)
-    request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
-    run_sessions(run, insts, router, limit, request_of)
-    if stats is not None:
-        add_instance_stats(stats, insts, router=router, run=run)
-    return run.records()
 
 
 class SessionFleet(Protocol):
