@@ -24,7 +24,6 @@ is recorded as not started).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from bisect import bisect_right, insort
 from collections import deque
@@ -249,7 +248,7 @@ def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", rou
 # -- sessions: later turns released by finishes, routed as released ---------------------------
 
 class ClusterSessionRun(SessionRun):
-    """A SessionRun whose releases are handed to a router (`pop_release`), not to one engine."""
+    """A SessionRun whose releases are handed to a router (`release_next`), not to one engine."""
 
     def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up) -> None:
         super().__init__(requests, engine, on_progress, give_up)
@@ -265,16 +264,6 @@ class ClusterSessionRun(SessionRun):
         if len(by_rank) < len(order):
             by_rank.extend(self._think_of[i] for i in order[len(by_rank):])
         return by_rank
-
-    def pop_release(self) -> int:
-        """The earliest pending release, given its rank (release order); returns the rank."""
-        at, i = heapq.heappop(self.pending)
-        rank = len(self.order)
-        self.order.append(i)
-        self.arrivals.append(at)
-        self.release[i] = at
-        self.released_sequence(rank, i)
-        return rank
 
 
 def _busy(inst: _Instance) -> bool:
@@ -365,7 +354,7 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
                 insts.append(inst)
                 register(inst)
             continue
-        rank = run.pop_release()
+        rank = run.release_next()[0]
         route_to = fleet.routable(release) if fleet is not None else range(len(insts))
         among = [insts[k] for k in route_to]
         states = [inst.state(release) for inst in among] if stateful else [None] * len(among)
