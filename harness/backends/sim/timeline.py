@@ -58,10 +58,11 @@ class Timeline:
     def _add(self, seqs, times: list[float]) -> None:
         buf, pieces = self.times, self.pieces
         start = len(buf)
-        if self.watch is not None:
-            self.watch.tbt_over += self._gaps_over(seqs, times, start)
         buf.extend(times)
         stop = len(buf)
+        if self.watch is not None:
+            self._add_watched(seqs, times, start, stop)
+            return
         for seq in seqs:
             mine = pieces[seq.seq_id]
             if mine and mine[-1] == start:  # it goes on where its last piece stopped
@@ -69,15 +70,23 @@ class Timeline:
             else:
                 mine += (start, stop)
 
-    def _gaps_over(self, seqs, times: list[float], start: int) -> int:
-        """The gaps over the watch's TBT limit that `times` make: each request's first from its own
-        last token (one gap for all that go on from the store's last time), the rest between `times`
-        (the same for each request)."""
-        buf, tbt, first = self.times, self.watch.tbt_s, times[0]
+    def _add_watched(self, seqs, times: list[float], start: int, stop: int) -> None:
+        """`_add`'s pieces, counting each request's gaps over the TBT limit on the way: the first
+        from its own last token (the store's last time for one that goes on, so once for all of
+        them), the rest between `times` (the same for every request)."""
+        buf, pieces, watch = self.times, self.pieces, self.watch
+        tbt, first = watch.tbt_s, times[0]
         goes_on = start > 0 and first - buf[start - 1] > tbt
-        over = sum(goes_on if mine[-1] == start else first - buf[mine[-1] - 1] > tbt
-                   for mine in (self.pieces[seq.seq_id] for seq in seqs) if mine)
-        return over + len(seqs) * sum(b - a > tbt for a, b in zip(times, times[1:]))
+        over = len(seqs) * sum(b - a > tbt for a, b in zip(times, times[1:])) if len(times) > 1 else 0
+        for seq in seqs:
+            mine = pieces[seq.seq_id]
+            if mine and mine[-1] == start:
+                over += goes_on
+                mine[-1] = stop
+            else:
+                over += bool(mine) and first - buf[mine[-1] - 1] > tbt
+                mine += (start, stop)
+        watch.tbt_over += over
 
     def token_times(self, i: int) -> np.ndarray:
         """Request i's token times (float64, its own copy)."""
