@@ -3,6 +3,7 @@
 results directory, each timed by CPU (this process and its children) and by the wall clock.
 
     python benchmarks/bench_figure_all.py [--out DIR] [--studies serve,pd,...] [--sample K] [--log FILE] [--jobs]
+                                          [--override KEY=VALUE ...]
 
 One line a cell as it ends (so a partial run is still a profile), then a table per study: cells,
 CPU seconds, and the 2-core wall time the study's cells would take if two jobs ran side by side
@@ -14,6 +15,8 @@ to all its cells: a projection, printed as one, for a host where the whole matri
 `--jobs` runs the cells as figure=all's jobs instead (harness.commands.jobs: configs that differ
 only in their SLO and name as one job, sharing their probes), one job a line, and also prints the
 2-core time of the jobs in figure=all's order (what the order costs against longest-first).
+`--override` adds overrides to every cell (e.g. search.stop_early=true, to compare a knob's cost);
+each job's line then also says its runs' capacities, to compare the answers.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ def main() -> int:
     ap.add_argument("--sample", type=int, default=1, help="run every K-th cell of each study, count it K times")
     ap.add_argument("--log", default=None, help="also append each cell's line to this file")
     ap.add_argument("--jobs", action="store_true", help="run figure=all's jobs (cells sharing probes together)")
+    ap.add_argument("--override", action="append", default=[], help="an override added to every cell (repeatable)")
     args = ap.parse_args()
 
     from harness.analysis.studies import run_order
@@ -65,12 +69,12 @@ def main() -> int:
     jobs = _jobs(cells, out) if args.jobs else [(study, [cell.name], [cell]) for study, cell in cells]
     for k, (study, names, members) in enumerate(jobs, 1):
         c0, w0 = cpu_now(), time.perf_counter()
-        _run(members, out)
+        capacities = _run(members, out, args.override)
         cpu, wall = cpu_now() - c0, time.perf_counter() - w0
         per.setdefault(study, []).append(cpu)
         order.append(cpu)
         line = (f"[{k}/{len(jobs)}] {study} {'+'.join(names)}: {cpu:.1f} CPU s, {wall:.1f} s wall, "
-                f"load {os.getloadavg()[0]:.2f}")
+                f"load {os.getloadavg()[0]:.2f}" + (f"; capacities {capacities}" if args.override else ""))
         print(line, flush=True)
         if args.log:
             with open(args.log, "a") as f:
@@ -98,9 +102,9 @@ def _jobs(cells, out: str):
     return [(cells[g[0]][0], [cells[i][1].name for i in g], [cells[i][1] for i in g]) for g in _groups(configs)]
 
 
-def _run(members, out: str) -> None:
+def _run(members, out: str, extra: list[str]) -> dict[str, float | None]:
     """The cells of one job in this process, sharing their probes as figure=all's job does (one
-    cell alone: as without sharing)."""
+    cell alone: as without sharing); returns each run's capacities (cell/scheduler: QPS)."""
     import contextlib
     import io
 
@@ -113,12 +117,16 @@ def _run(members, out: str) -> None:
 
     from omegaconf import OmegaConf
 
+    capacities = {}
     with shared_probes() as shared, contextlib.redirect_stdout(io.StringIO()):
         for cell in members:
-            cfg = compose([*cell.overrides, f"results_dir={out}", "progress=false"])
+            cfg = compose([*cell.overrides, *extra, f"results_dir={out}", "progress=false"])
             schedulers = OmegaConf.to_container(cfg, resolve=True).get(PER_SCHEDULER) or {}
             shared.settings = {str(k): json.dumps(v, sort_keys=True, default=str) for k, v in schedulers.items()}
-            run_experiment(cfg, one_of_many=True)
+            summary = json.loads((run_experiment(cfg, one_of_many=True) / "summary.json").read_text())
+            for name, entry in summary["schedulers"].items():
+                capacities[f"{cell.name}/{name}"] = entry.get("capacity_qps")
+    return capacities
 
 
 if __name__ == "__main__":

@@ -80,3 +80,39 @@ def test_a_stopped_probe_has_the_full_probe_s_verdict_and_a_passing_one_is_untou
 def test_stop_early_is_its_own_probe_cache_key():
     base = ["experiment=yi34b_tp2_strict", "search.num_requests=64"]
     assert cache_key(dict(compose(base)), "v") != cache_key(dict(compose([*base, "search.stop_early=true"])), "v")
+
+
+FLEET = ["experiment=fleet_qwen3_32b_h100", "scheduler=[vllm]", "cluster.instances=2",
+         "search.num_requests=512"]  # sessions
+ROUTED = ["experiment=yi34b_tp2_strict", "scheduler=[sarathi,vllm]", "cluster.instances=2",
+          "cluster.router=least_outstanding", "search.num_requests=384"]  # no sessions: routed as they arrive
+
+
+@pytest.mark.parametrize(("cfg", "rates"), [(FLEET, (1.5, 5.0)), (ROUTED, (0.5, 5.0))])
+def test_a_cluster_probe_stops_once_its_failure_is_certain_with_the_full_probe_s_verdict(cfg, rates):
+    full, early = (plan_experiment(compose([*cfg, f"search.stop_early={v}"])) for v in ("false", "true"))
+    for scheduler in full.schedulers:
+        passed, stopped = _compare(full, early, scheduler, rates)
+        assert passed and stopped, (scheduler, passed, stopped)  # each rate's side is exercised
+
+
+def _compare(full, early, scheduler: str, rates) -> tuple[int, int]:
+    """Each rate run whole and with stop_early: the same verdict; a stopped run says so in its
+    records, its diagnostics and its verdict, and one not stopped is the whole run, record for record."""
+    passed = stopped = 0
+    for qps in rates:
+        reqs = probe_requests(full, qps)
+        a = open_backend(full.job(scheduler, progress=False)).run(reqs)
+        b = open_backend(early.job(scheduler, progress=False)).run(reqs)
+        va, vb = check_slo(a.records, full.slo), check_slo(b.records, early.slo)
+        assert va.passed == vb.passed, (scheduler, qps, va.reason, vb.reason)
+        if "stopped_early_s" in b.diagnostics:
+            stopped += 1
+            cut = [r for r in b.records if r.error == STOPPED_EARLY]
+            assert cut and all(not r.completed for r in cut) and not vb.passed
+            assert "stopped early" in probe_outcome(early, scheduler, qps, b.records).verdict.reason
+        else:
+            passed += vb.passed
+            for x, y in zip(a.records, b.records, strict=True):
+                same(x, y)
+    return passed, stopped

@@ -27,8 +27,9 @@ class SearchSettings:
     workers: int = 1  # probes at once: each round of the search probes this many rates (deterministic backends)
     executor: str = "local"  # where a round's probes run: local (a process pool here) | ray (harness.search.executor)
     ray_address: str | None = None  # executor=ray: null = a local Ray for the run (or the Ray this job runs in), auto, HOST:PORT
-    # Stop a simulated probe once failing the paper's criterion is certain (one engine, pipelined or
-    # not; the verdict is the same, its records end there): the planner's screening probes use it.
+    # Stop a simulated probe once failing the paper's criterion is certain (one engine or colocated
+    # instances in one loop; the verdict is the same, its records end there, marked): the planner's
+    # screening probes and the fleet study use it.
     stop_early: bool = False
     # Searches at once (one per scheduler and seed), each in a local process, simulated backends only:
     # 0 = one per CPU where probes have >= 512 requests (harness.search.executor.searches_at_once), 1 = serial.

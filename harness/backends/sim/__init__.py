@@ -129,7 +129,8 @@ class SimBackend:
 
     def _run_cluster(self, requests: Sequence[RequestSpec], engines, timers, pp: list[int], stats: dict):
         """Colocated instances behind the router: apart in cluster.workers processes when routing
-        reads no instance state (partition.py), else (with the reason printed) the one loop."""
+        reads no instance state (partition.py), else (with the reason printed) the one loop, the
+        only one that stops a probe early (search.stop_early; apart, each probe runs whole)."""
         job = self.job
         def router():
             return make_router(job.cluster.router, **job.cluster.knobs)
@@ -141,7 +142,7 @@ class SimBackend:
                 print(f"cluster.workers={job.cluster.workers}: simulating the cluster in one process: {plan}",
                       file=sys.stderr)
             records = simulate_cluster(requests, engines, timers, router(), pp=pp, fast_forward=self.conf.fast_forward,
-                                       time_limit_s=job.time_limit_s, stats=stats)
+                                       time_limit_s=job.time_limit_s, stats=stats, give_up=job.give_up)
             each = [cache_stats(e) for e in engines] if caching else None
         else:
             records, each = simulate_partitioned(requests, engines, timers, plan, job.cluster.workers,

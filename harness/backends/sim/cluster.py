@@ -24,7 +24,6 @@ is recorded as not started).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from bisect import bisect_right, insort
 from collections import deque
@@ -59,10 +58,15 @@ class _Instance:
         self.halt: Callable[[], bool] | None = None  # read by loop.step_until (sessions: see simulate_cluster_sessions)
         self.instance_id: int | None = None  # in a fleet that changes (autoscale.py): its start order
 
-    # -- what Pipeline reads of its run -----------------------------------------------------
+    # -- what Pipeline and loop.step_until read of its run --------------------------------------
     @property
     def line(self):
         return self.run.line
+
+    @property
+    def watch(self):
+        """The cluster's one give-up watch (search.stop_early), None without: every instance stops once it is certain."""
+        return self.run.watch
 
     def admit_arrivals(self, t: float) -> None:
         self._admit(t)
@@ -131,7 +135,10 @@ def route_and_run(insts: list[_Instance], router: Router, decisions: Iterable[tu
     `place(rank, instance)`, if given, runs before the rank is queued (it may set its arrival);
     `request_of(rank)` is what a cache-aware router sees of the request."""
     stateful = getattr(router, "needs_state", True)
+    watch = insts[0].watch
     for t, rank in decisions:
+        if watch is not None and watch.certain:  # the rest is never routed: recorded as stopped early
+            break
         if stateful:
             for inst in insts:
                 inst.advance(t, limit, final=False)
@@ -196,31 +203,41 @@ def simulate_cluster(
     on_progress: Callable[[int], None] | None = None,
     stats: dict | None = None,
     on_route: Callable[[list[InstanceState], int], None] | None = None,
+    give_up=None,
 ) -> list[RequestRecord]:
     """Run `requests` through a cluster of `engines` (instance i priced by `timers[i]`) behind
     `router`; one record per request, input order. Every instance has `pp` pipeline stages (or
     instance i has pp[i]: instances of different deployments).
     `stats`, if given, receives `instance_requests` (how many requests each instance got) and,
     with `pp` > 1, the pipelined loop's counters summed over instances; `on_route(states, choice)`
-    sees every decision."""
-    if has_sessions(requests):  # later turns released by finishes: routed as they are released
-        return simulate_cluster_sessions(requests, engines, timers, router, pp=pp, fast_forward=fast_forward,
-                                         time_limit_s=time_limit_s, on_progress=on_progress, stats=stats)
-    run = SimRun(requests, engines[0] if engines else None, on_progress)  # type: ignore[arg-type]
+    sees every decision. With `give_up` (a GiveUp, search.stop_early) every instance stops once the
+    cluster's failure is certain, as a single engine's run does (loop.simulate)."""
+    limit = math.inf if time_limit_s is None else float(time_limit_s)
+    sessions = has_sessions(requests)  # later turns released by finishes: routed as they are released
+    if sessions and any(k > 1 for k in ([pp] if isinstance(pp, int) else pp)):
+        raise ValueError("sessions on a cluster are simulated with pp=1 instances only")
+    kind = ClusterSessionRun if sessions else SimRun
+    run = kind(requests, engines[0] if engines else None, on_progress, give_up)  # type: ignore[arg-type]
     insts = make_instances(run, engines, timers, fast_forward, pp)
-    limit = np.inf if time_limit_s is None else float(time_limit_s)
     request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
-    route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
-                  request_of=request_of)
+    if sessions:
+        run_sessions(run, insts, router, limit, request_of)  # type: ignore[arg-type]
+    else:
+        route_and_run(insts, router, ((a, rank) for rank, a in enumerate(run.arrivals.tolist())), limit, on_route,
+                      request_of=request_of)
     if stats is not None:
-        add_instance_stats(stats, insts, router=router)
+        add_instance_stats(stats, insts, router=router, run=run)
     return run.records()
 
 
-def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", router: Router | None = None) -> None:
+def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", router: Router | None = None,
+                       run: SimRun | None = None) -> None:
     """Requests each instance got (`<prefix>instance_requests`), the pipelined loops' counters,
-    summed, and a cache-aware router's decisions by branch (`<prefix>router_decisions`)."""
+    summed, a cache-aware router's decisions by branch (`<prefix>router_decisions`) and, if `run`
+    stopped early, where its furthest instance stopped (`stopped_early_s`)."""
     stats[f"{prefix}instance_requests"] = [inst.routed for inst in insts]
+    if run is not None and run.watch is not None and run.watch.certain:
+        stats["stopped_early_s"] = max(inst.pipe.t if inst.pipe is not None else inst.t for inst in insts)
     if getattr(router, "decisions", None) is not None:
         stats[f"{prefix}router_decisions"] = dict(router.decisions)  # type: ignore[union-attr]
     for inst in insts:
@@ -231,7 +248,7 @@ def add_instance_stats(stats: dict, insts: Seq[_Instance], prefix: str = "", rou
 # -- sessions: later turns released by finishes, routed as released ---------------------------
 
 class ClusterSessionRun(SessionRun):
-    """A SessionRun whose releases are handed to a router (`pop_release`), not to one engine."""
+    """A SessionRun whose releases are handed to a router (`release_next`), not to one engine."""
 
     def __init__(self, requests: Seq[RequestSpec], engine: Engine, on_progress, give_up) -> None:
         super().__init__(requests, engine, on_progress, give_up)
@@ -247,16 +264,6 @@ class ClusterSessionRun(SessionRun):
         if len(by_rank) < len(order):
             by_rank.extend(self._think_of[i] for i in order[len(by_rank):])
         return by_rank
-
-    def pop_release(self) -> int:
-        """The earliest pending release, given its rank (release order); returns the rank."""
-        at, i = heapq.heappop(self.pending)
-        rank = len(self.order)
-        self.order.append(i)
-        self.arrivals.append(at)
-        self.release[i] = at
-        self.released_sequence(rank, i)
-        return rank
 
 
 def _busy(inst: _Instance) -> bool:
@@ -280,31 +287,6 @@ def _release_bound(inst: _Instance, run: ClusterSessionRun, floor: float) -> flo
                 if bound < best:
                     best = bound
     return inst.t + best
-
-
-def simulate_cluster_sessions(
-    requests: Seq[RequestSpec],
-    engines: Seq[Engine],
-    timers: Seq[IterationTimer],
-    router: Router,
-    *,
-    pp: int | Seq[int] = 1,
-    fast_forward: bool = True,
-    time_limit_s: float | None = None,
-    on_progress: Callable[[int], None] | None = None,
-    stats: dict | None = None,
-) -> list[RequestRecord]:
-    """`cluster.simulate_cluster` for requests with sessions (RequestSpec.after)."""
-    if any(k > 1 for k in ([pp] if isinstance(pp, int) else pp)):
-        raise ValueError("sessions on a cluster are simulated with pp=1 instances only")
-    run = ClusterSessionRun(requests, engines[0] if engines else None, on_progress, None)  # type: ignore[arg-type]
-    insts = make_instances(run, engines, timers, fast_forward, pp)
-    limit = math.inf if time_limit_s is None else float(time_limit_s)
-    request_of = route_requests(run, engines[0].blocks.block_size) if getattr(router, "needs_request", False) else None
-    run_sessions(run, insts, router, limit, request_of)
-    if stats is not None:
-        add_instance_stats(stats, insts, router=router)
-    return run.records()
 
 
 class SessionFleet(Protocol):
@@ -347,7 +329,8 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
         busy_bounds.set(k, bounds[k] if busy else None)
     for inst in insts:
         register(inst)
-    while True:
+    watch = run.watch
+    while watch is None or not watch.certain:  # (a failure certain: nothing more is routed or run)
         release = run.next_arrival
         tick = fleet.next_tick if fleet is not None else math.inf
         event = min(release, tick)
@@ -371,7 +354,7 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
                 insts.append(inst)
                 register(inst)
             continue
-        rank = run.pop_release()
+        rank = run.release_next()[0]
         route_to = fleet.routable(release) if fleet is not None else range(len(insts))
         among = [insts[k] for k in route_to]
         states = [inst.state(release) for inst in among] if stateful else [None] * len(among)

@@ -1,6 +1,6 @@
 """The least (key, index) of a set of indices whose keys change one at a time.
 
-The session cluster loop (`cluster.simulate_cluster_sessions`) asks, every step, which busy
+The session cluster loop (`cluster.run_sessions`) asks, every step, which busy
 instance is furthest behind and what the earliest release bound of the others is; scanning all
 instances for that made a fleet of N cost N times more per step (issue 39). Only the instance
 just advanced or routed to changes, so a heap with lazy deletion answers in O(log N): an entry

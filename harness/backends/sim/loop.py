@@ -218,7 +218,7 @@ def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float,
     stall (raised), otherwise the run waits for its next arrival (a cluster instance resumed after
     more requests are routed to it)."""
     engine = run.engine
-    watch = getattr(run, "watch", None)  # only a single engine's run stops early (search.stop_early)
+    watch = getattr(run, "watch", None)  # search.stop_early (a cluster's instances share the run's)
     log = getattr(run, "log", None)  # the iteration log of a single engine's run, if asked for
     halt = getattr(run, "halt", None)  # a cluster instance under sessions: a turn it released must be routed first
     # A host KV tier (engines/core/kv_tier.py): each iteration waits for the blocks its schedule()

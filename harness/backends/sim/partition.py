@@ -106,7 +106,7 @@ def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer,
     step_until(run, fast_timer(timer), fast_forward, 0.0, stop, final=True)
     if isinstance(run, ClusterSessionRun):  # the loop routes (never starts) a turn released by the limit
         while run.next_arrival <= stop < math.inf:  # after its instance's last iteration began: so here
-            run.pop_release()
+            run.release_next()
     routed = len(run.order) if isinstance(run, ClusterSessionRun) else len(reqs)
     records = (run.record_columns() if columns else None) or run.records()
     return records, routed, cache_stats(engine) if caching else None

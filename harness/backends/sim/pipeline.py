@@ -56,8 +56,8 @@ class Pipeline:
         # cache the order of takes, frees and evictions decides what stays cached, so it steps plainly.
         self.fast_forward = fast_forward and cache_block_size(run.engine) is None
         self.limit = limit
-        # search.stop_early: a single engine's run stops at the first loop top where failing is certain
-        # (a cluster's instance has no watch). The replay does not look; the loop top after it does.
+        # search.stop_early: the run (or a cluster's instance) stops at the first loop top where failing
+        # is certain. The replay does not look; the loop top after it does.
         self.watch = getattr(run, "watch", None)
         self.stage_free = [0.0] * pp
         # heap of (completion time, launch no., batch, certificate); see _fast_forward

@@ -82,14 +82,18 @@ class SessionRelease:
     def admit_arrivals(self, t: float) -> None:
         pending = self.pending
         while pending and pending[0][0] <= t:
-            at, i = heapq.heappop(pending)
-            rank = len(self.order)
-            self.order.append(i)
-            self.arrivals.append(at)
-            self.release[i] = at
-            seq = self.released_sequence(rank, i)
+            rank, seq = self.release_next()
             self.engine.add(seq)
             self.next = rank + 1
+
+    def release_next(self) -> tuple[int, Sequence]:
+        """The earliest pending release, given its rank (release order): the rank and its sequence."""
+        at, i = heapq.heappop(self.pending)
+        rank = len(self.order)
+        self.order.append(i)
+        self.arrivals.append(at)
+        self.release[i] = at
+        return rank, self.released_sequence(rank, i)
 
     def released_sequence(self, rank: int, i: int) -> Sequence:
         """Request i's sequence, released with `rank`: its tokens continue its previous turn's."""

@@ -56,18 +56,13 @@ class Timeline:
             self._add(seqs, times)
 
     def _add(self, seqs, times: list[float]) -> None:
-        buf, pieces, watch = self.times, self.pieces, self.watch
+        buf, pieces = self.times, self.pieces
         start = len(buf)
-        if watch is not None:  # each request's gaps, from its own last token (before these are added)
-            for seq in seqs:
-                last = self._last(seq.seq_id)
-                if len(times) == 1:
-                    watch.tbt_over += last is not None and times[0] - last > watch.tbt_s
-                else:
-                    gaps = np.diff(np.asarray(([last] if last is not None else []) + times))
-                    watch.tbt_over += int(np.count_nonzero(gaps > watch.tbt_s))
         buf.extend(times)
         stop = len(buf)
+        if self.watch is not None:
+            self._add_watched(seqs, times, start, stop)
+            return
         for seq in seqs:
             mine = pieces[seq.seq_id]
             if mine and mine[-1] == start:  # it goes on where its last piece stopped
@@ -75,9 +70,23 @@ class Timeline:
             else:
                 mine += (start, stop)
 
-    def _last(self, i: int) -> float | None:
-        mine = self.pieces[i]
-        return self.times[mine[-1] - 1] if mine else None
+    def _add_watched(self, seqs, times: list[float], start: int, stop: int) -> None:
+        """`_add`'s pieces, counting each request's gaps over the TBT limit on the way: the first
+        from its own last token (the store's last time for one that goes on, so once for all of
+        them), the rest between `times` (the same for every request)."""
+        buf, pieces, watch = self.times, self.pieces, self.watch
+        tbt, first = watch.tbt_s, times[0]
+        goes_on = start > 0 and first - buf[start - 1] > tbt
+        over = len(seqs) * sum(b - a > tbt for a, b in zip(times, times[1:])) if len(times) > 1 else 0
+        for seq in seqs:
+            mine = pieces[seq.seq_id]
+            if mine and mine[-1] == start:
+                over += goes_on
+                mine[-1] = stop
+            else:
+                over += bool(mine) and first - buf[mine[-1] - 1] > tbt
+                mine += (start, stop)
+        watch.tbt_over += over
 
     def token_times(self, i: int) -> np.ndarray:
         """Request i's token times (float64, its own copy)."""
