@@ -4,7 +4,6 @@ A claim outside its tolerance is marked **not reproduced**, with the YAML's reas
 known; a claim whose run is missing says so."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -40,18 +39,12 @@ def parts(loaded: tuple[StudyRuns, Study], outcomes: tuple[FigureOutcome, ...], 
     return (Part(tuple(section(*loaded, outcomes, source.figures_dir, source.results_dir))),)
 
 
-def _num(v) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
-    return f"{v:.3g}"
-
-
 # What a row that is not a check says in the verdict column (claims.ROLES).
 ROLE_VERDICTS = {"input": "input of the model (not judged)", "shown": "shown (not judged)"}
 
 
 def claims_markdown(table: pd.DataFrame) -> str:
-    rows = [(r.claim, r.source, _num(r.published), _num(r.reproduced), r.tolerance,
+    rows = [(r.claim, r.source, tables.num(r.published), tables.num(r.reproduced), r.tolerance,
              ROLE_VERDICTS.get(r.role) or tables.verdict(r.within), r.note or "")
             for r in table.itertuples(index=False)]
     return tables.markdown(rows, ("claim", "source", "published", "reproduced", "tolerance", "verdict", "why / note"))
@@ -74,8 +67,7 @@ def readme_quotes(claims, table: pd.DataFrame) -> tuple[str, str]:
 
     def cell(cid: str) -> str:
         r = rows.loc[cid]
-        ours = "—" if r["reproduced"] is None or not math.isfinite(float(r["reproduced"])) else f"{float(r['reproduced']):.2f}"
-        out = f"{r['published']:.2f}x / {ours}x"
+        out = f"{r['published']:.2f}x / {tables.num(r['reproduced'], '.2f')}x"
         return out if r["within"] is None or r["within"] else out + f" (outside {rel[cid] * 100:.0f} %)"
 
     lines = ["| LLaMA-13B on one RTX A6000 / LLaMA-33B on one A100, chunk 256 | throughput gain: paper / ours "
@@ -95,7 +87,7 @@ CPU_ASSUMES = {
 
 
 def pipeline_markdown(table: pd.DataFrame) -> list[str]:
-    rows = [(r["claim"], _num(r["published"]), *(_num(r[c]) for c in CPU_COSTS)) for _, r in table.iterrows()]
+    rows = [(r["claim"], tables.num(r["published"]), *(tables.num(r[c]) for c in CPU_COSTS)) for _, r in table.iterrows()]
     return ([tables.markdown(rows, ("claim", "published", *(f"perf.cpu_costs={c}" for c in CPU_COSTS))), ""]
             + [f"- `perf.cpu_costs={c}` ({'cells ' + PIPELINE_CELLS + s if s else 'the default'}): {CPU_ASSUMES[c]}."
                for c, s in CPU_COSTS.items()] + [""])
@@ -105,8 +97,8 @@ PIPELINE_CELLS = "sarathi23_pipeline*"
 
 
 def runs_markdown(runs: pd.DataFrame) -> str:
-    rows = [(r.experiment, r.scheduler, r.backend, _num(r.token_throughput), _num(r.makespan_s), _num(r.gain),
-             _num(r.decode_speedup), _num(r.hybrid_time_share), _num(r.bubble_p50_s))
+    rows = [(r.experiment, r.scheduler, r.backend, tables.num(r.token_throughput), tables.num(r.makespan_s), tables.num(r.gain),
+             tables.num(r.decode_speedup), tables.num(r.hybrid_time_share), tables.num(r.bubble_p50_s))
             for r in runs.sort_values(["experiment", "scheduler"]).itertuples(index=False)]
     return tables.markdown(rows, ("run", "scheduler", "backend", "tokens/s", "completion (s)", "gain", "decode speedup",
                                   "hybrid time", "bubble p50 (s)"))
