@@ -93,19 +93,22 @@ def _col(p: pd.DataFrame, name: str, side: str) -> pd.Series:
     return p[f"{name}_{side}"] if f"{name}_{side}" in p else p[name]
 
 
+def _sides(df: pd.DataFrame, claim: RatioClaim) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The claim's numerator and denominator rows, and why it has no result when a side has none."""
+    num, den = select(df, claim.numerator), select(df, claim.denominator)
+    side = "numerator" if num.empty else "denominator" if den.empty else ""
+    return num, den, side and f"no results for the {side} ({_describe(getattr(claim, side))})"
+
+
+NO_PAIR = "no result pair shares the claim's deployment/dataset/SLO"
+
+
 # ----------------------------------------------------------------------------- capacity ratios
-def _empty_row(claim: RatioClaim, note: str) -> dict:
-    return _claim_row(claim, math.nan, "", note)
-
-
 def capacity_ratio_row(runs: pd.DataFrame, claim: RatioClaim) -> dict:
-    num, den = select(runs, claim.numerator), select(runs, claim.denominator)
-    if num.empty or den.empty:
-        side = "numerator" if num.empty else "denominator"
-        return _empty_row(claim, f"no results for the {side} ({_describe(getattr(claim, side))})")
-    p = _pairs(num, den, claim)
+    num, den, missing = _sides(runs, claim)
+    p = _pairs(num, den, claim)  # empty when a side is
     if p.empty:
-        return _empty_row(claim, "no result pair shares the claim's deployment/dataset/SLO")
+        return _claim_row(claim, math.nan, "", missing or NO_PAIR)
     cap_n, cap_d = _col(p, "capacity_qps", "num"), _col(p, "capacity_qps", "den")
     p = p.assign(_ratio=[n / d if d > 0 else math.inf for n, d in zip(cap_n, cap_d)],
                  _newest=[max(a, b) for a, b in zip(_col(p, "run", "num"), _col(p, "run", "den"))])
@@ -166,16 +169,12 @@ def _all_passed(probes: pd.DataFrame, qps: float) -> bool:
 
 
 def latency_ratio_row(probes: pd.DataFrame, claim: RatioClaim) -> dict:
-    num, den = select(probes, claim.numerator), select(probes, claim.denominator)
-    if num.empty or den.empty:
-        side = "numerator" if num.empty else "denominator"
-        return _empty_row(claim, f"no results for the {side} ({_describe(getattr(claim, side))})")
+    num, den, missing = _sides(probes, claim)
     # Pair runs (not probes) on the context the selectors agree on, then take the newest pair.
-    on = _pair_columns(claim)
-    cols = ["run_dir", "run", *on]
-    runs = _pairs(num[cols].drop_duplicates(), den[cols].drop_duplicates(), claim)
+    cols = ["run_dir", "run", *_pair_columns(claim)]
+    runs = _pairs(num[cols].drop_duplicates(), den[cols].drop_duplicates(), claim)  # empty when a side is
     if runs.empty:
-        return _empty_row(claim, "no result pair shares the claim's deployment/dataset/SLO")
+        return _claim_row(claim, math.nan, "", missing or NO_PAIR)
     # Newest pair first; a pair with a rate both sides passed beats one compared under overload.
     runs = runs.assign(_newest=[max(a, b) for a, b in zip(runs["run_num"], runs["run_den"])])
     chosen = None
@@ -189,7 +188,7 @@ def latency_ratio_row(probes: pd.DataFrame, claim: RatioClaim) -> dict:
             if _all_passed(both, q):
                 break
     if chosen is None:
-        return _empty_row(claim, "the two sides share no probed rate")
+        return _claim_row(claim, math.nan, "", "the two sides share no probed rate")
     num, den, q = chosen
     vn = float(num.loc[num["qps"] == q, claim.metric].iloc[0])
     vd = float(den.loc[den["qps"] == q, claim.metric].iloc[0])
