@@ -109,14 +109,13 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
 
 
 def _legend(fig: Figure, axes, note: str = "") -> None:
-    handles, labels = {}, []
+    handles = {}  # label -> its first handle, in order
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in handles:
-                handles[lab] = h
-                labels.append(lab)
+            handles.setdefault(lab, h)
     if handles:
-        fig.legend([handles[lab] for lab in labels], labels, loc="upper center", bbox_to_anchor=(0.5, -0.01),
+        labels = list(handles)
+        fig.legend(list(handles.values()), labels, loc="upper center", bbox_to_anchor=(0.5, -0.01),
                    ncol=min(len(labels), 6 if max(map(len, labels)) < 16 else 3), frameon=False, title=note or None, title_fontsize=8)
 
 
