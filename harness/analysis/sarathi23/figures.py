@@ -5,6 +5,7 @@ reason (MissingResults), as the Sarathi-Serve figures are."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,10 +23,12 @@ PER_CALL = "xformers-2023-percall"  # engines/perf/kernels.py: the operator tabl
 
 @dataclass(frozen=True)
 class Study:
-    """What the figures read: the drawn runs and the published claims."""
+    """What the figures read: the drawn runs and the published claims (and, for the report's
+    section, the runs drawn with those left out: runs.StudyRuns)."""
 
     runs: pd.DataFrame
     claims: tuple[Claim, ...]
+    drawn: Any = None
 
     def claim(self, cid: str) -> Claim:
         return next(c for c in self.claims if c.id == cid)

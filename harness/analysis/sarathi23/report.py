@@ -9,9 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis import tables
-from harness.analysis.figures import FigureOutcome, build_figure
+from harness.analysis.figures import FigureOutcome
 from harness.analysis.sarathi23.claims import CLAIMS_FILE, claim_table, load_claims, pipeline_table, within_count
-from harness.analysis.sarathi23 import FIGURES
 from harness.analysis.sarathi23.figures import Study
 from harness.analysis.sarathi23.matrix import CPU_COSTS
 from harness.analysis.sarathi23.runs import StudyRuns, study_runs
@@ -20,23 +19,15 @@ from harness.analysis.study import Part, Source
 
 def load_study(results_dir: str | Path, reference_dir: str | Path | None, cells=None) -> tuple[StudyRuns, Study]:
     drawn = study_runs(results_dir, reference_dir, cells)
-    return drawn, Study(drawn.runs, load_claims())
+    return drawn, Study(drawn.runs, load_claims(), drawn)
 
 
-def build(study: Study, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:
-    return tuple(build_figure(spec, study, figures_dir) for spec in FIGURES if only is None or spec.name in only)
+def load(source: Source) -> Study:
+    return load_study(source.results_dir, source.reference_dir)[1]
 
 
-def load(source: Source) -> tuple[StudyRuns, Study]:
-    return load_study(source.results_dir, source.reference_dir)
-
-
-def draw(loaded: tuple[StudyRuns, Study], figures_dir: Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:
-    return build(loaded[1], figures_dir, only)
-
-
-def parts(loaded: tuple[StudyRuns, Study], outcomes: tuple[FigureOutcome, ...], source: Source) -> tuple[Part, ...]:
-    return (Part(tuple(section(*loaded, outcomes, source.figures_dir, source.results_dir))),)
+def parts(study: Study, outcomes: tuple[FigureOutcome, ...], source: Source) -> tuple[Part, ...]:
+    return (Part(tuple(section(study.drawn, study, outcomes, source.figures_dir, source.results_dir))),)
 
 
 # What a row that is not a check says in the verdict column (claims.ROLES).
