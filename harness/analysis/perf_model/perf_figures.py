@@ -263,15 +263,7 @@ CAPTIONS = {
 
 def save_all(out_dir: str | Path) -> list[Path]:
     """Build every figure with the default deployments and save it as OUT_DIR/<name>.png."""
-    out = Path(out_dir)
-    paths = []
-    for name, build in FIGURES:
-        fig = build()
-        try:
-            paths.append(style.save(fig, out / f"{name}.png"))
-        finally:
-            style.close(fig)
-    return paths
+    return [style.save(build(), Path(out_dir) / f"{name}.png") for name, build in FIGURES]
 
 
 def main(argv: list[str] | None = None) -> int:
