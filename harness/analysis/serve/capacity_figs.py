@@ -37,7 +37,6 @@ def _off_paper(rows: pd.DataFrame) -> set[tuple]:
     return set(zip(off["dataset"], off["slo_tbt_s"]))
 
 
-# ----------------------------------------------------------------------------- Fig. 10-11
 def capacity_rows(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     """The rows Fig. 10-11 draws: main schedulers with the paper's knobs on the paper's deployments."""
     runs = capacity_mode(runs)
@@ -119,7 +118,6 @@ def _legend(fig: Figure, axes, note: str = "") -> None:
                    ncol=min(len(labels), 6 if max(map(len, labels)) < 16 else 3), frameon=False, title=note or None, title_fontsize=8)
 
 
-# ----------------------------------------------------------------------------- Fig. 12
 def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
     """Capacity as the P99 TBT SLO loosens, per deployment with at least two SLO values."""
     if runs.empty:
@@ -169,7 +167,6 @@ def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
     return style.finish(fig, "Capacity vs P99 TBT SLO (Fig. 12 analog)", y=1.02)
 
 
-# ----------------------------------------------------------------------------- Fig. 13
 def _pipeline_claim_lines(runs: pd.DataFrame, paper: Paper, model: str, kind: str) -> list[str]:
     """'4.3× over vLLM TP-8 (paper 4.3×)' for each published cross-deployment claim at this SLO."""
     from harness.analysis.serve.compare import capacity_ratio_row

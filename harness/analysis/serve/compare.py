@@ -20,8 +20,6 @@ ABLATION_SCHEDULERS = ("hybrid_only", "chunked_only", "sarathi")
 COMPARISON_COLUMNS = ("id", "claim", "source", "published", "reproduced", "ratio", "tolerance", "within", "cells", "note")
 
 
-# ----------------------------------------------------------------------------- selection
-
 def _claim_row(claim: RatioClaim, reproduced: float, cells: str, note: str = "") -> dict:
     """One row of a paper-vs-reproduced table (`reproduced` NaN: no result, judged neither way)."""
     within = None if math.isnan(reproduced) else claim.tolerance.within(claim.value, reproduced)
@@ -103,7 +101,6 @@ def _sides(df: pd.DataFrame, claim: RatioClaim) -> tuple[pd.DataFrame, pd.DataFr
 NO_PAIR = "no result pair shares the claim's deployment/dataset/SLO"
 
 
-# ----------------------------------------------------------------------------- capacity ratios
 def capacity_ratio_row(runs: pd.DataFrame, claim: RatioClaim) -> dict:
     num, den, missing = _sides(runs, claim)
     p = _pairs(num, den, claim)  # empty when a side is
@@ -145,7 +142,6 @@ def _describe(sel: Selector) -> str:
     return ", ".join(f"{k}={'|'.join(v) if isinstance(v, tuple) else v}" for k, v in sel.items())
 
 
-# ----------------------------------------------------------------------------- common load
 def common_qps(probes: pd.DataFrame, group: str, must_pass: tuple[str, ...] = ()) -> float | None:
     """The highest rate probed by every `group` value, preferring rates all of `must_pass` passed.
 
@@ -202,7 +198,6 @@ def latency_ratio_table(probes: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     return pd.DataFrame([latency_ratio_row(probes, c) for c in paper.latency_ratios], columns=COMPARISON_COLUMNS)
 
 
-# ----------------------------------------------------------------------------- Table 4
 TABLE4_COLUMNS = ("dataset", "scheduler", "metric", "qps", "published", "reproduced", "ratio", "tolerance",
                   "within", "run", "note")
 TABLE4_METRICS = ("ttft_p50_s", "tbt_p99_s")
