@@ -184,18 +184,12 @@ def _pipeline_claim_lines(runs: pd.DataFrame, paper: Paper, model: str, kind: st
     return out
 
 
-def _pp_model(runs: pd.DataFrame) -> str | None:
-    """A model with results on a pipeline-parallel and a TP-only deployment (Falcon-180B preferred)."""
-    both = runs.groupby("model")["pp"].agg(lambda s: s.gt(1).any() and s.eq(1).any())
-    models = list(both[both].index)
-    if not models:
-        return None
-    return "falcon-180b" if "falcon-180b" in models else models[0]
-
-
 def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figure:
     runs = capacity_mode(runs)
-    model = _pp_model(runs) if not runs.empty else None
+    # A model with results on a pipeline-parallel and a TP-only deployment (Falcon-180B preferred).
+    both = runs.groupby("model")["pp"].agg(lambda s: s.gt(1).any() and s.eq(1).any()) if not runs.empty else pd.Series(dtype=bool)
+    models = list(both[both].index)
+    model = ("falcon-180b" if "falcon-180b" in models else models[0]) if models else None
     if model is None:
         raise MissingResults("no model with results on both a TP-only and a pipeline-parallel deployment "
                              "(run e.g. experiment=falcon180b_tp4pp2_strict and the same with "
