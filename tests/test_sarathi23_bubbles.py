@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.analysis.sarathi23 import STUDY
 from harness.analysis.sarathi23.claims import load_claims
 from harness.analysis.sarathi23.figures import Study
 from harness.analysis.sarathi23.matrix import CPU_COSTS, PIPELINE
-from harness.analysis.sarathi23.report import build
 
 
 def runs(quantiles: dict) -> pd.DataFrame:
@@ -20,10 +20,10 @@ def runs(quantiles: dict) -> pd.DataFrame:
 
 def test_drawn_from_the_saved_percentiles(tmp_path):
     q = {"p10": 1.0, "p25": 2.0, "p50": 3.0, "p75": 5.0, "p90": 8.0, "p99": 20.0}
-    (out,) = build(Study(runs(q), load_claims()), tmp_path, only=("sarathi23_bubbles",))
+    (out,) = STUDY.draw_figures(Study(runs(q), load_claims()), tmp_path, only=("sarathi23_bubbles",))
     assert out.path is not None and out.path.stat().st_size > 10_000
 
 
 def test_runs_without_percentiles_are_skipped_with_why(tmp_path):
-    (out,) = build(Study(runs({}), load_claims()), tmp_path, only=("sarathi23_bubbles",))
+    (out,) = STUDY.draw_figures(Study(runs({}), load_claims()), tmp_path, only=("sarathi23_bubbles",))
     assert out.path is None and "no bubble percentiles" in out.skipped

@@ -89,9 +89,9 @@ def test_inputs_are_shown_never_counted():
 
 def test_the_figure_needs_no_run(tmp_path):
     """The operator-table figure is model arithmetic beside the published numbers: drawn without runs."""
+    from harness.analysis.sarathi23 import STUDY
     from harness.analysis.sarathi23.figures import Study
-    from harness.analysis.sarathi23.report import build
 
-    out = build(Study(pd.DataFrame(columns=["experiment", "scheduler", "pd_ratio"]), load_claims()), tmp_path,
+    out = STUDY.draw_figures(Study(pd.DataFrame(columns=["experiment", "scheduler", "pd_ratio"]), load_claims()), tmp_path,
                 only=("sarathi23_operator_table",))
     assert len(out) == 1 and out[0].path is not None and out[0].path.stat().st_size > 10_000

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from harness.analysis.drift import Tolerances, compare
 from harness.analysis.offline_runs import load_offline
-from harness.analysis.sarathi23 import report
+from harness.analysis.sarathi23 import STUDY, report
 from harness.analysis.sarathi23.claims import CLAIMS_FILE, claim_table, load_claims, model_value
 from harness.analysis.sarathi23.matrix import sarathi23_cells
 from harness.config import compose
@@ -103,7 +103,7 @@ def test_the_section_reads_the_run_at_its_cells_settings(study, tmp_path):
     drawn, s = report.load_study(results, None, cells)
     assert list(drawn.runs["experiment"].unique()) == [CELL] and len(drawn.runs) == 2
     assert drawn.left_out["settings"].str.contains("dataset.synthetic.pd_ratio=20").all()
-    outcomes = report.build(s, tmp_path)
+    outcomes = STUDY.draw_figures(s, tmp_path)
     built = {o.name: o for o in outcomes}
     assert built["sarathi23_tile_quantization"].path is not None and built["sarathi23_decode_speedup"].path is not None
     assert "no offline runs of sarathi23_pd_c256_b18_pd" in built["sarathi23_pd_sweep"].skipped

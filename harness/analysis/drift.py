@@ -84,11 +84,6 @@ class DriftReport:
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{**r.label, "metric": r.metric, "reference": r.reference, "current": r.current,
-                              "rel_change": r.rel_change, "tolerance": r.tolerance, "status": r.status,
-                              "note": r.note} for r in self.rows])
-
     def to_markdown(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         counts = {s: sum(r.status == s for r in self.rows) for s in ("ok", "drift", "missing", "new")}
@@ -134,35 +129,35 @@ def _cells(df: pd.DataFrame) -> dict[tuple, pd.Series]:
             for _, row in df.iterrows()}
 
 
-def _capacity_rows(ref: pd.DataFrame, cur: pd.DataFrame, tol: Tolerances) -> list[DriftRow]:
-    rc, cc = _cells(ref[ref["mode"] != "fixed_rate"]), _cells(cur[cur["mode"] != "fixed_rate"])
+def _paired(ref: dict, cur: dict, metrics, tol: float, note=lambda r, c: "") -> list[DriftRow]:
+    """Each reference cell's `metrics(r, c)` judged against today's (`c` None: missing today, a
+    failure), then the cells only today has (new, never a failure)."""
     out = []
-    for cell, r in rc.items():
-        metric = _capacity_metric(r)
-        if cell not in cc:
-            out.append(DriftRow(cell, metric, float(r[metric]), math.nan, math.nan,
-                                tol.capacity_rel, "missing", "no current result for this cell"))
-            continue
-        c = cc[cell]
-        if _capacity_metric(c) != metric:  # one side repeated over seeds, the other not: compare first seeds
-            metric = "capacity_qps"
-        notes = []
-        if bool(r["saturated"]) != bool(c["saturated"]):
-            notes.append(f"saturated {bool(r['saturated'])} -> {bool(c['saturated'])}")
-        for col, what in (("num_requests", "requests/probe"), ("token_budget", "token budget"),
-                          ("max_num_seqs", "max batch"), ("num_seeds", "seeds")):
-            a, b = r[col], c[col]
-            if not (a == b or (pd.isna(a) and pd.isna(b))):
-                notes.append(f"{what} {a} -> {b}")  # a changed setting explains (but does not excuse) drift
-        out.append(_judge(cell, metric, float(r[metric]), float(c[metric]), tol.capacity_rel, "; ".join(notes)))
-    out += [DriftRow(cell, _capacity_metric(c), math.nan, float(c[_capacity_metric(c)]), math.nan, tol.capacity_rel, "new")
-            for cell, c in cc.items() if cell not in rc]
-    return out
+    for cell, r in ref.items():
+        c = cur.get(cell)
+        out += [DriftRow(cell, m, float(r[m]), math.nan, math.nan, tol, "missing", "no current result for this cell")
+                if c is None else _judge(cell, m, float(r[m]), float(c[m]), tol, note(r, c)) for m in metrics(r, c)]
+    return out + [DriftRow(cell, m, math.nan, float(c[m]), math.nan, tol, "new")
+                  for cell, c in cur.items() if cell not in ref for m in metrics(c, None)]
 
 
-def _capacity_metric(row: pd.Series) -> str:
-    # Over several seeds the mean is the steadier number to watch; one seed: its capacity.
-    return "capacity_mean_qps" if row.get("num_seeds", 1) > 1 else "capacity_qps"
+def _capacity_metrics(r: pd.Series, c: pd.Series | None = None) -> list[str]:
+    # Over several seeds the mean is the steadier number to watch; one seed: its capacity. One side
+    # repeated over seeds, the other not: compare first seeds.
+    metric = "capacity_mean_qps" if r.get("num_seeds", 1) > 1 else "capacity_qps"
+    return [metric if c is None or _capacity_metrics(c) == [metric] else "capacity_qps"]
+
+
+def _capacity_note(r: pd.Series, c: pd.Series) -> str:
+    notes = []
+    if bool(r["saturated"]) != bool(c["saturated"]):
+        notes.append(f"saturated {bool(r['saturated'])} -> {bool(c['saturated'])}")
+    for col, what in (("num_requests", "requests/probe"), ("token_budget", "token budget"),
+                      ("max_num_seqs", "max batch"), ("num_seeds", "seeds")):
+        a, b = r[col], c[col]
+        if not (a == b or (pd.isna(a) and pd.isna(b))):
+            notes.append(f"{what} {a} -> {b}")  # a changed setting explains (but does not excuse) drift
+    return "; ".join(notes)
 
 
 def _fixed_rate_probes(probes: pd.DataFrame) -> pd.DataFrame:
@@ -172,38 +167,18 @@ def _fixed_rate_probes(probes: pd.DataFrame) -> pd.DataFrame:
     return p[p["seed"] == p["run_seed"]]  # one probe per cell: the run's first seed
 
 
-def _latency_rows(ref: pd.DataFrame, cur: pd.DataFrame, tol: Tolerances) -> list[DriftRow]:
-    rc, cc = _cells(_fixed_rate_probes(ref)), _cells(_fixed_rate_probes(cur))
-    out = []
-    for cell, r in rc.items():
-        for m in LATENCY_METRICS:
-            if cell not in cc:
-                out.append(DriftRow(cell, m, float(r[m]), math.nan, math.nan, tol.latency_rel, "missing",
-                                    "no current result for this cell"))
-            else:
-                c = cc[cell]
-                note = "" if bool(r["passed"]) == bool(c["passed"]) else f"verdict {'pass' if r['passed'] else 'FAIL'} -> {'pass' if c['passed'] else 'FAIL'}"
-                out.append(_judge(cell, m, float(r[m]), float(c[m]), tol.latency_rel, note))
-    out += [DriftRow(cell, m, math.nan, float(c[m]), math.nan, tol.latency_rel, "new")
-            for cell, c in cc.items() if cell not in rc for m in LATENCY_METRICS]
-    return out
+def _verdict_note(r: pd.Series, c: pd.Series) -> str:
+    word = {True: "pass", False: "FAIL"}
+    return "" if bool(r["passed"]) == bool(c["passed"]) else f"verdict {word[bool(r['passed'])]} -> {word[bool(c['passed'])]}"
 
 
-def _offline_rows(reference_dir, current_dir, tol: Tolerances) -> list[DriftRow]:
+def _offline_cells(root) -> dict[tuple, dict]:
     """Offline runs (mode offline): each scheduler's token throughput, the newest run of a cell."""
     from harness.analysis.offline_runs import load_offline
 
-    def cells(root) -> dict[tuple, float]:
-        df = load_offline(root).drop_duplicates(["experiment", "scheduler"], keep="last")
-        return {(r.experiment, r.model, r.gpu, r.parallel, r.instances, "", "", r.dataset, "-", "-", "offline", "-",
-                 r.scheduler): float(r.token_throughput) for r in df.itertuples(index=False)}
-
-    ref, cur = cells(reference_dir), cells(current_dir)
-    out = [(_judge(cell, "token_throughput", v, cur[cell], tol.capacity_rel) if cell in cur else
-            DriftRow(cell, "token_throughput", v, math.nan, math.nan, tol.capacity_rel, "missing", "no current result for this cell"))
-           for cell, v in ref.items()]
-    return out + [DriftRow(cell, "token_throughput", math.nan, v, math.nan, tol.capacity_rel, "new")
-                  for cell, v in cur.items() if cell not in ref]
+    df = load_offline(root).drop_duplicates(["experiment", "scheduler"], keep="last")
+    return {(r.experiment, r.model, r.gpu, r.parallel, r.instances, "", "", r.dataset, "-", "-", "offline", "-",
+             r.scheduler): {"token_throughput": float(r.token_throughput)} for r in df.itertuples(index=False)}
 
 
 def compare(current_results_dir: str | Path, reference_dir: str | Path,
@@ -212,8 +187,12 @@ def compare(current_results_dir: str | Path, reference_dir: str | Path,
     tol = tolerances or Tolerances()
     # An empty tree loads as frames with every column (loader.RUN_COLUMNS): nothing compared, nothing new.
     (ref_runs, ref_p), (cur_runs, cur_p) = load_results(reference_dir), load_results(current_results_dir)
-    rows = (_capacity_rows(ref_runs, cur_runs, tol) + _latency_rows(ref_p, cur_p, tol)
-            + _offline_rows(reference_dir, current_results_dir, tol))
+    capacity = [_cells(df[df["mode"] != "fixed_rate"]) for df in (ref_runs, cur_runs)]
+    rows = (_paired(*capacity, _capacity_metrics, tol.capacity_rel, _capacity_note)
+            + _paired(_cells(_fixed_rate_probes(ref_p)), _cells(_fixed_rate_probes(cur_p)), lambda r, c: LATENCY_METRICS,
+                      tol.latency_rel, _verdict_note)
+            + _paired(_offline_cells(reference_dir), _offline_cells(current_results_dir), lambda r, c: ("token_throughput",),
+                      tol.capacity_rel))
     return DriftReport(Path(current_results_dir), Path(reference_dir), tol, tuple(rows))
 
 

@@ -102,11 +102,7 @@ def build_figure(spec: FigureSpec, inputs: Inputs, figures_dir: str | Path) -> F
         fig = spec.build(inputs)
     except MissingResults as e:
         return FigureOutcome(spec.name, spec.title, None, str(e), spec.caption)
-    try:
-        path = style.save(fig, Path(figures_dir) / f"{spec.name}.png")
-    finally:
-        style.close(fig)
-    return FigureOutcome(spec.name, spec.title, path, None, spec.caption)
+    return FigureOutcome(spec.name, spec.title, style.save(fig, Path(figures_dir) / f"{spec.name}.png"), None, spec.caption)
 
 
 def build_figures(inputs: Inputs, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:

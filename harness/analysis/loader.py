@@ -79,13 +79,6 @@ def find_runs(results_dir: str | Path) -> list[RunDir]:
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _read_run(r: RunDir) -> tuple[dict, dict]:
-    summary = json.loads((r.path / "summary.json").read_text())
-    cfg_path = r.path / "config.yaml"
-    config = yaml.load(cfg_path.read_text(), Loader=_YAML_LOADER) if cfg_path.is_file() else {}
-    return summary, config or {}
-
-
 def deployment_fields(config: dict) -> dict:
     """model, gpu, tp, pp, parallel, instances and dataset of a run's saved config.yaml."""
     par = config.get("parallel") or {}
@@ -210,7 +203,9 @@ def _collect(results_dir: str | Path, judge: Judge | None) -> tuple[list[dict], 
     """Every run read once: (run rows, probe rows), oldest run first."""
     run_rows, probe_rows = [], []
     for r in find_runs(results_dir):
-        summary, config = _read_run(r)
+        summary = json.loads((r.path / "summary.json").read_text())
+        cfg_path = r.path / "config.yaml"
+        config = (yaml.load(cfg_path.read_text(), Loader=_YAML_LOADER) if cfg_path.is_file() else None) or {}
         base = _run_fields(r, summary, config, judge)
         for name, s in (summary.get("schedulers") or {}).items():
             sched = _scheduler_fields(name, s)

@@ -57,6 +57,11 @@ def composed(cells) -> list[dict]:
             for c in cells]
 
 
+def by_name(cells) -> dict[str, dict]:
+    """Cell name -> its composed config (today's presets): how a study with its own cells judges its runs."""
+    return {c.name: cfg for c, cfg in zip(cells, composed(cells))}
+
+
 @lru_cache(maxsize=1)
 def paper_cell_configs() -> Mapping[tuple, dict]:
     """(experiment name, dataset) -> the composed config of that paper cell, with today's presets."""

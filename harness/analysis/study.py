@@ -78,21 +78,13 @@ def capacity_runs(source: Source) -> Any:
     return source.capacity
 
 
-def no_cells() -> tuple[Cell, ...]:
-    return ()
-
-
-def no_parts(data: Any, outcomes: tuple, source: Source) -> tuple[Part, ...]:
-    return ()
-
-
 @dataclass(frozen=True)
 class Study:
     name: str  # its folder under harness/analysis/
-    cells: Callable[[], Sequence[Cell]] = no_cells  # the runs figure=all runs when missing
+    cells: Callable[[], Sequence[Cell]] = tuple  # the runs figure=all runs when missing (none)
     load: Callable[[Source], Any] = capacity_runs  # saved results -> what its figures and parts read
     figures: tuple[FigureSpec, ...] = ()  # figure=NAME draws one; figure=all every one
-    parts: Callable[[Any, tuple, Source], Sequence[Part]] = no_parts  # (loaded, its figures' outcomes, source) -> report lines
+    parts: Callable[[Any, tuple, Source], Sequence[Part]] = lambda *_: ()  # (loaded, its figures' outcomes, source) -> report lines
     listed: bool = True  # its figures listed under the report's "## Figures" (else its parts place them)
     draw: Callable[[Any, Path, tuple[str, ...] | None], tuple] | None = None  # drawing other than its FigureSpecs'
     # The run names (a regex on a run's experiment) its own `load` reads: the shared capacity loader

@@ -73,9 +73,13 @@ def new_figure(ncols: int, nrows: int = 1, width: float = PANEL_W, height: float
 
 
 def save(fig: Figure, path: str | Path) -> Path:
+    """Save `fig` at `path` and close it, saved or not (pyplot keeps every open figure)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path
 
 

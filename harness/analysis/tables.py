@@ -28,6 +28,11 @@ def fmt(x, digits: int = 3) -> str:
     return str(x).replace("|", "\\|")
 
 
+def num(v, spec: str = ".3g") -> str:
+    """`v` in `spec`, or "—" where there is no number (None, NaN, infinite)."""
+    return "—" if v is None or not math.isfinite(v) else format(v, spec)
+
+
 def markdown(rows: Sequence[Sequence], header: Sequence[str]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]

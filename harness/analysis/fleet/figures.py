@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.analysis import style
@@ -17,14 +16,10 @@ WORKLOAD_LABELS = {"chat": "chat (ShareGPT conversations)", "agents": "agents (a
 POLICIES = ("sarathi", "vllm")
 
 
-def _table(results: FleetResults) -> pd.DataFrame:
+def _bars(results: FleetResults, column: str, ylabel: str, annotate: bool) -> Figure:
     table = fleet_table(results.rows)
     if table.empty:
         raise MissingResults("no fleet study runs (harness/analysis/fleet/cells.py; `python -m harness figure=all` runs them)")
-    return table
-
-
-def _bars(table: pd.DataFrame, column: str, ylabel: str, annotate: bool) -> Figure:
     workloads = [w for w in WORKLOADS if w in set(table["workload"])]
     fig, axes = style.new_figure(len(workloads), 1, width=5.2, height=3.6)
     width = 0.8 / (len(POLICIES) * len(TIERS))
@@ -57,9 +52,9 @@ def _bars(table: pd.DataFrame, column: str, ylabel: str, annotate: bool) -> Figu
 
 
 def fig_capacity(results: FleetResults) -> Figure:
-    return _bars(_table(results), "capacity_qps", "fleet capacity (QPS)", annotate=True)
+    return _bars(results, "capacity_qps", "fleet capacity (QPS)", annotate=True)
 
 
 def fig_gpu_hours(results: FleetResults) -> Figure:
-    return _bars(_table(results), "gpu_hours", "GPU-hours a day", annotate=False)
+    return _bars(results, "gpu_hours", "GPU-hours a day", annotate=False)
 

@@ -18,18 +18,12 @@ import pandas as pd
 
 from harness.analysis.fleet.cells import NAME, fleet_cells
 from harness.analysis.loader import at_capacity, latest_per_cell, load_results, probes_of
-from harness.analysis.settings import composed, judged
-
-
-def is_fleet_run(experiments: pd.Series) -> np.ndarray:
-    return experiments.astype(str).str.match(NAME).to_numpy(dtype=bool)
+from harness.analysis.settings import by_name, judged
 
 
 @lru_cache(maxsize=1)
 def cell_configs() -> dict[str, dict]:
-    """Cell name -> its composed config (today's presets)."""
-    cells = fleet_cells()
-    return {c.name: cfg for c, cfg in zip(cells, composed(cells))}
+    return by_name(fleet_cells())
 
 
 def judge(config: dict, cells: dict[str, dict] | None = None) -> str:
@@ -51,7 +45,7 @@ def _read(results_dir: Path, cells: dict[str, dict] | None) -> tuple[pd.DataFram
     if not results_dir.is_dir():
         return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
     runs, probes = load_results(results_dir, latest=False, judge=lambda c: judge(c, cells))
-    mine = is_fleet_run(runs["experiment"]) if not runs.empty else np.ones(0, bool)
+    mine = runs["experiment"].astype(str).str.match(NAME).to_numpy(dtype=bool) if not runs.empty else np.ones(0, bool)
     runs = runs[mine]
     off = runs[runs["settings"] != ""]
     runs, probes = latest_per_cell(runs[runs["settings"] == ""], probes)

@@ -9,7 +9,6 @@ import pandas as pd
 
 from harness.analysis import tables
 from harness.analysis.figures import FigureOutcome
-from harness.analysis.fleet import day
 from harness.analysis.fleet.cells import INSTANCES, NUM_REQUESTS, OFFLOAD_GIB, ROUTERS, TIERS, WORKLOADS
 from harness.analysis.fleet.figures import ROUTER_LABELS, WORKLOAD_LABELS
 from harness.analysis.fleet.load import FleetResults, load_fleet
@@ -20,18 +19,14 @@ TITLE = "## Beyond the paper: a fleet of 8 replicas behind a router"
 TIER_LABELS = {"gpu": "GPU only", "offload": f"+ {OFFLOAD_GIB:g} GiB host tier", "nocache": "prefix caching off"}
 
 
-def _num(v: float, fmt: str = ".3g") -> str:
-    return "—" if not np.isfinite(v) else format(v, fmt)
-
-
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if np.isfinite(a) and np.isfinite(b) and b > 0 else "—"
 
 
 def table_markdown(table: pd.DataFrame) -> str:
     rows = [(WORKLOAD_LABELS.get(r.workload, r.workload), ROUTER_LABELS.get(r.router, r.router), TIER_LABELS.get(r.tier, r.tier),
-             r.scheduler, _num(r.capacity_qps) + (" !" if r.starved else ""), _num(r.hit_rate, ".0%"),
-             _num(r.preemptions, ".0f"), _num(r.gpu_hours, ".0f")) for r in table.itertuples()]
+             r.scheduler, tables.num(r.capacity_qps) + (" !" if r.starved else ""), tables.num(r.hit_rate, ".0%"),
+             tables.num(r.preemptions, ".0f"), tables.num(r.gpu_hours, ".0f")) for r in table.itertuples()]
     return tables.markdown(rows, ("workload", "router", "KV", "scheduler", "capacity (QPS)", "hit rate at capacity",
                                   "preemptions at capacity", "GPU-hours a day"))
 
@@ -43,7 +38,7 @@ def answers(table: pd.DataFrame) -> list[str]:
     for w in WORKLOADS:
         for tier in TIERS:
             parts = [f"{ROUTER_LABELS[r]} {_ratio(value(table, w, r, tier, 'sarathi'), value(table, w, r, tier, 'vllm'))} "
-                     f"(hit rate {_num(value(table, w, r, tier, 'sarathi', 'hit_rate'), '.0%')})" for r in ROUTERS]
+                     f"(hit rate {tables.num(value(table, w, r, tier, 'sarathi', 'hit_rate'), '.0%')})" for r in ROUTERS]
             out.append(f"- {WORKLOAD_LABELS[w]}, {TIER_LABELS[tier]}: " + "; ".join(parts) + ".")
         off = _ratio(value(table, w, "least_outstanding", "nocache", "sarathi"), value(table, w, "least_outstanding", "nocache", "vllm"))
         out.append(f"  With prefix caching off (nothing to win): {off}.")
@@ -61,7 +56,7 @@ def answers(table: pd.DataFrame) -> list[str]:
             for r in ROUTERS:
                 on, gpu = value(table, w, r, "offload", p), value(table, w, r, "gpu", p)
                 dh = value(table, w, r, "offload", p, "hit_rate") - value(table, w, r, "gpu", p, "hit_rate")
-                parts.append(f"{ROUTER_LABELS[r]} {_ratio(on, gpu)} ({'+' if dh >= 0 else ''}{_num(100 * dh, '.0f')} points)")
+                parts.append(f"{ROUTER_LABELS[r]} {_ratio(on, gpu)} ({'+' if dh >= 0 else ''}{tables.num(100 * dh, '.0f')} points)")
             out.append(f"- {WORKLOAD_LABELS[w]}, {p}: " + "; ".join(parts) + ".")
     return out
 
@@ -73,12 +68,12 @@ def section(results: FleetResults, outcomes: tuple[FigureOutcome, ...], figures_
         return lines + ["_No fleet study runs (harness/analysis/fleet/cells.py; `python -m harness figure=all` runs them)._", ""]
     peaks = peak_rates(table)
     lines += [f"Qwen3-32B, {INSTANCES} replicas of one H100-80G each (experiments/experiment/fleet_qwen3_32b_h100.yaml), "
-              f"prefix caching on, the strict TBT SLO derived for the deployment ({_num(float(table['slo_tbt_s'].iloc[0]))} s), "
+              f"prefix caching on, the strict TBT SLO derived for the deployment ({tables.num(float(table['slo_tbt_s'].iloc[0]))} s), "
               f"{', '.join(f'{n:,} {w} requests' for w, n in NUM_REQUESTS.items())} per probe (docs/fleet.md). "
               "Capacity is the paper's criterion over the whole fleet. GPU-hours a day: each hour of the diurnal curve "
               "holds ceil(its highest rate / (fleet capacity / 8)) replicas, at one GPU each (harness/analysis/fleet/day.py); "
               "the day's peak is today's fleet's capacity (load only, Sarathi-Serve, GPU only): "
-              + ", ".join(f"{w} {_num(v)} QPS" for w, v in peaks.items()) + ". A capacity marked ! looks starved.", ""]
+              + ", ".join(f"{w} {tables.num(v)} QPS" for w, v in peaks.items()) + ". A capacity marked ! looks starved.", ""]
     for o in outcomes:
         lines += tables.figure_lines(o, figures_dir)
     lines += [table_markdown(table), "", *answers(table), ""]

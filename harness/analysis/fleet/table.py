@@ -16,12 +16,7 @@ TIER_ORDER = (*TIERS, NOCACHE)
 
 def peak_rates(rows: pd.DataFrame) -> dict[str, float]:
     """Workload -> the day's peak rate (QPS): today's fleet's capacity."""
-    out = {}
-    for w in WORKLOADS:
-        hit = rows[(rows["workload"] == w) & (rows["router"] == BASE[0]) & (rows["tier"] == BASE[1])
-                   & (rows["policy"] == BASE[2])]
-        out[w] = float(hit["capacity_qps"].iloc[0]) if len(hit) else np.nan
-    return out
+    return {w: value(rows, w, *BASE) for w in WORKLOADS}
 
 
 def fleet_table(rows: pd.DataFrame) -> pd.DataFrame:

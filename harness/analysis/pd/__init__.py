@@ -1,5 +1,5 @@
 """Beyond the paper: one pool of GPUs or prefill and decode apart (issue 17), and DistServe's
-published chatbot cell: its cells (`matrix`), figure and tables (`figs`), report part (`report`)."""
+published chatbot cell: its cells (`matrix`), figure, tables and report part (`figs`)."""
 from __future__ import annotations
 
 from harness.analysis.study import FigureSpec, Study, lazy
@@ -18,4 +18,4 @@ STUDY = Study("pd", cells=lazy("harness.analysis.pd.matrix:cells"), figures=(
                "Sarathi-Serve's when it is loose, and the best split stays below the winner, because a decode instance's "
                "KV pool holds few requests' contexts while the prefill instances' memory goes unused for them. "
                "The best value in each panel is bold."),
-), parts=lazy("harness.analysis.pd.report:parts"))
+), parts=lazy("harness.analysis.pd.figs:parts"))

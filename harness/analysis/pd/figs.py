@@ -1,5 +1,6 @@
 """Chunked prefills in one pool or prefill and decode apart (issue 17 item 5): the study's runs
-(harness.analysis.pd.matrix.pd_cells) as one figure and one table, at equal GPUs per deployment.
+(harness.analysis.pd.matrix.pd_cells) as one figure and one table, at equal GPUs per deployment,
+and its part of figures/REPORT.md (that table and DistServe's published cell against ours).
 
 Each deployment's four instances are laid out as colocated replicas (Sarathi-Serve, vLLM) or as
 every prefill:decode split (vLLM's whole-prompt prefills on the prefill instances), and judged
@@ -15,7 +16,8 @@ import yaml
 from matplotlib.figure import Figure
 
 from harness.analysis import style, tables
-from harness.analysis.study import MissingResults
+from harness.analysis.figures import Inputs
+from harness.analysis.study import MissingResults, Part, Source
 from harness.analysis.pd.matrix import PD_CRITERIA, PD_TTFT_MULTIPLIERS, PD_TTFT_PROMPT, pd_layouts
 
 CRITERION_LABELS = {"paper": "paper: P99 TBT + median delay ≤ 2 s",
@@ -57,8 +59,7 @@ def fig_pd(runs: pd.DataFrame) -> Figure:
     if rows.empty:
         raise MissingResults("no prefill/decode study runs (harness.analysis.pd.matrix.pd_cells; "
                              "`python -m harness figure=all` runs them)")
-    deps = rows[["model", "parallel", "gpu", "num_gpus"]].drop_duplicates().sort_values("num_gpus").itertuples(index=False)
-    deps = list(deps)
+    deps = list(rows[["model", "parallel", "gpu", "num_gpus"]].drop_duplicates().sort_values("num_gpus").itertuples(index=False))
     crits = [c for c in PD_CRITERIA if c in set(rows["criterion"])]
     fig, axes = style.new_figure(len(crits), len(deps), width=4.6, height=3.4)
     for r, (model, parallel, gpu, ngpu) in enumerate(deps):
@@ -73,8 +74,7 @@ def fig_pd(runs: pd.DataFrame) -> Figure:
                 ax.annotate(f"{v:.3g}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7,
                             fontweight="bold" if i == best else "normal")
             ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=7)
-            ax.set_title(f"{style.MODEL_LABELS.get(model, model)} {style.parallel_label(parallel)} · "
-                         f"{ngpu}× {style.GPU_LABELS.get(gpu, gpu)}\n{CRITERION_LABELS.get(crit, crit)}", fontsize=8)
+            ax.set_title(f"{style.deployment_label(model, parallel, gpu, ngpu)}\n{CRITERION_LABELS.get(crit, crit)}", fontsize=8)
             if c == 0:
                 ax.set_ylabel("capacity (QPS)")
     return style.finish(fig)
@@ -142,3 +142,17 @@ def distserve_markdown(check: dict | None) -> str:
         f"| DistServe: 1 prefill (PP 2) + 1 decode | {dg} | {dc:.3g} | {check['per_gpu']['disaggregated']:.3g} | "
         f"{check['published']} / {check['ratio']:.2f}x | {verdict} |",
     ])
+
+
+def parts(inputs: Inputs, outcomes: tuple, source: Source) -> tuple[Part, ...]:
+    if inputs.clusters.empty:
+        return ()
+    return (Part(("## Beyond the paper: one pool or prefill and decode apart", "",
+                  "Capacity (QPS) of each deployment's four instances' GPUs, colocated or split (fig17). "
+                  "A criterion the colocated schedulers and the splits are both judged by; the winner per row.", "",
+                  pd_markdown(pd_table(inputs.clusters)), "",
+                  "### A published disaggregation result: DistServe (OSDI'24) Fig. 8, chatbot, OPT-13B", "",
+                  "Their settings (data/paper/distserve_osdi24.yaml): one 8x A100-SXM node, TTFT 0.25 s and TPOT "
+                  "0.1 s per request, 90 % attainment, rates per GPU; openchat_sharegpt4 lengths cut at 2,047 tokens "
+                  "stand in for their ShareGPT-v3 prompts.", "",
+                  distserve_markdown(distserve_check(inputs.runs, inputs.clusters)), ""), "clusters"),)

@@ -69,7 +69,6 @@ def perf_model(model: str, card: str, tp: int, stack: str) -> PerfModel:
     return PerfModel(Deployment.create(MODELS[model], card, tp=tp, stack=stack))
 
 
-# ----------------------------------------------------------------------------- one family
 def elementwise_pieces(pm: PerfModel, tokens: np.ndarray) -> dict[str, np.ndarray]:
     """The model's time of each of Vidur's elementwise pieces of one layer at `tokens` tokens."""
     T = np.asarray(tokens, dtype=np.float64)
@@ -123,7 +122,6 @@ def collective_times(family: str, gpu: str, workers: int, devices_per_node: int,
     return ops.p2p_time(size, link), link.name
 
 
-# ----------------------------------------------------------------------------- every point
 def price(points: pd.DataFrame, stack: str = DEFAULT_STACK, a100: str = "pcie") -> pd.DataFrame:
     """`points` (same index and order) with op, catalog_gpu, link, gemm_k, gemm_n, predicted_s
     and signed_err_pct added, each point priced by the model under engine `stack`."""
@@ -166,7 +164,6 @@ def ordered(pts: pd.DataFrame) -> pd.DataFrame:
     return pts[[c for c in COLUMNS if c in pts.columns]]
 
 
-# ----------------------------------------------------------------------------- errors
 def point_label(r: pd.Series) -> str:
     if r["family"] in COLLECTIVES:
         return f"{r['size_bytes'] / 1e6:.3g}MB"

@@ -68,7 +68,6 @@ def _plain_log_x(ax) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-# ------------------------------------------------------------------ (a) Figs 3/4
 def fig_per_token_times(models: Mapping[str, PerfModel] | None = None, decode_context: int = 1024) -> Figure:
     """Left: one prompt of L tokens in one iteration, time per prompt token vs L. Right: b
     sequences decoding at `decode_context` tokens each, time per generated token vs b. Prefill
@@ -101,7 +100,6 @@ def fig_per_token_times(models: Mapping[str, PerfModel] | None = None, decode_co
                         fontsize=12)
 
 
-# ------------------------------------------------------------------ (b) piggybacking
 def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
                        decode_batches: Sequence[int] = (8, 32, 128), decode_context: int = 1024,
                        max_chunk: int = 2048) -> Figure:
@@ -136,7 +134,6 @@ def fig_piggyback_cost(perf: PerfModel | None = None, label: str | None = None,
                         fontsize=12)
 
 
-# ------------------------------------------------------------------ (c) Fig 9
 def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decodes: int = 32,
                            decode_context: int = 2048, max_chunk: int = 4096) -> Figure:
     """Per deployment (columns): one hybrid iteration (b decodes + a prefill chunk) vs the same
@@ -170,7 +167,6 @@ def fig_hybrid_vs_separate(models: Mapping[str, PerfModel] | None = None, decode
                              "+ one prefill chunk (Fig 9 analog)", fontsize=12)
 
 
-# ------------------------------------------------------------------ (d) Fig 14
 def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = None,
                           prompts: Sequence[int] = (2048, 4096, 8192, 16384),
                           chunks: Sequence[int] = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)) -> Figure:
@@ -194,7 +190,6 @@ def fig_chunking_overhead(perf: PerfModel | None = None, label: str | None = Non
     return style.finish(fig)
 
 
-# ------------------------------------------------------------------ (e) tile quantization
 def fig_tile_quantization(perf: PerfModel | None = None, label: str | None = None, max_tokens: int = 1024) -> Figure:
     """Linear-layer time of one layer vs tokens in the batch (Sec. 4.3): GEMMs run on whole 128-row tiles,
     so time steps up just past every multiple of the tile (257 tokens pay for 384) and the cost
@@ -233,7 +228,6 @@ def fig_tile_quantization(perf: PerfModel | None = None, label: str | None = Non
     return style.finish(fig, f"Tile quantization: {label}", fontsize=12)
 
 
-# ------------------------------------------------------------------ all
 FIGURES = (
     ("perf_fig03_04_per_token_times", fig_per_token_times),
     ("perf_piggyback_cost", fig_piggyback_cost),
@@ -263,15 +257,7 @@ CAPTIONS = {
 
 def save_all(out_dir: str | Path) -> list[Path]:
     """Build every figure with the default deployments and save it as OUT_DIR/<name>.png."""
-    out = Path(out_dir)
-    paths = []
-    for name, build in FIGURES:
-        fig = build()
-        try:
-            paths.append(style.save(fig, out / f"{name}.png"))
-        finally:
-            style.close(fig)
-    return paths
+    return [style.save(build(), Path(out_dir) / f"{name}.png") for name, build in FIGURES]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,7 +121,6 @@ def measured_points(vidur: str | Path = VIDUR_DIR) -> pd.DataFrame:
     return pts.reindex(columns=POINT_COLUMNS)
 
 
-# ----------------------------------------------------------------------------- the sample
 # (kind, stratum keys, shape keys the kept rows are spread over)
 _STRATA = (("compute", ["family", "gpu", "model", "tp"], ["num_tokens"]),
            ("attention", ["family"], ["num_tokens", "batch_size", "context"]),

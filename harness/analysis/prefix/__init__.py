@@ -1,5 +1,5 @@
 """Beyond the paper: conversations, agents and prefix caching (issue 30): its cells (`matrix`),
-figure and table (`figs`), report part (`report`)."""
+figure, table and report part (`figs`)."""
 from __future__ import annotations
 
 from harness.analysis.study import FigureSpec, Study, lazy
@@ -12,4 +12,4 @@ STUDY = Study("prefix", cells=lazy("harness.analysis.prefix.matrix:prefix_cells"
                "(dotted), for ShareGPT conversations (each turn carries the conversation so far) and agent "
                "transcripts (a 4,000-token head, a tail growing by a step), at the paper's strict and relaxed TBT "
                "SLOs. Log scales."),
-), parts=lazy("harness.analysis.prefix.report:parts"))
+), parts=lazy("harness.analysis.prefix.figs:parts"))

@@ -1,5 +1,6 @@
 """Conversations and agents with and without prefix caching (issue 30): the study's runs
-(harness.analysis.prefix.matrix.prefix_cells) as one figure and one table.
+(harness.analysis.prefix.matrix.prefix_cells) as one figure and one table, and its part of
+figures/REPORT.md (that table and the answer it gives).
 
 The question: when most of every prompt is already cached, does chunked prefill still buy capacity
 under a TBT SLO, and which token budget now? Per workload and SLO: Sarathi-Serve's capacity over
@@ -15,9 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from harness.analysis import style
-from harness.analysis.figures import PREFIX_RUN
+from harness.analysis.figures import PREFIX_RUN, Inputs
 from harness.analysis.loader import at_capacity
-from harness.analysis.study import MissingResults
+from harness.analysis.study import MissingResults, Part, Source
 from harness.analysis.tables import markdown
 
 WORKLOADS = ("conversations", "agents")
@@ -142,3 +143,14 @@ def prefix_answer(table: pd.DataFrame) -> str:
                      f"({b[f'budget {best_b}']:.3g} QPS)")
         lines.append(text + ".")
     return "\n".join(lines)
+
+
+def parts(inputs: Inputs, outcomes: tuple, source: Source) -> tuple[Part, ...]:
+    if inputs.prefix.empty:
+        return ()
+    table = prefix_table(inputs.prefix, inputs.prefix_probes)
+    return (Part(("## Beyond the paper: conversations, agents and prefix caching", "",
+                  "Capacity (QPS) under the paper's criterion, per workload, SLO and prefix cache (fig18): "
+                  "Sarathi-Serve at each token budget, vLLM and Orca, Sarathi-Serve's best over each, and the share "
+                  "of prompt tokens the cache held at Sarathi-Serve's capacity.", "",
+                  prefix_markdown(table), "", prefix_answer(table), ""), "workloads"),)

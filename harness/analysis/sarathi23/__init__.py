@@ -60,5 +60,4 @@ FIGURES: tuple[FigureSpec, ...] = (
 # Its figures go in its own section (listed=False), after the Sarathi-Serve report.
 STUDY = Study("sarathi23", cells=lazy("harness.analysis.sarathi23.matrix:sarathi23_cells"),
               load=lazy("harness.analysis.sarathi23.report:load"), figures=FIGURES,
-              parts=lazy("harness.analysis.sarathi23.report:parts"), listed=False,
-              draw=lazy("harness.analysis.sarathi23.report:draw"))
+              parts=lazy("harness.analysis.sarathi23.report:parts"), listed=False)

@@ -93,12 +93,12 @@ def model_value(p: Mapping, attention: str | None = None) -> float:
     """A model claim's value; `attention` prices it with another attention kernel (a what-if)."""
     from engines.perf.queries import chunked_attention_time, chunked_prefill_time, decode_speedup
 
-    from harness.analysis.sarathi23.operator_table import OPERATOR_METRICS, operator_value
+    from harness.analysis.sarathi23.operator_table import OPERATOR_METRICS
 
     perf = _perf(p["model"], p["gpu"], p.get("stack", "sarathi-2023"), attention)
     metric = p["metric"]
     if metric in OPERATOR_METRICS:
-        return operator_value(perf, p)
+        return OPERATOR_METRICS[metric](perf, p)
     if metric.startswith("decode_speedup_"):
         fits = perf.kv_capacity_tokens(1.0)  # the paper's memory rule: B sequences of the length must fit
         grid = [decode_speedup(perf, b, c, p["chunk"], p.get("tile", 0))

@@ -5,6 +5,7 @@ reason (MissingResults), as the Sarathi-Serve figures are."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,10 +23,12 @@ PER_CALL = "xformers-2023-percall"  # engines/perf/kernels.py: the operator tabl
 
 @dataclass(frozen=True)
 class Study:
-    """What the figures read: the drawn runs and the published claims."""
+    """What the figures read: the drawn runs and the published claims (and, for the report's
+    section, the runs drawn with those left out: runs.StudyRuns)."""
 
     runs: pd.DataFrame
     claims: tuple[Claim, ...]
+    drawn: Any = None
 
     def claim(self, cid: str) -> Claim:
         return next(c for c in self.claims if c.id == cid)
@@ -39,11 +42,11 @@ class Study:
         return hit
 
 
-def _bar_labels(ax, bars, fmt="{:.2f}x") -> None:
+def bar_labels(ax, bars, fmt="{:.2f}x", fontsize: float = 8) -> None:
     for b in bars:
         h = b.get_height()
         if np.isfinite(h):
-            ax.annotate(fmt.format(h), (b.get_x() + b.get_width() / 2, h), ha="center", va="bottom", fontsize=8)
+            ax.annotate(fmt.format(h), (b.get_x() + b.get_width() / 2, h), ha="center", va="bottom", fontsize=fontsize)
 
 
 def fig_decode_speedup(s: Study) -> Figure:
@@ -90,8 +93,8 @@ def fig_throughput_gain(s: Study) -> Figure:
     x = np.arange(len(t))
     for ax, col, title in ((axes[0][0], "gain", "throughput gain over the baseline"),
                            (axes[0][1], "speedup", "decode speedup")):
-        _bar_labels(ax, ax.bar(x - 0.2, t[f"{col}_paper"], 0.4, color="0.75", label="published"))
-        _bar_labels(ax, ax.bar(x + 0.2, t[col], 0.4, color=style.scheduler_color("decode_maximal"), label="reproduced"))
+        bar_labels(ax, ax.bar(x - 0.2, t[f"{col}_paper"], 0.4, color="0.75", label="published"))
+        bar_labels(ax, ax.bar(x + 0.2, t[col], 0.4, color=style.scheduler_color("decode_maximal"), label="reproduced"))
         ax.set_xticks(x, t["row"], fontsize=8)
         ax.set(title=title, ylabel="x")
         ax.legend(fontsize=8)
@@ -130,7 +133,7 @@ def fig_orca(s: Study) -> Figure:
     runs = [s.rows(matrix.orca_name(length), exact=True) for length in matrix.SEQUENCE_LENGTHS]
     for i, name in enumerate(("orca_best", "decode_maximal")):
         gains = [float(r[r["scheduler"] == name]["gain"].iloc[-1]) for r in runs]
-        _bar_labels(ax, ax.bar(x + (i - 0.5) * 0.38, gains, 0.38, color=style.scheduler_color(name),
+        bar_labels(ax, ax.bar(x + (i - 0.5) * 0.38, gains, 0.38, color=style.scheduler_color(name),
                                label=style.scheduler_label(name)))
     pub = [(0, "orca_best_1k", -0.19)] + [(k, f"sarathi_vs_orca_{k + 1}k", 0.19) for k in range(3)]
     for k, cid, dx in pub:
@@ -154,7 +157,7 @@ def fig_pipeline(s: Study) -> Figure:
             if (df["scheduler"] == n).any()]
     colors = [style.scheduler_color(n) for _, df, n in layouts if (df["scheduler"] == n).any()]
     bars = ax.bar(range(len(done)), [t for _, t in done], color=colors)
-    _bar_labels(ax, bars, "{:.0f} s")
+    bar_labels(ax, bars, "{:.0f} s")
     ax.set_xticks(range(len(done)), [lab for lab, _ in done], fontsize=8)
     ax.set(ylabel="completion time of every request (s)", title="GPT-3 175B on 64 A100s, 10,000 requests")
     bottom = np.zeros(2)
@@ -179,7 +182,7 @@ def _pipeline_ratios(ax, table: pd.DataFrame) -> None:
     series = [("published", "published", "0.75")] + [(c, f"ours, perf.cpu_costs={c}", f"C{i}") for i, c in enumerate(matrix.CPU_COSTS)]
     w = 0.8 / len(series)
     for i, (col, label, color) in enumerate(series):
-        _bar_labels(ax, ax.bar(x + (i - (len(series) - 1) / 2) * w, table[col], w, color=color, label=label), "{:.2f}")
+        bar_labels(ax, ax.bar(x + (i - (len(series) - 1) / 2) * w, table[col], w, color=color, label=label), "{:.2f}")
     ax.set_yscale("log")
     ax.axhline(1.0, color="0.4", lw=1)
     ax.set_xticks(x, labels[:len(table)], fontsize=7)

@@ -10,7 +10,7 @@ from matplotlib.patches import Patch
 
 from harness.analysis import style
 from harness.analysis.sarathi23.claims import _perf
-from harness.analysis.sarathi23.figures import A6000, PUBLISHED, Study
+from harness.analysis.sarathi23.figures import A6000, PUBLISHED, Study, bar_labels
 from harness.analysis.sarathi23.operator_table import batch_ms, cost_ratio
 
 # The table's batches: label, and the claim ids of its linear and attention rows
@@ -30,8 +30,7 @@ def fig_operator_table(s: Study) -> Figure:
         model = [batch_ms(perf, c.params["batch"], part) for c in claims]
         bars = ax.bar(x + (k - 0.5) * 0.38, model, 0.38, color=color, label=f"model: {part}",
                       hatch=["//" if c.role == "input" else "" for c in claims])
-        for b, v in zip(bars, model):
-            ax.annotate(f"{v:.1f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
+        bar_labels(ax, bars, "{:.1f}", fontsize=7)
         ax.scatter(x + (k - 0.5) * 0.38, [c.value for c in claims], marker="x", color=PUBLISHED, zorder=3)
     ax.scatter([], [], marker="x", color=PUBLISHED, label="published")
     handles, _ = ax.get_legend_handles_labels()

@@ -9,7 +9,7 @@ items: [[1024, 0]] is a 1,024-token prefill, [[1, 1024]] x 4 a decode-only batch
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 PARTS = ("linear", "attention", "total")
 
@@ -47,19 +47,10 @@ def prefill_tokens_per_ms(perf, batches: Sequence[int], prompt: int) -> float:
     return min(b * prompt / (batch_ms(perf, [[prompt, 0]] * b) / layers) for b in batches)
 
 
-def operator_value(perf, p: Mapping) -> float:
-    """The value of an operator-level claim (`metric` op_time | decode_cost | cost_ratio |
-    prefill_throughput); a ValueError names a metric this module does not know."""
-    metric = p["metric"]
-    if metric == "op_time":
-        return batch_ms(perf, p["batch"], p["part"])
-    if metric == "decode_cost":
-        return decode_cost_ms(perf, p["batch"], p.get("alone"))
-    if metric == "cost_ratio":
-        return cost_ratio(perf, p["batch_size"], p["context"])
-    if metric == "prefill_throughput":
-        return prefill_tokens_per_ms(perf, p["batches"], p["prompt"])
-    raise ValueError(f"unknown model metric {metric!r}")
-
-
-OPERATOR_METRICS = ("op_time", "decode_cost", "cost_ratio", "prefill_throughput")
+# An operator-level claim's `metric` -> its value from (the model, the claim's params).
+OPERATOR_METRICS = {
+    "op_time": lambda perf, p: batch_ms(perf, p["batch"], p["part"]),
+    "decode_cost": lambda perf, p: decode_cost_ms(perf, p["batch"], p.get("alone")),
+    "cost_ratio": lambda perf, p: cost_ratio(perf, p["batch_size"], p["context"]),
+    "prefill_throughput": lambda perf, p: prefill_tokens_per_ms(perf, p["batches"], p["prompt"]),
+}

@@ -4,15 +4,13 @@ A claim outside its tolerance is marked **not reproduced**, with the YAML's reas
 known; a claim whose run is missing says so."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from harness.analysis import tables
-from harness.analysis.figures import FigureOutcome, build_figure
+from harness.analysis.figures import FigureOutcome
 from harness.analysis.sarathi23.claims import CLAIMS_FILE, claim_table, load_claims, pipeline_table, within_count
-from harness.analysis.sarathi23 import FIGURES
 from harness.analysis.sarathi23.figures import Study
 from harness.analysis.sarathi23.matrix import CPU_COSTS
 from harness.analysis.sarathi23.runs import StudyRuns, study_runs
@@ -21,29 +19,15 @@ from harness.analysis.study import Part, Source
 
 def load_study(results_dir: str | Path, reference_dir: str | Path | None, cells=None) -> tuple[StudyRuns, Study]:
     drawn = study_runs(results_dir, reference_dir, cells)
-    return drawn, Study(drawn.runs, load_claims())
+    return drawn, Study(drawn.runs, load_claims(), drawn)
 
 
-def build(study: Study, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:
-    return tuple(build_figure(spec, study, figures_dir) for spec in FIGURES if only is None or spec.name in only)
+def load(source: Source) -> Study:
+    return load_study(source.results_dir, source.reference_dir)[1]
 
 
-def load(source: Source) -> tuple[StudyRuns, Study]:
-    return load_study(source.results_dir, source.reference_dir)
-
-
-def draw(loaded: tuple[StudyRuns, Study], figures_dir: Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:
-    return build(loaded[1], figures_dir, only)
-
-
-def parts(loaded: tuple[StudyRuns, Study], outcomes: tuple[FigureOutcome, ...], source: Source) -> tuple[Part, ...]:
-    return (Part(tuple(section(*loaded, outcomes, source.figures_dir, source.results_dir))),)
-
-
-def _num(v) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
-    return f"{v:.3g}"
+def parts(study: Study, outcomes: tuple[FigureOutcome, ...], source: Source) -> tuple[Part, ...]:
+    return (Part(tuple(section(study.drawn, study, outcomes, source.figures_dir, source.results_dir))),)
 
 
 # What a row that is not a check says in the verdict column (claims.ROLES).
@@ -51,7 +35,7 @@ ROLE_VERDICTS = {"input": "input of the model (not judged)", "shown": "shown (no
 
 
 def claims_markdown(table: pd.DataFrame) -> str:
-    rows = [(r.claim, r.source, _num(r.published), _num(r.reproduced), r.tolerance,
+    rows = [(r.claim, r.source, tables.num(r.published), tables.num(r.reproduced), r.tolerance,
              ROLE_VERDICTS.get(r.role) or tables.verdict(r.within), r.note or "")
             for r in table.itertuples(index=False)]
     return tables.markdown(rows, ("claim", "source", "published", "reproduced", "tolerance", "verdict", "why / note"))
@@ -74,8 +58,7 @@ def readme_quotes(claims, table: pd.DataFrame) -> tuple[str, str]:
 
     def cell(cid: str) -> str:
         r = rows.loc[cid]
-        ours = "—" if r["reproduced"] is None or not math.isfinite(float(r["reproduced"])) else f"{float(r['reproduced']):.2f}"
-        out = f"{r['published']:.2f}x / {ours}x"
+        out = f"{r['published']:.2f}x / {tables.num(r['reproduced'], '.2f')}x"
         return out if r["within"] is None or r["within"] else out + f" (outside {rel[cid] * 100:.0f} %)"
 
     lines = ["| LLaMA-13B on one RTX A6000 / LLaMA-33B on one A100, chunk 256 | throughput gain: paper / ours "
@@ -95,7 +78,7 @@ CPU_ASSUMES = {
 
 
 def pipeline_markdown(table: pd.DataFrame) -> list[str]:
-    rows = [(r["claim"], _num(r["published"]), *(_num(r[c]) for c in CPU_COSTS)) for _, r in table.iterrows()]
+    rows = [(r["claim"], tables.num(r["published"]), *(tables.num(r[c]) for c in CPU_COSTS)) for _, r in table.iterrows()]
     return ([tables.markdown(rows, ("claim", "published", *(f"perf.cpu_costs={c}" for c in CPU_COSTS))), ""]
             + [f"- `perf.cpu_costs={c}` ({'cells ' + PIPELINE_CELLS + s if s else 'the default'}): {CPU_ASSUMES[c]}."
                for c, s in CPU_COSTS.items()] + [""])
@@ -105,8 +88,8 @@ PIPELINE_CELLS = "sarathi23_pipeline*"
 
 
 def runs_markdown(runs: pd.DataFrame) -> str:
-    rows = [(r.experiment, r.scheduler, r.backend, _num(r.token_throughput), _num(r.makespan_s), _num(r.gain),
-             _num(r.decode_speedup), _num(r.hybrid_time_share), _num(r.bubble_p50_s))
+    rows = [(r.experiment, r.scheduler, r.backend, tables.num(r.token_throughput), tables.num(r.makespan_s), tables.num(r.gain),
+             tables.num(r.decode_speedup), tables.num(r.hybrid_time_share), tables.num(r.bubble_p50_s))
             for r in runs.sort_values(["experiment", "scheduler"]).itertuples(index=False)]
     return tables.markdown(rows, ("run", "scheduler", "backend", "tokens/s", "completion (s)", "gain", "decode speedup",
                                   "hybrid time", "bubble p50 (s)"))

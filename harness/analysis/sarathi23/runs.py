@@ -14,16 +14,14 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.offline_runs import load_offline
-from harness.analysis.settings import composed, judged
+from harness.analysis.settings import by_name, judged
 
 
 @lru_cache(maxsize=1)
 def cell_configs() -> dict[str, dict]:
-    """Cell name -> its composed config (today's presets)."""
     from harness.analysis.sarathi23.matrix import sarathi23_cells
 
-    cells = sarathi23_cells()
-    return {c.name: cfg for c, cfg in zip(cells, composed(cells))}
+    return by_name(sarathi23_cells())
 
 
 def judge(config: dict, cells: dict[str, dict] | None = None) -> str:

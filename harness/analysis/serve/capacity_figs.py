@@ -37,7 +37,6 @@ def _off_paper(rows: pd.DataFrame) -> set[tuple]:
     return set(zip(off["dataset"], off["slo_tbt_s"]))
 
 
-# ----------------------------------------------------------------------------- Fig. 10-11
 def capacity_rows(runs: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     """The rows Fig. 10-11 draws: main schedulers with the paper's knobs on the paper's deployments."""
     runs = capacity_mode(runs)
@@ -109,18 +108,16 @@ def fig_capacity(runs: pd.DataFrame, paper: Paper) -> Figure:
 
 
 def _legend(fig: Figure, axes, note: str = "") -> None:
-    handles, labels = {}, []
+    handles = {}  # label -> its first handle, in order
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in handles:
-                handles[lab] = h
-                labels.append(lab)
+            handles.setdefault(lab, h)
     if handles:
-        fig.legend([handles[lab] for lab in labels], labels, loc="upper center", bbox_to_anchor=(0.5, -0.01),
+        labels = list(handles)
+        fig.legend(list(handles.values()), labels, loc="upper center", bbox_to_anchor=(0.5, -0.01),
                    ncol=min(len(labels), 6 if max(map(len, labels)) < 16 else 3), frameon=False, title=note or None, title_fontsize=8)
 
 
-# ----------------------------------------------------------------------------- Fig. 12
 def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
     """Capacity as the P99 TBT SLO loosens, per deployment with at least two SLO values."""
     if runs.empty:
@@ -170,7 +167,6 @@ def fig_capacity_vs_slo(runs: pd.DataFrame, paper: Paper) -> Figure:
     return style.finish(fig, "Capacity vs P99 TBT SLO (Fig. 12 analog)", y=1.02)
 
 
-# ----------------------------------------------------------------------------- Fig. 13
 def _pipeline_claim_lines(runs: pd.DataFrame, paper: Paper, model: str, kind: str) -> list[str]:
     """'4.3× over vLLM TP-8 (paper 4.3×)' for each published cross-deployment claim at this SLO."""
     from harness.analysis.serve.compare import capacity_ratio_row
@@ -188,18 +184,12 @@ def _pipeline_claim_lines(runs: pd.DataFrame, paper: Paper, model: str, kind: st
     return out
 
 
-def _pp_model(runs: pd.DataFrame) -> str | None:
-    """A model with results on a pipeline-parallel and a TP-only deployment (Falcon-180B preferred)."""
-    both = runs.groupby("model")["pp"].agg(lambda s: s.gt(1).any() and s.eq(1).any())
-    models = list(both[both].index)
-    if not models:
-        return None
-    return "falcon-180b" if "falcon-180b" in models else models[0]
-
-
 def fig_pipeline(runs: pd.DataFrame, probes: pd.DataFrame, paper: Paper) -> Figure:
     runs = capacity_mode(runs)
-    model = _pp_model(runs) if not runs.empty else None
+    # A model with results on a pipeline-parallel and a TP-only deployment (Falcon-180B preferred).
+    both = runs.groupby("model")["pp"].agg(lambda s: s.gt(1).any() and s.eq(1).any()) if not runs.empty else pd.Series(dtype=bool)
+    models = list(both[both].index)
+    model = ("falcon-180b" if "falcon-180b" in models else models[0]) if models else None
     if model is None:
         raise MissingResults("no model with results on both a TP-only and a pipeline-parallel deployment "
                              "(run e.g. experiment=falcon180b_tp4pp2_strict and the same with "

@@ -20,8 +20,6 @@ ABLATION_SCHEDULERS = ("hybrid_only", "chunked_only", "sarathi")
 COMPARISON_COLUMNS = ("id", "claim", "source", "published", "reproduced", "ratio", "tolerance", "within", "cells", "note")
 
 
-# ----------------------------------------------------------------------------- selection
-
 def _claim_row(claim: RatioClaim, reproduced: float, cells: str, note: str = "") -> dict:
     """One row of a paper-vs-reproduced table (`reproduced` NaN: no result, judged neither way)."""
     within = None if math.isnan(reproduced) else claim.tolerance.within(claim.value, reproduced)
@@ -93,19 +91,21 @@ def _col(p: pd.DataFrame, name: str, side: str) -> pd.Series:
     return p[f"{name}_{side}"] if f"{name}_{side}" in p else p[name]
 
 
-# ----------------------------------------------------------------------------- capacity ratios
-def _empty_row(claim: RatioClaim, note: str) -> dict:
-    return _claim_row(claim, math.nan, "", note)
+def _sides(df: pd.DataFrame, claim: RatioClaim) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The claim's numerator and denominator rows, and why it has no result when a side has none."""
+    num, den = select(df, claim.numerator), select(df, claim.denominator)
+    side = "numerator" if num.empty else "denominator" if den.empty else ""
+    return num, den, side and f"no results for the {side} ({_describe(getattr(claim, side))})"
+
+
+NO_PAIR = "no result pair shares the claim's deployment/dataset/SLO"
 
 
 def capacity_ratio_row(runs: pd.DataFrame, claim: RatioClaim) -> dict:
-    num, den = select(runs, claim.numerator), select(runs, claim.denominator)
-    if num.empty or den.empty:
-        side = "numerator" if num.empty else "denominator"
-        return _empty_row(claim, f"no results for the {side} ({_describe(getattr(claim, side))})")
-    p = _pairs(num, den, claim)
+    num, den, missing = _sides(runs, claim)
+    p = _pairs(num, den, claim)  # empty when a side is
     if p.empty:
-        return _empty_row(claim, "no result pair shares the claim's deployment/dataset/SLO")
+        return _claim_row(claim, math.nan, "", missing or NO_PAIR)
     cap_n, cap_d = _col(p, "capacity_qps", "num"), _col(p, "capacity_qps", "den")
     p = p.assign(_ratio=[n / d if d > 0 else math.inf for n, d in zip(cap_n, cap_d)],
                  _newest=[max(a, b) for a, b in zip(_col(p, "run", "num"), _col(p, "run", "den"))])
@@ -142,7 +142,6 @@ def _describe(sel: Selector) -> str:
     return ", ".join(f"{k}={'|'.join(v) if isinstance(v, tuple) else v}" for k, v in sel.items())
 
 
-# ----------------------------------------------------------------------------- common load
 def common_qps(probes: pd.DataFrame, group: str, must_pass: tuple[str, ...] = ()) -> float | None:
     """The highest rate probed by every `group` value, preferring rates all of `must_pass` passed.
 
@@ -166,16 +165,12 @@ def _all_passed(probes: pd.DataFrame, qps: float) -> bool:
 
 
 def latency_ratio_row(probes: pd.DataFrame, claim: RatioClaim) -> dict:
-    num, den = select(probes, claim.numerator), select(probes, claim.denominator)
-    if num.empty or den.empty:
-        side = "numerator" if num.empty else "denominator"
-        return _empty_row(claim, f"no results for the {side} ({_describe(getattr(claim, side))})")
+    num, den, missing = _sides(probes, claim)
     # Pair runs (not probes) on the context the selectors agree on, then take the newest pair.
-    on = _pair_columns(claim)
-    cols = ["run_dir", "run", *on]
-    runs = _pairs(num[cols].drop_duplicates(), den[cols].drop_duplicates(), claim)
+    cols = ["run_dir", "run", *_pair_columns(claim)]
+    runs = _pairs(num[cols].drop_duplicates(), den[cols].drop_duplicates(), claim)  # empty when a side is
     if runs.empty:
-        return _empty_row(claim, "no result pair shares the claim's deployment/dataset/SLO")
+        return _claim_row(claim, math.nan, "", missing or NO_PAIR)
     # Newest pair first; a pair with a rate both sides passed beats one compared under overload.
     runs = runs.assign(_newest=[max(a, b) for a, b in zip(runs["run_num"], runs["run_den"])])
     chosen = None
@@ -189,7 +184,7 @@ def latency_ratio_row(probes: pd.DataFrame, claim: RatioClaim) -> dict:
             if _all_passed(both, q):
                 break
     if chosen is None:
-        return _empty_row(claim, "the two sides share no probed rate")
+        return _claim_row(claim, math.nan, "", "the two sides share no probed rate")
     num, den, q = chosen
     vn = float(num.loc[num["qps"] == q, claim.metric].iloc[0])
     vd = float(den.loc[den["qps"] == q, claim.metric].iloc[0])
@@ -203,7 +198,6 @@ def latency_ratio_table(probes: pd.DataFrame, paper: Paper) -> pd.DataFrame:
     return pd.DataFrame([latency_ratio_row(probes, c) for c in paper.latency_ratios], columns=COMPARISON_COLUMNS)
 
 
-# ----------------------------------------------------------------------------- Table 4
 TABLE4_COLUMNS = ("dataset", "scheduler", "metric", "qps", "published", "reproduced", "ratio", "tolerance",
                   "within", "run", "note")
 TABLE4_METRICS = ("ttft_p50_s", "tbt_p99_s")

@@ -21,18 +21,6 @@ def probe_hours(probes: pd.DataFrame) -> pd.DataFrame:
     return p.assign(hours=hours, gpu_hours=hours * p["num_gpus"])
 
 
-def matrix_cost(probes: pd.DataFrame) -> dict:
-    p = probe_hours(probes)
-    cells = p.groupby(["model", "parallel", "dataset", "slo_kind"], sort=False)
-    searches = p.groupby(["model", "parallel", "dataset", "slo_kind", "scheduler"], sort=False)["hours"].sum()
-    by_cell = cells["gpu_hours"].sum()
-    gpu_hours = float(p["gpu_hours"].sum())
-    return {"cells": len(by_cell), "searches": len(searches), "probes": len(p), "hours": float(p["hours"].sum()),
-            "gpu_hours": gpu_hours, "by_cell": by_cell, "searches_hours": searches,
-            "longest": searches.idxmax() if len(searches) else None, "longest_h": float(searches.max()) if len(searches) else 0.0,
-            "wall_h": gpu_hours / (NODE_GPUS * NODES), "probes_frame": p}
-
-
 def _span(values) -> str:
     lo, hi = min(values), max(values)
     return f"{lo:.0f}-{hi:.0f}" if round(lo) != round(hi) else f"{lo:.0f}"
@@ -40,10 +28,12 @@ def _span(values) -> str:
 
 def matrix_cost_text(probes: pd.DataFrame) -> str:
     """The README's sentence: totals, the 8-GPU cells, the rest as ranges, the longest searches."""
-    c = matrix_cost(probes)
-    if not c["probes"]:
+    p = probe_hours(probes)
+    if p.empty:
         return ""
-    cell = c["by_cell"]
+    cell = p.groupby(["model", "parallel", "dataset", "slo_kind"], sort=False)["gpu_hours"].sum()
+    searches = p.groupby(["model", "parallel", "dataset", "slo_kind", "scheduler"], sort=False)["hours"].sum()
+    hours, gpu_hours = float(p["hours"].sum()), float(p["gpu_hours"].sum())
 
     def of(model: str, parallel: str) -> list[float]:
         d = cell[(cell.index.get_level_values(0) == model) & (cell.index.get_level_values(1) == parallel)]
@@ -55,20 +45,19 @@ def matrix_cost_text(probes: pd.DataFrame) -> str:
            if (v := of(model, parallel))]
     small = [f"{label} {_span(v)}" for model, label in (("yi-34b", "Yi-34B"), ("mistral-7b", "Mistral-7B"))
              if (v := [float(x) for k, x in cell.items() if k[0] == model])]
-    p = c["probes_frame"]
-    orca = c["searches_hours"][c["searches_hours"].index.get_level_values("scheduler") == "orca"]
+    orca = searches[searches.index.get_level_values("scheduler") == "orca"]
     slow = orca[orca.index.get_level_values(0) == "llama2-70b"]
     orca_probe = p[(p["scheduler"] == "orca") & (p["model"] == "llama2-70b") & p["is_capacity"].astype(bool)]
     worst = orca_probe.loc[orca_probe["hours"].idxmax()] if len(orca_probe) else None
-    model, parallel, _, _, sched = c["longest"]
-    text = (f"the {c['cells']} capacity cells of Figs 10-11 and 13 ({c['searches']} searches, {c['probes']} probes) come to "
-            f"**{c['hours']:,.0f} hours of serving, {c['gpu_hours']:,.0f} GPU-hours**. The 8-GPU cells dominate: "
+    model, parallel, _, _, sched = searches.idxmax()
+    text = (f"the {len(cell)} capacity cells of Figs 10-11 and 13 ({len(searches)} searches, {len(p)} probes) come to "
+            f"**{hours:,.0f} hours of serving, {gpu_hours:,.0f} GPU-hours**. The 8-GPU cells dominate: "
             f"{', '.join(big)} GPU-h (strict, relaxed); {', '.join(small[:1])} GPU-h a cell, {', '.join(small[1:])}.")
     if worst is not None and len(slow):
         text += (f" Orca's searches are the long ones ({_span(slow.to_numpy())} h each on LLaMA2-70B: at "
                  f"its capacity, {worst['qps']:.2g} QPS, one probe of {int(worst['num_requests']):,} requests takes "
                  f"{worst['hours']:.0f} h).")
     text += (f" On {NODES} nodes of {NODE_GPUS} GPUs ({NODES * NODE_GPUS} GPUs, one search per deployment at a time) that "
-             f"is about {c['wall_h']:.0f} h of wall time at best ({c['gpu_hours']:,.0f} / {NODES * NODE_GPUS}), and no less "
-             f"than the longest search, {c['longest_h']:.0f} h ({style.scheduler_label(sched)} on {model} {parallel}).")
+             f"is about {gpu_hours / (NODE_GPUS * NODES):.0f} h of wall time at best ({gpu_hours:,.0f} / {NODES * NODE_GPUS}), "
+             f"and no less than the longest search, {float(searches.max()):.0f} h ({style.scheduler_label(sched)} on {model} {parallel}).")
     return text

@@ -98,6 +98,3 @@ def figure_label(paper: Paper, table: pd.DataFrame, cell: dict) -> str:
     """The annotation's paper part: " (paper 3.7×)", " (paper up to 2.6×)" or " (paper: –)"."""
     label = published_label(paper, table, cell)
     return f" (paper {label.replace('x', '×')})" if label else " (paper: –)"
-
-
-__all__ = ["HEADLINE", "figure_label", "headline_markdown", "published_label", "ratios"]

@@ -42,18 +42,6 @@ def choose_run(runs: pd.DataFrame, baseline: str = "vllm", ours: str = "sarathi"
             .sort_values(["_other", "_rank", "run"], ascending=[True, True, False]).iloc[0])
 
 
-def _timeline_run(runs: pd.DataFrame, baseline: str, ours: str) -> tuple[pd.Series | None, bool]:
-    """The run whose token times the timeline shows, and whether both schedulers ran at one rate.
-
-    A fixed-rate run (`search.fixed_qps`) is preferred: a capacity run saves token times only at
-    each scheduler's own capacity, so its two timelines are at different loads.
-    """
-    fixed = choose_run(runs, baseline, ours, mode="fixed_rate")
-    if fixed is not None:
-        return fixed, True
-    return choose_run(runs, baseline, ours, mode="capacity"), False
-
-
 def _panel_timeline(ax, tokens: pd.DataFrame, rid: int, baseline: str, ours: str, same_load: bool) -> None:
     for s in (baseline, ours):
         row = tokens[(tokens["scheduler"] == s) & (tokens["request_id"] == rid)].iloc[0]
@@ -92,7 +80,11 @@ def _panel_tbt_vs_load(ax, probes: pd.DataFrame, run: pd.Series) -> None:
 def fig_stall(runs: pd.DataFrame, probes: pd.DataFrame, baseline: str = "vllm", ours: str = "sarathi") -> Figure:
     """Left: the request with the longest stall under the baseline, its token timeline under both
     schedulers. Right: P99 TBT vs load over every probe of a capacity run of the same cell."""
-    run, same_load = _timeline_run(runs, baseline, ours)
+    # The run whose token times the timeline shows, and whether both schedulers ran at one rate. A
+    # fixed-rate run (`search.fixed_qps`) is preferred: a capacity run saves token times only at
+    # each scheduler's own capacity, so its two timelines are at different loads.
+    fixed = choose_run(runs, baseline, ours, mode="fixed_rate")
+    run, same_load = (fixed, True) if fixed is not None else (choose_run(runs, baseline, ours, mode="capacity"), False)
     if run is None:
         raise MissingResults(f"no run with both {baseline} and {ours} (run e.g. experiment=yi34b_tp2_strict, "
                              f"or at one rate: experiment=yi34b_tp2_strict scheduler=[sarathi,vllm] search.fixed_qps=1)")
