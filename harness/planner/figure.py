@@ -58,7 +58,4 @@ def draw(run: PlanRun, win: Evaluation, path: Path, title: str) -> Path:
     ax.set(xlabel="P99 TBT at capacity (s)", ylabel="capacity per GPU (QPS)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="best")
-    try:
-        return style.save(fig, path)
-    finally:
-        style.close(fig)
+    return style.save(fig, path)  # closes the figure, saved or not
