@@ -109,9 +109,44 @@ def cache_summary(records: Sequence[RequestRecord], block_size: int) -> CacheSum
                            [r.first_token_s - r.arrival_s for r in records], [r.started for r in records], block_size)
 
 
+@dataclass(frozen=True)
+class TokenGaps:
+    """The gaps between each request's consecutive tokens, taken once per probe for all that judges,
+    summarizes or saves it (check_slo, summarize, records_frame take it to skip taking it again).
+    `samples`: every gap, request by request (the pooled TBT samples); per request `num`, its gaps,
+    and (NaN where it has none) `tpot`, their np.mean, and `max`, the largest."""
+
+    samples: np.ndarray
+    num: np.ndarray
+    tpot: np.ndarray
+    max: np.ndarray
+
+    @staticmethod
+    def of(records: Sequence[RequestRecord]) -> TokenGaps:
+        counts = np.array([len(r.token_times_s) for r in records], dtype=np.int64)
+        times = np.concatenate([r.token_times_s for r in records]) if records else np.empty(0)
+        owner = np.repeat(np.arange(len(records)), counts)
+        samples = np.diff(times)[owner[1:] == owner[:-1]]  # a gap within one request, never across two
+        n = np.maximum(counts - 1, 0)
+        has, ends = n > 0, np.cumsum(n)
+        starts = (ends - n)[has]
+        tpot, top = np.full(len(records), np.nan), np.full(len(records), np.nan)
+        # np.mean's own steps, a pairwise sum of the slice then / its size (add.reduceat sums in another order)
+        sums = [np.add.reduce(samples[a:b]) for a, b in zip(starts.tolist(), ends[has].tolist())]
+        tpot[has] = np.array(sums) / n[has]
+        if samples.size:
+            top[has] = np.maximum.reduceat(samples, starts)
+        return TokenGaps(samples, n, tpot, top)
+
+    def check(self, records: Sequence[RequestRecord]) -> TokenGaps:
+        """Itself, if it can be of `records`: a caller passes the gaps it took of the same records."""
+        if len(self.tpot) != len(records):
+            raise ValueError(f"token gaps of {len(self.tpot)} requests given for {len(records)}")
+        return self
+
+
 def tbt_samples(records: Sequence[RequestRecord]) -> np.ndarray:
-    gaps = [np.diff(r.token_times_s) for r in records if len(r.token_times_s) > 1]
-    return np.concatenate(gaps) if gaps else np.empty(0)
+    return TokenGaps.of(records).samples
 
 
 def scheduling_delays(records: Sequence[RequestRecord]) -> np.ndarray:
@@ -122,9 +157,10 @@ def scheduling_delays(records: Sequence[RequestRecord]) -> np.ndarray:
     return np.where(np.isnan(delays), np.inf, delays)
 
 
-def summarize(records: Sequence[RequestRecord]) -> Summary:
+def summarize(records: Sequence[RequestRecord], gaps: TokenGaps | None = None) -> Summary:
     if not records:
         raise ValueError("no records to summarize")
+    gaps = TokenGaps.of(records) if gaps is None else gaps.check(records)
     arrival = np.array([r.arrival_s for r in records])
     first_token = np.array([r.first_token_s for r in records])
     finished = np.array([r.finished_s for r in records])
@@ -132,14 +168,13 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
     n_tokens = sum(len(r.token_times_s) for r in records)
     last = max((r.token_times_s[-1] for r in records if len(r.token_times_s)), default=np.nan)
     duration = float(last - arrival.min()) if np.isfinite(last) else float("nan")
-    tpot = [np.mean(np.diff(r.token_times_s)) for r in records if len(r.token_times_s) > 1]
     return Summary(
         num_requests=len(records), num_completed=int(completed.sum()), num_unstarted=int(sum(not r.started for r in records)),
         num_preemptions=int(sum(r.num_preemptions for r in records)), duration_s=duration,
         request_throughput=float(completed.sum() / duration) if duration > 0 else float("nan"),
         output_token_throughput=float(n_tokens / duration) if duration > 0 else float("nan"),
-        ttft=Distribution.of((first_token - arrival)[~np.isnan(first_token)]), tbt=Distribution.of(tbt_samples(records)),
-        tpot=Distribution.of(np.array(tpot)), scheduling_delay=Distribution.of(scheduling_delays(records)),
+        ttft=Distribution.of((first_token - arrival)[~np.isnan(first_token)]), tbt=Distribution.of(gaps.samples),
+        tpot=Distribution.of(gaps.tpot[gaps.num > 0]), scheduling_delay=Distribution.of(scheduling_delays(records)),
         e2e=Distribution.of((finished - arrival)[completed]))
 
 
@@ -229,24 +264,26 @@ class SloVerdict:
     errors: dict[str, int] = field(default_factory=dict)  # failed requests by kind (harness.records.ERROR_KINDS)
 
 
-def good_requests(records: Sequence[RequestRecord], slo: Slo) -> np.ndarray:
+def good_requests(records: Sequence[RequestRecord], slo: Slo, gaps: TokenGaps | None = None) -> np.ndarray:
     """Per request: completed, TPOT (mean TBT) <= slo.tpot_limit_s and (if set) TTFT <= slo.ttft_s."""
+    gaps = TokenGaps.of(records) if gaps is None else gaps.check(records)
     good = np.zeros(len(records), dtype=bool)
     for i, r in enumerate(records):
         if not r.completed:
             continue
-        tpot = float(np.mean(np.diff(r.token_times_s))) if len(r.token_times_s) > 1 else 0.0
+        tpot = float(gaps.tpot[i]) if gaps.num[i] else 0.0
         ttft_ok = slo.ttft_s is None or r.first_token_s - r.arrival_s <= slo.ttft_s
         good[i] = tpot <= slo.tpot_limit_s and ttft_ok
     return good
 
 
-def check_slo(records: Sequence[RequestRecord], slo: Slo) -> SloVerdict:
-    tbts = tbt_samples(records)
+def check_slo(records: Sequence[RequestRecord], slo: Slo, gaps: TokenGaps | None = None) -> SloVerdict:
+    gaps = TokenGaps.of(records) if gaps is None else gaps.check(records)
+    tbts = gaps.samples
     tbt_q = float(np.quantile(tbts, slo.tbt_quantile)) if tbts.size else 0.0
     # "higher" so that unstarted requests (+inf) are never interpolated away.
     delay_q = float(np.quantile(scheduling_delays(records), slo.scheduling_delay_quantile, method="higher"))
-    good = good_requests(records, slo)
+    good = good_requests(records, slo, gaps)
     fraction = float(good.mean()) if len(good) else float("nan")
     paper = slo.criterion == "paper"
     reasons = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.metrics import Slo, check_slo, summarize, tbt_samples
+from harness.metrics import Slo, TokenGaps, check_slo, summarize, tbt_samples
 from harness.records import RequestRecord
 
 
@@ -123,3 +123,20 @@ def test_a_time_limit_cut_off_is_judged_by_latency_not_counted_as_failed():
     records = [_record(i) for i in range(9)] + [_record(9, "unfinished at time limit")]
     v = check_slo(records, Slo(tbt_s=1.0))
     assert v.num_errors == 0 and v.errors == {}
+
+
+def test_token_gaps_taken_once_are_each_requests_own():
+    """TokenGaps (taken once per probe for the verdict, summary and rows) gives exactly what each
+    request's own np.diff gives: no gap across two requests, empty and one-token requests included."""
+    # Seed 11's 299 gaps sum to another float in sequence (np.add.reduceat) than pairwise (np.mean).
+    times = [np.cumsum(np.random.default_rng(11).lognormal(-3, 3, n)) for n in (5, 0, 1, 2, 300, 1, 9)]
+    records = [rec(i, 0.0, 0.0, t) for i, t in enumerate(times)]
+    gaps = TokenGaps.of(records)
+    own = [np.diff(t) for t in times]
+    assert gaps.samples.tolist() == np.concatenate(own).tolist()
+    assert gaps.num.tolist() == [d.size for d in own]
+    assert [gaps.tpot[i] for i in (0, 3, 4, 6)] == [np.mean(own[i]) for i in (0, 3, 4, 6)]  # bit for bit
+    assert np.isnan(gaps.tpot[[1, 2, 5]]).all() and np.isnan(gaps.max[[1, 2, 5]]).all()
+    assert gaps.max.tolist()[4::2] == [np.max(own[4]), np.max(own[6])]
+    with pytest.raises(ValueError, match="token gaps of 7 requests given for 6"):
+        summarize(records[:6], gaps)

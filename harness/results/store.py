@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from common.errors import HarnessError, RunBroken
+from harness.metrics import TokenGaps
 from harness.records import RequestRecord, error_kind
 from harness.results.claim import (FAILED_FILE, atomic_write, broken, discard, finish, make_room, record_failure,
                                    unwritable, why)
@@ -75,8 +76,9 @@ def provenance() -> dict:
             "host": socket.gethostname()}  # where it ran (a cluster's job runs anywhere)
 
 
-def records_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
+def records_frame(records: Sequence[RequestRecord], gaps: TokenGaps | None = None, **columns) -> pd.DataFrame:
     """Scalar per-request columns (token times summarized), plus constant `columns` (scheduler, qps)."""
+    gaps = TokenGaps.of(records) if gaps is None else gaps.check(records)
     def field(*names: str) -> dict[str, list]:
         return {n: [getattr(r, n) for r in records] for n in names}
 
@@ -84,7 +86,7 @@ def records_frame(records: Sequence[RequestRecord], **columns) -> pd.DataFrame:
         **field("request_id", "arrival_s", "prompt_len", "output_len", "dispatched_s", "first_scheduled_s",
                 "first_token_s", "finished_s"),
         "num_tokens": [len(r.token_times_s) for r in records],
-        "tbt_max_s": [float(np.max(np.diff(r.token_times_s))) if len(r.token_times_s) > 1 else np.nan for r in records],
+        "tbt_max_s": gaps.max.tolist(),
         **field("num_preemptions", "cached_tokens", "error"),
         "error_kind": [error_kind(r.error) for r in records],
     }), columns)

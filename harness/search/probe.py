@@ -16,7 +16,7 @@ import pandas as pd
 from common.errors import HarnessError, RunBroken
 from harness.backends import open_backend
 from harness.backends.base import BackendRun
-from harness.metrics import Slo, SloVerdict, Summary, check_slo, summarize
+from harness.metrics import Slo, SloVerdict, Summary, TokenGaps, check_slo, summarize
 from harness.records import CUT_OFF_KINDS, STOPPED_EARLY, RequestRecord, RequestSpec, error_kind
 from harness.results.store import records_frame
 from harness.search.capacity import CapacityResult, Probe, find_capacity
@@ -52,13 +52,14 @@ def probe_requests(plan: ExperimentPlan, qps: float) -> list[RequestSpec]:
 
 def probe_outcome(plan: ExperimentPlan, scheduler: str, qps: float, records: list[RequestRecord]) -> ProbeOutcome:
     """A probe's verdict, summary and per-request rows from its records (any backend)."""
-    frame = records_frame(records, scheduler=scheduler, seed=plan.seed, qps=qps)
-    return ProbeOutcome(qps, plan.seed, judge(plan, records), summarize(records), frame, records)
+    gaps = TokenGaps.of(records)  # taken once for the three
+    frame = records_frame(records, gaps, scheduler=scheduler, seed=plan.seed, qps=qps)
+    return ProbeOutcome(qps, plan.seed, judge(plan, records, gaps), summarize(records, gaps), frame, records)
 
 
-def judge(plan: ExperimentPlan, records: list[RequestRecord]) -> SloVerdict:
+def judge(plan: ExperimentPlan, records: list[RequestRecord], gaps: TokenGaps | None = None) -> SloVerdict:
     """A probe's verdict by the plan's SLO: the one part of its outcome the SLO decides."""
-    verdict = check_slo(records, plan.slo)
+    verdict = check_slo(records, plan.slo, gaps)
     if any(r.error == STOPPED_EARLY for r in records):  # its latencies are of the part that ran
         verdict = replace(verdict, reason=f"{verdict.reason} (stopped early: the failure was certain)")
     return verdict
