@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 import harness.backends.sim.loop as sim_loop
+from engines.core.engine import Engine
 from engines.perf.cpu_costs import CPU_FIELDS
 from engines.perf.factory import build_perf_model
 from engines.schedulers import EngineConfig, make_engine
@@ -51,20 +52,29 @@ class _Iterations:
         raise AssertionError("a decode run in a run stepped one iteration at a time")
 
 
+class _CountingBlocks(Engine):
+    """The engine, counting the KV blocks each batch ran with, before its completion frees any. A
+    subclass, not a patched method: the compiled engine core's instances take no new methods
+    (engines/compiled.py)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.used: list[int] = []
+
+    def complete(self, batch):
+        self.used.append(self.blocks.num_used)
+        return super().complete(batch)
+
+
 def harness_iterations(plan: ExperimentPlan, scheduler: str,
                        requests: list[RequestSpec]) -> tuple[pd.DataFrame, list[RequestRecord]]:
     """The harness's run of `requests`, one row per iteration (ITERATION_COLUMNS; allocated_blocks
     while it runs; items "new:context:decode" per sequence, decode 1 or 0), and its records."""
     d = plan.deployment
-    engine = make_engine(EngineConfig(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size))
-    used: list[int] = []
-    complete = engine.complete
-
-    def complete_counting_blocks(batch):  # the KV blocks the batch ran with, before it frees any
-        used.append(engine.blocks.num_used)
-        return complete(batch)
-
-    engine.complete = complete_counting_blocks
+    made = make_engine(EngineConfig(plan.schedulers[scheduler], d.kv_capacity_tokens, plan.max_model_len, d.block_size))
+    assert type(made) is Engine, f"{type(made).__name__}: the iteration log counts a plain engine's blocks"
+    engine = _CountingBlocks(made.policy, made.blocks, made.max_model_len, made.policy_name)
+    used = engine.used
     log = _Iterations()
     records = sim_loop.simulate(requests, engine, d.timer, pp=d.pp, fast_forward=False,
                                 time_limit_s=plan.search.time_limit_s, log=log)
