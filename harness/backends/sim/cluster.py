@@ -94,6 +94,10 @@ class _Instance:
             queue.append(rank)
         self.routed += 1
 
+    def busy(self) -> bool:
+        """It has something to do without a new arrival."""
+        return bool(self.queue) or (self.engine.has_unfinished and not self.stuck)
+
     def state(self, t: float) -> InstanceState:
         done = bisect_right(self.finish_times, t)
         blocks = self.engine.blocks
@@ -266,11 +270,6 @@ class ClusterSessionRun(SessionRun):
         return by_rank
 
 
-def _busy(inst: _Instance) -> bool:
-    """It has something to do without a new arrival."""
-    return bool(inst.queue) or (inst.engine.has_unfinished and not inst.stuck)
-
-
 def _release_bound(inst: _Instance, run: ClusterSessionRun, floor: float) -> float:
     """No turn that `inst`'s requests release comes before this: a request finishes no sooner than
     its remaining output tokens' iterations from now, each at least `floor` (one token's decode at
@@ -324,7 +323,7 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
         bounds.append(math.inf)
 
     def changed(k: int) -> None:
-        busy = _busy(insts[k])
+        busy = insts[k].busy()
         clocks.set(k, insts[k].t if busy else None)
         busy_bounds.set(k, bounds[k] if busy else None)
     for inst in insts:
