@@ -69,7 +69,9 @@ class _Instance:
         return self.run.watch
 
     def admit_arrivals(self, t: float) -> None:
-        self._admit(t)
+        arrivals, seqs, queue = self.run.arrivals, self.run.seqs, self.queue
+        while queue and arrivals[queue[0]] <= t:
+            self.engine.add(seqs[queue.popleft()])
 
     def started(self, batch, t: float) -> None:
         self.run.started(batch, t)
@@ -102,11 +104,6 @@ class _Instance:
         done = bisect_right(self.finish_times, t)
         blocks = self.engine.blocks
         return InstanceState(self.routed - done, blocks.num_used, blocks.num_blocks, instance_id=self.instance_id)
-
-    def _admit(self, t: float) -> None:
-        arrivals, seqs, queue = self.run.arrivals, self.run.seqs, self.queue
-        while queue and arrivals[queue[0]] <= t:
-            self.engine.add(seqs[queue.popleft()])
 
     def advance(self, until: float, limit: float, final: bool) -> None:
         """Step as a single-engine run does (`loop.step_until`) until the first iteration boundary
