@@ -164,14 +164,10 @@ def choose(router: Router, insts: Seq[_Instance], states: list[InstanceState], r
         return router.choose(states)
     request = request_of(rank)
     if router.needs_cache:
-        states = [dataclasses.replace(s, cached_blocks=cached_prefix(inst.engine, request.block_hashes))
-                  for s, inst in zip(states, insts)]
+        lookups = [getattr(inst.engine.blocks, "cached_prefix", None) for inst in insts]  # a plain BlockManager: none
+        states = [dataclasses.replace(s, cached_blocks=lookup(request.block_hashes) if lookup is not None else 0)
+                  for s, lookup in zip(states, lookups)]
     return router.choose(states, request)
-
-
-def cached_prefix(engine: Engine, hashes: tuple[int, ...]) -> int:
-    lookup = getattr(engine.blocks, "cached_prefix", None)  # a plain BlockManager caches nothing
-    return lookup(hashes) if lookup is not None else 0
 
 
 def route_requests(run: SimRun, block_size: int) -> Callable[[int], RouteRequest]:
