@@ -139,7 +139,11 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
     else:
         _route_arrivals(run, fleet, router, plan, limit, request_of)
     records = run.records()
-    end_s = _end(run, limit)
+    # The run's end: its last finish, or the time limit if a request did not finish by then (only a
+    # limit leaves a request unfinished).
+    finished = run.line.finished
+    last = float(run.arrivals[-1]) if len(run.arrivals) else 0.0
+    end_s = limit if np.isnan(finished).any() else max(last, float(np.max(finished))) if len(finished) else last
     if stats is not None:
         add_instance_stats(stats, [r.inst for r in fleet.replicas], router=router)
         lives = fleet.lives(end_s)
@@ -197,12 +201,3 @@ class _SessionFleet:
 
     def routed(self, k: int, rank: int, t: float) -> None:
         self.fleet.routed(self.fleet.replicas[k], rank, t)
-
-
-def _end(run: SimRun, limit: float) -> float:
-    """The run's end: its last finish, or the time limit if a request did not finish by then."""
-    finished = run.line.finished
-    last = float(run.arrivals[-1]) if len(run.arrivals) else 0.0
-    if np.isnan(finished).any():  # cut off by the time limit (only a limit leaves a request unfinished)
-        return limit
-    return max(last, float(np.max(finished))) if len(finished) else last
