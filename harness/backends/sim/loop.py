@@ -62,10 +62,8 @@ def simulate(
     sessions = has_sessions(requests)
     if concurrency is not None:
         run = ClosedLoopRun(requests, engine, on_progress, give_up, concurrency)
-    elif sessions:
-        run = SessionRun(requests, engine, on_progress, give_up)
     else:
-        run = SimRun(requests, engine, on_progress, give_up)
+        run = (SessionRun if sessions else SimRun)(requests, engine, on_progress, give_up)
     run.log = log
     if log is not None:
         log.bind(run.order)
