@@ -170,13 +170,13 @@ def test_records_cross_the_process_boundary_as_columns_and_come_back_the_same():
                             {"name": "poisson"}, 30.0, 1)
     records = simulate_cluster(reqs, _engines(1), [_Scaled()], make_router("round_robin"), time_limit_s=3.0)
     assert any(r.error for r in records) and any(r.error is None for r in records)
-    back = pickle.loads(pickle.dumps(RecordColumns.pack(records))).unpack()
+    back = list(pickle.loads(pickle.dumps(RecordColumns.pack(records))).taken())
     fields = ("request_id", "arrival_s", "prompt_len", "output_len", "first_scheduled_s", "first_token_s",
               "finished_s", "dispatched_s", "num_preemptions", "error", "cached_tokens")
     for a, b in zip(records, back, strict=True):
         assert repr([getattr(a, f) for f in fields]) == repr([getattr(b, f) for f in fields])
         assert b.token_times_s.dtype == np.float64 and a.token_times_s.tobytes() == b.token_times_s.tobytes()
-    assert RecordColumns.pack([]).unpack() == []
+    assert list(RecordColumns.pack([]).taken()) == []
     odd = RequestRecord(1, 0, 5, 2, 0.1, 0.2, 0.3, np.array([0.2, 0.3]))  # an int arrival: a column says 0.0
     assert RecordColumns.pack([odd]) is None
     # As a sequence (what a record sink is handed): each record built as it is read, the same; a field whole
@@ -214,7 +214,7 @@ def test_a_run_s_columns_are_its_records_field_for_field(limit):
     records = run.records()
     assert limit is None or (any(r.error for r in records) and any(r.first_scheduled_s != r.first_scheduled_s
                                                                     for r in records))
-    back = run.record_columns().unpack()
+    back = list(run.record_columns().taken())
     fields = ("request_id", "arrival_s", "prompt_len", "output_len", "first_scheduled_s", "first_token_s",
               "finished_s", "dispatched_s", "num_preemptions", "error", "cached_tokens")
     for a, b in zip(records, back, strict=True):

@@ -19,20 +19,18 @@ OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers", "search.exe
                "search.searches_at_once")
 
 
-def _same(a: DictConfig, b: DictConfig) -> bool:
-    """The same experiment: every setting both have agrees, except where output goes
-    (harness.results.config_diff: a key only one side has is a knob added since the other was saved)."""
-    return not differences(OmegaConf.to_container(a, resolve=True), OmegaConf.to_container(b, resolve=True), OUTPUT_KEYS)
-
-
 def find_run(cfg: DictConfig) -> Path | None:
-    """The newest finished run of this config under cfg.results_dir, if any (`_same`)."""
+    """The newest finished run of this config under cfg.results_dir, if any: the same experiment,
+    every setting both have agrees, except where output goes (harness.results.config_diff: a key
+    only one side has is a knob added since the other was saved)."""
     base = Path(cfg.results_dir) / str(cfg.name)
     if not base.is_dir():
         return None
     for run in sorted((d for d in base.iterdir() if not d.name.startswith(".")), reverse=True):
         saved = run / "config.yaml"
-        if (run / "summary.json").exists() and saved.exists() and _same(OmegaConf.load(saved), cfg):
+        if (run / "summary.json").exists() and saved.exists() and not differences(
+                OmegaConf.to_container(OmegaConf.load(saved), resolve=True), OmegaConf.to_container(cfg, resolve=True),
+                OUTPUT_KEYS):
             return run
     return None
 

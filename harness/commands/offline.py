@@ -27,18 +27,14 @@ from harness.throughput import gains
 ITERATIONS_FILE = "iterations.parquet"
 
 
-def describe_arrival(arrival: dict) -> str:
-    if arrival.get("name") == "closed_loop":
-        return f"closed loop, {arrival['concurrency']} requests in flight"
-    return "every request waiting at t=0"
-
-
 def run_offline_experiment(config: ExperimentConfig, plan: ExperimentPlan, saved_config: str, gpus: int) -> Path:
     """`saved_config`: the config as saved (secrets redacted), `gpus`: the GPUs the run occupies
     (both as the capacity runs compute them, harness/commands/run.py)."""
-    n = plan.search.num_requests
+    n, arrival = plan.search.num_requests, plan.arrival
+    how = (f"closed loop, {arrival['concurrency']} requests in flight" if arrival.get("name") == "closed_loop"
+           else "every request waiting at t=0")
     print(f"{plan.name}: {plan.deployment.description}, {plan.workload.source.split(';')[0]} ({n} requests), "
-          f"offline throughput run ({describe_arrival(plan.arrival)})", flush=True)
+          f"offline throughput run ({how})", flush=True)
     writer = RunWriter(config.results_dir, plan.name)
     outcomes: list[OfflineOutcome] = []
     prov = provenance()

@@ -103,7 +103,8 @@ def _plan(space, settings, cfg, name: str, out: Path, partial: Path, t0: float) 
     for line in answer.table_lines(table) + answer.starved_lines(table):
         print(line)
     print(f"note: {POISSON_NOTE}; latencies at a replica's share of the target")
-    checks = check_winner(space, win, settings.target_qps, _log) if settings.target_qps and settings.check else []
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    checks = check_winner(space, win, settings.target_qps, log) if settings.target_qps and settings.check else []
     for c in checks:
         print(c.line(wplan.slo.criterion))
     if checks and not checks[0].passed:
@@ -129,10 +130,6 @@ def _plan(space, settings, cfg, name: str, out: Path, partial: Path, t0: float) 
     finish(partial, out, "saving the plan")
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def _write(partial: Path, run: PlanRun, cfg, win, table, preset_name: str, serve: str, check: str, elapsed: float,
            name: str, checks) -> None:
     (partial / "experiment").mkdir(exist_ok=True)
@@ -152,7 +149,11 @@ def _write(partial: Path, run: PlanRun, cfg, win, table, preset_name: str, serve
         "winner_band_qps": band(wplan.deployment.calibration, win.capacity_qps),
         "probes_screen": run.probes_screen, "probes_full": run.probes_full, "waves": run.waves,
         "misfits": [asdict(m) for m in run.space.misfits], "unit_misfits": list(run.space.unit_misfits), "table": [asdict(r) for r in table],
-        "candidates": [_evaluation(e) for e in run.evaluations],
+        "candidates": [{"key": e.candidate.key, "status": e.status, "bound_qps": e.bound.qps, "bound": e.bound.binding,
+                        "needed_qps": e.needed_qps, "warm_from": e.warm_from,
+                        **{stage: asdict(a) if a is not None else None
+                           for stage, a in (("screen", e.screen), ("full", e.full), ("at_target", e.at_target))}}
+                       for e in run.evaluations],
         "checked": [{"replicas": c.replicas, "gpus": c.gpus, "qps": c.qps, "requests": c.requests,
                      "verdict": "pass" if c.passed else "fail", "probe": asdict(c.probe)} for c in checks],
     }
@@ -168,13 +169,6 @@ def _clean(x):
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
     return x
-
-
-def _evaluation(e) -> dict:
-    return {"key": e.candidate.key, "status": e.status, "bound_qps": e.bound.qps, "bound": e.bound.binding,
-            "needed_qps": e.needed_qps, "warm_from": e.warm_from,
-            **{stage: asdict(a) if a is not None else None for stage, a in (("screen", e.screen), ("full", e.full),
-                                                                           ("at_target", e.at_target))}}
 
 
 if __name__ == "__main__":

@@ -66,17 +66,14 @@ class LocalProcessPool:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
 
-    def _started(self) -> ProcessPoolExecutor:
+    def map_unordered(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
         if self._pool is None:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
             if ctx.get_start_method() == "forkserver":
                 ctx.set_forkserver_preload(list(PRELOAD))
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
-        return self._pool
-
-    def map_unordered(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
-        pool = self._started()
+        pool = self._pool
         pending: dict[Future, int] = {pool.submit(fn, item): i for i, item in enumerate(items)}
         try:
             while pending:

@@ -16,15 +16,10 @@ import pandas as pd
 
 from common.errors import RunBroken
 from harness.backends.base import BackendRun
-from harness.records import RequestRecord, RequestSpec
+from harness.records import RequestRecord
 from harness.results.store import records_frame
 from harness.throughput import OfflineSummary, offline_summary
 from harness.workload import arrival_offsets, make_requests
-
-
-def offline_requests(plan) -> list[RequestSpec]:
-    """Every request of the plan's workload, arrivals from its rate-free process."""
-    return make_requests(plan.workload, arrival_offsets(plan.arrival, None, plan.search.num_requests, plan.seed))
 
 
 @dataclass(frozen=True)
@@ -39,8 +34,10 @@ class OfflineOutcome:
 def run_offline(plan, scheduler: str, open_backend, progress: bool = True) -> OfflineOutcome:
     """`scheduler`'s offline run through a backend opened by `open_backend(job)`."""
     job = replace(plan.job(scheduler, progress=progress), iteration_log=True)
+    # every request of the plan's workload, arrivals from its rate-free process
+    requests = make_requests(plan.workload, arrival_offsets(plan.arrival, None, plan.search.num_requests, plan.seed))
     with open_backend(job) as backend:
-        out: BackendRun = backend.run(offline_requests(plan), f"{scheduler} offline")
+        out: BackendRun = backend.run(requests, f"{scheduler} offline")
     iterations, bubbles = out.diagnostics.get("iterations"), out.diagnostics.get("request_bubbles")
     if out.records and any(r.error for r in out.records):
         bad = next(r for r in out.records if r.error)

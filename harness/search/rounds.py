@@ -30,7 +30,9 @@ from harness.search.capacity import CapacityResult, Probe, check_bounds, find_ca
 # while every probe so far passed (or every one failed) the search keeps stepping up (down) with
 # this probability; in the bisection either half is as likely.
 KEEP_GOING = 0.8
-FIRST = 0.5  # the first rate: pass or fail alike
+# The odds the next probe passes, by the verdicts seen: none (the first rate: pass or fail alike),
+# all passed (bracketing upward), all failed (bracketing downward); both seen (bisecting): 0.5.
+PASS_ODDS = {frozenset(): 0.5, frozenset({True}): KEEP_GOING, frozenset({False}): 1 - KEEP_GOING}
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,6 @@ def replay(verdicts: Mapping[float, bool], bounds: SearchBounds) -> float | Capa
         return e.qps
 
 
-def _pass_odds(verdicts: Mapping[float, bool]) -> float:
-    seen = set(verdicts.values())
-    if not seen:
-        return FIRST
-    if seen == {True}:  # bracketing upward
-        return KEEP_GOING
-    if seen == {False}:  # bracketing downward
-        return 1 - KEEP_GOING
-    return 0.5
-
-
 def plan_round(verdicts: Mapping[float, bool], workers: int, bounds: SearchBounds) -> list[float]:
     """The (up to) `workers` rates to probe next, most likely needed first; [] when the serial
     search is done with what is known."""
@@ -94,7 +85,7 @@ def plan_round(verdicts: Mapping[float, bool], workers: int, bounds: SearchBound
             continue
         if need not in chosen:
             chosen.append(need)
-        p_pass = _pass_odds(hyp)
+        p_pass = PASS_ODDS.get(frozenset(hyp.values()), 0.5)
         for passed, p in ((True, p_pass), (False, 1 - p_pass)):
             heapq.heappush(heap, (neg_p * p, pushed, {**hyp, need: passed}))
             pushed += 1

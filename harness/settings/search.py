@@ -36,26 +36,21 @@ class SearchSettings:
     searches_at_once: int = 0
 
     def __post_init__(self) -> None:
-        if self.num_requests < 1:
-            raise ValueError(f"num_requests must be >= 1, got {self.num_requests}")
-        if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
-        if self.fixed_qps is not None and not (self.fixed_qps > 0 and math.isfinite(self.fixed_qps)):
-            raise ValueError(f"fixed_qps must be a positive rate, got {self.fixed_qps}")
-        if not (0 < self.min_qps <= self.start_qps <= self.max_qps):
-            raise ValueError(f"need 0 < min_qps <= start_qps <= max_qps, got {self.min_qps}, {self.start_qps}, {self.max_qps}")
-        if not (self.growth > 1 and math.isfinite(self.growth)):
-            raise ValueError(f"growth must be a finite factor > 1 (the bracket's step: x growth while probes pass, "
-                             f"/ growth while they fail), got {self.growth}")
-        if not 0 < self.rel_tol < 1:
-            raise ValueError(f"rel_tol must be in (0, 1), got {self.rel_tol}")
-        if not 0 <= self.max_error_fraction <= 1:
-            raise ValueError(f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}")
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
-            raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
-        if self.workers < 1:
-            raise ValueError(f"workers must be >= 1 (1: the serial search), got {self.workers}")
-        if self.searches_at_once < 0:
-            raise ValueError(f"searches_at_once must be >= 0 (0: one per CPU), got {self.searches_at_once}")
-        if self.executor not in EXECUTORS:
-            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        for ok, message in (
+            (self.num_requests >= 1, f"num_requests must be >= 1, got {self.num_requests}"),
+            (self.repeats >= 1, f"repeats must be >= 1, got {self.repeats}"),
+            (self.fixed_qps is None or (self.fixed_qps > 0 and math.isfinite(self.fixed_qps)),
+             f"fixed_qps must be a positive rate, got {self.fixed_qps}"),
+            (0 < self.min_qps <= self.start_qps <= self.max_qps,
+             f"need 0 < min_qps <= start_qps <= max_qps, got {self.min_qps}, {self.start_qps}, {self.max_qps}"),
+            (self.growth > 1 and math.isfinite(self.growth), "growth must be a finite factor > 1 (the bracket's step: "
+             f"x growth while probes pass, / growth while they fail), got {self.growth}"),
+            (0 < self.rel_tol < 1, f"rel_tol must be in (0, 1), got {self.rel_tol}"),
+            (0 <= self.max_error_fraction <= 1, f"max_error_fraction must be in [0, 1], got {self.max_error_fraction}"),
+            (self.time_limit_s is None or self.time_limit_s > 0, f"time_limit_s must be > 0, got {self.time_limit_s}"),
+            (self.workers >= 1, f"workers must be >= 1 (1: the serial search), got {self.workers}"),
+            (self.searches_at_once >= 0, f"searches_at_once must be >= 0 (0: one per CPU), got {self.searches_at_once}"),
+            (self.executor in EXECUTORS, f"executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}"),
+        ):
+            if not ok:
+                raise ValueError(message)

@@ -97,8 +97,13 @@ class SimBackend:
                                "or DP ranks")
         if d.dp > 1 and job.kv_offload_gib:
             raise HarnessError("engine.kv_offload_gib (a host KV tier) is not modelled with DP ranks (parallel.dp > 1)")
-        if job.disagg is not None:
-            return BackendRun(self._run_disaggregated(requests, stats), stats)
+        if job.disagg is not None:  # prefill and decode instances, each role's engines built from its config
+            c, plan, (prefill, decode) = job.cluster, job.disagg, self.roles
+            role = lambda d, count, config: ([make_engine(config) for _ in range(count)], [d.timer] * count, d.pp)  # noqa: E731
+            return BackendRun(simulate_disaggregated(
+                requests, role(plan.prefill, c.prefill_instances, prefill), role(plan.decode, c.decode_instances, decode),
+                plan.transfers, (make_router(c.router), make_router(c.decode_router or c.router)),
+                fast_forward=self.conf.fast_forward, time_limit_s=job.time_limit_s, stats=stats), stats)
         if job.autoscale is not None:  # replicas started and drained during the run (cluster.autoscale)
             router = make_router(job.cluster.router, **job.cluster.knobs)
             if job.cluster.workers > 1:  # scaling decisions read the whole fleet: no replica runs apart
@@ -151,18 +156,6 @@ class SimBackend:
         if each is not None:  # the fleet's: every instance's counters summed
             stats["prefix_cache"] = summed(each)
         return records
-
-    def _run_disaggregated(self, requests: Sequence[RequestSpec], stats: dict):
-        c, plan = self.job.cluster, self.job.disagg
-        assert plan is not None
-
-        def role(d, count: int, config):
-            return [make_engine(config) for _ in range(count)], [d.timer] * count, d.pp
-        prefill, decode = self.roles
-        routers = (make_router(c.router), make_router(c.decode_router or c.router))
-        return simulate_disaggregated(
-            requests, role(plan.prefill, c.prefill_instances, prefill), role(plan.decode, c.decode_instances, decode),
-            plan.transfers, routers, fast_forward=self.conf.fast_forward, time_limit_s=self.job.time_limit_s, stats=stats)
 
 
 Backend = SimBackend

@@ -41,10 +41,6 @@ class _Replica:
     def serving(self, t: float) -> bool:
         return self.ready_s <= t and self.drain_s > t
 
-    def busy(self) -> bool:
-        inst = self.inst
-        return bool(inst.queue) or (inst.engine.has_unfinished and not inst.stuck)
-
 
 class _Fleet:
     def __init__(self, run: SimRun, new_replica: NewReplica, plan: ScalePlan, pp: int, fast_forward: bool,
@@ -62,7 +58,7 @@ class _Fleet:
 
     def advance(self, t: float) -> None:
         for r in self.replicas:
-            if r.drain_s == math.inf or r.busy():
+            if r.drain_s == math.inf or r.inst.busy():
                 r.inst.advance(t, self.limit, final=False)
 
     def serving(self, t: float) -> list[_Replica]:
@@ -82,7 +78,7 @@ class _Fleet:
         serving = self.serving(t)
         warming = [r for r in self.replicas if r.started_s <= t < r.ready_s]
         states = [r.inst.state(t) for r in serving]
-        draining = sum(1 for r in self.replicas if r.drain_s <= t and r.busy())
+        draining = sum(1 for r in self.replicas if r.drain_s <= t and r.inst.busy())
         signals = ScaleSignals(len(serving), len(warming), sum(s.outstanding for s in states),
                                float(np.mean([s.kv_used_fraction for s in states])) if states else 0.0,
                                self._attainment(t) if plan.rule.name == "slo" else None)
@@ -143,7 +139,11 @@ def simulate_autoscaled(requests: Seq[RequestSpec], new_replica: NewReplica, rou
     else:
         _route_arrivals(run, fleet, router, plan, limit, request_of)
     records = run.records()
-    end_s = _end(run, limit)
+    # The run's end: its last finish, or the time limit if a request did not finish by then (only a
+    # limit leaves a request unfinished).
+    finished = run.line.finished
+    last = float(run.arrivals[-1]) if len(run.arrivals) else 0.0
+    end_s = limit if np.isnan(finished).any() else max(last, float(np.max(finished))) if len(finished) else last
     if stats is not None:
         add_instance_stats(stats, [r.inst for r in fleet.replicas], router=router)
         lives = fleet.lives(end_s)
@@ -175,7 +175,7 @@ def _route_arrivals(run: SimRun, fleet: _Fleet, router: Router, plan: ScalePlan,
         fleet.routed(serving[k], rank, t)
     while tick <= limit:  # decisions go on after the last arrival while any replica has work
         fleet.advance(tick)
-        if not any(r.busy() for r in fleet.replicas):
+        if not any(r.inst.busy() for r in fleet.replicas):
             break
         fleet.decide(tick)
         tick += plan.interval_s
@@ -201,12 +201,3 @@ class _SessionFleet:
 
     def routed(self, k: int, rank: int, t: float) -> None:
         self.fleet.routed(self.fleet.replicas[k], rank, t)
-
-
-def _end(run: SimRun, limit: float) -> float:
-    """The run's end: its last finish, or the time limit if a request did not finish by then."""
-    finished = run.line.finished
-    last = float(run.arrivals[-1]) if len(run.arrivals) else 0.0
-    if np.isnan(finished).any():  # cut off by the time limit (only a limit leaves a request unfinished)
-        return limit
-    return max(last, float(np.max(finished))) if len(finished) else last

@@ -69,7 +69,9 @@ class _Instance:
         return self.run.watch
 
     def admit_arrivals(self, t: float) -> None:
-        self._admit(t)
+        arrivals, seqs, queue = self.run.arrivals, self.run.seqs, self.queue
+        while queue and arrivals[queue[0]] <= t:
+            self.engine.add(seqs[queue.popleft()])
 
     def started(self, batch, t: float) -> None:
         self.run.started(batch, t)
@@ -94,15 +96,14 @@ class _Instance:
             queue.append(rank)
         self.routed += 1
 
+    def busy(self) -> bool:
+        """It has something to do without a new arrival."""
+        return bool(self.queue) or (self.engine.has_unfinished and not self.stuck)
+
     def state(self, t: float) -> InstanceState:
         done = bisect_right(self.finish_times, t)
         blocks = self.engine.blocks
         return InstanceState(self.routed - done, blocks.num_used, blocks.num_blocks, instance_id=self.instance_id)
-
-    def _admit(self, t: float) -> None:
-        arrivals, seqs, queue = self.run.arrivals, self.run.seqs, self.queue
-        while queue and arrivals[queue[0]] <= t:
-            self.engine.add(seqs[queue.popleft()])
 
     def advance(self, until: float, limit: float, final: bool) -> None:
         """Step as a single-engine run does (`loop.step_until`) until the first iteration boundary
@@ -163,14 +164,10 @@ def choose(router: Router, insts: Seq[_Instance], states: list[InstanceState], r
         return router.choose(states)
     request = request_of(rank)
     if router.needs_cache:
-        states = [dataclasses.replace(s, cached_blocks=cached_prefix(inst.engine, request.block_hashes))
-                  for s, inst in zip(states, insts)]
+        lookups = [getattr(inst.engine.blocks, "cached_prefix", None) for inst in insts]  # a plain BlockManager: none
+        states = [dataclasses.replace(s, cached_blocks=lookup(request.block_hashes) if lookup is not None else 0)
+                  for s, lookup in zip(states, lookups)]
     return router.choose(states, request)
-
-
-def cached_prefix(engine: Engine, hashes: tuple[int, ...]) -> int:
-    lookup = getattr(engine.blocks, "cached_prefix", None)  # a plain BlockManager caches nothing
-    return lookup(hashes) if lookup is not None else 0
 
 
 def route_requests(run: SimRun, block_size: int) -> Callable[[int], RouteRequest]:
@@ -266,11 +263,6 @@ class ClusterSessionRun(SessionRun):
         return by_rank
 
 
-def _busy(inst: _Instance) -> bool:
-    """It has something to do without a new arrival."""
-    return bool(inst.queue) or (inst.engine.has_unfinished and not inst.stuck)
-
-
 def _release_bound(inst: _Instance, run: ClusterSessionRun, floor: float) -> float:
     """No turn that `inst`'s requests release comes before this: a request finishes no sooner than
     its remaining output tokens' iterations from now, each at least `floor` (one token's decode at
@@ -324,7 +316,7 @@ def run_sessions(run: ClusterSessionRun, insts: list[_Instance], router: Router,
         bounds.append(math.inf)
 
     def changed(k: int) -> None:
-        busy = _busy(insts[k])
+        busy = insts[k].busy()
         clocks.set(k, insts[k].t if busy else None)
         busy_bounds.set(k, bounds[k] if busy else None)
     for inst in insts:

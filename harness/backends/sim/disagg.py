@@ -89,21 +89,15 @@ def simulate_disaggregated(
         add_instance_stats(stats, d_insts, "decode_")
         stats["kv_transfer_mean_s"] = float(waits.mean()) if len(waits) else 0.0
         stats["kv_transfer_max_s"] = float(waits.max()) if len(waits) else 0.0
-    out = [_whole(r, f) for r, f in zip(requests, firsts)]
-    for i, rec in zip(handoff, seconds):
-        out[i] = _joined(requests[i], firsts[i], rec)
+    out = []
+    for spec, first in zip(requests, firsts):  # from its prefill alone: complete if it wanted one token, else cut off
+        done = spec.output_len == 1 and first.completed
+        out.append(replace(first, output_len=spec.output_len, finished_s=first.finished_s if done else float("nan"),
+                           error=None if done else (first.error or "unfinished at time limit")))
+    for i, rest in zip(handoff, seconds):  # the prefill's first token, then the decode instance's
+        first = firsts[i]
+        out[i] = replace(rest, arrival_s=requests[i].arrival_s, first_scheduled_s=first.first_scheduled_s,
+                         first_token_s=first.first_token_s,
+                         token_times_s=np.concatenate((first.token_times_s, rest.token_times_s)),
+                         num_preemptions=first.num_preemptions + rest.num_preemptions)
     return out
-
-
-def _whole(spec: RequestSpec, first: RequestRecord) -> RequestRecord:
-    """A request's record from its prefill alone: complete if it wanted one token, else cut off."""
-    done = spec.output_len == 1 and first.completed
-    return replace(first, output_len=spec.output_len, finished_s=first.finished_s if done else float("nan"),
-                   error=None if done else (first.error or "unfinished at time limit"))
-
-
-def _joined(spec: RequestSpec, first: RequestRecord, rest: RequestRecord) -> RequestRecord:
-    return replace(rest, arrival_s=spec.arrival_s, first_scheduled_s=first.first_scheduled_s,
-                   first_token_s=first.first_token_s,
-                   token_times_s=np.concatenate((first.token_times_s, rest.token_times_s)),
-                   num_preemptions=first.num_preemptions + rest.num_preemptions)

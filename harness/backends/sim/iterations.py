@@ -49,7 +49,6 @@ class IterationLog:
         """order[rank] = the input index of the request the engine knows as sequence `rank`."""
         self.order = list(order)
 
-    # -- the loops' calls ----------------------------------------------------------------------
     def iteration(self, batch: Batch, start: float, end: float, gaps=(np.nan, np.nan, np.nan), price: bool = True) -> None:
         """`price`: a hybrid iteration's parts are priced alone (not for a micro-batch, whose start
         and end span every stage and the waits between them, not one iteration's cost)."""
@@ -95,7 +94,6 @@ class IterationLog:
             self.bubbles[seq.seq_id] += gaps
         self.iteration(batch, t, free_after[-1], tuple(gaps), price=False)
 
-    # -- results ---------------------------------------------------------------------------
     def _price(self, new_tokens: list[int], context_lens: list[int]) -> float:
         return float(self.timer.batch_times(np.asarray(new_tokens, dtype=np.int64),
                                             np.asarray(context_lens, dtype=np.int64)))

@@ -62,10 +62,8 @@ def simulate(
     sessions = has_sessions(requests)
     if concurrency is not None:
         run = ClosedLoopRun(requests, engine, on_progress, give_up, concurrency)
-    elif sessions:
-        run = SessionRun(requests, engine, on_progress, give_up)
     else:
-        run = SimRun(requests, engine, on_progress, give_up)
+        run = (SessionRun if sessions else SimRun)(requests, engine, on_progress, give_up)
     run.log = log
     if log is not None:
         log.bind(run.order)
@@ -80,7 +78,7 @@ def simulate(
                 stats.update(pipe.stats)
         t = pipe.t
     else:
-        t = _run_serial(run, timer, fast_forward, limit)
+        t = step_until(run, timer, fast_forward, 0.0, limit, final=True)[0]
     if stats is not None and run.watch is not None and run.watch.certain:
         stats["stopped_early_s"] = t
     if log is not None and sessions:
@@ -202,10 +200,6 @@ class SessionRun(SessionRelease, SimRun):
 
 def stalled_error(engine: Engine, t: float) -> RuntimeError:
     return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
-
-
-def _run_serial(run: SimRun, timer: FastTimer, fast_forward: bool, limit: float) -> float:
-    return step_until(run, timer, fast_forward, 0.0, limit, final=True)[0]
 
 
 def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float, *, final: bool,

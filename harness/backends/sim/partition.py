@@ -112,17 +112,6 @@ def _run_instance(reqs: Seq[RequestSpec], engine: Engine, timer: IterationTimer,
     return records, routed, cache_stats(engine) if caching else None
 
 
-def _shares(sizes: list[int], workers: int) -> list[list[int]]:
-    """Instances dealt to `workers` shares, largest first to the lightest share (by requests)."""
-    shares: list[list[int]] = [[] for _ in range(min(workers, len(sizes)))]
-    load = [0] * len(shares)
-    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
-        j = load.index(min(load))
-        shares[j].append(k)
-        load[j] += sizes[k]
-    return [s for s in shares if s]
-
-
 def _run_one_shipped(part: tuple, into: str | None = None) -> tuple:
     return _run_shipped([part], into)[0]
 
@@ -160,7 +149,14 @@ def _map(parts: list[tuple], workers: int) -> Iterator[tuple]:
 
 
 def _ray_map(ray, parts: list[tuple], workers: int) -> list:
-    shares = _shares([len(p[0]) for p in parts], workers)
+    sizes = [len(p[0]) for p in parts]  # instances dealt to `workers` shares, largest first to the lightest share
+    shares: list[list[int]] = [[] for _ in range(min(workers, len(sizes)))]
+    load = [0] * len(shares)
+    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
+        j = load.index(min(load))
+        shares[j].append(k)
+        load[j] += sizes[k]
+    shares = [s for s in shares if s]
     remote = ray.remote(num_cpus=1, max_retries=0)(_run_shipped)
     print(f"cluster.workers={workers}: {len(shares)} shares as Ray tasks", file=sys.stderr)  # where they ran
     got = ray.get([remote.remote([_shipped(parts[k]) for k in share]) for share in shares])

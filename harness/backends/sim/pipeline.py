@@ -76,7 +76,6 @@ class Pipeline:
                                     "stop_horizon", "stop_finish", "stop_idle", "stop_merge", "stop_blocks",
                                     "stop_idle_end"), 0)
 
-    # -- the plain loop ---------------------------------------------------------------------
     def run(self) -> None:
         run, engine, pp, limit = self.run_, self.engine, self.pp, self.limit
         in_flight, stage_free, watch = self.in_flight, self.stage_free, self.watch
@@ -158,7 +157,6 @@ class Pipeline:
         stages = self.timer.iteration_stage_times(batch.new_tokens, batch.context_lens)
         return stages, self.timer.pp_send_time(sum(batch.new_tokens))
 
-    # -- the replay -------------------------------------------------------------------------
     def _fast_forward(self, t: float) -> float:
         """Replay from the loop top at `t` (just after a launch); returns the loop-top time at
         which the plain loop resumes, with every state it reads exactly as plain stepping leaves it."""

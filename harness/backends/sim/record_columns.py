@@ -63,15 +63,12 @@ class RecordColumns:
 
     def shared(self, directory: str | None) -> RecordColumns:
         """These columns with their token times in a file of `directory` (shared_array.py), where it
-        can take them: `unpack` in another process maps them rather than receiving them through a pipe."""
+        can take them: `taken` in another process maps them rather than receiving them through a pipe."""
         return replace(self, times=SharedArray.put(self.times, directory))  # type: ignore[arg-type]
 
     def taken(self) -> RecordColumns:
         """These columns with their token times in this process (a shared file mapped: once)."""
         return replace(self, times=self.times.take()) if isinstance(self.times, SharedArray) else self
-
-    def unpack(self) -> list[RequestRecord]:
-        return list(self.taken())
 
     def __len__(self) -> int:
         return len(self.ends)

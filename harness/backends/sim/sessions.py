@@ -87,23 +87,20 @@ class SessionRelease:
             self.next = rank + 1
 
     def release_next(self) -> tuple[int, Sequence]:
-        """The earliest pending release, given its rank (release order): the rank and its sequence."""
+        """The earliest pending release, given its rank (release order): the rank and its sequence,
+        whose tokens continue its previous turn's."""
         at, i = heapq.heappop(self.pending)
         rank = len(self.order)
         self.order.append(i)
         self.arrivals.append(at)
         self.release[i] = at
-        return rank, self.released_sequence(rank, i)
-
-    def released_sequence(self, rank: int, i: int) -> Sequence:
-        """Request i's sequence, released with `rank`: its tokens continue its previous turn's."""
         spec, continued = self.requests[i], self.successor[i] is not None
         before = self.continued.pop(spec.after) if spec.after is not None else None
         seq = sim_sequence(rank, spec, self.block_size, before, continued)
         if continued:
             self.continued[spec.request_id] = seq
         self.seqs.append(seq)
-        return seq
+        return rank, seq
 
     def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
         for seq in seqs:

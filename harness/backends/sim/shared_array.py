@@ -29,22 +29,16 @@ def shared_dir() -> str | None:
     """A new directory in shared memory for one pool's arrays, None where there is none."""
     if not (os.path.isdir(SHM) and os.access(SHM, os.W_OK)):
         return None
-    _remove_orphans()
+    for name in os.listdir(SHM):  # directories of pools whose process is gone (killed before it could remove its own)
+        pid = name[len(_PREFIX):].partition("-")[0] if name.startswith(_PREFIX) else ""
+        if pid.isdigit() and not _alive(int(pid)):
+            remove_dir(os.path.join(SHM, name))
     return tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=SHM)
 
 
 def remove_dir(directory: str | None) -> None:
     if directory is not None:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def _remove_orphans() -> None:
-    """Directories of pools whose process is gone (killed before it could remove its own)."""
-    for name in os.listdir(SHM):
-        if name.startswith(_PREFIX):
-            pid = name[len(_PREFIX):].partition("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                remove_dir(os.path.join(SHM, name))
 
 
 def _alive(pid: int) -> bool:

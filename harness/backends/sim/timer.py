@@ -67,6 +67,9 @@ def fast_timer(timer: IterationTimer) -> FastTimer:
 
 
 class _ArrayTimer:
+    """Without the optional prices (the loops price row by row): its 2-D rows are not promised to
+    be its 1-D batches' doubles (no decode_time_floor), nor is there a per-context table."""
+
     def __init__(self, timer: IterationTimer) -> None:
         self.timer = timer
 
@@ -88,15 +91,6 @@ class _ArrayTimer:
     def decode_run_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)
         return self.timer.batch_times(np.ones_like(ctx), ctx)
-
-    def decode_time_floor(self, batch_size):
-        return None  # its 2-D rows are not promised to be its 1-D batches' doubles
-
-    def alone_decode_times(self, top):
-        return None  # (nor a per-context table)
-
-    def chunk_run_times(self, new_tokens, context_lens, k):
-        return None  # (row by row: iteration_time)
 
     def decode_run_stage_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)
