@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engines.schedulers import SchedulerConfig  # noqa: E402
+from engines.server.config import ServerConfig  # noqa: E402
 from harness.backends.live import LiveServerSpec, run_live_result, serve  # noqa: E402
 from harness.loadgen import LoadOptions  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
@@ -43,8 +44,8 @@ def deployment(seqs: int) -> list[str]:
 def spec(engine: str, seqs: int, model_dir: str | None, log_dir: str) -> LiveServerSpec:
     sched = SchedulerConfig("sarathi", max_num_seqs=seqs, token_budget=BUDGET)
     if engine == "torch":
-        return LiveServerSpec(kind="inrepo", scheduler=sched, model="tiny-llama", max_model_len=MAX_LEN, executor="torch",
-                              kv_capacity_tokens=16384, ready_timeout_s=120)
+        return LiveServerSpec(kind="inrepo", scheduler=sched, model="tiny-llama", max_model_len=MAX_LEN,
+                              config=ServerConfig(executor="torch", kv_capacity_tokens=16384), ready_timeout_s=120)
     return LiveServerSpec(kind="vllm", scheduler=sched, model=model_dir, served_model_name="tiny", max_model_len=MAX_LEN,
                           vllm_command=(os.environ["HARNESS_VLLM_PYTHON"], "-m", "vllm.entrypoints.openai.api_server"),
                           vllm_extra_args=("--enforce-eager",), ready_timeout_s=300, log_dir=log_dir)

@@ -17,15 +17,20 @@ from common.errors import HarnessError
 from harness.typed import did_you_mean
 
 
+def refuse(e: HarnessError) -> int:
+    """Bad input told as one line on stderr, `error: ...`; returns the exit status to end with, 2."""
+    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    return 2
+
+
 def exits_2(main: Callable[..., int]) -> Callable[..., int]:
-    """`main` with a HarnessError (bad input) printed as one line, `error: ...`, and exit status 2."""
+    """`main` with a HarnessError (bad input) refused: one line and exit status 2."""
     @functools.wraps(main)
     def guarded(*args, **kwargs) -> int:
         try:
             return main(*args, **kwargs)
         except HarnessError as e:
-            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-            return 2
+            return refuse(e)
     return guarded
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from engines.routers import make_router
 from engines.schedulers import EngineConfig, make_engine
+from engines.server.config import ServerConfig
 from harness.backends.live import LiveServerSpec
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec
 from harness.backends.live.prometheus import measured, scrape
@@ -55,8 +56,8 @@ def _simulated(reqs, name):
 def fleet_run(request, alone_block):
     name = request.param
     reqs = _stream()
-    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, prefix_caching=True, model="tiny", max_model_len=MAX_LEN, executor="realtime",
-                          time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
+    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
+                          config=ServerConfig(prefix_caching=True, time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS))
     servers = tuple((f"replica {i}", dataclasses.replace(spec, port=None)) for i in range(REPLICAS))
     with ClusterProcesses(ClusterSpec(servers, name)) as cluster:
         url = cluster.endpoint.base_url

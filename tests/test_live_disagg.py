@@ -219,7 +219,7 @@ def test_two_prefill_and_two_decode_servers_each_with_the_links_the_plan_priced(
                                     "cluster.decode_instances=2", "cluster.placement=interleaved",
                                     "cluster.decode_router=least_outstanding"]))
     backend = open_backend(plan.job("sarathi", progress=False))
-    links = {n: s.kv_link for n, s in backend.cluster.servers if n.startswith("decode")}
+    links = {n: s.config.kv_link for n, s in backend.cluster.servers if n.startswith("decode")}
     assert links == {"decode 0": "pcie4,eth100g", "decode 1": "eth100g,pcie4"}
     with warnings.catch_warnings(), backend:
         warnings.simplefilter("ignore")

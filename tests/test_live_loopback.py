@@ -16,6 +16,7 @@ import pytest
 
 from engines.perf import Deployment, PerfModel
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
+from engines.server.config import ServerConfig
 from harness.backends.live import Endpoint, LiveServerSpec, run_live_result, serve
 from harness.loadgen import LoadOptions
 from harness.backends.live.lifecycle import free_port
@@ -38,8 +39,8 @@ OPTS = LoadOptions(progress=False, strict=False)
 
 @pytest.fixture(scope="module")
 def endpoint():
-    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, executor="realtime",
-                          time_scale=TIME_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
+    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
+                          config=ServerConfig(time_scale=TIME_SCALE, kv_capacity_tokens=KV_TOKENS))
     with serve(spec) as ep:
         yield ep
 
@@ -61,8 +62,8 @@ def twin_run(alone_block):
     """One Poisson run (same utilisation as 15 QPS at TIME_SCALE) that both the timing-agreement
     and the live-vs-sim tests read; the run, not the server's start, with the other xdist workers
     idle (tests/conftest.py)."""
-    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, executor="realtime",
-                          time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
+    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
+                          config=ServerConfig(time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS))
     reqs = _poisson(100, 6.0, seed=1)
     with serve(spec) as ep, alone_block():
         return reqs, _run(reqs, ep)

@@ -9,6 +9,7 @@ import pytest
 
 from engines.perf import Deployment, PerfModel
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
+from engines.server.config import ServerConfig
 from harness.backends.live import LiveServerSpec, serve
 from harness.backends.live.prometheus import measured, parse_counters, scrape
 from harness.backends.sim import simulate
@@ -30,8 +31,8 @@ SESSIONS = {"kind": "agent", "system_prompts": 2, "system_prompt_tokens": 200, "
 def session_run():
     reqs = requests_at_rate(load_workload({"name": "t", "max_total_tokens": MAX_LEN, "sessions": SESSIONS}, 80, 3),
                             {"name": "poisson"}, 4.0, 3)
-    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, prefix_caching=True, model="tiny", max_model_len=MAX_LEN, executor="realtime",
-                          time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
+    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
+                          config=ServerConfig(prefix_caching=True, time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS))
     with serve(spec) as ep:
         before = scrape(ep.base_url)
         res = _run(reqs, ep)

@@ -47,8 +47,8 @@ def test_live_smoke_capacity_search_runs_quickly():
     backend = open_backend(plan.job("sarathi", progress=False))
     assert isinstance(backend, LiveBackend)
     spec = backend.spec
-    assert spec.kind == "inrepo" and spec.executor == "realtime" and spec.model == "tiny" and spec.host == "127.0.0.1"
-    assert spec.kv_capacity_tokens == 65536 and spec.time_scale == 12.0
+    assert spec.kind == "inrepo" and spec.config.executor == "realtime" and spec.model == "tiny" and spec.host == "127.0.0.1"
+    assert spec.config.kv_capacity_tokens == 65536 and spec.config.time_scale == 12.0
     t0 = time.monotonic()
     with backend:
         result = search_capacity(plan, "sarathi", backend.run)
@@ -61,7 +61,7 @@ def test_live_smoke_capacity_search_runs_quickly():
     # simulator's first failing rate (the live server's HTTP and loop overheads only add latency);
     # it may lose up to two halvings of the search to CPU noise.
     sim_plan = dataclasses.replace(plan, backend=SimSettings(), deployment=dataclasses.replace(
-        plan.deployment, timer=Scaled(plan.deployment.timer, spec.time_scale)))
+        plan.deployment, timer=Scaled(plan.deployment.timer, spec.config.time_scale)))
     with open_backend(sim_plan.job("sarathi", progress=False)) as sim_backend:  # each passing rate runs again below
         sim = search_capacity(sim_plan, "sarathi", sim_backend.run)
         assert 4 <= sim.capacity_qps < sim.lowest_failing_qps <= 32, sim  # the plan's SLO binds: about ten QPS

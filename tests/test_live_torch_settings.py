@@ -11,7 +11,7 @@ import pytest
 
 from common.errors import HarnessError
 from engines.schedulers import SchedulerConfig
-from engines.server.config import add_flags, from_flags
+from engines.server.config import ServerConfig, add_flags, from_flags
 from harness.backends.live import LiveServerSpec, server_spec
 from harness.config import compose, plan_experiment
 
@@ -31,7 +31,7 @@ def _parsed(spec: LiveServerSpec):
 def test_torch_settings_reach_the_servers_flags():
     spec = _spec("backend.executor=torch", "backend.torch.attention_backend=flex", "backend.torch.cuda_graphs=true",
                  "backend.torch.compile_elementwise=true")
-    assert (spec.attention_backend, spec.cuda_graphs, spec.compile_elementwise) == ("flex", True, True)
+    assert (spec.config.attention_backend, spec.config.cuda_graphs, spec.config.compile_elementwise) == ("flex", True, True)
     cfg = _parsed(spec)
     assert (cfg.executor, cfg.attention_backend, cfg.cuda_graphs, cfg.compile_elementwise) == ("torch", "flex", True, True)
     assert cfg == spec.server_config(8123)
@@ -41,7 +41,7 @@ def test_torch_settings_reach_the_servers_flags():
 
 def test_defaults_are_the_servers_and_any_executor_takes_them():
     spec = _spec()
-    assert (spec.executor, spec.attention_backend, spec.cuda_graphs, spec.compile_elementwise) == (
+    assert (spec.config.executor, spec.config.attention_backend, spec.config.cuda_graphs, spec.config.compile_elementwise) == (
         "realtime", "auto", False, False)
 
 
@@ -58,4 +58,4 @@ def test_settings_the_server_would_refuse_or_ignore_are_refused(overrides, messa
 def test_a_vllm_server_takes_no_torch_paths():
     base = LiveServerSpec(kind="vllm", scheduler=SchedulerConfig("sarathi"), model="m", max_model_len=512)
     with pytest.raises(HarnessError, match="vllm"):
-        dataclasses.replace(base, executor="torch", attention_backend="flex")
+        dataclasses.replace(base, config=ServerConfig(executor="torch", attention_backend="flex"))

@@ -67,7 +67,8 @@ def test_a_knob_the_policy_lacks_is_refused():
 
 def test_live_backend_starts_the_server_it_was_given():
     spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig("chunked_only", max_num_seqs=64, token_budget=256), model="tiny",
-                          max_model_len=2048, time_scale=4.0, kv_capacity_tokens=65536, seed=7, prefix_caching=True)
+                          max_model_len=2048, seed=7,
+                          config=ServerConfig(time_scale=4.0, kv_capacity_tokens=65536, prefix_caching=True))
     cmd = spec.command(port=4321)
     assert cmd[1:3] == ["-m", "engines.server"]
     assert parse_args(cmd[3:]) == spec.server_config(4321)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from engines.schedulers import SchedulerConfig
+from engines.server.config import ServerConfig
 from harness.backends.live import LiveServerSpec, run_live_result
 from harness.loadgen import LoadOptions
 from harness.backends.live.lifecycle import free_port
@@ -30,8 +31,8 @@ def test_each_policy_serves_a_burst(policy):
     rng = np.random.default_rng(3)
     reqs = [RequestSpec(i, 0.002 * i, int(rng.integers(20, 700)), int(rng.integers(1, 30))) for i in range(40)]
     sched = SchedulerConfig.shared(policy, max_num_seqs=16, token_budget=256)
-    spec = LiveServerSpec(kind="inrepo", scheduler=sched, model="tiny", max_model_len=1024, executor="null",
-                          kv_capacity_tokens=16384, ready_timeout_s=60)
+    spec = LiveServerSpec(kind="inrepo", scheduler=sched, model="tiny", max_model_len=1024, ready_timeout_s=60,
+                          config=ServerConfig(executor="null", kv_capacity_tokens=16384))
     res = run_live_result(reqs, spec, LoadOptions(progress=False, strict=False))
     assert [r.error for r in res.records] == [None] * 40
     assert all(r.completed and r.first_scheduled_s <= r.first_token_s for r in res.records)

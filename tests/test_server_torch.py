@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("torch", reason="the torch executor needs torch (pip install '.[engine]')")
 
 from engines.schedulers import SchedulerConfig  # noqa: E402
+from engines.server.config import ServerConfig  # noqa: E402
 from harness.backends.live import LiveServerSpec, run_live_result, serve  # noqa: E402
 from harness.loadgen import LoadOptions  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
@@ -19,8 +20,8 @@ pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
 @pytest.mark.parametrize("policy", ["sarathi", "vllm"])
 def test_torch_executor_serves_streams(policy):
     spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig.shared(policy, max_num_seqs=8, token_budget=64),
-                          model="tiny-llama", max_model_len=512, executor="torch", kv_capacity_tokens=8192,
-                          ready_timeout_s=120)
+                          model="tiny-llama", max_model_len=512, ready_timeout_s=120,
+                          config=ServerConfig(executor="torch", kv_capacity_tokens=8192))
     reqs = [RequestSpec(i, 0.01 * i, 20 + 15 * i, 4 + i) for i in range(8)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -33,8 +34,9 @@ def test_live_spec_selects_flex_and_graphs(tmp_path):
     """LiveServerSpec's torch paths reach the server process: it serves with them (CPU: the graphs'
     static buffers without capture) and names them in its start line."""
     spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig.shared("sarathi", max_num_seqs=3, token_budget=32),
-                          model="tiny-llama", max_model_len=128, executor="torch", kv_capacity_tokens=512,
-                          attention_backend="flex", cuda_graphs=True, ready_timeout_s=120, log_dir=str(tmp_path))
+                          model="tiny-llama", max_model_len=128, ready_timeout_s=120, log_dir=str(tmp_path),
+                          config=ServerConfig(executor="torch", kv_capacity_tokens=512, attention_backend="flex",
+                                              cuda_graphs=True))
     reqs = [RequestSpec(i, 0.01 * i, 12 + 9 * i, 2 + i) for i in range(4)]
     with warnings.catch_warnings(), serve(spec) as endpoint:
         warnings.simplefilter("ignore")

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from engines.server.config import ServerConfig
 from harness.backends.live import LiveServerSpec, serve
 from harness.backends.live.twin_clock import DISTURBED, TOLERANCE, TwinClock, disturbance, parse_twin
 
@@ -37,8 +38,8 @@ def _stall(pids: set[int], done: threading.Event, every_s: float = 1.0, for_s: f
 
 @pytest.mark.live
 def test_a_twin_held_back_by_the_host_is_flagged(capsys, alone_block):
-    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, executor="realtime",
-                          time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS, ready_timeout_s=60)
+    spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
+                          config=ServerConfig(time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS))
     before = _children()
     with serve(spec) as ep:
         server = _children() - before  # the server this test started, and only it

@@ -39,6 +39,7 @@ pytest.importorskip("torch", reason="the torch executor needs torch (pip install
 
 from engines.perf.calibration import FACTORS  # noqa: E402
 from engines.schedulers import SchedulerConfig  # noqa: E402
+from engines.server.config import ServerConfig  # noqa: E402
 from harness.backends.live import LiveServerSpec, run_live_result, serve  # noqa: E402
 from harness.loadgen import LoadOptions  # noqa: E402
 from harness.records import RequestSpec  # noqa: E402
@@ -102,8 +103,8 @@ def _children() -> set[int]:
 def _measure(tmp, alone_block, max_num_seqs: int, qps: float, seed: int):
     reqs = _poisson(40, qps, seed)
     spec = LiveServerSpec(kind="inrepo", scheduler=SchedulerConfig("sarathi", max_num_seqs=max_num_seqs, token_budget=256),
-                          model="tiny-llama", max_model_len=512, executor="torch", kv_capacity_tokens=16384,
-                          ready_timeout_s=120)
+                          model="tiny-llama", max_model_len=512, ready_timeout_s=120,
+                          config=ServerConfig(executor="torch", kv_capacity_tokens=16384))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dispatch-lag warnings on a shared 2-core machine
         kids = _children()

@@ -13,6 +13,7 @@ import pytest
 
 from engines.schedulers import EngineConfig, SchedulerConfig, make_engine
 from harness.backends.base import BackendJob
+from engines.server.config import ServerConfig
 from harness.backends.live import LiveServerSpec, serve
 from harness.loadgen import LoadOptions
 from harness.backends.live.client import run_live_result
@@ -34,7 +35,8 @@ def test_a_conversation_workload_runs_end_to_end_and_its_hit_rate_is_measured(mo
     reqs = requests_at_rate(load_workload({"name": "c", "max_total_tokens": MAX_MODEL_LEN, "sessions": SESSIONS}, 40, 5),
                             {"name": "poisson"}, 2.0, 5)
     spec = LiveServerSpec(
-        kind="vllm", scheduler=sched, prefix_caching=True, model=model_dir, served_model_name="tiny", max_model_len=MAX_MODEL_LEN,
+        kind="vllm", scheduler=sched, model=model_dir, served_model_name="tiny", max_model_len=MAX_MODEL_LEN,
+        config=ServerConfig(prefix_caching=True),
         vllm_command=(VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"),
         vllm_extra_args=("--enforce-eager",), ready_timeout_s=240, log_dir=str(tmp_path),
     )

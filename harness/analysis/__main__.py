@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from common.errors import HarnessError
 from harness.analysis.report import tables_report, write_report
-from harness.overrides import options
+from harness.overrides import exits_2, options
 
 
+@exits_2
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
@@ -21,11 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     if args and all("=" not in a for a in args) and len(args) <= 2:  # the old spelling: RESULTS [FIGURES]
         print(f"note: {' '.join(args)}: the old spelling; write results_dir=... figures_dir=...", file=sys.stderr)
         args = [f"{k}={v}" for k, v in zip(("results_dir", "figures_dir"), args)]
-    try:
-        opts = options(args, {"results_dir": "results", "figures_dir": "figures", "tables_only": False})
-    except HarnessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    opts = options(args, {"results_dir": "results", "figures_dir": "figures", "tables_only": False})
     if opts["tables_only"]:
         path = Path(opts["results_dir"]) / "REPORT.md"
         path.write_text(tables_report(opts["results_dir"]))

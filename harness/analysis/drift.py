@@ -30,7 +30,7 @@ import pandas as pd
 from common.errors import HarnessError
 from harness.analysis.loader import CELL_KEY, load_results
 from harness.analysis.tables import markdown
-from harness.overrides import parse as parse_overrides
+from harness.overrides import exits_2, parse as parse_overrides
 
 KEY = tuple(CELL_KEY)
 LATENCY_METRICS = ("ttft_p50_s", "tbt_p99_s")
@@ -44,7 +44,7 @@ class Tolerances:
 
     def __post_init__(self):
         if not (self.capacity_rel >= 0 and self.latency_rel >= 0):
-            raise ValueError(f"tolerances must be >= 0, got {self.capacity_rel}, {self.latency_rel}")
+            raise HarnessError(f"tolerances must be >= 0, got {self.capacity_rel}, {self.latency_rel}")
 
 
 @dataclass(frozen=True)
@@ -201,8 +201,7 @@ def run_nightly(current_results_dir: str | Path = "results", reference_dir: str 
     """compare(), write the markdown report to `out`, print one line; returns the exit status."""
     ref = Path(reference_dir)
     if not ref.is_dir():
-        print(f"error: reference results directory {ref} does not exist", file=sys.stderr)
-        return 2
+        raise HarnessError(f"reference results directory {ref} does not exist")
     report = compare(current_results_dir, reference_dir, tolerances)
     path = report.write(out)
     n = len(report.failures)
@@ -210,6 +209,7 @@ def run_nightly(current_results_dir: str | Path = "results", reference_dir: str 
     return report.exit_code
 
 
+@exits_2
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.analysis.drift", description=__doc__.split("\n\n")[0])
     ap.add_argument("current", nargs="?", default="results")
@@ -218,13 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capacity-rel", type=float, default=Tolerances.capacity_rel)
     ap.add_argument("--latency-rel", type=float, default=Tolerances.latency_rel)
     ap.add_argument("--allow-missing", action="store_true", help="cells missing today are reported, not failed")
-    try:
-        a = parse_overrides(ap, sys.argv[1:] if argv is None else argv)
-        tol = Tolerances(a.capacity_rel, a.latency_rel, not a.allow_missing)
-    except (ValueError, HarnessError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return run_nightly(a.current, a.reference, a.out, tol)
+    a = parse_overrides(ap, sys.argv[1:] if argv is None else argv)
+    return run_nightly(a.current, a.reference, a.out, Tolerances(a.capacity_rel, a.latency_rel, not a.allow_missing))
 
 
 if __name__ == "__main__":

@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.errors import HarnessError
 from harness.analysis.loader import find_runs, load_runs
 from harness.analysis.offline_runs import load_offline
-from harness.overrides import parse as parse_overrides
+from harness.overrides import exits_2, parse as parse_overrides
 
 MIN_TOKENS = 16  # fig01's timeline: a handful of tokens shows no stall worth drawing (serve/latency_figs.py)
 
@@ -84,6 +83,7 @@ def trim_tree(src_root: str | Path, dst_root: str | Path, keep_requests: int = 4
             if (wanted is None or str(r.path) in wanted) and (runs is None or f"{r.experiment}/{r.run}" in runs)]
 
 
+@exits_2
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.analysis.trim", description="Trim a results tree for committing.")
     ap.add_argument("src")
@@ -92,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--request-rows", type=int, default=None, help="requests.parquet rows kept per scheduler")
     ap.add_argument("--runs", default=None, help="comma-separated experiment/run names to keep (default: all)")
     ap.add_argument("--all-runs", action="store_true", help="trim superseded runs too")
-    try:
-        a = parse_overrides(ap, sys.argv[1:] if argv is None else argv)
-    except HarnessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    a = parse_overrides(ap, sys.argv[1:] if argv is None else argv)
     runs = set(a.runs.split(",")) if a.runs else None
     paths = trim_tree(a.src, a.dst, a.keep_requests, latest=not a.all_runs, request_rows=a.request_rows, runs=runs)
     size = sum(f.stat().st_size for p in paths for f in p.iterdir())

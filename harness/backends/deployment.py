@@ -18,7 +18,7 @@ from engines.perf.hardware import default_topology, get_gpu, get_topology
 from engines.perf.kernels import get_stack
 from engines.perf.transfer import KvTransfer, plan_kv_transfers
 from engines.schedulers import SchedulerConfig
-from harness.settings.deployment import HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
+from harness.settings.deployment import DEPLOYMENT_KNOBS, HardwareSettings, ModelSettings, ParallelSettings, PerfSettings
 from harness.settings.experiment import ExperimentConfig
 
 
@@ -53,8 +53,9 @@ def build_deployment(
         # 4-row GEMM costs 4 rows, not 128 (deployment.py GEMM_TILE_TOKENS).
         gpu = cpu_device.cpu_spec(hardware.cpu_flops, hardware.cpu_bandwidth, hardware.cpu_memory_bytes)
         topology, cpu = hardware.topology or CPU_TOPOLOGY, {"gemm_tile_tokens": 1}
+    knobs = {k: getattr(perf, k) for k in DEPLOYMENT_KNOBS if getattr(perf, k) is not None}  # as set
     deployment = Deployment.create(dp=dp, ep=ep, model=model.name, gpu=gpu, tp=tp, pp=pp, topology=topology,
-                                   gpus_per_node=hardware.gpus_per_node, **perf.deployment_knobs(), **cpu,
+                                   gpus_per_node=hardware.gpus_per_node, **knobs, **cpu,
                                    **cpu_choice(perf.cpu_costs or "engine"))
     calibration = None if perf.calibration in (None, "") else load_calibration(perf.calibration)
     if calibration is not None:

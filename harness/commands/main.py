@@ -9,6 +9,7 @@ import sys
 from importlib import import_module
 
 from common.errors import HarnessError, RunBroken
+from harness.overrides import exits_2
 from harness.paths import CONFIG_DIR
 
 USAGE = """usage: python -m harness experiment=NAME [group=option ...] [key=value ...]
@@ -60,6 +61,7 @@ def _usage() -> str:
                         figures=", ".join(f.name for f in FIGURES))
 
 
+@exits_2
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in TOOLS:  # each reads key=value words and answers --help itself
@@ -70,10 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not argv:  # nothing chosen: say what there is, run nothing
         print(_usage())
-        print("error: no experiment chosen: name a preset with experiment=NAME (the main job: "
-              "experiment=yi34b_tp2_strict), or build your own from groups and name it with name=NAME",
-              file=sys.stderr)
-        return 2
+        raise HarnessError("no experiment chosen: name a preset with experiment=NAME (the main job: "
+                           "experiment=yi34b_tp2_strict), or build your own from groups and name it with name=NAME")
     if argv and argv[0] in ("-m", "--multirun"):
         from harness.commands.multirun import multirun
 
@@ -100,9 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         from harness.config import compose
 
         run_experiment(compose(argv))
-    except HarnessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except RunBroken as e:
         print(f"error: the run broke, nothing it measured is a result: {e}", file=sys.stderr)
         return 3

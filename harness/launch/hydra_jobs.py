@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides, setup_globals
@@ -19,6 +18,7 @@ from common.errors import HarnessError
 from harness.launch import ray_session, slurm, submitit_jobs
 from harness.launch.outcome import EXIT_CRASHED, JobOutcome, exit_code, first_line
 from harness.launch.resources import FIXED_KEYS, JobResources, job_resources, with_fixed
+from harness.overrides import refuse
 from harness.settings.experiment import ExperimentConfig
 
 OUR_KEYS = ("live_gpus", "check_resources")
@@ -69,18 +69,13 @@ def check(kind: str, params: Mapping, labelled: Sequence[tuple[str, JobResources
         ray_session.check_fits(labelled)
 
 
-def _refuse(e: HarnessError) -> NoReturn:
-    print(f"error: {e}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def _ready(launcher, kind: str, params: Mapping, jobs, resources: Sequence[JobResources], where: str) -> None:
     """Every job checked (one line and exit 2 if one does not fit), the sweep directory made, the
     jobs and their requests listed."""
     try:
         check(kind, params, [(label(i, o), r) for (i, o, _), r in zip(jobs, resources)])
     except HarnessError as e:
-        _refuse(e)
+        raise SystemExit(refuse(e))  # inside Hydra's launcher: no status to return
     Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     print(f"{where}: {len(jobs)} jobs", flush=True)
     for (idx, overrides, _), res in zip(jobs, resources):
@@ -113,7 +108,7 @@ def launch_on_ray(launcher, job_overrides: Sequence[Sequence[str]], initial_job_
         return _returns(jobs, _on_ray(_run_job, args, resources, ray_cfg,
                                       lambda: _ready(launcher, "ray", params, jobs, resources, "ray")))
     except HarnessError as e:  # Ray could not be reached
-        _refuse(e)
+        raise SystemExit(refuse(e))  # inside Hydra's launcher: no status to return
 
 
 def _on_ray(fn: Callable, args: Sequence[tuple], resources: Sequence[JobResources], ray_cfg: Mapping,
@@ -152,7 +147,7 @@ def launch_on_submitit(launcher, job_overrides: Sequence[Sequence[str]], initial
     try:
         submitted = submitit_jobs.submit(kind, params, body, args, resources)
     except Exception as e:  # sbatch refused (an account, a QOS): one line
-        _refuse(HarnessError(f"submitit could not submit: {first_line(e)}"))
+        raise SystemExit(refuse(HarnessError(f"submitit could not submit: {first_line(e)}")))
     return _returns(jobs, submitit_jobs.as_completed(submitted))
 
 

@@ -45,12 +45,7 @@ class PerfSettings:
     calibration: str | None = None  # a calibration file (python -m harness calibrate; engines/perf/calibration.py)
     cpu_costs: str = "engine"  # engine: the stack's; none: GPU kernels only; vllm-0.32-cpu[-plugin]: measured on a CPU host (engines/perf/cpu_costs.py CPU_CHOICES)
 
-    def deployment_knobs(self) -> dict:
-        """The keys `engines.perf.Deployment.create` takes by the same name, where set: the engine's
-        kernels, its KV sizing, the number formats, CUDA graphs, EP's token exchange."""
-        return {k: getattr(self, k) for k in DEPLOYMENT_KNOBS if getattr(self, k) is not None}
 
-
-# The perf.* keys that are Deployment.create's own (the others choose the model: kind, path,
-# calibration, cpu_costs).
+# The perf.* keys Deployment.create takes by the same name (the engine's kernels, KV sizing, number
+# formats, CUDA graphs, EP's token exchange); the others (kind, path, calibration, cpu_costs) choose the model.
 DEPLOYMENT_KNOBS = ("stack", "attention_kernel", "kv_memory", "weight_dtype", "kv_dtype", "cuda_graphs", "ep_comm")

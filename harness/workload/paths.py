@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO_ROOT / "data"
+from harness.paths import ROOT
+
+DATA_DIR = ROOT / "data"
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -16,13 +17,13 @@ def resolve_path(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if p.is_absolute() or p.exists():
         return p
-    alt = REPO_ROOT / p
+    alt = ROOT / p
     return alt if alt.exists() else p
 
 
 def display_path(path: Path) -> str:
     """A path as shown to users and in `Workload.source`: repo-relative when possible."""
     try:
-        return str(path.resolve().relative_to(REPO_ROOT))
+        return str(path.resolve().relative_to(ROOT))
     except ValueError:
         return str(path)

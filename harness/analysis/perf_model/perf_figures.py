@@ -28,10 +28,9 @@ from engines.perf.queries import (
     linear_time_per_layer,
     single_prefill_times,
 )
-from common.errors import HarnessError
 from harness.analysis import style
 from harness.analysis.perf_model.fidelity_figure import fig_operator_fidelity
-from harness.overrides import options
+from harness.overrides import exits_2, options
 
 _MS, _US = 1e3, 1e6
 
@@ -260,16 +259,13 @@ def save_all(out_dir: str | Path) -> list[Path]:
     return [style.save(build(), Path(out_dir) / f"{name}.png") for name, build in FIGURES]
 
 
+@exits_2
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
         print("usage: python -m harness.analysis.perf_model.perf_figures [out_dir=figures/perf]")
         return 0
-    try:
-        opts = options(argv, {"out_dir": "figures/perf"})
-    except HarnessError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    opts = options(argv, {"out_dir": "figures/perf"})
     for p in save_all(opts["out_dir"]):
         print(p)
     return 0

@@ -18,7 +18,7 @@ from harness.backends.live.client import measure, run_live_result
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec, role_specs
 from harness.backends.live.lifecycle import HealthWatch, ServerProcess
 from harness.backends.live.iterations import iteration_frame, scheduler_class
-from harness.backends.live.server import Endpoint, LiveServerSpec, model_vocabulary, serve
+from harness.backends.live.server import Endpoint, LiveServerSpec, model_vocabulary, serve, server_knobs
 from harness.records import RequestSpec
 from harness.settings.live import LiveSettings, TorchSettings, VllmSettings
 
@@ -42,17 +42,19 @@ def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> Li
     kv = s.kv_capacity_tokens
     if kv is None and s.server == "inrepo" and s.executor != "torch":
         kv = int(d.kv_capacity_tokens)  # the twin gets the simulator's KV pool: both make the same decisions
-    # The settings' fields of the spec's names (host, port, executor, time_scale, timeouts, log_dir,
-    # api_key, ...) and the torch executor's speed paths, as set; then what the plan decides.
+    # The settings' fields of the spec's names (host, port, timeouts, log_dir, api_key, ...); the server's
+    # knobs the settings set (executor, time_scale, the torch executor's speed paths); then what the plan decides.
     same = {f.name: getattr(s, f.name) for f in dataclasses.fields(LiveServerSpec) if hasattr(s, f.name)}
     perf = d.perf.deployment
+    config = server_knobs(
+        executor=s.executor, time_scale=s.time_scale, **dataclasses.asdict(s.torch), gpu=d.gpu, tp=d.tp,
+        stack=perf.stack, attention_kernel=perf.attention_kernel, weight_dtype=perf.weight_dtype, kv_dtype=perf.kv_dtype,
+        kv_capacity_tokens=kv, prefix_caching=job.prefix_caching)
     return LiveServerSpec(**{
-        **same, **dataclasses.asdict(s.torch), "kind": s.server, "scheduler": job.scheduler, "model": str(model),
-        "max_model_len": int(job.max_model_len), "seed": int(job.seed), "gpu": d.gpu, "tp": d.tp,
-        "served_model_name": s.vllm.served_model_name if s.server == "vllm" else None, "stack": perf.stack,
-        "attention_kernel": perf.attention_kernel, "weight_dtype": perf.weight_dtype, "kv_dtype": perf.kv_dtype,
-        "kv_capacity_tokens": kv, "prefix_caching": job.prefix_caching, "vllm_command": tuple(s.vllm.command),
-        "vllm_env": tuple(s.vllm.env.items()), "vllm_extra_args": tuple(s.vllm.extra_args)})
+        **same, "kind": s.server, "scheduler": job.scheduler, "model": str(model), "max_model_len": int(job.max_model_len),
+        "seed": int(job.seed), "served_model_name": s.vllm.served_model_name if s.server == "vllm" else None,
+        "config": config, "vllm_command": tuple(s.vllm.command), "vllm_env": tuple(s.vllm.env.items()),
+        "vllm_extra_args": tuple(s.vllm.extra_args)})
 
 
 def cluster_spec(job: BackendJob) -> ClusterSpec | None:

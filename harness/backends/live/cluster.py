@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common.errors import HarnessError
 from harness.backends.live.lifecycle import LaunchSpec, ServerProcess, free_port
-from harness.backends.live.server import Endpoint, LiveServerSpec
+from harness.backends.live.server import Endpoint, LiveServerSpec, server_knobs
 from harness.paths import ROOT as REPO_ROOT
 
 
@@ -42,17 +42,18 @@ def role_specs(base: LiveServerSpec, prefill, decode, transfers, cluster,
     """The servers of a disaggregated cluster: `prefill`/`decode` are the roles' DeploymentPlans,
     `transfers[p][d]` the plan's KvTransfers, `base` the spec every server shares;
     `kv_capacity_tokens` (backend.kv_capacity_tokens) overrides each role's planned KV pool."""
-    if base.kind != "inrepo" or base.executor == "torch":
+    if base.kind != "inrepo" or base.config.executor == "torch":
         raise HarnessError(f"disaggregated prefill/decode live runs the in-repo server with the realtime or null "
                            f"executor (a decode server cannot receive real KV), got server={base.kind} "
-                           f"executor={base.executor}")
+                           f"executor={base.config.executor}")
     for role, d in (("prefill", prefill), ("decode", decode)):
         if d.pp != 1:
             raise HarnessError(f"backend=live with the in-repo server runs pp=1 only, got a {role} instance with pp={d.pp}")
 
     def of(d, role: str, **more) -> LiveServerSpec:
         kv = kv_capacity_tokens or int(d.kv_capacity_tokens)  # each role's own pool, as the simulator sizes it
-        return dataclasses.replace(base, tp=d.tp, kv_capacity_tokens=kv, role=role, port=None, **more)
+        return dataclasses.replace(base, config=server_knobs(base.config, tp=d.tp, kv_capacity_tokens=kv, role=role, **more),
+                                   port=None)
 
     lanes = min(prefill.tp, decode.tp)
     out = [(f"prefill {p}", of(prefill, "prefill")) for p in range(cluster.prefill_instances)]
@@ -96,7 +97,7 @@ class ClusterProcesses:
         urls = [(name.split()[0], ep.base_url) for (name, _), ep in zip(self.spec.servers, endpoints)]
         flags = [f"--{role}={url}" for role, url in urls]
         flags += ["--router", self.spec.router, "--host", first.host, "--port", str(port),
-                  "--block-size", str(first.block_size)]  # prompts hashed as the servers' caches hash them
+                  "--block-size", str(first.config.block_size)]  # prompts hashed as the servers' caches hash them
         flags += [f"--router-option={k}={json.dumps(v)}" for k, v in self.spec.router_options]
         if self.spec.decode_router:
             flags += ["--decode-router", self.spec.decode_router]

@@ -23,7 +23,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.errors import HarnessError
@@ -59,28 +59,9 @@ class LiveServerSpec:
     port: int | None = None  # None: a free port
     served_model_name: str | None = None
     seed: int = 0
-    # in-repo server (defaults: the server's own)
-    executor: str = _SERVER.executor
-    gpu: str = _SERVER.gpu
-    tp: int = _SERVER.tp
-    stack: str = _SERVER.stack
-    attention_kernel: str | None = _SERVER.attention_kernel
-    weight_dtype: str | None = _SERVER.weight_dtype
-    kv_dtype: str | None = _SERVER.kv_dtype
-    time_scale: float = _SERVER.time_scale
-    kv_capacity_tokens: int | None = None
-    gpu_memory_utilization: float = _SERVER.gpu_memory_utilization
-    block_size: int = _SERVER.block_size
-    prefix_caching: bool = _SERVER.prefix_caching  # the engine's (the job's), not the scheduler's
-    # the torch executor's speed paths (docs/torch-engine.md); executor=torch only
-    attention_backend: str = _SERVER.attention_backend
-    cuda_graphs: bool = _SERVER.cuda_graphs
-    compile_elementwise: bool = _SERVER.compile_elementwise
-    # disaggregated prefill/decode (engines/server/handoff.py)
-    role: str = _SERVER.role
-    kv_link: str | None = None
-    kv_transfer_lanes: int = _SERVER.kv_transfer_lanes
-    kv_transfer: str = _SERVER.kv_transfer
+    # The in-repo server's knobs (executor, gpu, tp, stack, KV pool, torch paths, role, ...), its defaults
+    # its own; its model, scheduler, name, host, port and seed are the spec's. vLLM reads prefix_caching.
+    config: ServerConfig = _SERVER
     # vLLM
     vllm_command: tuple[str, ...] = ()
     vllm_env: tuple[tuple[str, str], ...] = ()
@@ -96,14 +77,15 @@ class LiveServerSpec:
     def __post_init__(self) -> None:
         if self.kind not in SERVER_KINDS:
             raise HarnessError(f"backend.server must be one of {', '.join(SERVER_KINDS)}, got {self.kind!r}")
-        torch_paths = (self.attention_backend, self.cuda_graphs, self.compile_elementwise)
+        c = self.config
+        torch_paths = (c.attention_backend, c.cuda_graphs, c.compile_elementwise)
         if torch_paths != (_SERVER.attention_backend, _SERVER.cuda_graphs, _SERVER.compile_elementwise) and (
-                self.kind != "inrepo" or self.executor != "torch"):
+                self.kind != "inrepo" or c.executor != "torch"):
             raise HarnessError("backend.torch (attention_backend, cuda_graphs, compile_elementwise) sets the in-repo "
-                               f"server's torch executor; this server is {self.kind} with executor {self.executor}")
-        if self.cuda_graphs and self.attention_backend != "flex":
+                               f"server's torch executor; this server is {self.kind} with executor {c.executor}")
+        if c.cuda_graphs and c.attention_backend != "flex":
             raise HarnessError("backend.torch.cuda_graphs=true needs backend.torch.attention_backend=flex "
-                               f"(the graphs' attention), got {self.attention_backend!r}")
+                               f"(the graphs' attention), got {c.attention_backend!r}")
 
     @property
     def name(self) -> str:
@@ -116,7 +98,7 @@ class LiveServerSpec:
             try:
                 return serve_command(
                     self.vllm_command, self.model, scheduler=self.scheduler, max_model_len=self.max_model_len,
-                    prefix_caching=self.prefix_caching, host=self.host, port=port, served_model_name=self.name, seed=self.seed,
+                    prefix_caching=self.config.prefix_caching, host=self.host, port=port, served_model_name=self.name, seed=self.seed,
                     extra_args=self.vllm_extra_args, plugin=self.vllm_scheduler == "plugin",
                 )
             except (UnsupportedPolicy, ValueError) as e:
@@ -124,13 +106,9 @@ class LiveServerSpec:
         return [sys.executable, "-m", "engines.server", *server_flags(self.server_config(port))]
 
     def server_config(self, port: int) -> ServerConfig:
-        try:
-            # the spec's fields of the server's names; the API key goes by environment (launch), never a flag
-            mine = {f.name for f in fields(self)} - {"api_key"}
-            same = {f.name: getattr(self, f.name) for f in fields(ServerConfig) if f.name in mine}
-            return ServerConfig(**{**same, "served_model_name": self.name, "port": port})
-        except ValueError as e:
-            raise HarnessError(f"backend: {e}") from None
+        """The in-repo server's config; the API key goes by environment (launch), never a flag."""
+        return server_knobs(self.config, model=self.model, scheduler=self.scheduler, max_model_len=self.max_model_len,
+                            host=self.host, port=port, seed=self.seed, served_model_name=self.name)
 
     def launch(self) -> tuple[LaunchSpec, Endpoint]:
         port = self.port or free_port(self.host)
@@ -151,15 +129,23 @@ class LiveServerSpec:
             env[key_env] = self.api_key  # by environment: a command line is visible to every user
         log = None
         if self.log_dir is not None:
-            role = "" if self.role == "both" else f"{self.role}-"
+            role = "" if self.config.role == "both" else f"{self.config.role}-"
             log = str(Path(self.log_dir) / f"server-{self.kind}-{self.scheduler.policy}-{role}{port}.log")
         vocab, specials = model_vocabulary(self.model)
         launch = LaunchSpec(
             command=self.command(port), base_url=base_url, model=self.name, env=env, cwd=str(REPO_ROOT),
             ready_timeout_s=self.ready_timeout_s, stop_timeout_s=self.stop_timeout_s, log_path=log,
-            api_key=self.api_key, warmup_max_tokens=1 if self.role == "prefill" else LaunchSpec.warmup_max_tokens,
+            api_key=self.api_key, warmup_max_tokens=1 if self.config.role == "prefill" else LaunchSpec.warmup_max_tokens,
         )
         return launch, Endpoint(base_url, self.name, vocab, specials, self.max_model_len, self.api_key)
+
+
+def server_knobs(base: ServerConfig = _SERVER, **knobs) -> ServerConfig:
+    """`base` with `knobs` changed; a bad knob is the user's error, told in one line."""
+    try:
+        return replace(base, **knobs)
+    except ValueError as e:
+        raise HarnessError(f"backend: {e}") from None
 
 
 def model_vocabulary(model: str) -> tuple[int, tuple[int, ...]]:
