@@ -194,6 +194,7 @@ def test_the_plan_is_fitted_to_the_servers_max_model_len(tmp_path):
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.alone  # a CI run at a fresh clone of f86c7c6 broke the 1 QPS probe too, beside two busy workers
 def test_a_run_broken_by_client_lag_keeps_its_finished_probes(tmp_path):
     """One connection and constant arrivals. Each request takes 0.25 s: one timer on the server
     before its tokens, which come at once (measured 0.255 s on average, at most 0.262 s, idle and
