@@ -24,17 +24,15 @@ class VllmSettings:
     env: dict[str, str] = field(default_factory=dict)
 
 
-_SERVER = ServerConfig()  # the in-repo server's defaults
-
-
 @dataclass(frozen=True)
 class TorchSettings:
     """The torch executor's speed paths (executor=torch only; docs/torch-engine.md), passed to the
-    in-repo server as its --attention-backend / --cuda-graphs / --compile-elementwise flags."""
+    in-repo server as its --attention-backend / --cuda-graphs / --compile-elementwise flags, whose
+    defaults are these (a dataclass's field default is its class attribute)."""
 
-    attention_backend: str = _SERVER.attention_backend  # auto | flex | sdpa | reference | flashinfer | flash_attn
-    cuda_graphs: bool = _SERVER.cuda_graphs  # decode and mixed steps through CUDA graphs (needs flex)
-    compile_elementwise: bool = _SERVER.compile_elementwise  # torch.compile the norm, rotary and SiLU gate
+    attention_backend: str = ServerConfig.attention_backend  # auto | flex | sdpa | reference | flashinfer | flash_attn
+    cuda_graphs: bool = ServerConfig.cuda_graphs  # decode and mixed steps through CUDA graphs (needs flex)
+    compile_elementwise: bool = ServerConfig.compile_elementwise  # torch.compile the norm, rotary and SiLU gate
 
 
 @dataclass(frozen=True)
