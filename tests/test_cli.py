@@ -74,6 +74,14 @@ def test_help_lists_experiments():
     assert p.returncode == 0 and "yi34b_tp2_strict" in p.stdout
 
 
+@pytest.mark.parametrize("command", ["plan", "validate", "calibrate"])
+def test_a_command_s_help_is_its_own(command, capsys):
+    from harness.commands.main import main
+
+    assert main([command, "-h"]) == 0
+    assert f"python -m harness {command} " in capsys.readouterr().out.splitlines()[0]
+
+
 def test_help_imports_nothing_heavy():
     """--help lists experiments, schedulers and figures without seconds of imports (issue 27 item 4)."""
     heavy = ("pandas", "matplotlib", "seaborn", "scipy", "aiohttp", "ray", "torch", "hydra", "pyarrow")

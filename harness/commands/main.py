@@ -40,6 +40,12 @@ TOOLS = {
     "profile": "harness.profile.cli:main",
     "report": "harness.analysis.__main__:main",
 }
+# The harness's own commands with their own words and usage (`plan -h` is plan's); a broken run exits 3.
+COMMANDS = {
+    "plan": "harness.commands.plan:plan_command",
+    "validate": "harness.commands.validate:validate_command",  # sim vs a measured run (harness/validate)
+    "calibrate": "harness.commands.calibrate:calibrate_command",
+}
 
 
 def _usage() -> str:
@@ -67,28 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in TOOLS:  # each reads key=value words and answers --help itself
         module, _, func = TOOLS[argv[0]].partition(":")
         return getattr(import_module(module), func)(argv[1:])
-    if any(a in ("-h", "--help") for a in argv):
+    if not (argv and argv[0] in COMMANDS) and any(a in ("-h", "--help") for a in argv):
         print(_usage())
         return 0
     if not argv:  # nothing chosen: say what there is, run nothing
         print(_usage())
         raise HarnessError("no experiment chosen: name a preset with experiment=NAME (the main job: "
                            "experiment=yi34b_tp2_strict), or build your own from groups and name it with name=NAME")
-    if argv and argv[0] in ("-m", "--multirun"):
+    if argv[0] in ("-m", "--multirun"):
         from harness.commands.multirun import multirun
 
         return multirun(argv[1:])
     try:
-        if argv and argv[0] == "plan":
-            from harness.commands.plan import plan_command
-
-            return plan_command(argv[1:])
-        if argv and argv[0] in ("validate", "calibrate"):  # sim vs a measured run (harness/validate)
-            from harness.commands.calibrate import calibrate_command
-            from harness.commands.validate import validate_command
-
-            return (validate_command if argv[0] == "validate" else calibrate_command)(argv[1:])
-        if argv and argv[0] == "nightly":
+        if argv[0] in COMMANDS:
+            module, _, func = COMMANDS[argv[0]].partition(":")
+            return getattr(import_module(module), func)(argv[1:])
+        if argv[0] == "nightly":
             from harness.commands.nightly import nightly_command
 
             return nightly_command(argv[1:])
