@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from harness.analysis.settings import differences as paper_differences
 from harness.backends import open_backend
-from harness.commands.jobs import OUTPUT_KEYS
+from harness.settings.experiment import HOW_NOT_WHAT
 from harness.commands.main import main
 from harness.config import compose
 from harness.results.config_diff import differences
@@ -202,14 +202,14 @@ def test_bad_workers_one_line_exit_2(tmp_path, capsys, args, message):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("how", ["search.workers=8", "search.searches_at_once=2"])
+@pytest.mark.parametrize("how", ["search.workers=8", "search.searches_at_once=2", "cluster.workers=2"])
 def test_workers_change_no_cache_key_and_no_paper_setting(how):
     a, b = compose(SMALL), compose([*SMALL, how])
     a, b = OmegaConf.to_container(a), OmegaConf.to_container(b)
     assert cache_key(a, "v") == cache_key(b, "v")
     assert cache_key(a, "v") != cache_key({**a, "seed": 1}, "v")
     assert paper_differences(b, a) == ()
-    assert differences(b, a, OUTPUT_KEYS) == ()  # figure=all and nightly: the same experiment's run
+    assert differences(b, a, HOW_NOT_WHAT) == ()  # figure=all and nightly: the same experiment's run
     assert paper_differences({**b, "search": {**b["search"], "num_requests": 7}}, a) != ()
 
 

@@ -16,12 +16,11 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 from harness.results.config_diff import differences as config_differences
+from harness.settings.experiment import HOW_NOT_WHAT
 
-# Where results go, which seed and how they are shown do not make a run another experiment; the
-# backend's knobs (live URL, sim fast-forward) and search.workers/executor/ray_address (probes at
-# once and where, same answer) are how it ran, recorded with the run, not what.
-IGNORED_PREFIXES = ("name", "seed", "results_dir", "progress", "cache", "backend", "hydra", "search.workers",
-                    "search.executor", "search.ray_address", "search.searches_at_once")
+# The name and seed do not make a run another experiment; the backend's knobs (live URL, sim fast-forward) are
+# how it ran, recorded with the run, not what, as HOW_NOT_WHAT are.
+IGNORED_PREFIXES = ("name", "seed", "backend", "hydra", *HOW_NOT_WHAT)
 NOT_A_CELL = "not a paper cell"
 
 

@@ -13,10 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError, RunBroken
 from harness.results.config_diff import differences
-
-# search.workers/executor/ray_address: how fast and where, not what
-OUTPUT_KEYS = ("results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address",
-               "search.searches_at_once")
+from harness.settings.experiment import HOW_NOT_WHAT
 
 
 def find_run(cfg: DictConfig) -> Path | None:
@@ -30,7 +27,7 @@ def find_run(cfg: DictConfig) -> Path | None:
         saved = run / "config.yaml"
         if (run / "summary.json").exists() and saved.exists() and not differences(
                 OmegaConf.to_container(OmegaConf.load(saved), resolve=True), OmegaConf.to_container(cfg, resolve=True),
-                OUTPUT_KEYS):
+                HOW_NOT_WHAT):
             return run
     return None
 
@@ -151,7 +148,7 @@ PER_SCHEDULER = "scheduler"
 
 def simulation_key(cfg: DictConfig) -> str | None:
     """Configs with the same key simulate the same probes of a scheduler with the same settings
-    (they differ only in JUDGED_ONLY, OUTPUT_KEYS and their schedulers); None for one whose SLO reaches its simulation (an early stop judges mid-run, an
+    (they differ only in JUDGED_ONLY, HOW_NOT_WHAT and their schedulers); None for one whose SLO reaches its simulation (an early stop judges mid-run, an
     SLO autoscaler reads attainment) or that measures a server (no simulation to share)."""
     import json
 
@@ -159,7 +156,7 @@ def simulation_key(cfg: DictConfig) -> str | None:
     if (c.get("backend") or {}).get("name") != "sim" or (c.get("search") or {}).get("stop_early") \
             or ((c.get("cluster") or {}).get("autoscale") or {}).get("policy"):
         return None
-    for key in (*JUDGED_ONLY, PER_SCHEDULER, *OUTPUT_KEYS):
+    for key in (*JUDGED_ONLY, PER_SCHEDULER, *HOW_NOT_WHAT):
         *path, last = key.split(".")
         node = c
         for part in path:

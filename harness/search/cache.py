@@ -2,10 +2,10 @@
 
 A probe is fully determined by the resolved config, the scheduler, the seed and the rate (the
 simulator is deterministic), and by the code: the cache key hashes the config (less the keys
-that only say where output goes, and search.workers/executor/ray_address/searches_at_once: how many probes
-ran at once, and where) with the git commit, the package version and, in a checkout with uncommitted
-changes, a digest of them (results/store.py worktree_changes). A probe is one JSON file
-(verdict, summary) plus a Parquet file (per-request rows), each written atomically.
+that say how it ran, not what: harness.settings.experiment HOW_NOT_WHAT) with the git commit, the
+package version and, in a checkout with uncommitted changes, a digest of them (results/store.py
+worktree_changes). A probe is one JSON file (verdict, summary) plus a Parquet file (per-request
+rows), each written atomically.
 Token times are not cached (they are large); a run that needs them re-runs that one probe.
 """
 from __future__ import annotations
@@ -21,10 +21,7 @@ from common.errors import RunBroken
 from harness.metrics import Distribution, SloVerdict, Summary
 from harness.results.claim import atomic_write, unwritable
 from harness.search.probe import ProbeOutcome
-
-NOT_IN_KEY = ("results_dir", "progress", "cache")
-# How many probes run at once, and where, changes no probe's result; nor how many processes simulate a cluster.
-HOW_NOT_WHAT = {"search": ("workers", "executor", "ray_address", "searches_at_once"), "cluster": ("workers",)}
+from harness.settings.experiment import HOW_NOT_WHAT
 
 
 def code_version(provenance: dict, profile_digest: str = "") -> str:
@@ -35,10 +32,10 @@ def code_version(provenance: dict, profile_digest: str = "") -> str:
 
 
 def cache_key(config: dict, code_version: str) -> str:
-    relevant = {k: v for k, v in config.items() if k not in NOT_IN_KEY}
-    for group, keys in HOW_NOT_WHAT.items():
+    relevant = {k: v for k, v in config.items() if k not in HOW_NOT_WHAT}
+    for group, _, key in (k.partition(".") for k in HOW_NOT_WHAT if "." in k):
         if isinstance(relevant.get(group), dict):
-            relevant[group] = {k: v for k, v in relevant[group].items() if k not in keys}
+            relevant[group] = {k: v for k, v in relevant[group].items() if k != key}
     blob = json.dumps({"config": relevant, "code": code_version}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -23,6 +23,12 @@ from harness.settings.offline import OfflineSettings
 from harness.settings.search import SearchSettings
 from harness.settings.slo import SloSettings
 
+# How an experiment runs, not what: where output goes, how many probes run at once and where, how many processes
+# simulate a cluster (the same records). The probe cache's key leaves them out (harness.search.cache), and so do
+# an experiment's finished run (harness.commands.jobs) and a run at its paper cell's settings (harness.analysis.settings).
+HOW_NOT_WHAT = ("results_dir", "progress", "cache", "search.workers", "search.executor", "search.ray_address",
+                "search.searches_at_once", "cluster.workers")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
