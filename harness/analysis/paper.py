@@ -146,9 +146,6 @@ def load_paper(path: str | Path = PAPER_FILE) -> Paper:
     return Paper(
         title=raw["paper"]["title"],
         capacity_ratios=tuple(_ratio(d, "capacity_qps") for d in raw.get("capacity_ratios", [])),
-        latency_ratios=tuple(_ratio(d, "tbt_p50_s") for d in raw.get("latency_ratios", [])),
-        table4=table4,
-        perf_facts=facts,
-        slos=MappingProxyType(raw["slos"]["p99_tbt_s"]),
-        raw=MappingProxyType(raw),
+        latency_ratios=tuple(_ratio(d, "tbt_p50_s") for d in raw.get("latency_ratios", [])), table4=table4,
+        perf_facts=facts, slos=MappingProxyType(raw["slos"]["p99_tbt_s"]), raw=MappingProxyType(raw),
     )

@@ -272,27 +272,13 @@ def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
     o = p.detail
     s = o.summary
     row = asdict(ProbeRow(
-        **cache_fields(o.requests, block_size),
-        qps=p.qps,
-        passed=p.passed,
-        reason=o.verdict.reason,
-        tbt_quantile_s=o.verdict.tbt_s,
-        scheduling_delay_quantile_s=_finite(o.verdict.scheduling_delay_s),
-        ttft_p50_s=s.ttft.p50,
-        ttft_p99_s=s.ttft.p99,
-        tbt_p50_s=s.tbt.p50,
-        tbt_p99_s=s.tbt.p99,
-        e2e_p50_s=s.e2e.p50,
-        request_throughput=s.request_throughput,
-        goodput=o.verdict.goodput,
-        goodput_fraction=o.verdict.goodput_fraction,
-        goodput_per_gpu=o.verdict.goodput / gpus,
-        output_token_throughput=s.output_token_throughput,
-        num_completed=s.num_completed,
-        num_preemptions=s.num_preemptions,
-        num_errors=o.verdict.num_errors,
-        errors=dict(o.verdict.errors),
-        starvation=starved(p),
+        **cache_fields(o.requests, block_size), qps=p.qps, passed=p.passed, reason=o.verdict.reason,
+        tbt_quantile_s=o.verdict.tbt_s, scheduling_delay_quantile_s=_finite(o.verdict.scheduling_delay_s),
+        ttft_p50_s=s.ttft.p50, ttft_p99_s=s.ttft.p99, tbt_p50_s=s.tbt.p50, tbt_p99_s=s.tbt.p99, e2e_p50_s=s.e2e.p50,
+        request_throughput=s.request_throughput, goodput=o.verdict.goodput, goodput_fraction=o.verdict.goodput_fraction,
+        goodput_per_gpu=o.verdict.goodput / gpus, output_token_throughput=s.output_token_throughput,
+        num_completed=s.num_completed, num_preemptions=s.num_preemptions, num_errors=o.verdict.num_errors,
+        errors=dict(o.verdict.errors), starvation=starved(p),
     ))
     if o.scaling is not None:  # an autoscaled fleet (cluster.autoscale): its windows, replicas and decisions
         row["autoscale"] = o.scaling
@@ -301,10 +287,8 @@ def _probe_row(p: Probe, gpus: int, block_size: int) -> dict:
 
 def _capacity_fields(result: CapacityResult, gpus: int, block_size: int) -> dict:
     fields = {
-        "capacity_qps": result.capacity_qps,
-        "lowest_failing_qps": _finite(result.lowest_failing_qps),
-        "saturated": result.saturated,
-        "rounds": result.rounds,
+        "capacity_qps": result.capacity_qps, "lowest_failing_qps": _finite(result.lowest_failing_qps),
+        "saturated": result.saturated, "rounds": result.rounds,
         "probes": [_probe_row(p, gpus, block_size) for p in result.probes],
     }
     if disturbed := disturbed_probes(result):  # the result measures the host (table.py warns it too)
@@ -329,9 +313,7 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         if len(mine) > 1:
             caps = [r.result.capacity_qps for r in mine]
             entry["repeats"] = {
-                "seeds": [r.seed for r in mine],
-                "capacities_qps": caps,
-                "mean_qps": statistics.fmean(caps),
+                "seeds": [r.seed for r in mine], "capacities_qps": caps, "mean_qps": statistics.fmean(caps),
                 "std_qps": statistics.stdev(caps),
                 "runs": [{"seed": r.seed, **_capacity_fields(r.result, gpus, bs)} for r in mine[1:]],
             }
@@ -357,12 +339,9 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         "starvation_bounds": dict(STARVATION_BOUNDS),  # what flags a passing probe's `starvation` (harness.starvation)
         "slo": {**asdict(plan.slo), "kind": plan.slo_kind, "source": plan.slo_source},
         "workload": {
-            "dataset": plan.dataset["name"],
-            "source": w.source,
-            "num_requests": int(len(w.prompt_lens)),
+            "dataset": plan.dataset["name"], "source": w.source, "num_requests": int(len(w.prompt_lens)),
             "prompt_median": float(pd.Series(w.prompt_lens).median()),
-            "output_median": float(pd.Series(w.output_lens).median()),
-            "arrival": plan.arrival,
+            "output_median": float(pd.Series(w.output_lens).median()), "arrival": plan.arrival,
         },
         "schedulers": schedulers,
     }

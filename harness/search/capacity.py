@@ -38,13 +38,8 @@ class CapacityResult:
 
 
 def find_capacity(
-    probe: Callable[[float], Probe],
-    start_qps: float = 1.0,
-    rel_tol: float = 0.025,
-    min_qps: float = 1e-3,
-    max_qps: float = 1e4,
-    on_probe: Callable[[Probe], None] | None = None,
-    growth: float = 2.0,
+    probe: Callable[[float], Probe], start_qps: float = 1.0, rel_tol: float = 0.025, min_qps: float = 1e-3,
+    max_qps: float = 1e4, on_probe: Callable[[Probe], None] | None = None, growth: float = 2.0,
 ) -> CapacityResult:
     check_bounds(start_qps, rel_tol, min_qps, max_qps)
     if not growth > 1:

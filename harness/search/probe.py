@@ -193,12 +193,8 @@ def run_probe_task(task: ProbeTask) -> ProbeOutcome:
 
 
 def search_capacity(
-    plan: ExperimentPlan,
-    scheduler: str,
-    run: RunRequests,
-    on_probe: Callable[[Probe], None] | None = None,
-    cache: ProbeCache | None = None,
-    executor: ProbeExecutor | None = None,
+    plan: ExperimentPlan, scheduler: str, run: RunRequests, on_probe: Callable[[Probe], None] | None = None,
+    cache: ProbeCache | None = None, executor: ProbeExecutor | None = None,
     on_round: Callable[[Round], None] | None = None,
 ) -> CapacityResult:
     """The capacity search for one scheduler (or its one probe at search.fixed_qps), each probe

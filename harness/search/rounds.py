@@ -100,11 +100,8 @@ def bracket(verdicts: Mapping[float, bool]) -> tuple[float, float]:
 
 
 def find_capacity_rounds(
-    probe_round: Callable[[Sequence[float]], Iterable[Probe]],
-    workers: int,
-    bounds: SearchBounds = SearchBounds(),
-    on_probe: Callable[[Probe], None] | None = None,
-    on_round: Callable[[Round], None] | None = None,
+    probe_round: Callable[[Sequence[float]], Iterable[Probe]], workers: int, bounds: SearchBounds = SearchBounds(),
+    on_probe: Callable[[Probe], None] | None = None, on_round: Callable[[Round], None] | None = None,
 ) -> CapacityResult:
     """The serial search's answer, probing up to `workers` rates per round through `probe_round`
     (which yields one `Probe` per rate, in any order, as each finishes: `on_probe` sees them so).

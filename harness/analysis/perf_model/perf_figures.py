@@ -21,13 +21,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from engines.perf import Deployment, PerfModel
-from engines.perf.queries import (
-    chunked_prefill_time,
-    decode_only_time,
-    decode_with_chunk_times,
-    linear_time_per_layer,
-    single_prefill_times,
-)
+from engines.perf.queries import (chunked_prefill_time, decode_only_time, decode_with_chunk_times,
+                                  linear_time_per_layer, single_prefill_times)
 from harness.analysis import style
 from harness.analysis.perf_model.fidelity_figure import fig_operator_fidelity
 from harness.overrides import exits_2, options
