@@ -110,6 +110,13 @@ class CountingPool:
         return self.pool.map_unordered(fn, items)
 
 
+def test_one_worker_runs_the_tasks_here_in_order():
+    """The planner's plan.workers=1: no process is started (a lambda could not reach one)."""
+    with LocalProcessPool(1) as one:
+        assert list(one.map_unordered(lambda x: 2 * x, [3, 1, 2])) == [(0, 6), (1, 2), (2, 4)]
+        assert one._pool is None
+
+
 @pytest.fixture(scope="module")
 def pool():
     with LocalProcessPool(4) as p:

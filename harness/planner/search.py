@@ -34,7 +34,7 @@ from harness.planner.replicas import competitive_rate, rank_key, replicas_needed
 from harness.planner.settings import PlanSettings
 from harness.planner.space import Candidate, Space
 from harness.planner.tasks import ProbeSummary, SearchAnswer, SearchTask, run_rate_task, run_search_task
-from harness.search.executor import open_executor
+from harness.search.executor import LocalProcessPool, open_executor
 from harness.experiment import ExperimentPlan
 from harness.search.probe import ProbeTask
 from harness.workload import load_workload
@@ -73,22 +73,6 @@ class PlanRun:
     waves: int = 0
     screen_requests: int = 0  # requests per screening probe
     notes: list[str] = field(default_factory=list)
-
-
-class _Inline:
-    """One worker: the tasks run here, in order (no process to start)."""
-
-    workers = 1
-
-    def map_unordered(self, fn, items):
-        for i, item in enumerate(items):
-            yield i, fn(item)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
 
 def fidelity(plan: ExperimentPlan, num_requests: int) -> ExperimentPlan:
@@ -236,7 +220,7 @@ def run_plan(space: Space, s: PlanSettings, log: Callable[[str], None] | None = 
             e.needed_qps = math.inf
     order = sorted((e for e in evals if e.status == "pending"),
                    key=lambda e: (rank_key(target, e.bound.estimate_qps, e.candidate.gpus), e.candidate.key))
-    executor = _Inline() if workers == 1 else open_executor(replace(search, workers=workers))
+    executor = LocalProcessPool(1) if workers == 1 else open_executor(replace(search, workers=workers))
     with executor as pool:
         _screen(run, order, screen_plans, pool, workers, log)
         _refine(run, pool, log)

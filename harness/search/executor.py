@@ -58,7 +58,8 @@ class ProbeExecutor(Protocol):
 class LocalProcessPool:
     """`workers` processes on this machine, started on first use and kept for every round (and
     every search) until `close`. Fork-server workers: no thread or lock of the caller (progress
-    bars, Arrow's pools) is copied into them mid-use, and each starts without re-importing."""
+    bars, Arrow's pools) is copied into them mid-use, and each starts without re-importing. One
+    worker: the tasks run here, in order (no process to start)."""
 
     def __init__(self, workers: int) -> None:
         if workers < 1:
@@ -67,6 +68,9 @@ class LocalProcessPool:
         self._pool: ProcessPoolExecutor | None = None
 
     def map_unordered(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]:
+        if self.workers == 1:
+            yield from enumerate(map(fn, items))
+            return
         if self._pool is None:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
