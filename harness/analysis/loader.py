@@ -99,29 +99,20 @@ def _run_fields(r: RunDir, summary: dict, config: dict, judge: Judge | None) -> 
     has_layout = cluster.get("prefill_instances") or cluster.get("decode_instances") or cluster.get("replicas")
     dp = int((config.get("parallel") or {}).get("dp", 1))  # data-parallel ranks of tp x pp GPUs each (1 before it existed)
     return {
-        "experiment": summary.get("experiment", r.experiment),
-        "run": r.run,
-        "run_dir": str(r.path),
-        "timestamp": pd.to_datetime(summary.get("created"), utc=True, errors="coerce"),
-        **deployment,
+        "experiment": summary.get("experiment", r.experiment), "run": r.run, "run_dir": str(r.path),
+        "timestamp": pd.to_datetime(summary.get("created"), utc=True, errors="coerce"), **deployment,
         "router": str(cluster.get("router", "round_robin")),
         # a disaggregated or mixed cluster's instances (its summary says them; '' for replicas of one deployment)
         "layout": str((summary.get("cluster") or {}).get("layout") or "") if has_layout else "",
         # saved since goodput per GPU (harness.commands.run.num_gpus); else counted as it counts them, DP ranks included
         "num_gpus": int(summary.get("num_gpus") or tp * pp * dp * instances),
-        "deployment": summary.get("deployment"),
-        "dataset": workload.get("dataset") or deployment["dataset"],
-        "num_requests": workload.get("num_requests"),
-        "slo_kind": slo.get("kind"),
-        "slo_tbt_s": slo.get("tbt_s"),
-        "slo_tbt_quantile": slo.get("tbt_quantile"),
-        "slo_delay_s": slo.get("scheduling_delay_s"),
+        "deployment": summary.get("deployment"), "dataset": workload.get("dataset") or deployment["dataset"],
+        "num_requests": workload.get("num_requests"), "slo_kind": slo.get("kind"), "slo_tbt_s": slo.get("tbt_s"),
+        "slo_tbt_quantile": slo.get("tbt_quantile"), "slo_delay_s": slo.get("scheduling_delay_s"),
         # "capacity" (a search per scheduler) or "fixed_rate" (one probe per scheduler at one QPS)
         "mode": summary.get("mode", "capacity"),
-        "fixed_qps": nan_if_none((config.get("search") or {}).get("fixed_qps")),
-        "seed": summary.get("seed"),
-        "git_commit": summary.get("git_commit"),
-        "backend": summary.get("backend"),
+        "fixed_qps": nan_if_none((config.get("search") or {}).get("fixed_qps")), "seed": summary.get("seed"),
+        "git_commit": summary.get("git_commit"), "backend": summary.get("backend"),
         # "" at the paper's settings, else why not (harness.analysis.settings); None when not judged.
         "settings": judge(config) if judge else None,
         "results_from": str(r.path.parent.parent),  # the results directory the run was read from
@@ -146,22 +137,17 @@ def _scheduler_fields(name: str, s: dict) -> dict:
     hi = s.get("lowest_failing_qps")
     cap = next((p for p in s.get("probes") or [] if p.get("passed") and p.get("qps") == s.get("capacity_qps")), {})
     return {
-        "scheduler": name,
-        "policy": cfg.get("policy", name),
-        "token_budget": nan_if_none(cfg.get("token_budget")),
-        "max_num_seqs": nan_if_none(cfg.get("max_num_seqs")),
-        "capacity_qps": float(s["capacity_qps"]),
+        "scheduler": name, "policy": cfg.get("policy", name), "token_budget": nan_if_none(cfg.get("token_budget")),
+        "max_num_seqs": nan_if_none(cfg.get("max_num_seqs")), "capacity_qps": float(s["capacity_qps"]),
         "bracket_lo_qps": float(s["capacity_qps"]),
         # JSON has no infinity: the CLI writes null when nothing failed (saturated search).
         "bracket_hi_qps": float("inf") if hi is None else float(hi),
-        "saturated": bool(s.get("saturated", hi is None)),
-        "num_probes": len(s.get("probes") or []),
+        "saturated": bool(s.get("saturated", hi is None)), "num_probes": len(s.get("probes") or []),
         # `repeats` exists when the search ran over several seeds; the row's capacity is the first
         # seed's (the one whose token times were saved), the mean and spread are over all seeds.
         "num_seeds": len(rep.get("seeds") or []) or 1,
         "capacity_mean_qps": float(rep.get("mean_qps", s["capacity_qps"])),
-        "capacity_std_qps": float(rep.get("std_qps", 0.0)),
-        "capacity_ttft_p99_s": nan_if_none(cap.get("ttft_p99_s")),
+        "capacity_std_qps": float(rep.get("std_qps", 0.0)), "capacity_ttft_p99_s": nan_if_none(cap.get("ttft_p99_s")),
         "capacity_completed_per_s": nan_if_none(cap.get("request_throughput")),
         "capacity_starvation": _starvation_of(cap),
     }

@@ -322,18 +322,12 @@ def _summary(plan: ExperimentPlan, runs: list[SchedulerRun], prov: dict) -> dict
         entry["capacity_band_qps"] = band(plan.deployment.calibration, entry.get("capacity_qps"))
         schedulers[name] = entry
     return {
-        "experiment": plan.name,
-        **prov,
-        "seed": plan.seed,
-        "backend": plan.backend.name,
+        "experiment": plan.name, **prov, "seed": plan.seed, "backend": plan.backend.name,
         **({"vllm_scheduler_cls": cls} if (cls := vllm_scheduler_cls(plan)) else {}),
-        "mode": "fixed_rate" if plan.search.fixed_qps else "capacity",
-        "deployment": plan.deployment.description,
+        "mode": "fixed_rate" if plan.search.fixed_qps else "capacity", "deployment": plan.deployment.description,
         "calibration": calibration_entry(plan.deployment.calibration),
         "cluster": {**asdict(plan.cluster), "layout": plan.cluster.describe(plan.deployment.tp, plan.deployment.pp, plan.deployment.gpu)},
-        "num_gpus": gpus,
-        "model": plan.deployment.model_name,
-        "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
+        "num_gpus": gpus, "model": plan.deployment.model_name, "kv_capacity_tokens": plan.deployment.kv_capacity_tokens,
         "notes": list(plan.notes) + [f"{r.scheduler} at {p.qps:.4g} QPS: {note}"
                                      for r in runs for p in r.result.probes for note in p.detail.notes],
         "starvation_bounds": dict(STARVATION_BOUNDS),  # what flags a passing probe's `starvation` (harness.starvation)
