@@ -20,9 +20,8 @@ from engines.perf.kernels import STACKS
 from engines.schedulers import SchedulerConfig, make_policy, policy_names, policy_spec
 from harness.planner.settings import PlanSettings
 from harness.planner.units import Unit, enumerate_units
-from harness.experiment import is_offline
 from harness.backends.deployment import CPU_TOPOLOGY
-from harness.experiment import ExperimentPlan, deployment_of, plan_experiment
+from harness.experiment import ExperimentPlan, deployment_of, is_offline, plan_experiment
 from harness.settings.deployment import HardwareSettings, ParallelSettings
 from harness.settings.experiment import ExperimentConfig
 

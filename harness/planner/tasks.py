@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from harness.backends import open_backend
 from harness.search.capacity import Probe, find_capacity
 from harness.experiment import ExperimentPlan
-from harness.search.probe import ProbeOutcome, ProbeTask, run_probe
+from harness.search.probe import ProbeOutcome, ProbeTask, run_probe, run_probe_task
 from harness.starvation import starvation
 
 
@@ -82,5 +82,4 @@ def run_search_task(task: SearchTask) -> SearchAnswer:
 
 def run_rate_task(task: ProbeTask) -> ProbeSummary:
     """One probe at a fixed rate (a replica's share of the target load), summarized in the worker."""
-    with open_backend(task.plan.job(task.scheduler, progress=False)) as backend:
-        return summarize_probe(run_probe(task.plan, task.scheduler, task.qps, backend.run))
+    return summarize_probe(run_probe_task(task))

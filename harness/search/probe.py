@@ -6,7 +6,7 @@ runs in rounds (harness.search.rounds), each round's probes at once through an e
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -230,14 +230,10 @@ def search_capacity(
             result = find_capacity(probe, s.start_qps, s.rel_tol, s.min_qps, s.max_qps, on_probe=seen, growth=s.growth)
         else:
             check_workers(s, plan.backend.name)
-            pool = executor if executor is not None else LocalProcessPool(s.workers)
             bounds = SearchBounds(s.start_qps, s.rel_tol, s.min_qps, s.max_qps, s.growth)
-            try:
+            with nullcontext(executor) if executor is not None else LocalProcessPool(s.workers) as pool:  # ours: closed
                 result = find_capacity_rounds(lambda rates: _probe_round(plan, scheduler, rates, cache, pool),
                                               s.workers, bounds, on_probe=seen, on_round=on_round)
-            finally:
-                if executor is None:
-                    pool.close()
         wrong.check(result)
     except SearchBroken:
         raise
