@@ -49,20 +49,13 @@ def paper_config(runs: pd.DataFrame, paper: Paper) -> pd.Series:
     pass.
     """
     s = paper.raw.get("scheduler_settings", {})
-    budgets = s.get("sarathi_token_budget", {})
-    orca = s.get("orca_max_batch", {})
+    budgets, orca = s.get("sarathi_token_budget", {}), s.get("orca_max_batch", {})
 
-    def ok(row) -> bool:
-        if row["scheduler"] == "sarathi":
-            want = budgets.get(f"{row['model']}_{row['slo_kind']}", budgets.get(row["slo_kind"]))
-            return want is None or row["token_budget"] == want
-        if row["scheduler"] == "orca":
-            want = orca.get(row["model"])
-            return want is None or row["max_num_seqs"] == want
-        if row["scheduler"] == "vllm":
-            want = s.get("vllm_max_batch")
-            return want is None or row["max_num_seqs"] == want
-        return True
+    def ok(row) -> bool:  # the knob the paper sets for the row's scheduler (want None: none)
+        budget = budgets.get(f"{row['model']}_{row['slo_kind']}", budgets.get(row["slo_kind"]))
+        knob, want = {"sarathi": ("token_budget", budget), "orca": ("max_num_seqs", orca.get(row["model"])),
+                      "vllm": ("max_num_seqs", s.get("vllm_max_batch"))}.get(row["scheduler"], ("", None))
+        return want is None or row[knob] == want
 
     if runs.empty:
         return pd.Series(dtype=bool)
