@@ -21,8 +21,9 @@ from harness.analysis.serve.compare import (
     table4_frame,
     table4_orderings,
 )
-from harness.analysis.figures import build_figures, load_inputs
-from harness.analysis.studies import capacity_figures
+from harness.analysis.figures import build_figure, load_inputs
+from harness.analysis.studies import STUDIES
+from harness.analysis.study import capacity_runs
 from harness.analysis.serve.latency_figs import fig_stall, pick_stall
 from harness.analysis.loader import load_probes, load_requests, load_runs, load_token_times
 from harness.analysis.paper import Tolerance, load_paper
@@ -33,7 +34,8 @@ from harness.results.store import RunWriter, records_frame, token_frame
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 
-FIGURES = capacity_figures()  # the figures the capacity runs draw (Sarathi-Serve, P/D, prefix caching)
+# the figures the capacity runs draw (Sarathi-Serve, P/D, prefix caching)
+FIGURES = tuple(f for s in STUDIES if s.load is capacity_runs for f in s.figures)
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +309,7 @@ def test_report_writes_every_figure_as_png(report_dir):
 
 def test_figures_skip_without_results(tmp_path, paper):
     empty = load_inputs(tmp_path / "none")
-    outcomes = build_figures(empty, tmp_path / "figs")
+    outcomes = [build_figure(f, empty, tmp_path / "figs") for f in FIGURES]
     assert all(o.path is None and o.skipped for o in outcomes)
     with pytest.raises(MissingResults, match="falcon180b"):
         fig_pipeline(load_runs(FIXTURE).query("model != 'falcon-180b'"), load_probes(FIXTURE), paper)

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.analysis.figures import build_figures, load_inputs
+from harness.analysis.figures import load_inputs
+from harness.analysis.studies import study_of
 from engines.perf.queries import single_prefill_times
 from harness.analysis.matrix import paper_matrix
 from harness.analysis.pd.matrix import (PD_CRITERIA, PD_DEPLOYMENTS, PD_TTFT_MULTIPLIERS, PD_TTFT_PROMPT, distserve_cells,
@@ -73,13 +74,13 @@ def test_cluster_runs_stay_out_of_the_paper_figures_and_feed_the_study(saved, tm
     assert mine[paper["winner"]] == mine.max() and paper["best P:D"] == "3P:1D"
     assert paper["vLLM (colocated)"] == mine["vLLM ×4"] and paper["P:D capacity"] == mine["3P:1D"]
     assert "3P:1D" in pd_markdown(table)
-    (fig,) = build_figures(inputs, tmp_path, only=("fig17_prefill_decode",))
+    (fig,) = study_of("fig17_prefill_decode").draw_figures(inputs, tmp_path, only=("fig17_prefill_decode",))
     assert fig.path is not None and fig.path.stat().st_size > 10_000, fig.skipped
 
 
 def test_without_study_runs_the_figure_says_how_to_get_them(tmp_path):
     inputs = load_inputs(tmp_path, reference_dir=None)
-    (fig,) = build_figures(inputs, tmp_path, only=("fig17_prefill_decode",))
+    (fig,) = study_of("fig17_prefill_decode").draw_figures(inputs, tmp_path, only=("fig17_prefill_decode",))
     assert fig.path is None and "pd_cells" in fig.skipped
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.figures import build_figures, load_inputs
+from harness.analysis.figures import load_inputs
+from harness.analysis.studies import study_of
 from harness.analysis.matrix import paper_matrix
 from harness.analysis.prefix.matrix import prefix_cells
 from harness.analysis.prefix.figs import prefix_answer, prefix_markdown, prefix_table
@@ -50,5 +51,5 @@ def test_study_runs_stay_out_of_the_papers_figures_and_fill_their_own(saved, tmp
     assert on["best budget"] == 512 and on["budget 512"] > 0 and on["vLLM"] > 0 and on["Orca"] > 0
     assert "| agent transcripts | strict (0.2 s) |" in prefix_markdown(table)
     assert "agent transcripts, strict (0.2 s): with the cache" in prefix_answer(table)
-    (outcome,) = build_figures(inputs, tmp_path, only=("fig18_prefix_caching",))
+    (outcome,) = study_of("fig18_prefix_caching").draw_figures(inputs, tmp_path, only=("fig18_prefix_caching",))
     assert outcome.path is not None and outcome.path.is_file()

@@ -10,9 +10,9 @@ import yaml
 
 from harness.analysis import settings, tables
 from harness.analysis.serve.capacity_figs import fig_capacity
-from harness.analysis.figures import build_figures, load_inputs
+from harness.analysis.figures import load_inputs
 from harness.analysis.report import render, source_of
-from harness.analysis.studies import STUDIES
+from harness.analysis.studies import STUDIES, study_of
 from harness.analysis.style import close
 
 CAPACITY_STUDIES = tuple(s for s in STUDIES if s.name != "sarathi23")  # the report less the offline runs' section
@@ -68,7 +68,7 @@ def test_a_small_run_is_left_out_and_the_reference_fills_its_cell(tmp_path):
     inputs = load_inputs(tmp_path / "results", reference_dir=REFERENCE)
     assert _sarathi_capacity(inputs) != 9.5 and set(inputs.runs["results_from"]) == {str(REFERENCE)}
     assert list(inputs.left_out["run_dir"].unique()) == [str(own)]
-    drawn = {"serve": build_figures(inputs, tmp_path / "figs", only=("fig10_11_capacity",))}
+    drawn = {"serve": study_of("fig10_11_capacity").draw_figures(inputs, tmp_path / "figs", only=("fig10_11_capacity",))}
     text = render(source_of(inputs, tmp_path / "figs", head_commit="0123456789abcdef"), drawn, CAPACITY_STUDIES)
     assert "1 run(s) left out" in text and "search.num_requests=256 (paper: 2048)" in text
     assert "No run of yours" in text and "older than this checkout (0123456789)" in text

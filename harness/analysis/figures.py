@@ -1,6 +1,6 @@
-"""The capacity runs every capacity study reads (`Inputs`, `load_inputs`), and the loop that saves figures.
+"""The capacity runs every capacity study reads (`Inputs`, `load_inputs`), and how a figure is saved.
 
-`build_figures` never raises for missing results: a figure whose inputs are absent is skipped
+`build_figure` never raises for missing results: a figure whose inputs are absent is skipped
 with the reason (MissingResults), so a partial results tree still yields a report.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _cell_keys(runs: pd.DataFrame) -> list[tuple]:
 def _shared(runs: pd.DataFrame) -> pd.DataFrame:
     """`runs` less those a study reads with its own `load` (Study.runs: the fleet study's clusters
     would otherwise join the colocated-vs-split study's and the left-out list)."""
-    from harness.analysis.study import lazy  # the registry, read at run time (see build_figures)
+    from harness.analysis.study import lazy  # the registry, read at run time (see matrix.paper_matrix)
 
     own = lazy("harness.analysis.studies:own_runs")()
     return runs[~runs["experiment"].astype(str).str.match(own).to_numpy(dtype=bool)] if own and not runs.empty else runs
@@ -104,10 +104,3 @@ def build_figure(spec: FigureSpec, inputs: Inputs, figures_dir: str | Path) -> F
         return FigureOutcome(spec.name, spec.title, None, str(e), spec.caption)
     return FigureOutcome(spec.name, spec.title, style.save(fig, Path(figures_dir) / f"{spec.name}.png"), None, spec.caption)
 
-
-def build_figures(inputs: Inputs, figures_dir: str | Path, only: tuple[str, ...] | None = None) -> tuple[FigureOutcome, ...]:
-    """Save every figure of the capacity studies (or those named in `only`) as figures_dir/<name>.png."""
-    from harness.analysis.study import lazy  # the registry, read at run time (see matrix.paper_matrix)
-
-    specs = [s for s in lazy("harness.analysis.studies:capacity_figures")() if only is None or s.name in only]
-    return tuple(build_figure(s, inputs, figures_dir) for s in specs)

@@ -51,11 +51,6 @@ def capacity_cells() -> tuple[Cell, ...]:
     return tuple(c for s in STUDIES if s.load is capacity_runs for c in s.cells())
 
 
-def capacity_figures() -> tuple[FigureSpec, ...]:
-    """The figures of the studies that read the shared capacity runs (figures.build_figures)."""
-    return tuple(f for s in STUDIES if s.load is capacity_runs for f in s.figures)
-
-
 def own_runs() -> str:
     """The run names the studies with their own runs read themselves (Study.runs, one regex), which
     the shared capacity loader leaves out; "" when none."""
