@@ -46,19 +46,14 @@ def preset_yaml(config: ExperimentConfig, plan: ExperimentPlan, scheduler: str, 
     """A preset (experiments/experiment format) of the winner: the model, hardware, dataset and
     performance model as the plan resolved them, its deployment, SLO and one scheduler."""
     sc = plan.schedulers[scheduler]
-    knobs = sc.as_dict()
     body = {
-        "name": name,
-        "model": asdict(config.model),
-        "hardware": asdict(config.hardware),
-        "dataset": dict(config.dataset),
+        "name": name, "model": asdict(config.model), "hardware": asdict(config.hardware), "dataset": dict(config.dataset),
         "perf": asdict(config.perf),
         "parallel": ({"tp": plan.deployment.tp, "pp": plan.deployment.pp}
                      | ({"dp": plan.deployment.dp, "ep": True} if plan.deployment.ep else {})),
         "cluster": ({k: v for k, v in asdict(plan.cluster).items() if k != "replicas"} if plan.disagg else None),
         "slo": {**{k: v for k, v in asdict(config.slo).items() if k != "table"}, "tbt_s": plan.slo.tbt_s},
-        "search": {"num_requests": plan.search.num_requests},
-        "scheduler": {sc.policy: knobs},
+        "search": {"num_requests": plan.search.num_requests}, "scheduler": {sc.policy: sc.as_dict()},
     }
     head = "\n".join(f"# {line}" for line in comment.splitlines())
     return (f"# @package _global_\n{head}\ndefaults:\n  - override /scheduler: [{sc.policy}]\n\n"

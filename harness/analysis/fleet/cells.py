@@ -42,16 +42,12 @@ NUM_REQUESTS = {"chat": 4096, "agents": 4096}
 SEARCH = ("search.rel_tol=0.05", "search.start_qps=6", "search.stop_early=true")
 
 
-def cell_name(workload: str, router: str, tier: str) -> str:
-    return f"fleet_{workload}_{router}_{tier}"
-
-
 NAME = (r"^fleet_(?P<workload>chat|agents)_(?P<router>least_outstanding|session_affinity|prefix_aware|prefix_exact)"
         r"_(?P<tier>gpu|offload|nocache)$")
 
 
 def _cell(workload: str, router: str, tier: str) -> Cell:
-    name = cell_name(workload, router, tier)
+    name = f"fleet_{workload}_{router}_{tier}"  # NAME matches it
     over = [f"experiment={PRESET}", f"name={name}", f"dataset={WORKLOADS[workload]}", f"cluster.router={router}",
             f"search.num_requests={NUM_REQUESTS[workload]}", *SEARCH]
     if tier == "offload":

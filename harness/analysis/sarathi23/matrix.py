@@ -33,10 +33,6 @@ GPU_ONLY = "_gpu_only"  # the suffix of the pipeline cells priced without CPU co
 CPU_COSTS = {"engine": "", "none": GPU_ONLY}  # perf.cpu_costs -> the suffix of its pipeline cells
 
 
-def sweep_name(chunk: int, batch: int, pd: float) -> str:
-    return f"sarathi23_pd_c{chunk}_b{batch}_pd{pd:g}"
-
-
 def orca_name(length: int) -> str:
     return f"sarathi23_orca_{length // 1024}k"
 
@@ -46,7 +42,7 @@ def sarathi23_cells() -> tuple[Cell, ...]:
              for name, over in GAIN_ROWS.items()]
     for (chunk, batch), preset in SWEEPS.items():
         for pd in PD_RATIOS:
-            name = sweep_name(chunk, batch, pd)
+            name = f"sarathi23_pd_c{chunk}_b{batch}_pd{pd:g}"
             cells.append(Cell(name, (f"experiment={preset}", f"name={name}", f"dataset.synthetic.pd_ratio={pd}",
                                      f"scheduler.decode_maximal.chunk_size={chunk}", f"arrival.concurrency={batch}"),
                               "sarathi23"))
