@@ -136,10 +136,6 @@ def _decode_token_rate(perf, plan: ExperimentPlan, batch: int, slo_batch: int, c
     return 1.0 / (q / _best_rate(perf, slo_batch, c) + (1 - q) / every)
 
 
-def _waited_s(plan: ExperimentPlan) -> float:
-    return plan.slo.scheduling_delay_s if plan.slo.criterion == "paper" else float(plan.slo.ttft_s)
-
-
 def capacity_bound(plan: ExperimentPlan, scheduler: str, prefill: int = 0, decode: int = 1) -> Bound:
     """No probe of `scheduler` on `plan`'s deployment passes above `qps` (module docstring); with
     `prefill` > 0, of a P/D unit (`plan.disagg`, `prefill` and `decode` instances), from each role's
@@ -172,7 +168,8 @@ def capacity_bound(plan: ExperimentPlan, scheduler: str, prefill: int = 0, decod
     binding = min(rates, key=rates.get)
     rate = rates[binding]
     absorbed = prefill * int(policy.max_num_seqs) + decode * batch  # requests the running sets hold
-    slack = 1 + 2 * (absorbed + rate * _waited_s(plan)) / len(w.prompt_lens)
+    waited = plan.slo.scheduling_delay_s if plan.slo.criterion == "paper" else float(plan.slo.ttft_s)  # SLO's wait
+    slack = 1 + 2 * (absorbed + rate * waited) / len(w.prompt_lens)
     typical = decode * _typical_decode(dplan, batch, o)
     return Bound(rate * slack, binding, batch, min(rate, min(rates["prefill"], typical) if prefill else typical))
 

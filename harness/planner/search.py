@@ -102,17 +102,13 @@ def check_slo_reachable(space: Space) -> None:
         name = "slo.tbt_s" if limit == plan.slo.tbt_s else "slo.tpot_s"
         raise HarnessError(f"{name}={limit:g} is below the fastest single decode on {plan.deployment.gpu} ({best:.4f} s: "
                            f"one sequence, tp={tp} pp={pp}): no configuration can meet it; a looser SLO: {name} >= {_up(best):g}")
-    if plan.slo.ttft_s is not None:
-        _check_ttft_reachable(space)
-
-
-def _check_ttft_reachable(space: Space) -> None:
-    """TTFT <= slo.ttft_s for `attainment` of the requests (or at the TTFT quantile, as
-    metrics.check_slo takes it), judged on each request's least TTFT (bounds.ttft_floors_s) on
-    the deployment that prefills fastest."""
+    slo = plan.slo
+    if slo.ttft_s is None:
+        return
+    # TTFT <= slo.ttft_s for `attainment` of the requests (or at the TTFT quantile, as metrics.check_slo
+    # takes it), judged on each request's least TTFT (bounds.ttft_floors_s) on the deployment that prefills fastest.
     floors = {key: ttft_floors_s(p) for key, p in space.plans.items()}
     (tp, pp, *_), least = min(floors.items(), key=lambda kv: float(np.sum(kv[1])))  # one factor a deployment
-    slo = next(iter(space.plans.values())).slo
     if slo.criterion == "attainment":
         need, what = slo.attainment, "slo.attainment"
         reachable = float(np.sort(least)[math.ceil(need * len(least) - 1e-9) - 1])

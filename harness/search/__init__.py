@@ -1,2 +1,2 @@
-"""The capacity search: plan an experiment from its config (`experiment`), run probes through any
+"""The capacity search of a planned experiment (harness.experiment): run probes through any
 backend (`probe`), cache them (`cache`), bracket and bisect the rate (`capacity`)."""
