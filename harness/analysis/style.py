@@ -68,8 +68,7 @@ def dataset_label(name: str) -> str:
 def new_figure(ncols: int, nrows: int = 1, width: float = PANEL_W, height: float = PANEL_H, **kw):
     sns.set_theme(style="whitegrid", context="notebook", font_scale=1.0)
     plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": DPI, "axes.titlesize": 11, "axes.labelsize": 10})
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
-    return fig, axes
+    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
 
 
 def save(fig: Figure, path: str | Path) -> Path:

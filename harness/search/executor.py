@@ -14,6 +14,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from harness.launch import ray_session
@@ -55,7 +56,7 @@ class ProbeExecutor(Protocol):
     def map_unordered(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[int, R]]: ...
 
 
-class LocalProcessPool:
+class LocalProcessPool(AbstractContextManager):  # `with` gives the pool itself and closes it
     """`workers` processes on this machine, started on first use and kept for every round (and
     every search) until `close`. Fork-server workers: no thread or lock of the caller (progress
     bars, Arrow's pools) is copied into them mid-use, and each starts without re-importing. One
@@ -93,14 +94,11 @@ class LocalProcessPool:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def __enter__(self) -> LocalProcessPool:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class RayExecutor:
+class RayExecutor(AbstractContextManager):
     """Probes as Ray tasks of one CPU each; connects on creation (an unreachable address is one
     line before anything is written) and disconnects on `close` if it connected."""
 
@@ -136,9 +134,6 @@ class RayExecutor:
     def close(self) -> None:
         ray_session.disconnect(self._connected)
         self._connected = False
-
-    def __enter__(self) -> RayExecutor:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
