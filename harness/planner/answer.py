@@ -55,15 +55,6 @@ def describe_deployment(tp: int, pp: int, unit=None, dp: int = 1) -> str:
     return f"{shape} ({gpus} GPU{'s' if gpus > 1 else ''})"
 
 
-def cost_per_million(run: PlanRun, gpus: int | None, served_qps: float) -> float | None:
-    """Dollars per million output tokens of `gpus` GPUs serving `served_qps`."""
-    plan = next(iter(run.space.plans.values()))
-    price = run.settings.prices.get(plan.deployment.gpu)
-    if price is None or gpus is None or not served_qps > 0:
-        return None
-    return gpus * price / (served_qps * float(np.mean(plan.workload.output_lens)) * 3600) * 1e6
-
-
 def ranked(run: PlanRun) -> list[Evaluation]:
     """Refined candidates by rank, then the others screened with a capacity (their screen's)."""
     target = run.settings.target_qps
@@ -76,6 +67,8 @@ def ranked(run: PlanRun) -> list[Evaluation]:
 
 def rows(run: PlanRun, limit: int | None = None) -> list[Row]:
     target = run.settings.target_qps
+    plan0 = next(iter(run.space.plans.values()))  # each row's cost: dollars per million output tokens of its GPUs
+    price, tokens = run.settings.prices.get(plan0.deployment.gpu), float(np.mean(plan0.workload.output_lens))
     out = []
     for i, e in enumerate(ranked(run)[:limit], start=1):
         c, cap = e.candidate, e.capacity_qps
@@ -84,10 +77,12 @@ def rows(run: PlanRun, limit: int | None = None) -> list[Row]:
         gpus = gpus_needed(target, cap, c.gpus) if target else c.gpus
         at_cap = (e.full or e.screen).at_capacity
         at = e.at_target or (at_cap if not target else None)
+        served = target or cap
+        cost = None if None in (price, gpus) or not served > 0 else gpus * price / (served * tokens * 3600) * 1e6
         out.append(Row(i, c.key, describe_deployment(c.tp, c.pp, c.unit, c.dp), describe_scheduler(e, plan), c.policy, c.gpus, cap,
                        cap / c.gpus, reps, gpus, at.ttft_p50_s if at else None, at.tbt_s if at else None,
-                       cost_per_million(run, gpus, target or cap), "full" if e.full is not None else "screen",
-                       at.ttft_p99_s if at else None, at_cap.starvation if at_cap else ""))
+                       cost, "full" if e.full is not None else "screen", at.ttft_p99_s if at else None,
+                       at_cap.starvation if at_cap else ""))
     return out
 
 
