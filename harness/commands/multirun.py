@@ -14,10 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.errors import HarnessError, RunBroken
 from harness.launch.outcome import EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_CRASHED, JobOutcome, first_line, here, secondary_task
-from harness.config import register
+import harness.config  # noqa: F401  (importing it registers the structured schema the YAML presets fill in)
 from harness.paths import CONFIG_DIR
-
-register()  # the structured schema the YAML presets fill in
 
 # What each launcher needs installed (the `cluster` extra: pip install -e '.[cluster]').
 NEEDS = {"ray": ("ray", "hydra_plugins.hydra_ray_launcher"),

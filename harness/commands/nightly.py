@@ -26,7 +26,8 @@ def nightly_command(argv: list[str]) -> int:
 
     argv, launcher_overrides = launcher_words(argv)
     opts = parse_options(argv, {"results_dir": "results/nightly", "reference": "results/reference", "out": "figures/DRIFT.md",
-                           "capacity_rel": 0.05, "latency_rel": 0.10, "n_jobs": 2, "launcher": "joblib"})
+                           "capacity_rel": Tolerances.capacity_rel, "latency_rel": Tolerances.latency_rel, "n_jobs": 2,
+                           "launcher": "joblib"})
     launcher_params(opts["launcher"], launcher_overrides)  # bad input before reading the reference
     ref = Path(opts["reference"])
     saved = run_order(ref)
