@@ -129,21 +129,18 @@ def _up(x: float) -> float:
     return round(math.ceil(x / step - 1e-9) * step, 12)
 
 
-def _nearest(c: Candidate, done: Sequence[Evaluation]) -> Evaluation | None:
-    """The candidate of `done` nearest `c` in the same policy: same deployment first, then the
-    closest knob, then the closest replica size."""
-    def distance(e: Evaluation) -> tuple:
-        o = e.candidate
+def _task(e: Evaluation, plan: ExperimentPlan, done: Sequence[Evaluation], s: PlanSettings, floor: float,
+          ceiling: float) -> SearchTask:
+    c = e.candidate  # warm-started from the screened candidate nearest it in the same policy: same deployment
+    # first, then the closest knob, then the closest replica size
+
+    def distance(x: Evaluation) -> tuple:
+        o = x.candidate
         return (o.deployment != c.deployment, abs(math.log(o.knob / c.knob)), abs(math.log(o.gpus / c.gpus)), o.pp != c.pp,
                 o.key)
 
-    same = [e for e in done if e.candidate.family == c.family]
-    return min(same, key=distance) if same else None
-
-
-def _task(e: Evaluation, plan: ExperimentPlan, done: Sequence[Evaluation], s: PlanSettings, floor: float,
-          ceiling: float) -> SearchTask:
-    n = _nearest(e.candidate, [x for x in done if x.screen is not None and x.screen.capacity_qps > 0])  # its warm start
+    same = [x for x in done if x.screen is not None and x.screen.capacity_qps > 0 and x.candidate.family == c.family]
+    n = min(same, key=distance) if same else None
     if n is not None:
         guess, growth = n.screen.capacity_qps * e.bound.estimate_qps / max(n.bound.estimate_qps, 1e-12), WARM_GROWTH
         e.warm_from = n.candidate.key

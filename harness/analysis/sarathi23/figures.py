@@ -75,7 +75,7 @@ def fig_decode_speedup(s: Study) -> Figure:
     return fig
 
 
-def _table_rows(s: Study) -> pd.DataFrame:
+def fig_throughput_gain(s: Study) -> Figure:
     rows = []
     for name in matrix.GAIN_ROWS:
         run = s.rows(name, exact=True)
@@ -84,11 +84,7 @@ def _table_rows(s: Study) -> pd.DataFrame:
         tail = name.removeprefix("sarathi23_gain_")
         rows.append({"row": label, "gain": run["gain"], "speedup": run["decode_speedup"],
                      "gain_paper": s.claim(f"gain_{tail}").value, "speedup_paper": s.claim(f"decode_speedup_{tail}").value})
-    return pd.DataFrame(rows)
-
-
-def fig_throughput_gain(s: Study) -> Figure:
-    t = _table_rows(s)
+    t = pd.DataFrame(rows)
     fig, axes = style.new_figure(2, width=4.6)
     x = np.arange(len(t))
     for ax, col, title in ((axes[0][0], "gain", "throughput gain over the baseline"),
