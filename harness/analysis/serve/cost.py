@@ -13,14 +13,6 @@ from harness.analysis.serve.compare import MAIN_SCHEDULERS, capacity_mode
 NODE_GPUS, NODES = 8, 8  # the cluster the wall time is priced on: 8 nodes of 8 GPUs
 
 
-def probe_hours(probes: pd.DataFrame) -> pd.DataFrame:
-    """The capacity searches' probes of the main schedulers, each with its serving hours and GPU-hours."""
-    p = capacity_mode(probes)
-    p = p[p["scheduler"].isin(MAIN_SCHEDULERS) & (p["num_requests"] >= 2048)]
-    hours = p["num_completed"] / p["request_throughput"] / 3600
-    return p.assign(hours=hours, gpu_hours=hours * p["num_gpus"])
-
-
 def _span(values) -> str:
     lo, hi = min(values), max(values)
     return f"{lo:.0f}-{hi:.0f}" if round(lo) != round(hi) else f"{lo:.0f}"
@@ -28,7 +20,10 @@ def _span(values) -> str:
 
 def matrix_cost_text(probes: pd.DataFrame) -> str:
     """The README's sentence: totals, the 8-GPU cells, the rest as ranges, the longest searches."""
-    p = probe_hours(probes)
+    p = capacity_mode(probes)  # the capacity searches' probes of the main schedulers, with serving hours and GPU-hours
+    p = p[p["scheduler"].isin(MAIN_SCHEDULERS) & (p["num_requests"] >= 2048)]
+    served_h = p["num_completed"] / p["request_throughput"] / 3600
+    p = p.assign(hours=served_h, gpu_hours=served_h * p["num_gpus"])
     if p.empty:
         return ""
     cell = p.groupby(["model", "parallel", "dataset", "slo_kind"], sort=False)["gpu_hours"].sum()
