@@ -35,13 +35,6 @@ def by_stall(tokens: pd.DataFrame) -> pd.DataFrame:
     return t.assign(_gap=gap).sort_values(["_gap", "request_id"], ascending=[False, True])
 
 
-def stall_request_ids(tokens: pd.DataFrame, k: int) -> set:
-    """Per scheduler, the k requests (with at least MIN_TOKENS tokens) with the longest token gap."""
-    if tokens.empty or k <= 0:
-        return set()
-    return set(by_stall(tokens).groupby("scheduler", sort=False).head(k)["request_id"])
-
-
 def _capacity_probe_rows(requests: pd.DataFrame, summary: dict, rows: int | None) -> pd.DataFrame:
     keep = pd.Series(False, index=requests.index)
     for name, s in (summary.get("schedulers") or {}).items():
@@ -66,7 +59,9 @@ def trim_run(src: str | Path, dst: str | Path, keep_requests: int = 4, request_r
         req.to_parquet(dst / "requests.parquet", index=False, compression="zstd")
     if (src / "token_times.parquet").is_file():
         tok = pd.read_parquet(src / "token_times.parquet")
-        tok = tok[tok["request_id"].isin(stall_request_ids(tok, keep_requests))]
+        # per scheduler, the keep_requests requests (of at least MIN_TOKENS tokens) with the longest token gap
+        stalls = by_stall(tok).groupby("scheduler", sort=False).head(keep_requests) if keep_requests > 0 else tok[:0]
+        tok = tok[tok["request_id"].isin(set(stalls["request_id"]))]
         tok.to_parquet(dst / "token_times.parquet", index=False, compression="zstd")
     return dst
 
