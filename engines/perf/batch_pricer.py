@@ -30,6 +30,7 @@ from common.errors import HarnessError
 from . import operators as ops
 from .coefficients import Coefficients
 from .decode_runs import DecodeRunPricing, slowest_stage
+from .scalar_rows import COMPILED, count_sum, table_sum
 from .split_kv import num_splits
 from .vllm_releases import padded
 
@@ -237,40 +238,47 @@ class BatchPricer(DecodeRunPricing):
             units = 0.0
             units += prefill_units(n, float(prompt + i * chunk))
             if decode_units is not None:
-                units += decode_units([c + i for c in decodes] if i else decodes)
+                units += decode_units(decodes, i)
             out.append(max(stages(shape, units * q)))
         return out
 
-    def _decode_units_of(self, decodes) -> float:
-        """Attention units of a batch's decodes: theirs from the table, the call's fixed cost, and
-        what the split-KV critical path adds (split_kv.DecodeCall.row_units, term for term)."""
-        top = max(decodes)
+    def _decode_units_of(self, decodes, shift: int = 0) -> float:
+        """Attention units of a batch's decodes at contexts `decodes` + `shift`: theirs from the table,
+        the call's fixed cost, and what the split-KV critical path adds (split_kv.DecodeCall.row_units,
+        term for term)."""
+        top = max(decodes) + shift
         if top >= len(self._decode_units):
             self._grow(top)
-        units = sum(map(self._decode_units.__getitem__, decodes)) + self.decode_fixed
+        if shift and not COMPILED:
+            decodes, shift = [c + shift for c in decodes], 0
+        units = _sum(self._decode_units, decodes, shift) + self.decode_fixed
         call = self.call
         if call is None:
             return units
         seqs = float(len(decodes))
-        cached = self._cached
-        keys = float(sum(map(cached.__getitem__, decodes)) if self.window is not None else sum(decodes)) + seqs
+        if COMPILED:
+            keys = float(count_sum(self._cached, decodes, shift)) + seqs
+        else:
+            keys = float(sum(map(self._cached.__getitem__, decodes)) if self.window is not None else sum(decodes)) + seqs
         n_blocks = int(self._blocks[top])
         splits = num_splits(len(decodes) * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
         waves = math.ceil(seqs * call.ctas_per_seq * splits / call.slots)
-        total = sum(map(self._split_blocks(splits).__getitem__, decodes))
+        total = _sum(self._split_blocks(splits), decodes, shift)
         mean_blocks = total / seqs
         critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
         stream = keys * call._kv_units + seqs * call._qo_units
         return units + float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
 
-    def _mixed_decode_units(self, decodes) -> float:
+    def _mixed_decode_units(self, decodes, shift: int = 0) -> float:
         """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile
         of mixed_rows rows over its keys (operators._pad_mixed_decodes, same order: a table by context,
         keys read a = min(c + 1, window), floor(max(2a x rows x k_pairs, a x k_kv + k_qo))); no split-KV term."""
-        top = max(decodes)
+        top = max(decodes) + shift
         if top >= len(self._decode_units):
             self._grow(top)
-        return sum(map(self._mixed.__getitem__, decodes)) + self.decode_fixed
+        if shift and not COMPILED:
+            decodes, shift = [c + shift for c in decodes], 0
+        return _sum(self._mixed, decodes, shift) + self.decode_fixed
 
     def _prefill_units(self, n: float, c: float) -> float:
         """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""
@@ -295,3 +303,11 @@ class BatchPricer(DecodeRunPricing):
         pairs *= self.k_pairs
         a = a * self.k_kv + n * self.k_qo
         return math.floor(max(pairs, a)) + self.prefill_fixed
+
+
+def _map_sum(table: list[float], items, shift: int) -> float:
+    """table_sum interpreted: `sum(map(...))` is faster there (`shift` is 0: the callers shifted the items)."""
+    return sum(map(table.__getitem__, items))
+
+
+_sum = table_sum if COMPILED else _map_sum  # sum(table[c + shift] for c in items)

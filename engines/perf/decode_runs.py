@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from . import operators as ops
 from . import run_kernel
+from .scalar_rows import COMPILED, one_split_run_times
 from .split_kv import num_splits
 
 # Decode runs a process prices with numpy before the compiled kernel is looked up (run_kernel.py):
@@ -105,6 +106,38 @@ class DecodeRunPricing:
                 call._block_units, call._kv_units, seqs * call._qo_units, call._combine_units * (split > 1.0),
                 self.decode_fixed, ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
                 lm_head, cpu, bool(self.overlap), launch, out[i - lo:j - lo])
+            i = j
+        return out
+
+    def decode_run_list(self, base: Sequence[int], lo: int, hi: int) -> list[float]:
+        """decode_run_times as a list, `base` any sequence of ints. Where scalar_rows is compiled, a
+        one-stage model's run is priced there, a call for each stretch of rows with one K/V block
+        count (as decode_run_times' numba kernel: the same doubles), never loading numba."""
+        b = len(base)
+        call = self.call
+        if not COMPILED or call is None or len(self.layers) != 1 or b == 0 or hi <= lo:
+            return self.decode_run_times(np.asarray(base, dtype=np.int64), lo, hi).tolist()
+        if isinstance(base, np.ndarray):
+            base = base.tolist()
+        longest = max(base)
+        if longest + hi - 1 >= len(self._decode_units):
+            self._grow(longest + hi - 1)
+        blocks = self._blocks
+        seqs = float(b)
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        launch = None if launches is None else launches[0]
+        out: list[float] = []
+        i = lo
+        while i < hi:  # a stretch of rows with one K/V block count (blocks only grow along a run)
+            n = blocks[longest + i]
+            j = hi if blocks[longest + hi - 1] == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
+            splits, n_blocks, waves = self._one_split(b, longest + i)
+            split = float(splits)
+            one_split_run_times(self._decode_units, self._cached, self._split_blocks(splits), base, i, j - i, seqs,
+                                float(waves), float(math.ceil(n_blocks / split)), call._block_units, call._kv_units,
+                                seqs * call._qo_units, call._combine_units * (split > 1.0), self.decode_fixed,
+                                ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
+                                lm_head, cpu, bool(self.overlap), launch, out)
             i = j
         return out
 
