@@ -30,6 +30,7 @@ from common.errors import HarnessError
 from . import operators as ops
 from .coefficients import Coefficients
 from .decode_runs import DecodeRunPricing, slowest_stage
+from .mypyc_options import mypyc_attr
 from .scalar_rows import COMPILED, count_sum, table_sum
 from .split_kv import num_splits
 from .vllm_releases import padded
@@ -39,6 +40,7 @@ _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as
 _NEGATIVE = "new_tokens and context_lens must be >= 0"
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (as engines/compiled.py's)
 class BatchPricer(DecodeRunPricing):
     """The one-batch and decode-run prices of a model whose components are the analytical ones:
     its coefficients `k`, and (an MoE model) its `expert_gemms(tokens, tiled)`, the MoE layer's
@@ -64,11 +66,11 @@ class BatchPricer(DecodeRunPricing):
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
         self._shapes: dict[tuple[int, int], tuple] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
-        self._decode_units: list[float] = []
+        self._decode_units = []
         self._decode_units_arr = np.zeros(0)
-        self._cached: list[int] = []
+        self._cached = []
         self._cached_arr = np.zeros(0)
-        self._blocks: list[float] = []
+        self._blocks = []
         self._blocks_arr = np.zeros(0)
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
         self._floors: dict[int, float] = {}  # decode_floor's, per batch size

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import operators as ops
 from . import run_kernel
+from .mypyc_options import mypyc_attr
 from .scalar_rows import COMPILED, one_split_run_times
 from .split_kv import num_splits
 
@@ -37,13 +39,36 @@ def slowest_stage(stages: np.ndarray) -> np.ndarray:
     return stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (as engines/compiled.py's)
 class DecodeRunPricing:
-    """BatchPricer's decode runs (a mixin: the tables, `_shape` and the attention constants are
-    BatchPricer's)."""
+    """BatchPricer's decode runs (its base: the tables, `_shape` and the attention constants are
+    BatchPricer's, declared here for the compiled build's types, engines/compiled.py)."""
+
+    call: Any  # split_kv.DecodeCall, or None
+    layers: tuple[int, ...]
+    last: int
+    overlap: bool
+    window: int | None
+    decode_fixed: float
+    _decode_units: list[float]
+    _cached: list[int]
+    _blocks: list[float]
+    _decode_units_arr: np.ndarray
+    _cached_arr: np.ndarray
+    _blocks_arr: np.ndarray
+
+    def _shape(self, tokens: int, seqs: int) -> tuple:
+        raise NotImplementedError  # BatchPricer's
+
+    def _grow(self, top: int) -> None:
+        raise NotImplementedError  # BatchPricer's
+
+    def _split_blocks(self, splits: int) -> list[float]:
+        raise NotImplementedError  # BatchPricer's
 
     def _start_runs(self) -> None:
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
-        self._kernel: Callable | None | bool = False  # decode_run_times' compiled run: False, not looked up yet
+        self._kernel: Any = False  # decode_run_times' compiled run (a Callable, or None): False, not looked up yet
         self._steps: dict[tuple[int, int], np.ndarray] = {}  # _row_steps', per (lo, hi)
 
     def _row_steps(self, lo: int, hi: int) -> np.ndarray:
@@ -64,7 +89,7 @@ class DecodeRunPricing:
         b = len(base)
         k = hi - lo
         if b == 0 or k <= 0:
-            return np.zeros((max(k, 0), len(self.layers)))
+            return np.zeros((max(k, 0), len(self.layers)), dtype=np.float64)
         longest = self._cover(base, hi)
         call = self.call
         if call is not None and self._blocks[longest + lo] == self._blocks[longest + hi - 1]:
@@ -245,7 +270,7 @@ class DecodeRunPricing:
         k = hi - lo
         steps = np.arange(lo, hi, dtype=np.int64)
         ctx = base[None, :] + steps[:, None]
-        longest = longest + steps  # each row's longest context
+        longest_of = longest + steps  # each row's longest context
         units = self._decode_units_arr[ctx].sum(axis=-1) + self.decode_fixed
         call = self.call
         if call is not None:
@@ -254,7 +279,7 @@ class DecodeRunPricing:
                 keys = (float(base.sum()) + b * steps) + seqs
             else:
                 keys = self._cached_arr[ctx].sum(axis=-1) + seqs
-            n_blocks = self._blocks_arr[longest]
+            n_blocks = self._blocks_arr[longest_of]
             if b * call.ctas_per_seq >= 0.8 * call.slots:  # split_kv.num_splits: enough CTAs, one split
                 splits = np.ones(k)
             else:
