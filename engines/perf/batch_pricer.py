@@ -65,6 +65,8 @@ class BatchPricer(DecodeRunPricing):
         self.last = k.pp - 1
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
         self._shapes: dict[tuple[int, int], tuple] = {}
+        self._by_tokens: dict[int, tuple[float, float, float, float]] = {}  # _shape's parts, per count
+        self._by_seqs: dict[int, tuple[float, float]] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
         self._decode_units = []
         self._decode_units_arr = np.zeros(0)
@@ -116,13 +118,32 @@ class BatchPricer(DecodeRunPricing):
     # -- per (tokens, sequences) ---------------------------------------------------------------
     def _shape(self, tokens: int, seqs: int) -> tuple:
         """(linear, elementwise, all-reduces of a layer, embedding, LM head, CPU, launches per stage):
-        the operations of PerfModel._row_stage_times on Python floats, once per shape."""
+        the operations of PerfModel._row_stage_times on Python floats, once per shape, its parts of
+        the tokens alone and of the sequences alone once per count (most shapes meet one seen)."""
         key = (tokens, seqs)
         got = self._shapes.get(key)
         if got is not None:
             return got
         k = self.k
-        t, s = float(padded(k.graph_sizes, tokens)), float(seqs)  # the rows a CUDA graph runs (analytical.py)
+        by_tokens = self._by_tokens.get(tokens)
+        if by_tokens is None:
+            by_tokens = self._by_tokens[tokens] = self._tokens_part(tokens)
+        by_seqs = self._by_seqs.get(seqs)
+        if by_seqs is None:
+            by_seqs = self._by_seqs[seqs] = self._seqs_part(float(seqs))
+        launches = tuple(k.launch_s(float(seqs), float(tokens), i) for i in range(k.pp)) if k.launch else None
+        got = (*by_tokens, *by_seqs, launches)
+        if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
+            self._shapes.clear()
+            self._by_tokens.clear()
+            self._by_seqs.clear()
+        self._shapes[key] = got
+        return got
+
+    def _tokens_part(self, tokens: int) -> tuple[float, float, float, float]:
+        """_shape's linear, elementwise, all-reduces of a layer and embedding: of the tokens alone."""
+        k = self.k
+        t = float(padded(k.graph_sizes, tokens))  # the rows a CUDA graph runs (analytical.py)
         tiled = float(math.ceil(t / k.tile) * k.tile)
         g = [k.gemm_one(t, tiled, *coeffs) for coeffs in k.gemm_scalars]
         if self.expert_gemms is not None:
@@ -130,18 +151,17 @@ class BatchPricer(DecodeRunPricing):
         linear = g[0] + g[1] + g[2] + g[3]
         allreduce = k.allreduce.seconds(t)
         elementwise = t * k.elementwise_per_token + k.elementwise_fixed
+        embedding = (t * k.embedding_per_token + k.embedding_fixed) + allreduce
+        return linear, elementwise, k.allreduces_per_layer * allreduce, embedding
+
+    def _seqs_part(self, s: float) -> tuple[float, float]:
+        """_shape's LM head and CPU: of the sequences alone."""
+        k = self.k
         seqs_tiled = float(math.ceil(s / k.tile) * k.tile)
         lm_head = ((s * k.lm_norm_per_row + k.lm_norm_fixed)
                    + k.gemm_one(s, seqs_tiled, *k.lm_head)
                    + k.allgather.seconds(s))
-        cpu = s * k.cpu_per_seq + k.cpu_fixed
-        embedding = (t * k.embedding_per_token + k.embedding_fixed) + allreduce
-        launches = tuple(k.launch_s(s, float(tokens), i) for i in range(k.pp)) if k.launch else None
-        got = (linear, elementwise, k.allreduces_per_layer * allreduce, embedding, lm_head, cpu, launches)
-        if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
-            self._shapes.clear()
-        self._shapes[key] = got
-        return got
+        return lm_head, s * k.cpu_per_seq + k.cpu_fixed
 
     def _stages(self, shape: tuple, attention: float) -> list[float]:
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = shape
