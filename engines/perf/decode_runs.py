@@ -6,7 +6,10 @@ an arrival or a finish) in one step: row i has contexts base + i. A run whose lo
 its K/V block count (most: arrivals and finishes cut runs to a few dozen rows) has one split count,
 priced from one gather of the stacked tables with scalar split-KV terms, or, for a one-stage model
 where numba is installed, in one compiled call (run_kernel.py); the rest row by row (`_run_units`).
-tests/test_perf_pricer_runs.py compares every path with the vectorized one, bit for bit.
+Where the engine core's build is imported (engines/compiled.py: this module and scalar_rows.py are
+in it), the simulator's `decode_run_list` prices a one-stage model's runs in scalar_rows' compiled
+rows instead, never loading numba. tests/test_perf_pricer_runs.py and test_perf_scalar_rows.py
+compare every path with the vectorized one, bit for bit.
 """
 from __future__ import annotations
 
