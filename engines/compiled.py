@@ -25,10 +25,15 @@ from typing import TYPE_CHECKING
 # The hot core (benchmarks/RESULTS.md's profiles: the prefix cache's files, the engine's step and
 # its decode pass, the block manager). Not its statistics records (tests read them with vars()),
 # the policy protocol, or the policies (the registry reads their constructors' signatures). And the
-# vLLM plugin's MirrorEngine, compiled with the Engine it subclasses.
+# vLLM plugin's MirrorEngine, compiled with the Engine it subclasses; and the performance model's
+# one-batch and decode-run pricer (batch_pricer, decode_runs; the per-item sums and a decode run's
+# rows in scalar_rows, numpy-free).
 MODULES = tuple(f"engines.core.{name}" for name in (
     "batch", "block_manager", "caching_engine", "chain_memo", "checks", "decode_pass", "engine",
-    "parked_turns", "prefix_cache", "sequence", "tokens")) + ("engines.external.vllm_scheduler.mirror",)
+    "parked_turns", "prefix_cache", "sequence", "tokens")) + ("engines.external.vllm_scheduler.mirror",
+                                                               "engines.perf.batch_pricer",
+                                                               "engines.perf.decode_runs",
+                                                               "engines.perf.scalar_rows")
 RECORD = "compiled_sources.json"  # beside this file: {source: sha256} of the sources the build read
 # What the build reads: the compiled modules and the engine core's other modules, whose types and
 # constants mypyc compiles against (a changed one makes the build stale as well).

@@ -34,7 +34,7 @@ def test_short_decode_runs_bit_for_bit(name):
         want = reference_stages(p, np.ones_like(ctx), ctx)
         got = p.decode_run_stage_times(base, lo, hi)
         assert got.tobytes() == want.tobytes(), (base.tolist(), lo, hi)
-        assert p.decode_run_times(base, lo, hi).tolist() == want.max(axis=-1).tolist()
+        assert p.decode_run_times(base, lo, hi) == want.max(axis=-1).tolist()
         longest = int(base.max())
         one_split += pricer.call is not None and pricer._blocks[longest + lo] == pricer._blocks[longest + hi - 1]
     if pricer.call is not None:  # both ways were taken
@@ -58,7 +58,7 @@ def test_compiled_decode_runs_bit_for_bit(name, monkeypatch):
             base = np.concatenate([base, rng.integers(0, 9000, size=int(rng.integers(1, 30)))])
         ctx = base[None, :] + np.arange(lo, hi)[:, None]
         want = reference_stages(p, np.ones_like(ctx), ctx).max(axis=-1)
-        assert p.decode_run_times(base, lo, hi).tolist() == want.tolist(), (base.tolist(), lo, hi)
+        assert pricer.decode_run_times(base, lo, hi).tolist() == want.tolist(), (base.tolist(), lo, hi)
     compiled = len(pricer.layers) == 1 and pricer.call is not None
     assert (pricer._kernel is not None) == compiled
 
@@ -74,7 +74,7 @@ def test_without_numba_decode_runs_are_numpys(monkeypatch):
     monkeypatch.setattr(pricer, "_kernel", False)
     for base, lo, hi in short_runs(np.random.default_rng(17), 100):
         ctx = base[None, :] + np.arange(lo, hi)[:, None]
-        assert p.decode_run_times(base, lo, hi).tolist() == reference_stages(p, np.ones_like(ctx), ctx).max(axis=-1).tolist()
+        assert pricer.decode_run_times(base, lo, hi).tolist() == reference_stages(p, np.ones_like(ctx), ctx).max(axis=-1).tolist()
     assert pricer._kernel is None
 
 
@@ -89,7 +89,7 @@ def test_a_decode_runs_first_row_is_its_first_iteration_and_the_floor_is_below_b
         assert p.decode_run_times(base, 0, hi)[0] == first
         floor = p.decode_time_floor(b)
         assert floor is not None and 0 < floor <= first
-        assert all(floor <= t for t in p.decode_run_times(base, lo, hi).tolist())
+        assert all(floor <= t for t in p.decode_run_times(base, lo, hi))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -104,7 +104,7 @@ def test_a_lone_decode_is_priced_from_its_context_table_as_alone_and_in_a_run(na
         assert table[c] == p.iteration_time([1], [c]), c
     for base, lo, hi in short_runs(rng, 200):
         c = int(base[0])
-        assert p.decode_run_times(base[:1], lo, hi).tolist() == table[c + lo:c + hi], (c, lo, hi)
+        assert p.decode_run_times(base[:1], lo, hi) == table[c + lo:c + hi], (c, lo, hi)
 
 
 class _NoFloor:
@@ -186,11 +186,11 @@ from engines.perf import PerfModel, decode_runs
 from engines.perf.deployment import Deployment
 p = PerfModel(Deployment.create(model="mistral-7b", gpu="a100-80g-sxm", tp=1))
 for c in range(200):
-    p.decode_run_times(np.array([c, 2 * c + 5]), 0, 20)
+    p._pricer.decode_run_times(np.array([c, 2 * c + 5]), 0, 20)
 print("numba" in sys.modules, end=" ")
 decode_runs._numpy_runs_left = 1
 for c in range(2):
-    p.decode_run_times(np.array([c, 2 * c + 5]), 0, 20)
+    p._pricer.decode_run_times(np.array([c, 2 * c + 5]), 0, 20)
 print("numba" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

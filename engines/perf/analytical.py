@@ -126,11 +126,11 @@ class PerfModel:
         components its own way."""
         return self._pricer.alone_decode_times(top) if self._scalar_rows else None
 
-    def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        """batch_times of the same iterations as decode_run_stage_times, (hi - lo,)."""
+    def decode_run_times(self, base: Sequence[int], lo: int, hi: int) -> list[float]:
+        """batch_times of the same iterations as decode_run_stage_times, hi - lo floats."""
         if self._scalar_rows:
-            return self._pricer.decode_run_times(np.asarray(base, dtype=np.int64), lo, hi)
-        return slowest_stage(self.decode_run_stage_times(base, lo, hi))
+            return self._pricer.decode_run_list(base, lo, hi)
+        return slowest_stage(self.decode_run_stage_times(base, lo, hi)).tolist()
 
     def decode_run_stage_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, pp) stage_times of decode-only iterations lo..hi-1 of a run whose iteration 0 has

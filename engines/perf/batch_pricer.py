@@ -30,6 +30,8 @@ from common.errors import HarnessError
 from . import operators as ops
 from .coefficients import Coefficients
 from .decode_runs import DecodeRunPricing, slowest_stage
+from .mypyc_options import mypyc_attr
+from .scalar_rows import COMPILED, count_sum, table_sum
 from .split_kv import num_splits
 from .vllm_releases import padded
 
@@ -38,6 +40,7 @@ _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as
 _NEGATIVE = "new_tokens and context_lens must be >= 0"
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (as engines/compiled.py's)
 class BatchPricer(DecodeRunPricing):
     """The one-batch and decode-run prices of a model whose components are the analytical ones:
     its coefficients `k`, and (an MoE model) its `expert_gemms(tokens, tiled)`, the MoE layer's
@@ -62,12 +65,14 @@ class BatchPricer(DecodeRunPricing):
         self.last = k.pp - 1
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
         self._shapes: dict[tuple[int, int], tuple] = {}
+        self._by_tokens: dict[int, tuple[float, float, float, float]] = {}  # _shape's parts, per count
+        self._by_seqs: dict[int, tuple[float, float]] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
-        self._decode_units: list[float] = []
+        self._decode_units = []
         self._decode_units_arr = np.zeros(0)
-        self._cached: list[int] = []
+        self._cached = []
         self._cached_arr = np.zeros(0)
-        self._blocks: list[float] = []
+        self._blocks = []
         self._blocks_arr = np.zeros(0)
         self._by_splits: dict[int, list[float]] = {}  # _split_blocks' tables
         self._floors: dict[int, float] = {}  # decode_floor's, per batch size
@@ -113,13 +118,32 @@ class BatchPricer(DecodeRunPricing):
     # -- per (tokens, sequences) ---------------------------------------------------------------
     def _shape(self, tokens: int, seqs: int) -> tuple:
         """(linear, elementwise, all-reduces of a layer, embedding, LM head, CPU, launches per stage):
-        the operations of PerfModel._row_stage_times on Python floats, once per shape."""
+        the operations of PerfModel._row_stage_times on Python floats, once per shape, its parts of
+        the tokens alone and of the sequences alone once per count (most shapes meet one seen)."""
         key = (tokens, seqs)
         got = self._shapes.get(key)
         if got is not None:
             return got
         k = self.k
-        t, s = float(padded(k.graph_sizes, tokens)), float(seqs)  # the rows a CUDA graph runs (analytical.py)
+        by_tokens = self._by_tokens.get(tokens)
+        if by_tokens is None:
+            by_tokens = self._by_tokens[tokens] = self._tokens_part(tokens)
+        by_seqs = self._by_seqs.get(seqs)
+        if by_seqs is None:
+            by_seqs = self._by_seqs[seqs] = self._seqs_part(float(seqs))
+        launches = tuple(k.launch_s(float(seqs), float(tokens), i) for i in range(k.pp)) if k.launch else None
+        got = (*by_tokens, *by_seqs, launches)
+        if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
+            self._shapes.clear()
+            self._by_tokens.clear()
+            self._by_seqs.clear()
+        self._shapes[key] = got
+        return got
+
+    def _tokens_part(self, tokens: int) -> tuple[float, float, float, float]:
+        """_shape's linear, elementwise, all-reduces of a layer and embedding: of the tokens alone."""
+        k = self.k
+        t = float(padded(k.graph_sizes, tokens))  # the rows a CUDA graph runs (analytical.py)
         tiled = float(math.ceil(t / k.tile) * k.tile)
         g = [k.gemm_one(t, tiled, *coeffs) for coeffs in k.gemm_scalars]
         if self.expert_gemms is not None:
@@ -127,18 +151,17 @@ class BatchPricer(DecodeRunPricing):
         linear = g[0] + g[1] + g[2] + g[3]
         allreduce = k.allreduce.seconds(t)
         elementwise = t * k.elementwise_per_token + k.elementwise_fixed
+        embedding = (t * k.embedding_per_token + k.embedding_fixed) + allreduce
+        return linear, elementwise, k.allreduces_per_layer * allreduce, embedding
+
+    def _seqs_part(self, s: float) -> tuple[float, float]:
+        """_shape's LM head and CPU: of the sequences alone."""
+        k = self.k
         seqs_tiled = float(math.ceil(s / k.tile) * k.tile)
         lm_head = ((s * k.lm_norm_per_row + k.lm_norm_fixed)
                    + k.gemm_one(s, seqs_tiled, *k.lm_head)
                    + k.allgather.seconds(s))
-        cpu = s * k.cpu_per_seq + k.cpu_fixed
-        embedding = (t * k.embedding_per_token + k.embedding_fixed) + allreduce
-        launches = tuple(k.launch_s(s, float(tokens), i) for i in range(k.pp)) if k.launch else None
-        got = (linear, elementwise, k.allreduces_per_layer * allreduce, embedding, lm_head, cpu, launches)
-        if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
-            self._shapes.clear()
-        self._shapes[key] = got
-        return got
+        return lm_head, s * k.cpu_per_seq + k.cpu_fixed
 
     def _stages(self, shape: tuple, attention: float) -> list[float]:
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = shape
@@ -237,40 +260,47 @@ class BatchPricer(DecodeRunPricing):
             units = 0.0
             units += prefill_units(n, float(prompt + i * chunk))
             if decode_units is not None:
-                units += decode_units([c + i for c in decodes] if i else decodes)
+                units += decode_units(decodes, i)
             out.append(max(stages(shape, units * q)))
         return out
 
-    def _decode_units_of(self, decodes) -> float:
-        """Attention units of a batch's decodes: theirs from the table, the call's fixed cost, and
-        what the split-KV critical path adds (split_kv.DecodeCall.row_units, term for term)."""
-        top = max(decodes)
+    def _decode_units_of(self, decodes, shift: int = 0) -> float:
+        """Attention units of a batch's decodes at contexts `decodes` + `shift`: theirs from the table,
+        the call's fixed cost, and what the split-KV critical path adds (split_kv.DecodeCall.row_units,
+        term for term)."""
+        top = max(decodes) + shift
         if top >= len(self._decode_units):
             self._grow(top)
-        units = sum(map(self._decode_units.__getitem__, decodes)) + self.decode_fixed
+        if shift and not COMPILED:
+            decodes, shift = [c + shift for c in decodes], 0
+        units = _sum(self._decode_units, decodes, shift) + self.decode_fixed
         call = self.call
         if call is None:
             return units
         seqs = float(len(decodes))
-        cached = self._cached
-        keys = float(sum(map(cached.__getitem__, decodes)) if self.window is not None else sum(decodes)) + seqs
+        if COMPILED:
+            keys = float(count_sum(self._cached, decodes, shift)) + seqs
+        else:
+            keys = float(sum(map(self._cached.__getitem__, decodes)) if self.window is not None else sum(decodes)) + seqs
         n_blocks = int(self._blocks[top])
         splits = num_splits(len(decodes) * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
         waves = math.ceil(seqs * call.ctas_per_seq * splits / call.slots)
-        total = sum(map(self._split_blocks(splits).__getitem__, decodes))
+        total = _sum(self._split_blocks(splits), decodes, shift)
         mean_blocks = total / seqs
         critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
         stream = keys * call._kv_units + seqs * call._qo_units
         return units + float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
 
-    def _mixed_decode_units(self, decodes) -> float:
+    def _mixed_decode_units(self, decodes, shift: int = 0) -> float:
         """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile
         of mixed_rows rows over its keys (operators._pad_mixed_decodes, same order: a table by context,
         keys read a = min(c + 1, window), floor(max(2a x rows x k_pairs, a x k_kv + k_qo))); no split-KV term."""
-        top = max(decodes)
+        top = max(decodes) + shift
         if top >= len(self._decode_units):
             self._grow(top)
-        return sum(map(self._mixed.__getitem__, decodes)) + self.decode_fixed
+        if shift and not COMPILED:
+            decodes, shift = [c + shift for c in decodes], 0
+        return _sum(self._mixed, decodes, shift) + self.decode_fixed
 
     def _prefill_units(self, n: float, c: float) -> float:
         """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""
@@ -295,3 +325,11 @@ class BatchPricer(DecodeRunPricing):
         pairs *= self.k_pairs
         a = a * self.k_kv + n * self.k_qo
         return math.floor(max(pairs, a)) + self.prefill_fixed
+
+
+def _map_sum(table: list[float], items, shift: int) -> float:
+    """table_sum interpreted: `sum(map(...))` is faster there (`shift` is 0: the callers shifted the items)."""
+    return sum(map(table.__getitem__, items))
+
+
+_sum = table_sum if COMPILED else _map_sum  # sum(table[c + shift] for c in items)

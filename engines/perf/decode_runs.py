@@ -6,18 +6,24 @@ an arrival or a finish) in one step: row i has contexts base + i. A run whose lo
 its K/V block count (most: arrivals and finishes cut runs to a few dozen rows) has one split count,
 priced from one gather of the stacked tables with scalar split-KV terms, or, for a one-stage model
 where numba is installed, in one compiled call (run_kernel.py); the rest row by row (`_run_units`).
-tests/test_perf_pricer_runs.py compares every path with the vectorized one, bit for bit.
+Where the engine core's build is imported (engines/compiled.py: this module and scalar_rows.py are
+in it), the simulator's `decode_run_list` prices a one-stage model's runs in scalar_rows' compiled
+rows instead, never loading numba. tests/test_perf_pricer_runs.py and test_perf_scalar_rows.py
+compare every path with the vectorized one, bit for bit.
 """
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import operators as ops
 from . import run_kernel
+from .mypyc_options import mypyc_attr
+from .scalar_rows import COMPILED, one_split_run_times
 from .split_kv import num_splits
 
 # Decode runs a process prices with numpy before the compiled kernel is looked up (run_kernel.py):
@@ -36,13 +42,36 @@ def slowest_stage(stages: np.ndarray) -> np.ndarray:
     return stages[:, 0] if stages.shape[1] == 1 else np.max(stages, axis=-1)
 
 
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (as engines/compiled.py's)
 class DecodeRunPricing:
-    """BatchPricer's decode runs (a mixin: the tables, `_shape` and the attention constants are
-    BatchPricer's)."""
+    """BatchPricer's decode runs (its base: the tables, `_shape` and the attention constants are
+    BatchPricer's, declared here for the compiled build's types, engines/compiled.py)."""
+
+    call: Any  # split_kv.DecodeCall, or None
+    layers: tuple[int, ...]
+    last: int
+    overlap: bool
+    window: int | None
+    decode_fixed: float
+    _decode_units: list[float]
+    _cached: list[int]
+    _blocks: list[float]
+    _decode_units_arr: np.ndarray
+    _cached_arr: np.ndarray
+    _blocks_arr: np.ndarray
+
+    def _shape(self, tokens: int, seqs: int) -> tuple:
+        raise NotImplementedError  # BatchPricer's
+
+    def _grow(self, top: int) -> None:
+        raise NotImplementedError  # BatchPricer's
+
+    def _split_blocks(self, splits: int) -> list[float]:
+        raise NotImplementedError  # BatchPricer's
 
     def _start_runs(self) -> None:
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
-        self._kernel: Callable | None | bool = False  # decode_run_times' compiled run: False, not looked up yet
+        self._kernel: Any = False  # decode_run_times' compiled run (a Callable, or None): False, not looked up yet
         self._steps: dict[tuple[int, int], np.ndarray] = {}  # _row_steps', per (lo, hi)
 
     def _row_steps(self, lo: int, hi: int) -> np.ndarray:
@@ -63,7 +92,7 @@ class DecodeRunPricing:
         b = len(base)
         k = hi - lo
         if b == 0 or k <= 0:
-            return np.zeros((max(k, 0), len(self.layers)))
+            return np.zeros((max(k, 0), len(self.layers)), dtype=np.float64)
         longest = self._cover(base, hi)
         call = self.call
         if call is not None and self._blocks[longest + lo] == self._blocks[longest + hi - 1]:
@@ -105,6 +134,38 @@ class DecodeRunPricing:
                 call._block_units, call._kv_units, seqs * call._qo_units, call._combine_units * (split > 1.0),
                 self.decode_fixed, ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
                 lm_head, cpu, bool(self.overlap), launch, out[i - lo:j - lo])
+            i = j
+        return out
+
+    def decode_run_list(self, base: Sequence[int], lo: int, hi: int) -> list[float]:
+        """decode_run_times as a list, `base` any sequence of ints. Where scalar_rows is compiled, a
+        one-stage model's run is priced there, a call for each stretch of rows with one K/V block
+        count (as decode_run_times' numba kernel: the same doubles), never loading numba."""
+        b = len(base)
+        call = self.call
+        if not COMPILED or call is None or len(self.layers) != 1 or b == 0 or hi <= lo:
+            return self.decode_run_times(np.asarray(base, dtype=np.int64), lo, hi).tolist()
+        if isinstance(base, np.ndarray):
+            base = base.tolist()
+        longest = max(base)
+        if longest + hi - 1 >= len(self._decode_units):
+            self._grow(longest + hi - 1)
+        blocks = self._blocks
+        seqs = float(b)
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        launch = None if launches is None else launches[0]
+        out: list[float] = []
+        i = lo
+        while i < hi:  # a stretch of rows with one K/V block count (blocks only grow along a run)
+            n = blocks[longest + i]
+            j = hi if blocks[longest + hi - 1] == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
+            splits, n_blocks, waves = self._one_split(b, longest + i)
+            split = float(splits)
+            one_split_run_times(self._decode_units, self._cached, self._split_blocks(splits), base, i, j - i, seqs,
+                                float(waves), float(math.ceil(n_blocks / split)), call._block_units, call._kv_units,
+                                seqs * call._qo_units, call._combine_units * (split > 1.0), self.decode_fixed,
+                                ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
+                                lm_head, cpu, bool(self.overlap), launch, out)
             i = j
         return out
 
@@ -212,7 +273,7 @@ class DecodeRunPricing:
         k = hi - lo
         steps = np.arange(lo, hi, dtype=np.int64)
         ctx = base[None, :] + steps[:, None]
-        longest = longest + steps  # each row's longest context
+        longest_of = longest + steps  # each row's longest context
         units = self._decode_units_arr[ctx].sum(axis=-1) + self.decode_fixed
         call = self.call
         if call is not None:
@@ -221,7 +282,7 @@ class DecodeRunPricing:
                 keys = (float(base.sum()) + b * steps) + seqs
             else:
                 keys = self._cached_arr[ctx].sum(axis=-1) + seqs
-            n_blocks = self._blocks_arr[longest]
+            n_blocks = self._blocks_arr[longest_of]
             if b * call.ctas_per_seq >= 0.8 * call.slots:  # split_kv.num_splits: enough CTAs, one split
                 splits = np.ones(k)
             else:

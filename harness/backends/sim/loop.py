@@ -331,7 +331,7 @@ def _decode_run(
             # of them the first iteration's time (FastTimer's contract): no separate pricing of it
             rows = min(k, int((horizon - t) / floor) + 1)
             if rows > 1:
-                dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, rows).tolist()
+                dts = timer.decode_run_times(batch.context_lens, 0, rows)
         dt0 = dts[0] if dts else timer.iteration_time(batch.new_tokens, batch.context_lens)
     if math.isfinite(horizon):
         # Iterations only get longer as contexts grow, so at most this many start before horizon.
@@ -344,7 +344,7 @@ def _decode_run(
     if table is not None:
         dts = table[c:c + k]
     elif dts is None:
-        dts = timer.decode_run_times(np.asarray(batch.context_lens, dtype=np.int64), 0, k).tolist()
+        dts = timer.decode_run_times(batch.context_lens, 0, k)
     else:
         del dts[k:]  # (k <= rows: dt0 >= floor)
     # Summed from t in order, as plain stepping would (bit-identical clock). A run is ~40 floats:

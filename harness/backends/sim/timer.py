@@ -37,8 +37,8 @@ class FastTimer(IterationTimer, Protocol):
         """stage_times of one batch given as sequences of ints."""
         ...
 
-    def decode_run_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        """(hi - lo,) batch_times of decode-only iterations lo..hi-1 (iteration i: contexts base + i)."""
+    def decode_run_times(self, base: Sequence[int], lo: int, hi: int) -> list[float]:
+        """batch_times of decode-only iterations lo..hi-1 (iteration i: contexts base + i), hi - lo floats."""
         ...
 
     def decode_run_stage_times(self, base: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -90,7 +90,7 @@ class _ArrayTimer:
 
     def decode_run_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)
-        return self.timer.batch_times(np.ones_like(ctx), ctx)
+        return self.timer.batch_times(np.ones_like(ctx), ctx).tolist()
 
     def decode_run_stage_times(self, base, lo, hi):
         ctx = _run_contexts(base, lo, hi)

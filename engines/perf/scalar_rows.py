@@ -1,0 +1,76 @@
+"""The pricer's per-item sums and a decode run's rows on Python scalars, compiled by mypyc.
+
+BatchPricer sums table entries over a batch's decodes (`sum(map(table.__getitem__, decodes))`,
+some hundred items a Sarathi batch, once per row of a chunk run) and prices decode runs with
+some twenty numpy calls on arrays of a few rows (decode_runs.py), each call's fixed cost (about a
+microsecond) the whole price. Compiled (engines/compiled.py names this module), the same sums
+and each row's operations cost a few nanoseconds an item. Interpreted they are slower than the
+numpy and `sum(map(...))` they replace, so the pricer takes them only where `COMPILED`.
+
+The same doubles either way: the sums are of whole numbers (attention units, cached lengths and
+K/V blocks; exact in any order below 2**53) and every other operation is the numpy path's, one
+IEEE operation at a time in its order (as run_kernel.py's numba kernel does).
+tests/test_perf_scalar_rows.py compares them with the numpy path, bit for bit.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+COMPILED = not __file__.endswith(".py")  # this module's extension module was imported, not its source
+
+
+def table_sum(table: list[float], items: Sequence[int], shift: int) -> float:
+    """sum(table[c + shift] for c in items), left to right."""
+    total = 0.0
+    for c in items:
+        total += table[c + shift]
+    return total
+
+
+def count_sum(table: list[int], items: Sequence[int], shift: int) -> int:
+    """sum(table[c + shift] for c in items) of an int table (exact)."""
+    total = 0
+    for c in items:
+        total += table[c + shift]
+    return total
+
+
+def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[float], base: Sequence[int],
+                        lo: int, k: int, seqs: float, waves: float, top: float, block_units: float, kv_units: float,
+                        stream_qo: float, combine: float, decode_fixed: float, quantum: float, linear: float,
+                        elementwise: float, tp_comm: float, layers: float, embedding: float, lm_head: float,
+                        cpu: float, overlap: bool, launch: float | None, out: list[float]) -> None:
+    """Appends to `out` the seconds of decode-only iterations lo..lo+k-1 of a one-stage model's run
+    (contexts base + i) whose longest sequence keeps its K/V block count (one split count):
+    decode_runs' _one_split_run_units then _run_stages, operation for operation (`keys_t` the
+    windowed cached lengths, `blocks_t` the K/V blocks a CTA streams under the run's splits)."""
+    per_cta = max(seqs, 1.0)
+    for i in range(lo, lo + k):
+        units = 0.0
+        keys = 0
+        blocks = 0.0
+        for c in base:
+            units += units_t[c + i]
+            keys += keys_t[c + i]
+            blocks += blocks_t[c + i]
+        bl = blocks / per_cta * waves
+        if bl < top:  # np.maximum(top, blocks): equal operands are the same double
+            bl = top
+        bl = bl * block_units  # the critical path
+        kv = (float(keys) + seqs) * kv_units + stream_qo  # the KV stream
+        bl = bl - kv
+        if bl < 0.0:
+            bl = 0.0
+        bl = bl + combine
+        t = ((units + decode_fixed) + float(math.floor(bl))) * quantum
+        t = (((t + linear) + elementwise) + tp_comm) * layers
+        t = (t + embedding) + lm_head
+        if overlap:
+            if t < cpu:
+                t = cpu
+        else:
+            t = t + cpu
+        if launch is not None:
+            t = t + launch
+        out.append(t)
