@@ -26,11 +26,12 @@ def test_a_run_broken_by_client_lag_keeps_its_finished_probes(tmp_path):
     probes finished before are kept in the partial run, marked, with no capacity. A request must
     take over 1 s before the first probe breaks too. A server that paced its tokens (2 ms timers,
     ~100 per request) once took that long on a loaded CI machine: every late wake-up adds up, and
-    nothing was kept."""
+    nothing was kept. The search steps from 1 QPS straight to 8 (search.growth=8): probes at 2 and 4
+    QPS would only be more kept probes, 12 s of sending with the other workers idle."""
     with misbehaving("honest", 1, "--token-interval-s", "0", "--first-token-delay-s", "0.25") as server:
         p = harness(server, tmp_path, "arrival=constant", "backend.max_connections=1", "backend.strict=true",
                     "backend.lag.quantile=1.0", "backend.lag.warn_s=1.0", "backend.lag.invalid_s=1.0",
-                    "search.start_qps=1", "search.num_requests=16", "slo.tbt_s=1")
+                    "search.start_qps=1", "search.growth=8", "search.num_requests=16", "slo.tbt_s=1")
     assert p.returncode == 3, p.stderr[-3000:]
     assert "did not keep its schedule" in p.stderr and "connections:" in p.stderr, p.stderr[-3000:]
     assert "backend.strict=false" in p.stderr
