@@ -17,8 +17,10 @@ LONGEST_FIRST = ("test_vllm_live.py", "test_readme.py", "test_reference_drift.py
                  "test_cluster_ray.py", "test_live_smoke.py", "test_endpoint_backend.py", "test_commands.py",
                  "test_vllm_sessions.py", "test_live_sessions.py", "test_live_disagg.py", "test_cli.py",
                  "test_plan_published.py")
-# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first.
-ALONE_LONGEST_FIRST = ("test_live_cache_routing.py", "test_live_loopback.py", "test_twin_disturbed.py")
+# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first
+# (test_cluster_ray.py: its submitit multiruns, about 20 s at -n 0, before its Ray tests).
+ALONE_LONGEST_FIRST = ("test_cluster_ray.py", "test_live_cache_routing.py", "test_live_loopback.py",
+                       "test_twin_disturbed.py")
 # A module whose timed runs are short blocks (alone_block) inside a long chain of untimed, CPU-bound
 # work (test_validate_loop.py: two torch servers' starts, calibrate, validate, a search; about 120 s
 # of its 175 s at -n 0, load 9-11) runs halfway through the ordinary modules (by tests): there that
