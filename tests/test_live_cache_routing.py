@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -61,7 +63,9 @@ def fleet_runs(alone_block):
     once, in one alone_block (tests/conftest.py). A stream is mostly waiting on the twin's real-time
     iterations: one fleet's run (client, router, two replicas) used 3.5 CPU-s over its 38 s stream
     (-n 0, load 2), so three at once hold about a quarter of one core, not the busy workers that
-    alone_block keeps away; each fleet's caches and counters are its own."""
+    alone_block keeps away; each fleet's caches and counters are its own. The three clients share
+    this process: what a run sets for its time and restores after (the GIL's switch interval, the
+    frozen heap: harness/loadgen/run.py) is set back once all three are done."""
     reqs = _stream()
     spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
                           config=ServerConfig(prefix_caching=True, time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS))
@@ -70,7 +74,12 @@ def fleet_runs(alone_block):
         clusters = [stack.enter_context(ClusterProcesses(ClusterSpec(servers, name))) for name in TOLERANCE]
         with alone_block(), warnings.catch_warnings(), ThreadPoolExecutor(len(clusters)) as pool:
             warnings.simplefilter("ignore")  # dispatch-lag warnings on a shared 2-core machine (once: not per thread)
-            runs = list(pool.map(lambda cluster: _measured_run(reqs, cluster.endpoint), clusters))
+            switch = sys.getswitchinterval()
+            try:
+                runs = list(pool.map(lambda cluster: _measured_run(reqs, cluster.endpoint), clusters))
+            finally:  # the last run to end would restore what an earlier one had set
+                sys.setswitchinterval(switch)
+                gc.unfreeze()
     return reqs, dict(zip(TOLERANCE, runs))
 
 
