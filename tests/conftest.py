@@ -19,8 +19,7 @@ LONGEST_FIRST = ("test_vllm_live.py", "test_readme.py", "test_reference_drift.py
                  "test_plan_published.py")
 # Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first
 # (test_cluster_ray.py: its submitit multiruns, about 20 s at -n 0, before its Ray tests).
-ALONE_LONGEST_FIRST = ("test_cluster_ray.py", "test_live_cache_routing.py", "test_live_loopback.py",
-                       "test_twin_disturbed.py")
+ALONE_LONGEST_FIRST = ("test_cluster_ray.py", "test_live_cache_routing.py", "test_live_loopback.py")
 # A module whose timed runs are short blocks (alone_block) inside a long chain of untimed, CPU-bound
 # work (test_validate_loop.py: two torch servers' starts, calibrate, validate, a search; about 120 s
 # of its 175 s at -n 0, load 9-11) runs halfway through the ordinary modules (by tests): there that
