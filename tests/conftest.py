@@ -17,8 +17,9 @@ LONGEST_FIRST = ("test_vllm_live.py", "test_readme.py", "test_reference_drift.py
                  "test_cluster_ray.py", "test_live_smoke.py", "test_endpoint_backend.py", "test_commands.py",
                  "test_vllm_sessions.py", "test_live_sessions.py", "test_live_disagg.py", "test_cli.py",
                  "test_plan_published.py")
-# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first.
-ALONE_LONGEST_FIRST = ("test_live_cache_routing.py", "test_live_loopback.py", "test_twin_disturbed.py")
+# Of the modules with `alone` tests or blocks (run last), the longest outside their blocks first
+# (test_cluster_ray.py: its submitit multiruns, about 20 s at -n 0, before its Ray tests).
+ALONE_LONGEST_FIRST = ("test_cluster_ray.py", "test_live_cache_routing.py", "test_live_loopback.py")
 # A module whose timed runs are short blocks (alone_block) inside a long chain of untimed, CPU-bound
 # work (test_validate_loop.py: two torch servers' starts, calibrate, validate, a search; about 120 s
 # of its 175 s at -n 0, load 9-11) runs halfway through the ordinary modules (by tests): there that
@@ -104,6 +105,39 @@ def _alone_block():
         _HELD["exclusive"] = False
         fcntl.flock(lock, fcntl.LOCK_UN)
         _take(turnstile, lock, exclusive=False)
+
+
+# Each xdist worker's modules in the order it ran them: [module, first start, last stop, busy seconds]
+# (the controller's copy of the workers' reports), for the timeline printed at the end of the run.
+_TIMELINE: dict[str, list[list]] = {}
+TIMELINE_LAST = 4  # modules shown a worker, its last ones: the end of the run is where a worker idles
+
+
+def pytest_runtest_logreport(report):
+    node = getattr(report, "node", None)  # set on the xdist controller's copy of a worker's report
+    if node is None:
+        return
+    modules = _TIMELINE.setdefault(node.gateway.id, [])
+    module = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    if not modules or modules[-1][0] != module:
+        modules.append([module, report.start, report.stop, 0.0])
+    modules[-1][2] = report.stop
+    modules[-1][3] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Under xdist, when each worker ran its last modules and how long it was in tests: a worker
+    that ends long before the others (or is busy far less than its span) shows where the run's
+    wall time goes (tests/conftest.py orders the modules; `alone` tests idle the others)."""
+    if not _TIMELINE:
+        return
+    t0 = min(modules[0][1] for modules in _TIMELINE.values())
+    terminalreporter.write_sep("-", "xdist timeline (s from the first test's start; busy: in a test's phases)")
+    for worker, modules in sorted(_TIMELINE.items()):
+        last = ", ".join(f"{m} {a - t0:.0f}-{b - t0:.0f}" for m, a, b, _ in modules[-TIMELINE_LAST:])
+        busy = sum(m[3] for m in modules)
+        terminalreporter.write_line(f"{worker}: ended {modules[-1][2] - t0:.0f}, busy {busy:.0f}, "
+                                    f"{len(modules)} modules; last: {last}")
 
 
 @pytest.fixture(scope="session")

@@ -22,11 +22,11 @@ pytest.importorskip("ray")
 pytest.importorskip("hydra_plugins.hydra_ray_launcher")
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 
-# Each test runs with the other xdist workers idle. Two fresh-clone CI runs of the whole suite
-# (2026-12-06, load ~4) lost this module's Ray head at its first test (refused, or Ray's own
-# connect failing), while the module alone passed (8 of 8, 35 s); what took the head down beside
-# the other workers is not established.
-pytestmark = pytest.mark.alone
+# Each test with the Ray head (`ray_cluster`) runs with the other xdist workers idle (`alone`). Two
+# fresh-clone CI runs of the whole suite (2026-12-06, load ~4) lost this module's Ray head at its first
+# test (refused, or Ray's own connect failing), while the module alone passed (8 of 8, 35 s); what took
+# the head down beside the other workers is not established. The tests without it (submitit's) come
+# first, before the head is started (at the first test that asks for it), beside the other workers.
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = "experiment=mistral7b_strict,yi34b_tp2_strict,llama2_70b_tp4pp2_strict"
@@ -144,16 +144,6 @@ def joblib_capacities(tmp_path_factory):
     return caps
 
 
-@pytest.mark.live
-def test_ray_launcher_multirun_equals_joblib(ray_cluster, joblib_capacities, tmp_path):
-    p = harness("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", EXPERIMENTS, *TINY,
-                f"results_dir={tmp_path}", "cache=false")
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "multirun: 3 jobs, 3 done, 0 failed" in p.stdout
-    assert "(_run_job pid=" in p.stdout + p.stderr  # the jobs ran as Ray tasks, not here
-    assert capacities(tmp_path) == joblib_capacities
-
-
 def test_submitit_local_multirun_equals_joblib(joblib_capacities, tmp_path):
     p = harness("-m", "hydra/launcher=submitit_local", EXPERIMENTS, *TINY, f"results_dir={tmp_path}", "cache=false")
     assert p.returncode == 0, p.stderr[-3000:]
@@ -174,6 +164,18 @@ def test_a_failing_job_loses_no_other_and_is_named(tmp_path):
     assert len(list(tmp_path.glob("mistral7b_strict/*/summary.json"))) == 1  # the good job's run is saved
 
 
+@pytest.mark.alone
+@pytest.mark.live
+def test_ray_launcher_multirun_equals_joblib(ray_cluster, joblib_capacities, tmp_path):
+    p = harness("-m", "hydra/launcher=ray", f"hydra.launcher.ray.init.address={ray_cluster}", EXPERIMENTS, *TINY,
+                f"results_dir={tmp_path}", "cache=false")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "multirun: 3 jobs, 3 done, 0 failed" in p.stdout
+    assert "(_run_job pid=" in p.stdout + p.stderr  # the jobs ran as Ray tasks, not here
+    assert capacities(tmp_path) == joblib_capacities
+
+
+@pytest.mark.alone
 @pytest.mark.live
 @pytest.mark.parametrize("launcher", ["ray", "submitit_local"])
 def test_figure_and_nightly_jobs_run_through_the_launcher(ray_cluster, tmp_path, capsys, launcher):
@@ -193,6 +195,7 @@ def test_figure_and_nightly_jobs_run_through_the_launcher(ray_cluster, tmp_path,
     assert find_run(good) is not None and find_run(bad) is None
 
 
+@pytest.mark.alone
 @pytest.mark.live
 def test_parallel_search_with_the_ray_executor_gives_the_serial_answer(ray_cluster, tmp_path):
     small = ["experiment=yi34b_tp2_strict", "scheduler=[vllm]", "search.num_requests=64", "progress=false", "cache=false"]
@@ -213,6 +216,7 @@ FLEET = ["experiment=mistral7b_strict", "dataset=sharegpt_conversations", "sched
          "progress=false", "cache=false"]
 
 
+@pytest.mark.alone
 @pytest.mark.live
 def test_a_fleet_apart_in_a_ray_job_sends_its_shares_as_ray_tasks(ray_cluster, tmp_path):
     """cluster.workers=2 in a job of hydra/launcher=ray: the replicas' shares run as Ray tasks on
@@ -231,6 +235,7 @@ def test_a_fleet_apart_in_a_ray_job_sends_its_shares_as_ray_tasks(ray_cluster, t
     assert a.num_rows == 80 and a.equals(b)
 
 
+@pytest.mark.alone
 @pytest.mark.live
 def test_a_job_whose_worker_dies_is_reported_and_the_others_kept(ray_cluster):
     from ray import cloudpickle

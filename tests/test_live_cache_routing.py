@@ -15,20 +15,25 @@ Tolerances, and why:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from engines.routers import make_router
 from engines.schedulers import EngineConfig, make_engine
 from engines.server.config import ServerConfig
-from harness.backends.live import LiveServerSpec
+from harness.backends.live import LiveServerSpec, run_live_result
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.sim import simulate_cluster
 from harness.metrics import cache_summary
 from harness.workload import load_workload, requests_at_rate
-from tests.test_live_loopback import KV_TOKENS, MAX_LEN, _run
+from tests.test_live_loopback import KV_TOKENS, MAX_LEN, OPTS
 from tests.test_live_sessions import SCHED, SESSIONS, SLOW_SCALE, _Scaled
 
 pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
@@ -52,20 +57,43 @@ def _simulated(reqs, name):
     return records, hits / queries, stats["instance_requests"]
 
 
-@pytest.fixture(scope="module", params=list(TOLERANCE))
-def fleet_run(request, alone_block):
-    name = request.param
+@pytest.fixture(scope="module")
+def fleet_runs(alone_block):
+    """One fleet a router, each started beside the other xdist workers; their three streams run at
+    once, in one alone_block (tests/conftest.py). A stream is mostly waiting on the twin's real-time
+    iterations: one fleet's run (client, router, two replicas) used 3.5 CPU-s over its 38 s stream
+    (-n 0, load 2), so three at once hold about a quarter of one core, not the busy workers that
+    alone_block keeps away; each fleet's caches and counters are its own. The three clients share
+    this process: what a run sets for its time and restores after (the GIL's switch interval, the
+    frozen heap: harness/loadgen/run.py) is set back once all three are done."""
     reqs = _stream()
     spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
                           config=ServerConfig(prefix_caching=True, time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS))
     servers = tuple((f"replica {i}", dataclasses.replace(spec, port=None)) for i in range(REPLICAS))
-    with ClusterProcesses(ClusterSpec(servers, name)) as cluster:
-        url = cluster.endpoint.base_url
-        with alone_block():  # the stream, not the fleet's start, with the other xdist workers idle (tests/conftest.py)
-            before = scrape(url)
-            res = _run(reqs, cluster.endpoint)
-            counted = measured(before, scrape(url))
-    return name, reqs, res, counted
+    with contextlib.ExitStack() as stack:
+        clusters = [stack.enter_context(ClusterProcesses(ClusterSpec(servers, name))) for name in TOLERANCE]
+        with alone_block(), warnings.catch_warnings(), ThreadPoolExecutor(len(clusters)) as pool:
+            warnings.simplefilter("ignore")  # dispatch-lag warnings on a shared 2-core machine (once: not per thread)
+            switch = sys.getswitchinterval()
+            try:
+                runs = list(pool.map(lambda cluster: _measured_run(reqs, cluster.endpoint), clusters))
+            finally:  # the last run to end would restore what an earlier one had set
+                sys.setswitchinterval(switch)
+                gc.unfreeze()
+    return reqs, dict(zip(TOLERANCE, runs))
+
+
+def _measured_run(reqs, endpoint):
+    """The stream through a fleet's router, and what its replicas' counters say of it."""
+    before = scrape(endpoint.base_url)
+    res = run_live_result(reqs, endpoint, OPTS)
+    return res, measured(before, scrape(endpoint.base_url))
+
+
+@pytest.fixture(scope="module", params=list(TOLERANCE))
+def fleet_run(request, fleet_runs):
+    reqs, runs = fleet_runs
+    return (request.param, reqs, *runs[request.param])
 
 
 def test_live_hit_rates_match_the_simulated_ones(fleet_run):

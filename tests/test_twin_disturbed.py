@@ -37,7 +37,7 @@ def _stall(pids: set[int], done: threading.Event, every_s: float = 1.0, for_s: f
 
 
 @pytest.mark.live
-def test_a_twin_held_back_by_the_host_is_flagged(capsys, alone_block):
+def test_a_twin_held_back_by_the_host_is_flagged(capsys):
     spec = LiveServerSpec(kind="inrepo", scheduler=SCHED, model="tiny", max_model_len=MAX_LEN, ready_timeout_s=60,
                           config=ServerConfig(time_scale=SLOW_SCALE, kv_capacity_tokens=KV_TOKENS))
     before = _children()
@@ -46,17 +46,18 @@ def test_a_twin_held_back_by_the_host_is_flagged(capsys, alone_block):
         assert server
         done = threading.Event()
         staller = threading.Thread(target=_stall, args=(server, done), daemon=True)
-        # the run, not the server's start, with the other xdist workers idle (tests/conftest.py): the
-        # stalls are to be the only thing holding the twin back
-        with alone_block():
-            staller.start()
-            try:
-                res = _run(_poisson(30, 6.0, seed=3), ep)
-            finally:
-                done.set()
-                staller.join()
-                for pid in server:
-                    os.kill(pid, signal.SIGCONT)
+        # Beside the other xdist workers, not alone (tests/conftest.py): the stalls hold the twin 30 % of
+        # each second, and a busy host can only hold it back further, never hide them. Whether the flag
+        # is raised at all is what a broken twin clock changes (with no stall it is not: the other tests
+        # of the live twin, tests/test_live_loopback.py, judge the band).
+        staller.start()
+        try:
+            res = _run(_poisson(30, 6.0, seed=3), ep)
+        finally:
+            done.set()
+            staller.join()
+            for pid in server:
+                os.kill(pid, signal.SIGCONT)
     notes = [n for n in res.notes if n.startswith(DISTURBED)]
     assert len(notes) == 1 and "behind its own timeline" in notes[0], res.notes
     assert f"WARNING: {notes[0]}" in capsys.readouterr().err

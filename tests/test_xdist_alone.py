@@ -39,6 +39,10 @@ def test_alone_runs_with_the_other_worker_idle(pytester, tmp_path, monkeypatch):
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider",
                                            "-W", "ignore::pytest.PytestUnknownMarkWarning")
     result.assert_outcomes(passed=21)
+    # the timeline at the end names each worker's modules in the order it ran them (b after a)
+    for line in (r"gw\d: ended \d+, busy \d+, 2 modules; last: test_a.py \d+-\d+, test_b.py \d+-\d+$",
+                 r"gw\d: ended \d+, busy \d+, 1 modules; last: test_c.py \d+-\d+$"):
+        result.stdout.re_match_lines([line])
     rows = [line.split() for line in log.read_text().splitlines()]
     (alone,) = [(float(a), float(b)) for tag, _, a, b in rows if tag == "alone"]
     beside = [(w, float(a), float(b)) for tag, w, a, b in rows if tag == "other"]
