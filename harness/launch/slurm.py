@@ -74,13 +74,10 @@ def partition(name: str | None) -> Partition:
     if not mine:
         what = f"SLURM partition {name!r} does not exist" if name else "SLURM has no partition"
         raise HarnessError(f"{what} (sinfo knows: {', '.join(known) or 'none'}); nothing was submitted")
-    return Partition(
-        name=mine[0][0].rstrip("*"),
-        nodes=sum(int(r[1]) for r in mine if r[1].isdigit()),
-        gpus_per_node=max(gpus_in(r[2]) for r in mine),
-        cpus_per_node=max((int(re.sub(r"\D", "", r[3]) or 0) for r in mine), default=0),
-        time_limit_min=minutes(mine[0][4]),
-    )
+    return Partition(name=mine[0][0].rstrip("*"), nodes=sum(int(r[1]) for r in mine if r[1].isdigit()),
+                     gpus_per_node=max(gpus_in(r[2]) for r in mine),
+                     cpus_per_node=max((int(re.sub(r"\D", "", r[3]) or 0) for r in mine), default=0),
+                     time_limit_min=minutes(mine[0][4]))
 
 
 def check_partition(name: str | None, jobs: Sequence[tuple[str, JobResources]]) -> Partition:

@@ -167,19 +167,12 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
         released = opts.concurrency is not None or (spec.after is not None and not math.isnan(a.planned))
         planned_s = a.planned - t0 if released else spec.arrival_s
         records.append(RequestRecord(
-            request_id=spec.request_id,
-            arrival_s=planned_s,
-            prompt_len=spec.prompt_len,
-            output_len=spec.output_len,
+            request_id=spec.request_id, arrival_s=planned_s, prompt_len=spec.prompt_len, output_len=spec.output_len,
             first_scheduled_s=st.first_scheduled_s if st else math.nan,
             first_token_s=float(times[0]) if len(times) else math.nan,
-            finished_s=float(times[-1]) if error is None and len(times) else math.nan,
-            token_times_s=times,
-            dispatched_s=a.dispatched - t0,
-            num_preemptions=st.num_preemptions if st else 0,
-            error=error,
-            cached_tokens=p.cached_tokens or 0,
-        ))
+            finished_s=float(times[-1]) if error is None and len(times) else math.nan, token_times_s=times,
+            dispatched_s=a.dispatched - t0, num_preemptions=st.num_preemptions if st else 0, error=error,
+            cached_tokens=p.cached_tokens or 0))
         sources.append(p.source)
         timings.append(st)
         events.append(p.num_events)
@@ -206,10 +199,6 @@ def _server_timing(raw: dict | None, dispatched: float, t0: float, same_clock: b
     def at(x) -> float:
         return math.nan if x is None else float(x) + shift
 
-    return ServerTiming(
-        arrival_s=at(raw["arrival"]),
-        first_scheduled_s=at(raw.get("first_scheduled")),
-        token_times_s=np.asarray(raw.get("token_times") or [], dtype=np.float64) + shift,
-        finished_s=at(raw.get("finished")),
-        num_preemptions=int(raw.get("num_preemptions") or 0),
-    )
+    return ServerTiming(arrival_s=at(raw["arrival"]), first_scheduled_s=at(raw.get("first_scheduled")),
+                        token_times_s=np.asarray(raw.get("token_times") or [], dtype=np.float64) + shift,
+                        finished_s=at(raw.get("finished")), num_preemptions=int(raw.get("num_preemptions") or 0))

@@ -9,15 +9,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from harness.loadgen.http import (
-    CONNECT_FAILED,
-    CONNECTION_LOST,
-    SPARE_FRACTION,
-    SPARE_MIN,
-    Exchange,
-    Target,
-    _Connection,
-)
+from harness.loadgen.http import (CONNECT_FAILED, CONNECTION_LOST, SPARE_FRACTION, SPARE_MIN, Exchange, Target,
+                                  _Connection)
 
 
 class ConnectionPool:
@@ -100,10 +93,6 @@ class ConnectionPool:
             return  # the run's own requests will say what is wrong with the server
         conn.idle_since = self.clock()
         self.release(conn)
-
-    async def prewarm(self) -> None:
-        """Before the clock starts: the first spares, open and idle."""
-        await asyncio.gather(*self.replenish())
 
     async def _acquire(self, fresh: bool = False) -> _Connection:
         waited = False

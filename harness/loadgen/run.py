@@ -297,7 +297,7 @@ class _LoadRun:
         opts, pool, clock, loop, n = self.opts, self.pool, self.clock, self.loop, self.n
         requests, attempts = self.requests, self.attempts
         if opts.concurrency is None:
-            await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
+            await asyncio.gather(*pool.replenish())  # open-loop: the first spares, idle, for the pacer's direct sends
         self.bar = tqdm(total=n, desc=opts.progress_desc, unit="req", disable=not opts.progress, file=sys.stderr,
                         leave=False, mininterval=0.5)
         old_switch = sys.getswitchinterval()
