@@ -72,22 +72,19 @@ def _body(spec: RequestSpec, opts: LoadOptions, continuous_usage: bool, user: st
     if spec.prompt_text is None and (opts.api == "chat" or spec.prompt_token_ids is None):
         raise ValueError(f"request {spec.request_id} has no prompt_text"
                          + ("" if opts.api == "chat" else " nor prompt_token_ids (with_prompt_token_ids fills them)"))
-    body: dict = {"model": opts.model}
-    if opts.api == "chat":
-        body["messages"] = [{"role": "user", "content": spec.prompt_text}]
-    else:
-        body["prompt"] = spec.prompt_text if spec.prompt_text is not None else list(spec.prompt_token_ids)
-    body.update({
-        "max_tokens": spec.output_len,
-        "ignore_eos": opts.ignore_eos,
-        "temperature": opts.temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": continuous_usage},
-        **dict(opts.extra_body),
-    })
+    prompt = spec.prompt_text if spec.prompt_text is not None else list(spec.prompt_token_ids)
+    body = {"model": opts.model, **prompt_fields(opts.api, prompt), "max_tokens": spec.output_len,
+            "ignore_eos": opts.ignore_eos, "temperature": opts.temperature, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": continuous_usage},
+            **dict(opts.extra_body)}
     if user is not None:
         body["user"] = user
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def prompt_fields(api: str, prompt: str | list[int]) -> dict:
+    """A request body's prompt: a chat message (text only), or a completion's text or token ids."""
+    return {"messages": [{"role": "user", "content": prompt}]} if api == "chat" else {"prompt": prompt}
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
