@@ -21,16 +21,6 @@ from harness.workload import with_prompt_token_ids
 from harness.workload.session_prompts import SessionPrompts
 
 
-def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
-                abort_check: Callable[[], str | None] | None = None) -> LoadOptions:
-    # The job's and the settings' fields of the options' names (seed, time_limit_s, drain_s, concurrency,
-    # max_error_fraction, progress; request_timeout_s, stall_timeout_s, lag, strict, max_connections;
-    # an endpoint's base_url, api and api_key, which run_live_result takes from the server it runs against).
-    same = {f.name: getattr(src, f.name) for src in (job, settings) for f in fields(LoadOptions) if hasattr(src, f.name)}
-    return LoadOptions(**same, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
-                       abort_check=abort_check)
-
-
 def describe_client(settings: ClientSettings) -> str:
     """The load generator's settings that shape its measurements, for a run's header."""
     from harness.loadgen.pacer import realtime_permitted
@@ -94,7 +84,13 @@ def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob
         raise broken(reason)
     # The server's own count of what its prefix cache held, beside the usage's (None: it keeps no such counters)
     before = scrape(endpoint.base_url, auth_headers(endpoint.api_key))
-    result = run_live_result(requests, endpoint, run_options(job, job.settings, label, gone))
+    # The job's and the settings' fields of the options' names (seed, time_limit_s, drain_s, concurrency,
+    # max_error_fraction, progress; request_timeout_s, stall_timeout_s, lag, strict, max_connections;
+    # an endpoint's base_url, api and api_key, which run_live_result takes from the server it runs against).
+    same = {f.name: getattr(s, f.name) for s in (job, job.settings) for f in fields(LoadOptions) if hasattr(s, f.name)}
+    options = LoadOptions(**same, progress_desc=label or "requests", abort_check=gone,
+                          realtime_priority=job.settings.client_realtime_priority)
+    result = run_live_result(requests, endpoint, options)
     if reason := result.aborted or gone():  # a probe against a dead or silent server measures nothing
         raise broken(reason)
     stats = {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes, "stopped": result.stopped,
