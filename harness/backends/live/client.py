@@ -12,7 +12,7 @@ from common.errors import RunBroken
 from harness.backends.base import BackendJob, BackendRun
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
-from harness.backends.live.twin_clock import disturbance, disturbed_note, during, scrape_twin
+from harness.backends.live.twin_clock import disturbance, disturbed_note, during, parse_twin
 from harness.loadgen import LoadOptions, LoadResult, run_load
 from harness.loadgen.run import auth_headers
 from harness.records import RequestSpec
@@ -55,7 +55,7 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     elif any(r.prompt_token_ids is None and r.prompt_text is None for r in requests):
         requests = with_prompt_token_ids(requests, server.vocab_size, options.seed, server.special_ids)
     headers = auth_headers(server.api_key)
-    twin_before = scrape_twin(server.base_url, headers)  # None: not a real-time twin
+    twin_before = scrape(server.base_url, headers, parse_twin)  # None: not a real-time twin
     result = run_load(requests, dataclasses.replace(
         options, base_url=server.base_url, model=server.model, api_key=server.api_key, api=server.api,
         session_prompt=prompts.next if prompts is not None else None,
@@ -63,7 +63,8 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     if prompts is not None and prompts.fallbacks:
         warnings.warn(f"live run: the server did not name the ids it generated for {prompts.fallbacks} answers; those "
                       "turns carried the dataset's answer instead, which no prefix cache holds", stacklevel=2)
-    if twin_before is not None and (note := disturbance(during(twin_before, scrape_twin(server.base_url, headers)))):
+    twin_after = scrape(server.base_url, headers, parse_twin) if twin_before is not None else None
+    if note := disturbance(during(twin_before, twin_after)):
         result = dataclasses.replace(result, notes=(*result.notes, note))  # warned below, saved with the probe
     verdict = result.verdict
     probe = "" if options.progress_desc == LoadOptions.progress_desc else f"{options.progress_desc}: "
