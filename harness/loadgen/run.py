@@ -42,7 +42,7 @@ from harness.loadgen.http import Exchange, Target
 from harness.loadgen.options import LoadOptions
 from harness.loadgen.pacer import Pacer, restore_priority, set_realtime_priority
 from harness.loadgen.pool import ConnectionPool
-from harness.loadgen.sessions import Sessions, generated_ids, has_sessions
+from harness.loadgen.sessions import Sessions, generated_ids
 from common.sse import SseSplitter
 from harness.loadgen.validity import ClientLoad
 from harness.records import RequestSpec
@@ -179,7 +179,7 @@ class _LoadRun:
         self.n = n = len(requests)
         # Serialized before the clock starts: sending is one write.
         self.path = API_PATHS[opts.api]
-        self.sessions = Sessions(requests) if has_sessions(requests) else None
+        self.sessions = Sessions(requests) if any(r.after is not None for r in requests) else None
         # A session's later turn is built when it is released (sessions.py): a placeholder until then.
         users = self.sessions.users if self.sessions is not None else [None] * n
         self.attempts = [_Attempt(target.request("POST", self.path, _body(r, opts, continuous, u), headers)

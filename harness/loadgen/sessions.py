@@ -34,10 +34,6 @@ class Sessions:
         return out
 
 
-def has_sessions(requests: Sequence[RequestSpec]) -> bool:
-    return any(r.after is not None for r in requests)
-
-
 def generated_ids(body: bytes) -> list[int] | None:
     """The token ids a stream's chunks named (`choices[0].token_ids`), or None if any chunk with
     a choice did not name them."""
