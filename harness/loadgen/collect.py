@@ -57,14 +57,6 @@ def is_loopback(url: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def error_message(status: int, text: str) -> str:
-    try:
-        msg = json.loads(text)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        msg = text.strip()[:200]
-    return f"HTTP {status}: {msg}"
-
-
 def sse_events(x: Exchange) -> list[tuple[float, bytes]]:
     """The stream's SSE payloads, each with the time the read that completed it came off the socket."""
     split, events = SseSplitter(), []
@@ -84,7 +76,12 @@ def request_error(spec: RequestSpec, a, p, opts: LoadOptions, ended_at: float = 
     n = len(p.token_times)
     error = a.error or x.error or p.error
     if error is None and x.status != 200 and x.status:
-        error = error_message(x.status, x.body.decode("utf-8", "replace"))
+        text = x.body.decode("utf-8", "replace")
+        try:
+            msg = json.loads(text)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            msg = text.strip()[:200]
+        error = f"HTTP {x.status}: {msg}"
     if math.isnan(a.dispatched):
         error = error or NOT_SENT
     if error == UNFINISHED or error_kind(error) == "timeout":

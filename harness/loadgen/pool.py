@@ -76,14 +76,12 @@ class ConnectionPool:
                 self.loop.call_soon_threadsafe(self.replenish)
                 return c
 
-    def spares_wanted(self) -> int:
-        """Idle connections to keep ready: a new request rarely finds one just freed when streams
-        end at the rate they start, and a request that must connect first goes by the loop."""
-        return min(self.limit - len(self.busy), SPARE_MIN + int(len(self.busy) * SPARE_FRACTION))
-
     def replenish(self) -> list[asyncio.Task]:
-        """Opens connections (in the background) until `spares_wanted` are idle or connecting."""
-        missing = min(self.spares_wanted() - len(self.idle) - self._connecting, self.limit - self.num_open)
+        """Opens connections (in the background) until the spares wanted are idle or connecting: idle
+        connections kept ready, as a new request rarely finds one just freed when streams end at the
+        rate they start, and a request that must connect first goes by the loop."""
+        wanted = min(self.limit - len(self.busy), SPARE_MIN + int(len(self.busy) * SPARE_FRACTION))
+        missing = min(wanted - len(self.idle) - self._connecting, self.limit - self.num_open)
         return [self.loop.create_task(self._spare()) for _ in range(max(0, missing))]
 
     async def _spare(self) -> None:
