@@ -135,7 +135,6 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.log_path = Path(spec.log_path) if spec.log_path else None
         self._old_sigterm = None
-        self.ready_s = float("nan")  # seconds from start to /health 200
 
     # -- context manager -----------------------------------------------------------------
     def __enter__(self) -> ServerProcess:
@@ -163,7 +162,6 @@ class ServerProcess:
         main_thread = threading.current_thread() is threading.main_thread()
         if main_thread and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_to_exit)
-        self._t_start = time.monotonic()
         with open(self.log_path, "ab") as log:
             try:
                 self.proc = subprocess.Popen(
@@ -185,7 +183,6 @@ class ServerProcess:
             if code is not None:
                 raise ServerStartError(f"server exited with status {code} before it was ready\n{self.tail_text()}")
             if _healthy(url):
-                self.ready_s = time.monotonic() - self._t_start
                 return
             if time.monotonic() > deadline:
                 raise ServerStartError(
@@ -230,17 +227,15 @@ class ServerProcess:
             self._restore_sigterm()
 
     # -- diagnostics ---------------------------------------------------------------------
-    def log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        with open(self.log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
     def tail_text(self, lines: int = 40) -> str:
-        return f"--- last lines of {self.log_path} ---\n{self.log_tail(lines)}"
+        """The log's last `lines` (of its last 64 KiB), under a line naming the file."""
+        text = ""
+        if self.log_path is not None and self.log_path.exists():
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 64 * 1024))
+                text = f.read().decode(errors="replace")
+        return f"--- last lines of {self.log_path} ---\n" + "\n".join(text.splitlines()[-lines:])
 
     def _restore_sigterm(self) -> None:
         if self._old_sigterm is not None:
