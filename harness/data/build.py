@@ -85,6 +85,5 @@ def build_trace(dataset: dict, tokenizer: str, out: Path, source: str | None = N
         "rows_written": int(p.size), "limit": limit, "stats": stats, "built_on": dt.date.today().isoformat(),
         "built_by": "python -m harness.data build", "output_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
     }
-    sidecar = out.with_name(out.name + ".provenance.yaml")
-    sidecar.write_text(yaml.safe_dump(prov, sort_keys=False))
+    out.with_name(out.name + ".provenance.yaml").write_text(yaml.safe_dump(prov, sort_keys=False))
     return prov
