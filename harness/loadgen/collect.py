@@ -144,8 +144,7 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
     what it cut off is marked STOPPED_EARLY (a cut-off, as a time limit's). `stopped_listening`: the
     clock's time the run stopped reading its streams (the end of their silence)."""
     same_clock = is_loopback(opts.base_url) if opts.same_clock is None else opts.same_clock
-    records, sources, timings, events = [], [], [], []
-    without_usage = 0
+    records, sources, timings, events, without_usage = [], [], [], [], 0
     for spec, a in zip(requests, attempts):
         x: Exchange = a.x
         if not math.isnan(x.sent_at):

@@ -262,9 +262,9 @@ class _LoadRun:
         sessions = self.sessions
         a, j = self.attempts[i], sessions.successor[i]
         if a.error or a.x.error or a.x.status != 200:
-            skipped = sessions.chain_after(i)
-            self.left -= len(skipped)
-            self.bar.update(len(skipped))
+            skipped = sessions.turns_after(i)
+            self.left -= skipped
+            self.bar.update(skipped)
             return
         spec = self.requests[j]
         ids = self.opts.session_prompt(spec, generated_ids(a.x.body))

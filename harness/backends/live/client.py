@@ -25,8 +25,7 @@ def describe_client(settings: ClientSettings) -> str:
     """The load generator's settings that shape its measurements, for a run's header."""
     from harness.loadgen.pacer import realtime_permitted
 
-    wanted = settings.client_realtime_priority
-    if wanted is False:
+    if settings.client_realtime_priority is False:
         priority = "normal priority (backend.client_realtime_priority=false)"
     elif realtime_permitted():
         priority = "realtime priority (SCHED_FIFO) for its timer and event loop"
