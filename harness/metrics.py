@@ -104,11 +104,6 @@ def summarize_cache(prompt_len, cached_tokens, ttft, started, block_size: int) -
         ttft_hit=Distribution.of(ttft[hit & ~np.isnan(ttft)]), ttft_miss=Distribution.of(ttft[miss & ~np.isnan(ttft)]))
 
 
-def cache_summary(records: Sequence[RequestRecord], block_size: int) -> CacheSummary:
-    return summarize_cache([r.prompt_len for r in records], [r.cached_tokens for r in records],
-                           [r.first_token_s - r.arrival_s for r in records], [r.started for r in records], block_size)
-
-
 @dataclass(frozen=True)
 class TokenGaps:
     """The gaps between each request's consecutive tokens, taken once per probe for all that judges,

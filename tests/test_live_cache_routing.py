@@ -31,10 +31,10 @@ from harness.backends.live import LiveServerSpec, run_live_result
 from harness.backends.live.cluster import ClusterProcesses, ClusterSpec
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.sim import simulate_cluster
-from harness.metrics import cache_summary
 from harness.workload import load_workload, requests_at_rate
 from tests.test_live_loopback import KV_TOKENS, MAX_LEN, OPTS
 from tests.test_live_sessions import SCHED, SESSIONS, SLOW_SCALE, _Scaled
+from tests.test_sim_sessions import cache_summary
 
 pytestmark = pytest.mark.live  # starts a real server (pyproject.toml markers)
 

@@ -115,7 +115,7 @@ def test_a_server_that_never_gets_ready_times_out_with_its_log_tail(tmp_path):
         # the child's Python got that far. 60 s is a hang's limit, never a slow host's.
         launch()
         deadline = time.monotonic() + 60
-        while "loading weights..." not in srv.log_tail() and time.monotonic() < deadline:
+        while "loading weights..." not in srv.tail_text() and time.monotonic() < deadline:
             time.sleep(0.05)
 
     srv.start = start_and_wait_for_the_line  # what `with srv:` calls before wait_ready

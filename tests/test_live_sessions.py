@@ -13,9 +13,10 @@ from engines.server.config import ServerConfig
 from harness.backends.live import LiveServerSpec, serve
 from harness.backends.live.prometheus import measured, parse_counters, scrape
 from harness.backends.sim import simulate
-from harness.metrics import cache_summary, summarize
+from harness.metrics import summarize
 from harness.workload import load_workload, requests_at_rate
 from tests.test_live_loopback import KV_TOKENS, MAX_LEN, _run, assert_in_band_unless_disturbed
+from tests.test_sim_sessions import cache_summary
 
 # Cached prompts make short prefills: iterations stretched further than test_live_loopback's
 # SLOW_SCALE keep a P50 TTFT of ~150 ms, so that HTTP and timer wake-ups stay a few percent of it.

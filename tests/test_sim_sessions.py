@@ -118,9 +118,15 @@ def test_a_pipeline_with_a_cache_steps_plainly(policy):
     assert stats.get("replayed_launches", 0) == 0
 
 
-def test_the_cache_summary_splits_ttft_by_hit_and_miss():
-    from harness.metrics import cache_summary
+def cache_summary(records, block_size: int):
+    """harness.metrics.summarize_cache of a probe's records (the product reads it from saved rows)."""
+    from harness.metrics import summarize_cache
 
+    return summarize_cache([r.prompt_len for r in records], [r.cached_tokens for r in records],
+                           [r.first_token_s - r.arrival_s for r in records], [r.started for r in records], block_size)
+
+
+def test_the_cache_summary_splits_ttft_by_hit_and_miss():
     reqs = requests_at_rate(_sessions(60, 7), {"name": "poisson"}, 5.0, 7)
     recs = simulate(reqs, _engine("sarathi", 8192), WindowedTimer())
     c = cache_summary(recs, 16)

@@ -61,11 +61,16 @@ def _post(url: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
+def _count(p: TextPrompter, text: str) -> int:
+    """Tokens the prompter's tokenizer counts in `text` (special tokens not counted)."""
+    return len(p.tok.encode(text, add_special_tokens=False).ids)
+
+
 def test_prompts_have_exactly_the_asked_length(tokenizer_files):
     p = TextPrompter(tokenizer_files[0])
     lengths = [1, 7, 64, 900]
     texts = p.texts(lengths, [(5, 3, i) for i in range(4)])
-    assert [p.count(t) for t in texts] == lengths
+    assert [_count(p, t) for t in texts] == lengths
     assert texts == p.texts(lengths, [(5, 3, i) for i in range(4)])  # seeded
     again = p.texts([64, 64], [(5, 3, 0), (5, 3, 1)])
     assert again[0] != again[1]  # every request its own words: no shared prefix to cache
@@ -75,11 +80,11 @@ def test_requests_get_text_less_what_the_server_adds(tokenizer_files):
     p = TextPrompter(tokenizer_files[0])
     reqs = [RequestSpec(i, 0.0, 20 + i, 4) for i in range(5)]
     out = with_prompt_texts(reqs, p, seed=1, overhead=3)
-    assert [p.count(r.prompt_text) for r in out] == [17 + i for i in range(5)]
+    assert [_count(p, r.prompt_text) for r in out] == [17 + i for i in range(5)]
     assert [r.prompt_len for r in out] == [r.prompt_len for r in reqs]
     short = with_prompt_texts(reqs, p, seed=1, overhead=22)  # prompts of 20 and 21 cannot be that short
     assert [r.prompt_len for r in short] == [23, 23, 23, 23, 24]
-    assert [p.count(r.prompt_text) for r in short] == [1, 1, 1, 1, 2]
+    assert [_count(p, r.prompt_text) for r in short] == [1, 1, 1, 1, 2]
     with pytest.raises(HarnessError, match="no such tokenizer.json"):
         TextPrompter(tokenizer_files[0].parent / "missing.json")
 
@@ -91,7 +96,7 @@ def test_the_server_chats_and_counts_its_template(server, tokenizer_files):
     whole = _post(server + "/v1/chat/completions", {"messages": [{"role": "user", "content": text}], "max_tokens": 3,
                                                     "ignore_eos": True})
     assert whole["object"] == "chat.completion" and whole["choices"][0]["message"]["role"] == "assistant"
-    template = p.count("<|user|>\n" + text + "\n<|assistant|>\n")
+    template = _count(p, "<|user|>\n" + text + "\n<|assistant|>\n")
     assert whole["usage"]["prompt_tokens"] == template > 12
     plain = _post(server + "/v1/completions", {"prompt": text, "max_tokens": 1})
     assert plain["usage"]["prompt_tokens"] == 12
@@ -106,7 +111,7 @@ def test_the_server_chats_and_counts_its_template(server, tokenizer_files):
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_the_load_generator_streams_text_and_checks_the_servers_count(server, tokenizer_files, api):
     p = TextPrompter(tokenizer_files[0])
-    overhead = p.count("<|user|>\n" + "\n<|assistant|>\n") if api == "chat" else 0
+    overhead = _count(p, "<|user|>\n" + "\n<|assistant|>\n") if api == "chat" else 0
     reqs = [RequestSpec(i, 0.01 * i, 30 + 3 * i, 5) for i in range(12)]
     opts = LoadOptions(base_url=server, model="tiny", api=api, progress=False)
     good = run_load(with_prompt_texts(reqs, p, seed=2, overhead=overhead), opts)

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness.profile.table import OP_COLUMNS, OPS, iterations_path  # noqa: E402
+from harness.profile.table import OP_COLUMNS, OPS  # noqa: E402
 from harness.profile.cli import linear_grid, main  # noqa: E402
 
 
@@ -23,7 +23,7 @@ def test_profile_tables_on_cpu(tmp_path):
     assert ops == set(OPS)
     decode = [line.split(",") for line in lines[1:] if line.startswith("attention_decode")]
     assert all(row[1] == "" and row[3] in ("1", "4") for row in decode)  # num_tokens unused -> empty
-    with iterations_path(out).open(newline="") as f:
+    with (tmp_path / "profile.iterations.csv").open(newline="") as f:
         its = list(csv.DictReader(f))
     assert {r["phase"] for r in its} == {"prefill", "decode", "mixed"}
     assert all(r["op"] == "iteration" and float(r["time_s"]) > 0 and r["num_layers"] == "2" for r in its)

@@ -19,10 +19,10 @@ from harness.loadgen import LoadOptions
 from harness.backends.live.client import run_live_result
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.sim import simulate
-from harness.metrics import cache_summary
 from harness.workload import load_workload, requests_at_rate
 from tests.test_sim import WindowedTimer
 from tests.test_vllm_live import MAX_MODEL_LEN, VLLM_PYTHON, model_dir, pytestmark  # noqa: F401
+from tests.test_sim_sessions import cache_summary
 
 CPU_BLOCK = 128
 SESSIONS = {"kind": "conversation", "turns": {"mean": 4}, "first_user_tokens": {"median": 80, "p90": 300},

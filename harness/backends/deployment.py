@@ -42,10 +42,9 @@ class DeploymentPlan:
         return self.tp * self.pp * self.dp
 
 
-def build_deployment(
-    model: ModelSettings, hardware: HardwareSettings, parallel: ParallelSettings, *, gpu_memory_utilization: float,
-    block_size: int, max_model_len: int, perf: PerfSettings = PerfSettings(),
-) -> DeploymentPlan:
+def build_deployment(model: ModelSettings, hardware: HardwareSettings, parallel: ParallelSettings, *,
+                     gpu_memory_utilization: float, block_size: int, max_model_len: int,
+                     perf: PerfSettings = PerfSettings()) -> DeploymentPlan:
     tp, pp, dp, ep = parallel.tp, parallel.pp, parallel.dp, parallel.ep  # Deployment.create refuses tp or pp < 1
     gpu, topology, cpu = hardware.gpu, hardware.topology, {}
     if cpu_device.is_cpu(hardware.gpu):  # this machine's CPU (engines/perf/cpu_device.py: the config's numbers, or a
@@ -60,15 +59,13 @@ def build_deployment(
     calibration = None if perf.calibration in (None, "") else load_calibration(perf.calibration)
     if calibration is not None:
         deployment = calibration.apply(deployment)
-    model_choice = {"kind": perf.kind, "path": perf.path}
-    model_perf = build_perf_model(deployment, model_choice)
+    model_perf = build_perf_model(deployment, {"kind": perf.kind, "path": perf.path})
     kv_tokens = model_perf.kv_capacity_tokens(gpu_memory_utilization, int(block_size))
     ranks = f", dp={dp}, ep" if ep else ""
     if kv_tokens < max_model_len:
-        raise HarnessError(
-            f"{model.name} on {tp * pp * dp}x {hardware.gpu} (tp={tp}, pp={pp}{ranks}) leaves KV room for "
-            f"{max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not one sequence of {max_model_len}"
-        )
+        raise HarnessError(f"{model.name} on {tp * pp * dp}x {hardware.gpu} (tp={tp}, pp={pp}{ranks}) leaves KV room "
+                           f"for {max(kv_tokens, 0)} tokens at gpu_memory_utilization={gpu_memory_utilization}: not "
+                           f"one sequence of {max_model_len}")
     device = cpu_device.describe(deployment.gpu) if cpu_device.is_cpu(hardware.gpu) else hardware.gpu
     desc = f"{model.name} on {tp * pp * dp}x {device} (tp={tp}, pp={pp}{ranks})"
     if ep:

@@ -19,6 +19,7 @@ from harness.backends.live.client import measure, warn
 from harness.backends.live.lifecycle import HealthWatch
 from harness.backends.live.prometheus import server_root
 from harness.backends.live.server import Endpoint, model_vocabulary
+from harness.loadgen.run import auth_headers, prompt_fields
 from harness.records import CUT_OFF_KINDS, RequestSpec, error_kind
 from harness.settings.endpoint import EndpointSettings
 from harness.settings.load import API_PATHS
@@ -39,11 +40,8 @@ class _Server:
     def get(self, path: str, timeout: float = 5.0, body: dict | None = None) -> tuple[int, bytes]:
         """GET `path`, or POST `body` as JSON to it."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base_url + path, data=data)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.api_key:
-            req.add_header("Authorization", f"Bearer {self.api_key}")
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        req = urllib.request.Request(self.base_url + path, data=data, headers={**headers, **auth_headers(self.api_key)})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, r.read()
@@ -142,11 +140,7 @@ class EndpointBackend(_Server):
 
     def _counted(self, model: str, text: str) -> int:
         """How many prompt tokens the server counts for `text` (a one-token, unstreamed request)."""
-        body: dict = {"model": model, "max_tokens": 1, "temperature": 0}
-        if self.conf.api == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
-        else:
-            body["prompt"] = text
+        body = {"model": model, **prompt_fields(self.conf.api, text), "max_tokens": 1, "temperature": 0}
         status, raw = self.get(API_PATHS[self.conf.api], timeout=60, body=body)
         if status != 200:
             raise HarnessError(f"endpoint {self.base_url}: a text prompt to {API_PATHS[self.conf.api]} was answered "

@@ -73,26 +73,17 @@ def build_trace(dataset: dict, tokenizer: str, out: Path, source: str | None = N
         source_desc = {"file": Path(source).name, "sha256": hashlib.sha256(Path(source).read_bytes()).hexdigest()}
     elif source:
         source_desc["hf_dataset"] = source
+    stats = {}
+    for key, a in (("prompt", p), ("output", o)):
+        stats |= {f"{key}_median": float(np.median(a)) if a.size else None,
+                  f"{key}_p90": float(np.percentile(a, 90)) if a.size else None}
     prov = {
-        "dataset": name,
-        "source": source_desc,
+        "dataset": name, "source": source_desc,
         "tokenizer": {"name": counter.name, "sha256": counter.sha256, "specials_per_sequence": counter.specials_per_sequence},
-        "max_total_tokens": max_total,
-        "requests_in_source": int(keep.size),
-        "dropped_over_max_total_tokens": int(over.sum()),
-        "dropped_empty": int(empty.sum()),
-        "rows_written": int(p.size),
-        "limit": limit,
-        "stats": {
-            "prompt_median": float(np.median(p)) if p.size else None,
-            "prompt_p90": float(np.percentile(p, 90)) if p.size else None,
-            "output_median": float(np.median(o)) if o.size else None,
-            "output_p90": float(np.percentile(o, 90)) if o.size else None,
-        },
-        "built_on": dt.date.today().isoformat(),
-        "built_by": "python -m harness.data build",
-        "output_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+        "max_total_tokens": max_total, "requests_in_source": int(keep.size),
+        "dropped_over_max_total_tokens": int(over.sum()), "dropped_empty": int(empty.sum()),
+        "rows_written": int(p.size), "limit": limit, "stats": stats, "built_on": dt.date.today().isoformat(),
+        "built_by": "python -m harness.data build", "output_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
     }
-    sidecar = out.with_name(out.name + ".provenance.yaml")
-    sidecar.write_text(yaml.safe_dump(prov, sort_keys=False))
+    out.with_name(out.name + ".provenance.yaml").write_text(yaml.safe_dump(prov, sort_keys=False))
     return prov

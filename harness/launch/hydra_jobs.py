@@ -165,21 +165,15 @@ def ray_fixed(ray_cfg: Mapping) -> dict:
     return {k: remote[o] for o, k in (("num_gpus", "gpus_per_node"), ("num_cpus", "cpus_per_task")) if o in remote}
 
 
-def kind_of(params: Mapping) -> str:
-    target = str(params.get("_target_", ""))
-    for suffix, kind in (("RayLauncher", "ray"), ("SlurmLauncher", "slurm"), ("LocalLauncher", "local")):
-        if target.endswith(suffix):
-            return kind
-    return "joblib"
-
-
 def launch_configs(params: Mapping, fn: Callable, args: Sequence[tuple], configs: Sequence[ExperimentConfig | None],
                    results_dir: Path) -> Iterator[tuple[int, object, BaseException | None]]:
     """`fn(*args[i])` for each experiment config `configs[i]` (None: one the harness refuses)
     through the launcher `params` (a composed hydra/launcher node), each with its resource request,
     all checked before any is submitted; (index, result, error) as each ends. For `figure=all` and
     `nightly`."""
-    kind = kind_of(params)
+    target = str(params.get("_target_", ""))
+    kind = next((kind for suffix, kind in (("RayLauncher", "ray"), ("SlurmLauncher", "slurm"),
+                                           ("LocalLauncher", "local")) if target.endswith(suffix)), "joblib")
     plugin, ours = split_params(params)
     resources = requests(configs, {**ours, **ray_fixed(plugin.get("ray") or {})})
     labelled = [(c.name if c is not None else f"config {i}", r) for i, (c, r) in enumerate(zip(configs, resources))]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from common.errors import HarnessError
 from harness.launch.resources import JobResources, check_room
 
+# GPUs per node in sinfo's GRES column ('gpu:a100:8(S:0-1)', 'gpu:4'; none in '(null)')
 _GPU = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
 
 
@@ -38,11 +39,6 @@ def _sinfo(args: list[str]) -> str:
         raise HarnessError(f"sinfo failed: {(p.stderr.strip().splitlines() or ['exit ' + str(p.returncode)])[0]}; "
                            "nothing was submitted")
     return p.stdout
-
-
-def gpus_in(gres: str) -> int:
-    """GPUs per node in sinfo's GRES column ('gpu:a100:8(S:0-1)', 'gpu:4', '(null)')."""
-    return max((int(n) for n in _GPU.findall(gres)), default=0)
 
 
 def minutes(limit: str) -> int | None:
@@ -74,13 +70,10 @@ def partition(name: str | None) -> Partition:
     if not mine:
         what = f"SLURM partition {name!r} does not exist" if name else "SLURM has no partition"
         raise HarnessError(f"{what} (sinfo knows: {', '.join(known) or 'none'}); nothing was submitted")
-    return Partition(
-        name=mine[0][0].rstrip("*"),
-        nodes=sum(int(r[1]) for r in mine if r[1].isdigit()),
-        gpus_per_node=max(gpus_in(r[2]) for r in mine),
-        cpus_per_node=max((int(re.sub(r"\D", "", r[3]) or 0) for r in mine), default=0),
-        time_limit_min=minutes(mine[0][4]),
-    )
+    return Partition(name=mine[0][0].rstrip("*"), nodes=sum(int(r[1]) for r in mine if r[1].isdigit()),
+                     gpus_per_node=max(max((int(n) for n in _GPU.findall(r[2])), default=0) for r in mine),
+                     cpus_per_node=max((int(re.sub(r"\D", "", r[3]) or 0) for r in mine), default=0),
+                     time_limit_min=minutes(mine[0][4]))
 
 
 def check_partition(name: str | None, jobs: Sequence[tuple[str, JobResources]]) -> Partition:

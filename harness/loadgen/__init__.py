@@ -5,10 +5,9 @@
 See run.py for the timing model (absolute deadlines, per-event timestamps, where
 first_scheduled_s comes from) and tokens.py for how tokens are counted.
 """
-from harness.loadgen.collect import ABORTED, NOT_SENT, UNFINISHED, LoadResult, ServerTiming
+from harness.loadgen.collect import NOT_SENT, UNFINISHED, LoadResult
 from harness.loadgen.options import LoadOptions
-from harness.loadgen.run import run_load, run_load_async
-from harness.loadgen.validity import ClientLoad, DispatchVerdict, LagPolicy, judge_dispatch
+from harness.loadgen.run import run_load
+from harness.loadgen.validity import ClientLoad
 
-__all__ = ["ABORTED", "NOT_SENT", "UNFINISHED", "ClientLoad", "DispatchVerdict", "LagPolicy", "LoadOptions",
-           "LoadResult", "ServerTiming", "judge_dispatch", "run_load", "run_load_async"]
+__all__ = ["NOT_SENT", "UNFINISHED", "ClientLoad", "LoadOptions", "LoadResult", "run_load"]

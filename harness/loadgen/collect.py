@@ -57,14 +57,6 @@ def is_loopback(url: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def error_message(status: int, text: str) -> str:
-    try:
-        msg = json.loads(text)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        msg = text.strip()[:200]
-    return f"HTTP {status}: {msg}"
-
-
 def sse_events(x: Exchange) -> list[tuple[float, bytes]]:
     """The stream's SSE payloads, each with the time the read that completed it came off the socket."""
     split, events = SseSplitter(), []
@@ -84,7 +76,12 @@ def request_error(spec: RequestSpec, a, p, opts: LoadOptions, ended_at: float = 
     n = len(p.token_times)
     error = a.error or x.error or p.error
     if error is None and x.status != 200 and x.status:
-        error = error_message(x.status, x.body.decode("utf-8", "replace"))
+        text = x.body.decode("utf-8", "replace")
+        try:
+            msg = json.loads(text)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            msg = text.strip()[:200]
+        error = f"HTTP {x.status}: {msg}"
     if math.isnan(a.dispatched):
         error = error or NOT_SENT
     if error == UNFINISHED or error_kind(error) == "timeout":
@@ -147,8 +144,7 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
     what it cut off is marked STOPPED_EARLY (a cut-off, as a time limit's). `stopped_listening`: the
     clock's time the run stopped reading its streams (the end of their silence)."""
     same_clock = is_loopback(opts.base_url) if opts.same_clock is None else opts.same_clock
-    records, sources, timings, events = [], [], [], []
-    without_usage = 0
+    records, sources, timings, events, without_usage = [], [], [], [], 0
     for spec, a in zip(requests, attempts):
         x: Exchange = a.x
         if not math.isnan(x.sent_at):
@@ -167,19 +163,12 @@ def collect(requests: Sequence[RequestSpec], attempts: Sequence, t0: float, opts
         released = opts.concurrency is not None or (spec.after is not None and not math.isnan(a.planned))
         planned_s = a.planned - t0 if released else spec.arrival_s
         records.append(RequestRecord(
-            request_id=spec.request_id,
-            arrival_s=planned_s,
-            prompt_len=spec.prompt_len,
-            output_len=spec.output_len,
+            request_id=spec.request_id, arrival_s=planned_s, prompt_len=spec.prompt_len, output_len=spec.output_len,
             first_scheduled_s=st.first_scheduled_s if st else math.nan,
             first_token_s=float(times[0]) if len(times) else math.nan,
-            finished_s=float(times[-1]) if error is None and len(times) else math.nan,
-            token_times_s=times,
-            dispatched_s=a.dispatched - t0,
-            num_preemptions=st.num_preemptions if st else 0,
-            error=error,
-            cached_tokens=p.cached_tokens or 0,
-        ))
+            finished_s=float(times[-1]) if error is None and len(times) else math.nan, token_times_s=times,
+            dispatched_s=a.dispatched - t0, num_preemptions=st.num_preemptions if st else 0, error=error,
+            cached_tokens=p.cached_tokens or 0))
         sources.append(p.source)
         timings.append(st)
         events.append(p.num_events)
@@ -206,10 +195,6 @@ def _server_timing(raw: dict | None, dispatched: float, t0: float, same_clock: b
     def at(x) -> float:
         return math.nan if x is None else float(x) + shift
 
-    return ServerTiming(
-        arrival_s=at(raw["arrival"]),
-        first_scheduled_s=at(raw.get("first_scheduled")),
-        token_times_s=np.asarray(raw.get("token_times") or [], dtype=np.float64) + shift,
-        finished_s=at(raw.get("finished")),
-        num_preemptions=int(raw.get("num_preemptions") or 0),
-    )
+    return ServerTiming(arrival_s=at(raw["arrival"]), first_scheduled_s=at(raw.get("first_scheduled")),
+                        token_times_s=np.asarray(raw.get("token_times") or [], dtype=np.float64) + shift,
+                        finished_s=at(raw.get("finished")), num_preemptions=int(raw.get("num_preemptions") or 0))

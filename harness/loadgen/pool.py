@@ -9,15 +9,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from harness.loadgen.http import (
-    CONNECT_FAILED,
-    CONNECTION_LOST,
-    SPARE_FRACTION,
-    SPARE_MIN,
-    Exchange,
-    Target,
-    _Connection,
-)
+from harness.loadgen.http import (CONNECT_FAILED, CONNECTION_LOST, SPARE_FRACTION, SPARE_MIN, Exchange, Target,
+                                  _Connection)
 
 
 class ConnectionPool:
@@ -83,14 +76,12 @@ class ConnectionPool:
                 self.loop.call_soon_threadsafe(self.replenish)
                 return c
 
-    def spares_wanted(self) -> int:
-        """Idle connections to keep ready: a new request rarely finds one just freed when streams
-        end at the rate they start, and a request that must connect first goes by the loop."""
-        return min(self.limit - len(self.busy), SPARE_MIN + int(len(self.busy) * SPARE_FRACTION))
-
     def replenish(self) -> list[asyncio.Task]:
-        """Opens connections (in the background) until `spares_wanted` are idle or connecting."""
-        missing = min(self.spares_wanted() - len(self.idle) - self._connecting, self.limit - self.num_open)
+        """Opens connections (in the background) until the spares wanted are idle or connecting: idle
+        connections kept ready, as a new request rarely finds one just freed when streams end at the
+        rate they start, and a request that must connect first goes by the loop."""
+        wanted = min(self.limit - len(self.busy), SPARE_MIN + int(len(self.busy) * SPARE_FRACTION))
+        missing = min(wanted - len(self.idle) - self._connecting, self.limit - self.num_open)
         return [self.loop.create_task(self._spare()) for _ in range(max(0, missing))]
 
     async def _spare(self) -> None:
@@ -100,10 +91,6 @@ class ConnectionPool:
             return  # the run's own requests will say what is wrong with the server
         conn.idle_since = self.clock()
         self.release(conn)
-
-    async def prewarm(self) -> None:
-        """Before the clock starts: the first spares, open and idle."""
-        await asyncio.gather(*self.replenish())
 
     async def _acquire(self, fresh: bool = False) -> _Connection:
         waited = False

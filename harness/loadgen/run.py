@@ -42,7 +42,7 @@ from harness.loadgen.http import Exchange, Target
 from harness.loadgen.options import LoadOptions
 from harness.loadgen.pacer import Pacer, restore_priority, set_realtime_priority
 from harness.loadgen.pool import ConnectionPool
-from harness.loadgen.sessions import Sessions, generated_ids, has_sessions
+from harness.loadgen.sessions import Sessions, generated_ids
 from common.sse import SseSplitter
 from harness.loadgen.validity import ClientLoad
 from harness.records import RequestSpec
@@ -72,22 +72,19 @@ def _body(spec: RequestSpec, opts: LoadOptions, continuous_usage: bool, user: st
     if spec.prompt_text is None and (opts.api == "chat" or spec.prompt_token_ids is None):
         raise ValueError(f"request {spec.request_id} has no prompt_text"
                          + ("" if opts.api == "chat" else " nor prompt_token_ids (with_prompt_token_ids fills them)"))
-    body: dict = {"model": opts.model}
-    if opts.api == "chat":
-        body["messages"] = [{"role": "user", "content": spec.prompt_text}]
-    else:
-        body["prompt"] = spec.prompt_text if spec.prompt_text is not None else list(spec.prompt_token_ids)
-    body.update({
-        "max_tokens": spec.output_len,
-        "ignore_eos": opts.ignore_eos,
-        "temperature": opts.temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": continuous_usage},
-        **dict(opts.extra_body),
-    })
+    prompt = spec.prompt_text if spec.prompt_text is not None else list(spec.prompt_token_ids)
+    body = {"model": opts.model, **prompt_fields(opts.api, prompt), "max_tokens": spec.output_len,
+            "ignore_eos": opts.ignore_eos, "temperature": opts.temperature, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": continuous_usage},
+            **dict(opts.extra_body)}
     if user is not None:
         body["user"] = user
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def prompt_fields(api: str, prompt: str | list[int]) -> dict:
+    """A request body's prompt: a chat message (text only), or a completion's text or token ids."""
+    return {"messages": [{"role": "user", "content": prompt}]} if api == "chat" else {"prompt": prompt}
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
@@ -182,7 +179,7 @@ class _LoadRun:
         self.n = n = len(requests)
         # Serialized before the clock starts: sending is one write.
         self.path = API_PATHS[opts.api]
-        self.sessions = Sessions(requests) if has_sessions(requests) else None
+        self.sessions = Sessions(requests) if any(r.after is not None for r in requests) else None
         # A session's later turn is built when it is released (sessions.py): a placeholder until then.
         users = self.sessions.users if self.sessions is not None else [None] * n
         self.attempts = [_Attempt(target.request("POST", self.path, _body(r, opts, continuous, u), headers)
@@ -265,9 +262,9 @@ class _LoadRun:
         sessions = self.sessions
         a, j = self.attempts[i], sessions.successor[i]
         if a.error or a.x.error or a.x.status != 200:
-            skipped = sessions.chain_after(i)
-            self.left -= len(skipped)
-            self.bar.update(len(skipped))
+            skipped = sessions.turns_after(i)
+            self.left -= skipped
+            self.bar.update(skipped)
             return
         spec = self.requests[j]
         ids = self.opts.session_prompt(spec, generated_ids(a.x.body))
@@ -297,7 +294,7 @@ class _LoadRun:
         opts, pool, clock, loop, n = self.opts, self.pool, self.clock, self.loop, self.n
         requests, attempts = self.requests, self.attempts
         if opts.concurrency is None:
-            await pool.prewarm()  # open-loop: idle connections ready for the pacer's direct sends
+            await asyncio.gather(*pool.replenish())  # open-loop: the first spares, idle, for the pacer's direct sends
         self.bar = tqdm(total=n, desc=opts.progress_desc, unit="req", disable=not opts.progress, file=sys.stderr,
                         leave=False, mininterval=0.5)
         old_switch = sys.getswitchinterval()

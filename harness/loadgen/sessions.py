@@ -24,18 +24,12 @@ class Sessions:
         self.paced = [i for i, r in enumerate(requests) if r.after is None]
         self.users = session_keys(requests)  # each turn's session, sent as the body's `user`
 
-    def chain_after(self, i: int) -> list[int]:
-        """The turns that follow request i in its session, in order."""
-        out = []
-        j = self.successor[i]
+    def turns_after(self, i: int) -> int:
+        """How many turns follow request i in its session."""
+        n, j = 0, self.successor[i]
         while j is not None:
-            out.append(j)
-            j = self.successor[j]
-        return out
-
-
-def has_sessions(requests: Sequence[RequestSpec]) -> bool:
-    return any(r.after is not None for r in requests)
+            n, j = n + 1, self.successor[j]
+        return n
 
 
 def generated_ids(body: bytes) -> list[int] | None:

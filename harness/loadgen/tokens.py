@@ -86,8 +86,7 @@ def parse_stream(events: list[tuple[float, bytes]]) -> ParsedStream:
         try:
             obj = json.loads(data)
         except ValueError:
-            error = error or f"{MALFORMED}{data[:80]!r}"
-            continue
+            obj = None
         if not isinstance(obj, dict):
             error = error or f"{MALFORMED}{data[:80]!r}"
             continue

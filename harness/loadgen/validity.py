@@ -70,10 +70,6 @@ class DispatchVerdict:
     num_sent: int
     message: str
 
-    @property
-    def valid(self) -> bool:
-        return self.status != "invalid"
-
 
 def judge_dispatch(lags_s: np.ndarray, policy: LagPolicy = LagPolicy(), client: ClientLoad | None = None) -> DispatchVerdict:
     lags = np.asarray(lags_s, dtype=np.float64)

@@ -85,12 +85,9 @@ def grids(args: argparse.Namespace) -> dict[str, list[int]]:
     if args.quick:
         return {"tokens": [1, 16, 64, 128, 129], "chunks": [16, 64], "contexts": [0, 256], "batches": [1, 8]}
     contexts = list(range(0, args.max_context + 1, args.context_step))
-    return {
-        "tokens": args.num_tokens or linear_grid(args.max_tokens),
-        "chunks": args.chunk_sizes or _doubling(2, args.max_tokens),
-        "contexts": args.context_lens or contexts,
-        "batches": args.batch_sizes or _doubling(1, args.max_batch),
-    }
+    return {"tokens": args.num_tokens or linear_grid(args.max_tokens),
+            "chunks": args.chunk_sizes or _doubling(2, args.max_tokens), "contexts": args.context_lens or contexts,
+            "batches": args.batch_sizes or _doubling(1, args.max_batch)}
 
 
 def run(args: argparse.Namespace) -> list:

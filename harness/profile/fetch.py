@@ -102,13 +102,6 @@ def long_rows(profile: OperatorProfile) -> list[tuple]:
             + [("attention_decode", "", int(c), int(b), tp, float(v)) for b, c, v in zip(*profile.decode_batch.points())])
 
 
-def write_long(path: Path, rows: list[tuple], provenance: str) -> None:
-    lines = ["op,num_tokens,context_len,batch_size,tp,time_s,notes"]
-    lines += [f"{op},{n},{c},{b},{tp},{t!r}," for op, n, c, b, tp, t in rows]
-    lines[1] += provenance.replace(",", ";")
-    path.write_text("\n".join(lines) + "\n")
-
-
 def _tp_degrees(data: bytes) -> list[int]:
     """The TP degrees a Vidur CSV holds rows for (its num_tensor_parallel_workers column)."""
     rows = csv.DictReader(io.StringIO(data.decode()))
@@ -149,6 +142,9 @@ def fetch_command(argv: list[str]) -> int:
     slug = f"{model.replace('/', '_')}_{gpu}"
     for tp, rows in converted.items():
         path = out / f"{slug}_tp{tp}.csv"
-        write_long(path, rows, provenance)
+        lines = ["op,num_tokens,context_len,batch_size,tp,time_s,notes"]
+        lines += [f"{op},{n},{c},{b},{t},{s!r}," for op, n, c, b, t, s in rows]
+        lines[1] += provenance.replace(",", ";")  # the notes column of the first row
+        path.write_text("\n".join(lines) + "\n")
         print(f"wrote {path}  (python -m harness perf=profile perf.path={path} parallel.tp={tp} ...)")
     return 0

@@ -49,20 +49,15 @@ class Measurement:
     num_layers: int = 0  # iterations only
 
 
-def iterations_path(out: str | Path) -> Path:
-    out = Path(out)
-    return out.with_name(out.stem + ".iterations.csv")
-
-
 def write_tables(rows: list[Measurement], out: str | Path) -> tuple[Path, Path | None]:
-    """Operator rows to `out`, iteration rows (if any) to iterations_path(out)."""
+    """Operator rows to `out`, iteration rows (if any) to `<out stem>.iterations.csv` beside it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     ops = [r for r in rows if r.op != "iteration"]
     its = [r for r in rows if r.op == "iteration"]
     _write(out, OP_COLUMNS, [{c: "" if c in _COORDS and c not in _USES[r.op] else getattr(r, c) for c in OP_COLUMNS}
                              for r in ops])
-    it_path = iterations_path(out) if its else None
+    it_path = out.with_name(out.stem + ".iterations.csv") if its else None
     if its:
         _write(it_path, ITERATION_COLUMNS, [{c: getattr(r, c) for c in ITERATION_COLUMNS} for r in its])
     return out, it_path

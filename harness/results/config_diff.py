@@ -27,10 +27,7 @@ def differences(a: Mapping, b: Mapping, ignored: Collection[str] = (), other: st
     """The settings both configs have and that differ, each as "key=value_a (<other>: value_b)";
     keys in `ignored`, or under a group in it ("backend", "search.workers"), are not compared."""
     fa, fb = flatten(a), flatten(b)
-    keys = sorted(k for k in fa.keys() & fb.keys() if not _under(k, ignored) and fa[k] != fb[k])
+    keys = sorted(k for k in fa.keys() & fb.keys()
+                  if not any(".".join(k.split(".")[:i]) in ignored for i in range(1, k.count(".") + 2))
+                  and fa[k] != fb[k])
     return tuple(f"{k}={fa[k]} ({other}: {fb[k]})" for k in keys)
-
-
-def _under(key: str, ignored: Collection[str]) -> bool:
-    parts = key.split(".")
-    return any(".".join(parts[:i]) in ignored for i in range(1, len(parts) + 1))

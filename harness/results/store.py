@@ -85,10 +85,8 @@ def records_frame(records: Sequence[RequestRecord], gaps: TokenGaps | None = Non
     return _leading(pd.DataFrame({
         **field("request_id", "arrival_s", "prompt_len", "output_len", "dispatched_s", "first_scheduled_s",
                 "first_token_s", "finished_s"),
-        "num_tokens": [len(r.token_times_s) for r in records],
-        "tbt_max_s": gaps.max.tolist(),
-        **field("num_preemptions", "cached_tokens", "error"),
-        "error_kind": [error_kind(r.error) for r in records],
+        "num_tokens": [len(r.token_times_s) for r in records], "tbt_max_s": gaps.max.tolist(),
+        **field("num_preemptions", "cached_tokens", "error"), "error_kind": [error_kind(r.error) for r in records],
     }), columns)
 
 

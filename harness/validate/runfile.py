@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from common.errors import HarnessError
-from harness.workload.trace_file import jsonl_objects
+from harness.workload.trace_file import jsonl_objects, read_csv
 from harness.records import RequestRecord
 
 REQUIRED = ("prompt_tokens", "output_tokens", "arrival_s")
@@ -84,13 +84,8 @@ def _finish(p: Path, kind: str, records: list[RequestRecord], dropped: int, **ex
 
 # ---------------------------------------------------------------- one request a line
 def _csv_rows(p: Path) -> list[dict]:
-    try:
-        # utf-8-sig: a byte-order mark (Excel's CSV export writes one) is not part of the first column's name
-        frame = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True, encoding="utf-8-sig")
-    except pd.errors.EmptyDataError:
-        raise HarnessError(f"{p}: empty file (expected a header with {', '.join(REQUIRED)})") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise HarnessError(f"{p}: not a readable CSV: {' '.join(str(e).split())}") from None
+    # utf-8-sig: a byte-order mark (Excel's CSV export writes one) is not part of the first column's name
+    frame = read_csv(p, ", ".join(REQUIRED), encoding="utf-8-sig")
     with open(p, encoding="utf-8-sig", newline="") as f:  # pandas renames a repeated column (x.1): read the header itself
         header = [c.strip() for c in next(csv.reader(f), [])]
     twice = sorted({c for c in header if header.count(c) > 1})

@@ -77,8 +77,5 @@ def load_workload(dataset: Mapping, num_requests: int, seed: int) -> Workload:
     else:
         passes = -(-n // m)
         idx = np.concatenate([rng.permutation(m) for _ in range(passes)])[:n]
-    return Workload(
-        rows.prompt_lens[idx],
-        rows.output_lens[idx],
-        f"{name}: {rows.describe()}; {n} requests, sampling {sampling}, seed {seed}, max_total_tokens {max_total}",
-    )
+    return Workload(rows.prompt_lens[idx], rows.output_lens[idx], f"{name}: {rows.describe()}; {n} requests, "
+                    f"sampling {sampling}, seed {seed}, max_total_tokens {max_total}")

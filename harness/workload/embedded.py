@@ -24,26 +24,18 @@ class Embedded:
 
 
 EMBEDDED: dict[str, Embedded] = {
-    "openchat_sharegpt4": Embedded(
-        "joint_table",
-        "lengths/openchat_sharegpt4_joint.csv",
-        "joint length histogram derived from sharegpt_8k_filtered_stats_llama2_tokenizer.csv (sarathi-serve trace)",
-    ),
-    "arxiv_summarization": Embedded(
-        "lognormal_fit",
-        "lengths/arxiv_summarization_fit.yaml",
-        "lognormal fit to the published 16K statistics (approximation; no real trace embedded)",
-    ),
+    "openchat_sharegpt4": Embedded("joint_table", "lengths/openchat_sharegpt4_joint.csv", "joint length histogram "
+                                   "derived from sharegpt_8k_filtered_stats_llama2_tokenizer.csv (sarathi-serve trace)"),
+    "arxiv_summarization": Embedded("lognormal_fit", "lengths/arxiv_summarization_fit.yaml", "lognormal fit to the "
+                                    "published 16K statistics (approximation; no real trace embedded)"),
 }
 
 
 def sample_embedded(name: str, n: int, rng: np.random.Generator, max_total_tokens: int | None):
     entry = EMBEDDED.get(name)
     if entry is None:
-        raise HarnessError(
-            f"dataset {name!r} has no embedded default; set dataset.trace_file "
-            f"(embedded: {', '.join(sorted(EMBEDDED))})"
-        )
+        raise HarnessError(f"dataset {name!r} has no embedded default; set dataset.trace_file "
+                           f"(embedded: {', '.join(sorted(EMBEDDED))})")
     path = DATA_DIR / entry.file
     if not path.is_file():
         raise HarnessError(f"embedded length table for {name!r} is missing: data/{entry.file}")

@@ -45,12 +45,10 @@ def make_requests(workload: Workload, arrivals: np.ndarray) -> list[RequestSpec]
     # A later turn's arrival_s is its session's start (a lower bound); it is released by the finish
     # of the request before it (`after`), `think_s` later.
     start = arrivals[sessions.session].tolist()
-    return [
-        RequestSpec(i, t, p, o, None, None, runs, seg, i - 1 if turn else None, think)
-        for i, (t, p, o, runs, seg, turn, think) in enumerate(zip(
-            start, prompts, outputs, sessions.runs, _python(sessions.output_segment, int),
-            sessions.turn.tolist(), _python(sessions.think_s, float)))
-    ]
+    rows = zip(start, prompts, outputs, sessions.runs, _python(sessions.output_segment, int), sessions.turn.tolist(),
+               _python(sessions.think_s, float))
+    return [RequestSpec(i, t, p, o, None, None, runs, seg, i - 1 if turn else None, think)
+            for i, (t, p, o, runs, seg, turn, think) in enumerate(rows)]
 
 
 def _python(values, kind: type) -> list:

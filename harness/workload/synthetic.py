@@ -56,10 +56,6 @@ class SyntheticLengths:
                 f"dataset.synthetic: P:D {self.pd_ratio:g} at sequence length {self.sequence_length} leaves "
                 f"{shortest} output token(s): no decode token (need P:D <= {self.sequence_length / 2 - 1:g})")
 
-    @property
-    def longest(self) -> int:
-        return self.max_sequence_length if self.lengths == "zipf" else self.sequence_length
-
     def split(self, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(prompt, output) tokens of requests of `total` tokens each."""
         output = np.rint(total / (self.pd_ratio + 1.0)).astype(np.int64)

@@ -42,9 +42,6 @@ class TextPrompter:
             raise HarnessError(f"tokenizer {file}: only {len(self.words)} words encode as one token; "
                                f"cannot build prompts of exact length")
 
-    def count(self, text: str) -> int:
-        return len(self.tok.encode(text, add_special_tokens=False).ids)
-
     def _single_token_words(self) -> list[str]:
         vocab = self.tok.get_vocab()
         ids = sorted(vocab.values())

@@ -36,11 +36,8 @@ class TraceRows:
     dropped_empty: int
 
     def describe(self) -> str:
-        return (
-            f"trace {display_path(self.path)} ({self.rows_read} rows; "
-            f"{self.dropped_over_max} over max_total_tokens dropped; "
-            f"{self.dropped_empty} with 0 prompt or output tokens dropped)"
-        )
+        return (f"trace {display_path(self.path)} ({self.rows_read} rows; {self.dropped_over_max} over max_total_tokens "
+                f"dropped; {self.dropped_empty} with 0 prompt or output tokens dropped)")
 
 
 def read_trace(path: str | Path, max_total_tokens: int | None, need_arrivals: bool = False) -> TraceRows:
@@ -61,33 +58,27 @@ def read_trace(path: str | Path, max_total_tokens: int | None, need_arrivals: bo
     within = np.ones(len(prompt), bool) if max_total_tokens is None else prompt + output <= max_total_tokens
     keep = nonempty & within
     if not keep.any():
-        raise HarnessError(
-            f"{p}: all {len(prompt)} rows dropped ({int((~within).sum())} over max_total_tokens={max_total_tokens}, "
-            f"{int((~nonempty).sum())} with 0 prompt or output tokens)"
-        )
-    return TraceRows(
-        path=p,
-        prompt_lens=prompt[keep],
-        output_lens=output[keep],
-        arrived_at=None if arrived is None else arrived[keep],
-        rows_read=len(prompt),
-        dropped_over_max=int((nonempty & ~within).sum()),
-        dropped_empty=int((~nonempty).sum()),
-    )
+        raise HarnessError(f"{p}: all {len(prompt)} rows dropped ({int((~within).sum())} over max_total_tokens="
+                           f"{max_total_tokens}, {int((~nonempty).sum())} with 0 prompt or output tokens)")
+    return TraceRows(path=p, prompt_lens=prompt[keep], output_lens=output[keep],
+                     arrived_at=None if arrived is None else arrived[keep], rows_read=len(prompt),
+                     dropped_over_max=int((nonempty & ~within).sum()), dropped_empty=int((~nonempty).sum()))
 
 
 def read_frame(p: Path) -> pd.DataFrame:
     """The trace file as a frame of strings (numbers are parsed by the caller, so that a bad cell
     is reported with its row: `where`)."""
-    return _read_jsonl(p) if p.suffix in (".jsonl", ".ndjson") else _read_csv(p)
+    return _read_jsonl(p) if p.suffix in (".jsonl", ".ndjson") else read_csv(p, f"{PROMPT},{OUTPUT}")
 
 
-def _read_csv(p: Path) -> pd.DataFrame:
+def read_csv(p: Path, header: str, encoding: str = "utf-8") -> pd.DataFrame:
+    """A CSV file as strings (traces and run files alike); empty or unreadable is one HarnessError
+    naming the file (`header`: the columns it should have begun with)."""
     try:
         # Strings first: numeric parsing is ours, so a bad cell is reported with its row.
-        return pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
+        return pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True, encoding=encoding)
     except pd.errors.EmptyDataError:
-        raise HarnessError(f"{p}: empty file (expected a header with {PROMPT},{OUTPUT})") from None
+        raise HarnessError(f"{p}: empty file (expected a header with {header})") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise HarnessError(f"{p}: not a readable CSV: {' '.join(str(e).split())}") from None
 

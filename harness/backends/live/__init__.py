@@ -20,12 +20,10 @@ from harness.backends.live.lifecycle import HealthWatch, ServerProcess
 from harness.backends.live.iterations import iteration_frame, scheduler_class
 from harness.backends.live.server import Endpoint, LiveServerSpec, model_vocabulary, serve, server_knobs
 from harness.records import RequestSpec
-from harness.settings.live import LiveSettings, TorchSettings, VllmSettings
+from harness.settings.live import LiveSettings
 
-__all__ = [
-    "Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveServerSpec", "LiveSettings", "TorchSettings", "VllmSettings",
-    "model_vocabulary", "cluster_spec", "run_live_result", "scheduler_class", "serve", "server_spec",
-]
+__all__ = ["Backend", "ClusterSpec", "Endpoint", "LiveBackend", "LiveServerSpec", "LiveSettings", "model_vocabulary",
+           "cluster_spec", "run_live_result", "scheduler_class", "serve", "server_spec"]
 
 
 def server_spec(job: BackendJob, deployment: DeploymentPlan | None = None) -> LiveServerSpec:

@@ -12,7 +12,7 @@ from common.errors import RunBroken
 from harness.backends.base import BackendJob, BackendRun
 from harness.backends.live.prometheus import measured, scrape
 from harness.backends.live.server import Endpoint, LiveServerSpec, serve
-from harness.backends.live.twin_clock import disturbance, disturbed_note, during, scrape_twin
+from harness.backends.live.twin_clock import disturbance, disturbed_note, during, parse_twin
 from harness.loadgen import LoadOptions, LoadResult, run_load
 from harness.loadgen.run import auth_headers
 from harness.records import RequestSpec
@@ -21,22 +21,11 @@ from harness.workload import with_prompt_token_ids
 from harness.workload.session_prompts import SessionPrompts
 
 
-def run_options(job: BackendJob, settings: ClientSettings, label: str = "",
-                abort_check: Callable[[], str | None] | None = None) -> LoadOptions:
-    # The job's and the settings' fields of the options' names (seed, time_limit_s, drain_s, concurrency,
-    # max_error_fraction, progress; request_timeout_s, stall_timeout_s, lag, strict, max_connections;
-    # an endpoint's base_url, api and api_key, which run_live_result takes from the server it runs against).
-    same = {f.name: getattr(src, f.name) for src in (job, settings) for f in fields(LoadOptions) if hasattr(src, f.name)}
-    return LoadOptions(**same, progress_desc=label or "requests", realtime_priority=settings.client_realtime_priority,
-                       abort_check=abort_check)
-
-
 def describe_client(settings: ClientSettings) -> str:
     """The load generator's settings that shape its measurements, for a run's header."""
     from harness.loadgen.pacer import realtime_permitted
 
-    wanted = settings.client_realtime_priority
-    if wanted is False:
+    if settings.client_realtime_priority is False:
         priority = "normal priority (backend.client_realtime_priority=false)"
     elif realtime_permitted():
         priority = "realtime priority (SCHED_FIFO) for its timer and event loop"
@@ -65,7 +54,7 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     elif any(r.prompt_token_ids is None and r.prompt_text is None for r in requests):
         requests = with_prompt_token_ids(requests, server.vocab_size, options.seed, server.special_ids)
     headers = auth_headers(server.api_key)
-    twin_before = scrape_twin(server.base_url, headers)  # None: not a real-time twin
+    twin_before = scrape(server.base_url, headers, parse_twin)  # None: not a real-time twin
     result = run_load(requests, dataclasses.replace(
         options, base_url=server.base_url, model=server.model, api_key=server.api_key, api=server.api,
         session_prompt=prompts.next if prompts is not None else None,
@@ -73,7 +62,8 @@ def run_live_result(requests: Sequence[RequestSpec], server: Endpoint | LiveServ
     if prompts is not None and prompts.fallbacks:
         warnings.warn(f"live run: the server did not name the ids it generated for {prompts.fallbacks} answers; those "
                       "turns carried the dataset's answer instead, which no prefix cache holds", stacklevel=2)
-    if twin_before is not None and (note := disturbance(during(twin_before, scrape_twin(server.base_url, headers)))):
+    twin_after = scrape(server.base_url, headers, parse_twin) if twin_before is not None else None
+    if note := disturbance(during(twin_before, twin_after)):
         result = dataclasses.replace(result, notes=(*result.notes, note))  # warned below, saved with the probe
     verdict = result.verdict
     probe = "" if options.progress_desc == LoadOptions.progress_desc else f"{options.progress_desc}: "
@@ -94,7 +84,13 @@ def measure(requests: Sequence[RequestSpec], endpoint: Endpoint, job: BackendJob
         raise broken(reason)
     # The server's own count of what its prefix cache held, beside the usage's (None: it keeps no such counters)
     before = scrape(endpoint.base_url, auth_headers(endpoint.api_key))
-    result = run_live_result(requests, endpoint, run_options(job, job.settings, label, gone))
+    # The job's and the settings' fields of the options' names (seed, time_limit_s, drain_s, concurrency,
+    # max_error_fraction, progress; request_timeout_s, stall_timeout_s, lag, strict, max_connections;
+    # an endpoint's base_url, api and api_key, which run_live_result takes from the server it runs against).
+    same = {f.name: getattr(s, f.name) for s in (job, job.settings) for f in fields(LoadOptions) if hasattr(s, f.name)}
+    options = LoadOptions(**same, progress_desc=label or "requests", abort_check=gone,
+                          realtime_priority=job.settings.client_realtime_priority)
+    result = run_live_result(requests, endpoint, options)
     if reason := result.aborted or gone():  # a probe against a dead or silent server measures nothing
         raise broken(reason)
     stats = {"dispatch": dataclasses.asdict(result.verdict), "notes": result.notes, "stopped": result.stopped,

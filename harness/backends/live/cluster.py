@@ -101,9 +101,7 @@ class ClusterProcesses:
         flags += [f"--router-option={k}={json.dumps(v)}" for k, v in self.spec.router_options]
         if self.spec.decode_router:
             flags += ["--decode-router", self.spec.decode_router]
-        log = None
-        if first.log_dir is not None:
-            log = str(Path(first.log_dir) / f"router-{first.scheduler.policy}-{port}.log")
+        log = None if first.log_dir is None else str(Path(first.log_dir) / f"router-{first.scheduler.policy}-{port}.log")
         base_url = f"http://{first.host}:{port}"
         launch = LaunchSpec(
             command=[sys.executable, "-m", "engines.server.router", *flags], base_url=base_url, model=first.name,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.errors import HarnessError
+from harness.loadgen.run import auth_headers
 
 _LIVE_GROUPS: set[int] = set()
 _PR_SET_PDEATHSIG = 1
@@ -114,6 +115,15 @@ def _die_with_parent() -> None:
         pass
 
 
+def _healthy(url: str) -> bool:
+    """`url` (a server's /health) answered 200 within 2 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
 def _sigterm_to_exit(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -125,7 +135,6 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.log_path = Path(spec.log_path) if spec.log_path else None
         self._old_sigterm = None
-        self.ready_s = float("nan")  # seconds from start to /health 200
 
     # -- context manager -----------------------------------------------------------------
     def __enter__(self) -> ServerProcess:
@@ -153,7 +162,6 @@ class ServerProcess:
         main_thread = threading.current_thread() is threading.main_thread()
         if main_thread and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_to_exit)
-        self._t_start = time.monotonic()
         with open(self.log_path, "ab") as log:
             try:
                 self.proc = subprocess.Popen(
@@ -174,13 +182,8 @@ class ServerProcess:
             code = self.proc.poll()
             if code is not None:
                 raise ServerStartError(f"server exited with status {code} before it was ready\n{self.tail_text()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        self.ready_s = time.monotonic() - self._t_start
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+            if _healthy(url):
+                return
             if time.monotonic() > deadline:
                 raise ServerStartError(
                     f"server not ready at {url} after {self.spec.ready_timeout_s:g} s\n{self.tail_text()}")
@@ -189,9 +192,7 @@ class ServerProcess:
     def warm_up(self) -> None:
         body = json.dumps({"model": self.spec.model, "prompt": list(self.spec.warmup_prompt),
                            "max_tokens": self.spec.warmup_max_tokens, "temperature": 0.0}).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.spec.api_key:
-            headers["Authorization"] = f"Bearer {self.spec.api_key}"
+        headers = {"Content-Type": "application/json", **auth_headers(self.spec.api_key)}
         req = urllib.request.Request(self.base_url + "/v1/completions", data=body, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.spec.ready_timeout_s) as r:
@@ -226,17 +227,15 @@ class ServerProcess:
             self._restore_sigterm()
 
     # -- diagnostics ---------------------------------------------------------------------
-    def log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        with open(self.log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
     def tail_text(self, lines: int = 40) -> str:
-        return f"--- last lines of {self.log_path} ---\n{self.log_tail(lines)}"
+        """The log's last `lines` (of its last 64 KiB), under a line naming the file."""
+        text = ""
+        if self.log_path is not None and self.log_path.exists():
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 64 * 1024))
+                text = f.read().decode(errors="replace")
+        return f"--- last lines of {self.log_path} ---\n" + "\n".join(text.splitlines()[-lines:])
 
     def _restore_sigterm(self) -> None:
         if self._old_sigterm is not None:
@@ -272,12 +271,8 @@ class HealthWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                with urllib.request.urlopen(self.url, timeout=2) as r:
-                    if r.status == 200:
-                        self.last_ok = time.monotonic()
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+            if _healthy(self.url):
+                self.last_ok = time.monotonic()
 
     def problem(self) -> str | None:
         """Why the server cannot be measured any more, or None."""

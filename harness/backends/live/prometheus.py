@@ -43,10 +43,11 @@ def scrape_text(base_url: str, headers: dict[str, str] | None = None, timeout_s:
         return None
 
 
-def scrape(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 5.0) -> dict[str, float] | None:
-    """The counters now, or None (no /metrics, no prefix-cache counters, or no answer)."""
-    text = scrape_text(base_url, headers, timeout_s)
-    return None if text is None else parse_counters(text)
+def scrape(base_url: str, headers: dict[str, str] | None = None, parse=parse_counters):
+    """`parse` of the server's /metrics text now (by default the prefix-cache counters; twin_clock.parse_twin: the
+    twin's clock), or None (no /metrics, no answer, or none of what `parse` reads)."""
+    text = scrape_text(base_url, headers)
+    return None if text is None else parse(text)
 
 
 def measured(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:

@@ -96,11 +96,10 @@ class LiveServerSpec:
             from engines.external.vllm import UnsupportedPolicy, serve_command
 
             try:
-                return serve_command(
-                    self.vllm_command, self.model, scheduler=self.scheduler, max_model_len=self.max_model_len,
-                    prefix_caching=self.config.prefix_caching, host=self.host, port=port, served_model_name=self.name, seed=self.seed,
-                    extra_args=self.vllm_extra_args, plugin=self.vllm_scheduler == "plugin",
-                )
+                return serve_command(self.vllm_command, self.model, scheduler=self.scheduler,
+                                     max_model_len=self.max_model_len, prefix_caching=self.config.prefix_caching,
+                                     host=self.host, port=port, served_model_name=self.name, seed=self.seed,
+                                     extra_args=self.vllm_extra_args, plugin=self.vllm_scheduler == "plugin")
             except (UnsupportedPolicy, ValueError) as e:
                 raise HarnessError(str(e)) from None
         return [sys.executable, "-m", "engines.server", *server_flags(self.server_config(port))]
@@ -127,16 +126,14 @@ class LiveServerSpec:
             key_env = API_KEY_ENV
         if self.api_key:
             env[key_env] = self.api_key  # by environment: a command line is visible to every user
-        log = None
-        if self.log_dir is not None:
-            role = "" if self.config.role == "both" else f"{self.config.role}-"
-            log = str(Path(self.log_dir) / f"server-{self.kind}-{self.scheduler.policy}-{role}{port}.log")
+        role = "" if self.config.role == "both" else f"{self.config.role}-"
+        name = f"server-{self.kind}-{self.scheduler.policy}-{role}{port}.log"
+        log = None if self.log_dir is None else str(Path(self.log_dir) / name)
         vocab, specials = model_vocabulary(self.model)
-        launch = LaunchSpec(
-            command=self.command(port), base_url=base_url, model=self.name, env=env, cwd=str(REPO_ROOT),
-            ready_timeout_s=self.ready_timeout_s, stop_timeout_s=self.stop_timeout_s, log_path=log,
-            api_key=self.api_key, warmup_max_tokens=1 if self.config.role == "prefill" else LaunchSpec.warmup_max_tokens,
-        )
+        launch = LaunchSpec(command=self.command(port), base_url=base_url, model=self.name, env=env, cwd=str(REPO_ROOT),
+                            ready_timeout_s=self.ready_timeout_s, stop_timeout_s=self.stop_timeout_s, log_path=log,
+                            api_key=self.api_key,
+                            warmup_max_tokens=1 if self.config.role == "prefill" else LaunchSpec.warmup_max_tokens)
         return launch, Endpoint(base_url, self.name, vocab, specials, self.max_model_len, self.api_key)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.prometheus import samples
-from harness.backends.live.prometheus import scrape_text
 
 PREDICTED, OVERRUN, LATE = ("engine:twin_predicted_seconds_total", "engine:twin_overrun_seconds_total",
                             "engine:twin_late_start_seconds_total")
@@ -37,11 +36,6 @@ def parse_twin(text: str) -> TwinClock | None:
     if PREDICTED not in found:
         return None
     return TwinClock(found[PREDICTED], found.get(OVERRUN, 0.0) + found.get(LATE, 0.0))
-
-
-def scrape_twin(base_url: str, headers: dict[str, str] | None = None) -> TwinClock | None:
-    text = scrape_text(base_url, headers)
-    return None if text is None else parse_twin(text)
 
 
 def during(before: TwinClock | None, after: TwinClock | None) -> TwinClock | None:
