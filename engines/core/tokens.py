@@ -50,7 +50,7 @@ class TokenIds:
         self.hint: list[int] | None = None
         self.inherited = 0
         self.taken = 0  # (the prefix cache's: leading blocks taken back from a parked group, parked_turns.py)
-        self.group = -1
+        self.group: object = -1
         self.shared = False
 
     def append(self, token: int) -> None:
@@ -91,7 +91,7 @@ class Segments:
         self.hint: list[int] | None = None  # the blocks `after` held when freed, leading block first
         self.inherited = 0  # leading hashes taken from `after` (its blocks held exactly these, cached)
         self.taken = 0  # leading blocks the prefix cache took back from `after`'s parked group, and its id
-        self.group = -1  # (parked_turns.py: a turn parked again keeps that id)
+        self.group: object = -1  # (parked_turns.py: a turn parked again keeps that id, one object)
         self.shared = False  # whether another sequence hit one of those blocks since
         if after is not None and after.block_size == block_size:
             self.hint, after.freed_table = after.freed_table, None
