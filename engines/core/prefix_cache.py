@@ -233,13 +233,14 @@ class PrefixCachingBlockManager(BlockManager):
         self._take(seq, fresh)  # the first `host` fresh blocks receive the loaded KV; registered as computed
 
     # -- allocation, freeing, registration ------------------------------------------------------
-    def grow_run(self, seqs, k: int) -> None:
-        """`grow` each of `seqs` by k tokens, in order: a decode run's, most by no block (one call, not one each)."""
-        bs, take = self.block_size, self._take
+    def grow_run(self, seqs: tuple[Sequence, ...], k: int) -> None:
+        """`grow` each of `seqs` by k tokens, in order: a decode run's, most by no block (one call, not one each;
+        typed, the compiled build reads their fields directly, and tests the table's reach before dividing)."""
+        bs = self.block_size
         for seq in seqs:
-            need = -(-(seq.num_computed + k) // bs) - len(seq.block_table)
-            if need > 0:
-                take(seq, need)
+            computed = seq.num_computed + k
+            if computed > len(seq.block_table) * bs:
+                self._take(seq, -(-computed // bs) - len(seq.block_table))
 
     def _take(self, seq: Sequence, n: int) -> None:
         free = self._free
