@@ -16,8 +16,8 @@ looked up); Segments hashes a run's whole blocks together (all of them are full,
 may hash the rest of its run: they cost one memo lookup, chain_memo.py).
 
 A session's next turn (the simulator's conversations and agents) holds its previous turn's tokens:
-built `after` them, Segments takes the hashes the previous turn computed instead of recomputing
-them, and, where the previous turn was marked `continued`, the blocks that held them when it was
+built `after` them, Segments takes the hashes the previous turn computed (handed over, as its
+blocks are) instead of recomputing them, and, where the previous turn was marked `continued`, the blocks that held them when it was
 freed (`hint`, handed over once): the prefix cache tries those blocks first and checks each against
 the hash it must hold (prefix_cache.py), so a hint is never trusted, only verified.
 """
@@ -96,10 +96,13 @@ class Segments:
         if after is not None and after.block_size == block_size:
             self.hint, after.freed_table = after.freed_table, None
             n = len(after.runs)
-            if self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes
-                self.hashes = after.hashes[:]
+            if self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes,
+                # handed over, not copied (a day's turns would hold ~300 each twice, every one touched);
+                # `after` hashes again from its first block if ever asked
+                self.hashes, after.hashes = after.hashes, []
                 self.inherited = len(self.hashes)
                 self._run, self._offset = after._run, after._offset
+                after._run = after._offset = 0
 
     def block_hash(self, i: int) -> int:
         h = self.hashes
