@@ -29,8 +29,9 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import chain, compress, count
+from itertools import compress, count
 from operator import itemgetter, ne
+from typing import Any
 
 from engines.compiled import mypyc_attr
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
@@ -198,18 +199,19 @@ class PrefixCachingBlockManager(BlockManager):
         ref, evictable, parking, parked = self._ref, self._evictable, self.parked, []
         mark, groups, live = parking.mark, parking.groups, parking.live
         lead, first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else (0, 0)
-        for i in chain(range(lead), range(first, len(hits))) if lead else range(first, len(hits)):
-            b = hits[i]
-            if ref[b] == 0:  # evictable singly
-                del evictable[b]
-                ref[b] = 1
-            elif mark[b] in groups:  # parked: its group's reference becomes this sequence's (below, all at once)
-                parked.append(b)
-            else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
-                ref[b] += 1
-                holder = live.get(mark[b])
-                if holder is not None:
-                    holder.shared = True  # type: ignore[attr-defined]
+        for lo, hi in ((0, lead), (first, len(hits))):  # the hits singly: a shared lead, then those past the slice
+            for i in range(lo, hi):
+                b = hits[i]
+                if ref[b] == 0:  # evictable singly
+                    del evictable[b]
+                    ref[b] = 1
+                elif mark[b] in groups:  # parked: its group's reference becomes this sequence's (below, all at once)
+                    parked.append(b)
+                else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
+                    ref[b] += 1
+                    holder = live.get(mark[b])
+                    if holder is not None:
+                        holder.shared = True  # type: ignore[attr-defined]
         parking.unpark(parked)
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
@@ -348,13 +350,14 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is None or first >= n:
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
-        setdefault, hashes, chain = self._cache.setdefault, self._hash, tokens.hashes
+        cache, hashes = self._cache, self._hash
+        chain: list[Any] = tokens.hashes  # (typed: the compiled build indexes it natively, each hash kept as its object)
         skipped = 0
         for i in range(first, n):
             b = table[i]
             if hashes[b] is None:  # (then no hash maps to b: setdefault gives b back iff it stored it, one probe)
                 h = chain[i]
-                if setdefault(h, b) == b:
+                if cache.setdefault(h, b) == b:
                     hashes[b] = h
                 else:
                     skipped += 1
