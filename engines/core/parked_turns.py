@@ -42,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import count
 from operator import itemgetter
+from typing import Any
 
 from engines.compiled import mypyc_attr
 from engines.core.sequence import Sequence
@@ -71,12 +72,13 @@ class ParkedTurns:
     """The parked groups of one prefix cache (PrefixCachingBlockManager), over its blocks' books."""
 
     __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "live", "led", "_starts", "_ids", "_ref", "_hash",
-                 "_free")
+                 "_free", "_id_of")
 
-    def __init__(self, ref: list[int], hashes: list[int | None], free: list[int]) -> None:
+    def __init__(self, ref: list[int], hashes: list[int | None], free: list[int], id_of: list[Any]) -> None:
         """Nothing parked, over the block manager's reference counts, hashes and free list (the same
-        lists, which it never rebinds: a park writes counts and the free list as a free would)."""
-        self._ref, self._hash, self._free = ref, hashes, free
+        lists, which it never rebinds: a park writes counts and the free list as a free would), and
+        its blocks' ids as objects (`id_of[b]`, what it stores for block b: prefix_cache.py)."""
+        self._ref, self._hash, self._free, self._id_of = ref, hashes, free, id_of
         self.by_key: OrderedDict[int, ParkedTurn] = OrderedDict()  # the groups, oldest first
         self.groups: dict[object, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
         self._ids: Iterator[int] = count(1 << 40)  # fresh group ids (a group's first id is its key, a free's stamp: fewer)
@@ -178,7 +180,7 @@ class ParkedTurns:
         first, past blocks taken out of it): all of a group's blocks go before anything freed later.
         Each keeps its reference count, the group's hold: the eviction's taker sets it."""
         p = next(iter(self.by_key.values()))
-        mark, table, gid = self.mark, p.table, p.id
+        mark, table, gid, id_of = self.mark, p.table, p.id, self._id_of
         out: list[int] = []
         hi, live, left = p.hi, p.live, want
         while live and left:
@@ -186,7 +188,7 @@ class ParkedTurns:
             b = table[hi]
             if mark[b] == gid:
                 mark[b] = -1
-                out.append(b)
+                out.append(id_of[b])
                 live -= 1
                 left -= 1
         p.hi, p.live = hi, live
@@ -281,9 +283,9 @@ class ParkedTurns:
             loose = table[whole:]
             loose.reverse()
         if loose:  # back on the free list, tail first
-            free, ref = self._free, self._ref
+            free, ref, id_of = self._free, self._ref, self._id_of
             for b in loose:
-                free.append(b)
+                free.append(id_of[b])
                 mark[b] = -1
                 ref[b] = 0
         if len(loose) < len(table) - lead:
@@ -299,7 +301,7 @@ class ParkedTurns:
         to the free list. The group is read tail first past what it does not hold, as the entries
         would have been, so every decision is the per-block books' (tests/test_parked_turns.py); no
         later turn takes it back (`whole` 0: `take_back` finds no slice)."""
-        ref, hashes, mark, free = self._ref, self._hash, self.mark, self._free
+        ref, hashes, mark, free, id_of = self._ref, self._hash, self.mark, self._free, self._id_of
         gid: object = key
         held = 0
         for b in reversed(table):  # tail first, as the singly booked free goes
@@ -307,7 +309,7 @@ class ParkedTurns:
             if r != 1:
                 ref[b] = r - 1
             elif hashes[b] is None:
-                free.append(b)
+                free.append(id_of[b])
                 ref[b] = 0
             else:
                 mark[b] = gid
