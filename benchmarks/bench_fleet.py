@@ -20,7 +20,10 @@ alone on this host (the copies share caches and memory), the honest base for the
 `--stream` hands each replica's records to a reduction as they come (SimBackend.record_sink) and
 keeps none: a whole day's records take some 16 GB, its requests some 5.5, so only so does a real
 day run here (`--replicas 64 --horizon-s 86400 --day-s 86400 --lone round_robin --workers 2 --pool
---stream`). The traffic's generation (in this process, before the run) is printed apart.
+--stream`). The traffic's generation (in this process, before the run) is printed apart, and so is
+the decode-run kernel's load (numba's import and its cached compilation, engines/perf/run_kernel.py:
+~0.5 CPU s, once a process): done before the timing, as a day of 64 replicas pays it once per worker
+process, not once per replica (the projection would count it 32 times).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import time
 
 import numpy as np
 
+from engines.perf import run_kernel
 from harness.backends import open_backend
 from harness.backends.sim import partition
 from harness.backends.sim.record_columns import field_column
@@ -114,6 +118,9 @@ def main() -> None:
     target_replicas, target_cores = (int(x) for x in args.target.split(","))
     if args.lone:
         EXTRA.append(f"cluster.router_options={{without_session: {args.lone}}}")
+    k0 = time.process_time()
+    run_kernel.kernel()  # (cached: the runs below find it loaded)
+    kernel_s = time.process_time() - k0
     for k in (int(x) for x in args.replicas.split(",")):
         for w in (int(x) for x in args.workers.split(",")):
             g0 = time.process_time()
@@ -149,7 +156,8 @@ def main() -> None:
             print(f"{k:3d} replicas  {w} workers  {len(reqs):7d} requests  {span:8.0f} sim s  {cpu:8.1f} CPU s  "
                   f"{wall:8.1f} s on {w} ({how})  {rate}  a day projected {day / 60:6.1f} min  "
                   f"({target_replicas} replicas on {target_cores} cores: {target / 60:.1f} min)  "
-                  f"hit rate {hit:.3f}  ({ROUTER})  traffic generated in {generated:.1f} CPU s" + (_digests(run.records, streamed) if args.digest else ""),
+                  f"hit rate {hit:.3f}  ({ROUTER})  traffic generated in {generated:.1f} CPU s, decode-run kernel loaded in "
+                  f"{kernel_s:.1f} CPU s" + (_digests(run.records, streamed) if args.digest else ""),
                   flush=True)
 
 

@@ -72,6 +72,7 @@ def test_continued_tokens_hash_as_fresh_ones():
     fresh = Segments(((1, 50), (2, 37), (3, 70)), BS)
     assert [nxt.block_hash(i) for i in range(9)] == [fresh.block_hash(i) for i in range(9)]
     assert nxt.hint == [7, 3, 9] and first.freed_table is None  # handed over once
+    assert [first.block_hash(i) for i in range(5)] == [fresh.block_hash(i) for i in range(5)]  # (its hashes too: anew)
     other = Segments(((1, 50), (4, 80)), BS, after=nxt)  # not a continuation: nothing of nxt's hashes taken
     assert [other.block_hash(i) for i in range(8)] == [Segments(((1, 50), (4, 80)), BS).block_hash(i) for i in range(8)]
 

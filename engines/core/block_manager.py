@@ -8,6 +8,7 @@ needs another block and is never preempted.
 from __future__ import annotations
 
 from collections.abc import Sequence as Sequence_
+from typing import Any
 
 from engines.compiled import mypyc_attr
 from engines.core.sequence import Sequence
@@ -89,8 +90,9 @@ class BlockManager:
     def _take(self, seq: Sequence, n: int) -> None:
         if n > len(self._free):
             raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {len(self._free)} free")
-        if n == 1:
-            seq.block_table.append(self._free.pop())
+        if n == 1:  # (the id moved as its object: typed int, the compiled build would free it and box it anew)
+            free: list[Any] = self._free
+            seq.block_table.append(free.pop())
         elif n > 0:
             seq.block_table.extend(self._free[-n:][::-1])
             del self._free[-n:]

@@ -22,6 +22,8 @@ memo would (benchmarks/bench_fleet.py's run, counted).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from engines.compiled import mypyc_attr
 
 ENTRY_WEIGHT = 8  # an entry's overhead in units of one held hash (about 300 B / 44 B, see above)
@@ -54,12 +56,19 @@ class ChainMemo:
         if found is not None:
             return found
         found = self._old.get(key)
-        if found is None:  # (a range's offsets and a bound append: half the time of counting them by hand)
-            out: list[int] = []
-            append = out.append
-            for o in range(off, off + count * bs, bs):
-                last = hash((last, (seg, o, bs)))
-                append(last)
+        if found is None:
+            # Any, not int: the compiled build would box each hash twice (into its tuple, into the
+            # list) and seg and bs at every block; as objects each is boxed once. (A plain count:
+            # the compiled build iterates a stepped range as Python objects.)
+            out: list[Any] = []
+            prev: Any = last
+            s: Any = seg
+            size: Any = bs
+            o = off
+            for _ in range(count):
+                prev = hash((prev, (s, o, size)))
+                out.append(prev)
+                o += bs
             found = tuple(out)
         self._add(key, found)
         return found

@@ -30,6 +30,11 @@ blocks flags it `shared`, so its free reads their reference counts again) and fr
 block manager's own books it updates as a free or an eviction does (reference counts, the free
 list) and reads (the blocks' hashes) are handed to it once, at its creation, as the same lists:
 its per-block loops read them as locals, never through the block manager.
+
+Group ids are held as objects (`object`, not `int`): the compiled build (engines/compiled.py) boxes
+an int anew at every store into a list, so marks typed `int` each held an object of their own
+(allocated at the park, freed at the eviction, each read a miss); typed `object`, a group's marks
+all point to its one id.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import count
 from operator import itemgetter
+from typing import Any
 
 from engines.compiled import mypyc_attr
 from engines.core.sequence import Sequence
@@ -51,7 +57,7 @@ class ParkedTurn:
 
     __slots__ = ("key", "id", "table", "lo", "hi", "live", "whole")
 
-    def __init__(self, key: int, gid: int, table: list[int], live: int, whole: int, lead: int = 0) -> None:
+    def __init__(self, key: int, gid: object, table: list[int], live: int, whole: int, lead: int = 0) -> None:
         self.key = key
         self.id = gid
         self.table = table
@@ -66,21 +72,22 @@ class ParkedTurns:
     """The parked groups of one prefix cache (PrefixCachingBlockManager), over its blocks' books."""
 
     __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "live", "led", "_starts", "_ids", "_ref", "_hash",
-                 "_free")
+                 "_free", "_id_of")
 
-    def __init__(self, ref: list[int], hashes: list[int | None], free: list[int]) -> None:
+    def __init__(self, ref: list[int], hashes: list[int | None], free: list[int], id_of: list[Any]) -> None:
         """Nothing parked, over the block manager's reference counts, hashes and free list (the same
-        lists, which it never rebinds: a park writes counts and the free list as a free would)."""
-        self._ref, self._hash, self._free = ref, hashes, free
+        lists, which it never rebinds: a park writes counts and the free list as a free would), and
+        its blocks' ids as objects (`id_of[b]`, what it stores for block b: prefix_cache.py)."""
+        self._ref, self._hash, self._free, self._id_of = ref, hashes, free, id_of
         self.by_key: OrderedDict[int, ParkedTurn] = OrderedDict()  # the groups, oldest first
-        self.groups: dict[int, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
+        self.groups: dict[object, ParkedTurn] = {}  # the same groups by id: what a parked block's mark names
         self._ids: Iterator[int] = count(1 << 40)  # fresh group ids (a group's first id is its key, a free's stamp: fewer)
-        self.live: dict[int, object] = {}  # a group id -> the tokens of the live turn that took its slice back
+        self.live: dict[object, object] = {}  # a group id -> the tokens of the live turn that took its slice back
         self.blocks = 0  # blocks parked, over all groups
-        self.mark = [-1] * len(ref)  # per block: the id of the group that holds it, if `groups` has it
+        self.mark: list[object] = [-1] * len(ref)  # per block: the id of the group that holds it, if `groups` has it
         self.oldest = NONE_PARKED  # the first group's key
         self.led: dict[int, ParkedTurn] = {}  # id(its table) -> a group parked after a shared lead, until taken back
-        self._starts: dict[int, int] = {}  # a live turn's group id -> where its slice starts, if past a shared lead
+        self._starts: dict[object, int] = {}  # a live turn's group id -> where its slice starts, if past a shared lead
 
     def take_back(self, tokens, hinted: int) -> tuple[int, int]:
         """Take the `hinted` hits that lead a turn's hint (`tokens.hint`) back from the group its
@@ -109,7 +116,8 @@ class ParkedTurns:
         if not p.live:
             self._drop(p)
         else:  # what stays parked moves to a fresh id, so that one is this turn's alone
-            old, new = p.id, next(self._ids)
+            old = p.id
+            new: object = next(self._ids)  # (boxed once: the marks below all point to it)
             mark = self.mark
             for b in p.table[m:p.hi]:
                 if mark[b] == old:
@@ -119,7 +127,7 @@ class ParkedTurns:
             self.groups[new] = p
         return lo, m
 
-    def release(self, gid: int) -> int:
+    def release(self, gid: object) -> int:
         """A live turn that took a slice back (its group id `gid`) is freed: where its slice started."""
         del self.live[gid]
         return self._starts.pop(gid, 0) if self._starts else 0
@@ -172,7 +180,7 @@ class ParkedTurns:
         first, past blocks taken out of it): all of a group's blocks go before anything freed later.
         Each keeps its reference count, the group's hold: the eviction's taker sets it."""
         p = next(iter(self.by_key.values()))
-        mark, table, gid = self.mark, p.table, p.id
+        mark, table, gid, id_of = self.mark, p.table, p.id, self._id_of
         out: list[int] = []
         hi, live, left = p.hi, p.live, want
         while live and left:
@@ -180,7 +188,7 @@ class ParkedTurns:
             b = table[hi]
             if mark[b] == gid:
                 mark[b] = -1
-                out.append(b)
+                out.append(id_of[b])
                 live -= 1
                 left -= 1
         p.hi, p.live = hi, live
@@ -242,7 +250,7 @@ class ParkedTurns:
         turn took back from its previous turn's group: those carry that group's id, which this group
         takes over."""
         table, mark = seq.block_table, self.mark
-        gid = seq.tokens.group if taken else key  # type: ignore[union-attr]
+        gid: object = seq.tokens.group if taken else key  # type: ignore[union-attr]
         for b in table[taken:] if taken else table:
             mark[b] = gid
         for b in table[:start] if taken else ():
@@ -255,13 +263,14 @@ class ParkedTurns:
         of a fresh id whose slice starts past them, so its next turn takes them back at once. Every
         decision is park_rest's (the same group, the same blocks to the free list in its order)."""
         table, mark, ref = seq.block_table, self.mark, self._ref
+        gid: object = key
         for b in table[:lead]:
             ref[b] -= 1
         for b in table[lead:]:
-            mark[b] = key
-        self._park_own(seq, key, key, lead)
+            mark[b] = gid
+        self._park_own(seq, key, gid, lead)
 
-    def _park_own(self, seq: Sequence, key: int, gid: int, lead: int) -> None:
+    def _park_own(self, seq: Sequence, key: int, gid: object, lead: int) -> None:
         """The blocks past `lead` of a turn held by it alone, marked `gid`: the cached ones a group,
         the others to the free list."""
         table, mark = seq.block_table, self.mark
@@ -274,9 +283,9 @@ class ParkedTurns:
             loose = table[whole:]
             loose.reverse()
         if loose:  # back on the free list, tail first
-            free, ref = self._free, self._ref
+            free, ref, id_of = self._free, self._ref, self._id_of
             for b in loose:
-                free.append(b)
+                free.append(id_of[b])
                 mark[b] = -1
                 ref[b] = 0
         if len(loose) < len(table) - lead:
@@ -292,20 +301,21 @@ class ParkedTurns:
         to the free list. The group is read tail first past what it does not hold, as the entries
         would have been, so every decision is the per-block books' (tests/test_parked_turns.py); no
         later turn takes it back (`whole` 0: `take_back` finds no slice)."""
-        ref, hashes, mark, free = self._ref, self._hash, self.mark, self._free
+        ref, hashes, mark, free, id_of = self._ref, self._hash, self.mark, self._free, self._id_of
+        gid: object = key
         held = 0
         for b in reversed(table):  # tail first, as the singly booked free goes
             r = ref[b]
             if r != 1:
                 ref[b] = r - 1
             elif hashes[b] is None:
-                free.append(b)
+                free.append(id_of[b])
                 ref[b] = 0
             else:
-                mark[b] = key
+                mark[b] = gid
                 held += 1
         if held:
-            self._add(ParkedTurn(key, key, table, held, 0))
+            self._add(ParkedTurn(key, gid, table, held, 0))
 
     def _add(self, group: ParkedTurn) -> None:
         """A new group, the youngest."""

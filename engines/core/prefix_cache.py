@@ -29,8 +29,9 @@ caching the engine uses the plain `BlockManager`, whose hot paths this class lea
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import chain, compress, count
+from itertools import compress, count
 from operator import itemgetter, ne
+from typing import Any
 
 from engines.compiled import mypyc_attr
 from engines.core.block_manager import DEFAULT_BLOCK_SIZE, BlockManager, blocks_for
@@ -61,7 +62,11 @@ class PrefixCachingBlockManager(BlockManager):
         # popping its oldest entry is O(1), where a dict's next(iter(...)) rescans the slots its earlier
         # deletions left. Parked turns' blocks (by stamp, parked_turns.py) are evictable too, in the same order.
         self._evictable: OrderedDict[int, int] = OrderedDict()
-        self.parked = ParkedTurns(self._ref, self._hash, self._free)  # the groups freed turns' blocks are parked in
+        # Each block id as one object, stored wherever the block goes (tables, the free list, the hash
+        # table's values): the compiled build boxes an int anew at every store into a list or dict, so
+        # each move made a fresh object (freed at the next), its later reads scattered misses.
+        self._id_of: list[Any] = self._free[::-1]  # (the free list's own: id_of[b] is b)
+        self.parked = ParkedTurns(self._ref, self._hash, self._free, self._id_of)  # the groups freed turns' blocks are parked in
         self._stamp = 0  # frees so far: the next free's place in the LRU order
         self.stats = PrefixCacheStats()
         self._version = 0  # bumped whenever the cache's content changes: lookups are reused until then
@@ -195,21 +200,22 @@ class PrefixCachingBlockManager(BlockManager):
         fresh = self._fresh_blocks(seq, len(hits), num_tokens)
         if fresh + len(hits) > self.num_free and fresh + self._unused(hits) > self.num_free:  # (unused <= hits)
             raise RuntimeError(f"KV over-commit: {seq} needs {fresh} new blocks, {self.num_free} free")
-        ref, evictable, parking, parked = self._ref, self._evictable, self.parked, []
+        ref, evictable, parking, parked, id_of = self._ref, self._evictable, self.parked, [], self._id_of
         mark, groups, live = parking.mark, parking.groups, parking.live
         lead, first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else (0, 0)
-        for i in chain(range(lead), range(first, len(hits))) if lead else range(first, len(hits)):
-            b = hits[i]
-            if ref[b] == 0:  # evictable singly
-                del evictable[b]
-                ref[b] = 1
-            elif mark[b] in groups:  # parked: its group's reference becomes this sequence's (below, all at once)
-                parked.append(b)
-            else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
-                ref[b] += 1
-                holder = live.get(mark[b])
-                if holder is not None:
-                    holder.shared = True  # type: ignore[attr-defined]
+        for lo, hi in ((0, lead), (first, len(hits))):  # the hits singly: a shared lead, then those past the slice
+            for i in range(lo, hi):
+                b = hits[i]
+                if ref[b] == 0:  # evictable singly
+                    del evictable[b]
+                    ref[b] = 1
+                elif mark[b] in groups:  # parked: its group's reference becomes this sequence's (below, all at once)
+                    parked.append(id_of[b])
+                else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
+                    ref[b] += 1
+                    holder = live.get(mark[b])
+                    if holder is not None:
+                        holder.shared = True  # type: ignore[attr-defined]
         parking.unpark(parked)
         seq.block_table.extend(hits)
         seq.blocks_hashed = len(hits)
@@ -233,13 +239,14 @@ class PrefixCachingBlockManager(BlockManager):
         self._take(seq, fresh)  # the first `host` fresh blocks receive the loaded KV; registered as computed
 
     # -- allocation, freeing, registration ------------------------------------------------------
-    def grow_run(self, seqs, k: int) -> None:
-        """`grow` each of `seqs` by k tokens, in order: a decode run's, most by no block (one call, not one each)."""
-        bs, take = self.block_size, self._take
+    def grow_run(self, seqs: tuple[Sequence, ...], k: int) -> None:
+        """`grow` each of `seqs` by k tokens, in order: a decode run's, most by no block (one call, not one each;
+        typed, the compiled build reads their fields directly, and tests the table's reach before dividing)."""
+        bs = self.block_size
         for seq in seqs:
-            need = -(-(seq.num_computed + k) // bs) - len(seq.block_table)
-            if need > 0:
-                take(seq, need)
+            computed = seq.num_computed + k
+            if computed > len(seq.block_table) * bs:
+                self._take(seq, -(-computed // bs) - len(seq.block_table))
 
     def _take(self, seq: Sequence, n: int) -> None:
         free = self._free
@@ -259,7 +266,7 @@ class PrefixCachingBlockManager(BlockManager):
                 self.stats.evictions += 1
                 self._version += 1
             self._ref[b] = 1
-            seq.block_table.append(b)
+            seq.block_table.append(self._id_of[b])
             return
         if n > self.num_free:
             raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {self.num_free} free")
@@ -347,13 +354,14 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is None or first >= n:
             return
         tokens.block_hash(n - 1)  # every hash up to block n - 1 at once
-        setdefault, hashes, chain = self._cache.setdefault, self._hash, tokens.hashes
+        cache, hashes, id_of = self._cache, self._hash, self._id_of
+        chain: list[Any] = tokens.hashes  # (typed: the compiled build indexes it natively, each hash kept as its object)
         skipped = 0
         for i in range(first, n):
             b = table[i]
             if hashes[b] is None:  # (then no hash maps to b: setdefault gives b back iff it stored it, one probe)
                 h = chain[i]
-                if setdefault(h, b) == b:
+                if cache.setdefault(h, id_of[b]) == b:
                     hashes[b] = h
                 else:
                     skipped += 1

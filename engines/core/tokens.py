@@ -16,8 +16,8 @@ looked up); Segments hashes a run's whole blocks together (all of them are full,
 may hash the rest of its run: they cost one memo lookup, chain_memo.py).
 
 A session's next turn (the simulator's conversations and agents) holds its previous turn's tokens:
-built `after` them, Segments takes the hashes the previous turn computed instead of recomputing
-them, and, where the previous turn was marked `continued`, the blocks that held them when it was
+built `after` them, Segments takes the hashes the previous turn computed (handed over, as its
+blocks are) instead of recomputing them, and, where the previous turn was marked `continued`, the blocks that held them when it was
 freed (`hint`, handed over once): the prefix cache tries those blocks first and checks each against
 the hash it must hold (prefix_cache.py), so a hint is never trusted, only verified.
 """
@@ -50,7 +50,7 @@ class TokenIds:
         self.hint: list[int] | None = None
         self.inherited = 0
         self.taken = 0  # (the prefix cache's: leading blocks taken back from a parked group, parked_turns.py)
-        self.group = -1
+        self.group: object = -1
         self.shared = False
 
     def append(self, token: int) -> None:
@@ -91,15 +91,18 @@ class Segments:
         self.hint: list[int] | None = None  # the blocks `after` held when freed, leading block first
         self.inherited = 0  # leading hashes taken from `after` (its blocks held exactly these, cached)
         self.taken = 0  # leading blocks the prefix cache took back from `after`'s parked group, and its id
-        self.group = -1  # (parked_turns.py: a turn parked again keeps that id)
+        self.group: object = -1  # (parked_turns.py: a turn parked again keeps that id, one object)
         self.shared = False  # whether another sequence hit one of those blocks since
         if after is not None and after.block_size == block_size:
             self.hint, after.freed_table = after.freed_table, None
             n = len(after.runs)
-            if self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes
-                self.hashes = after.hashes[:]
+            if self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes,
+                # handed over, not copied (a day's turns would hold ~300 each twice, every one touched);
+                # `after` hashes again from its first block if ever asked
+                self.hashes, after.hashes = after.hashes, []
                 self.inherited = len(self.hashes)
                 self._run, self._offset = after._run, after._offset
+                after._run = after._offset = 0
 
     def block_hash(self, i: int) -> int:
         h = self.hashes

@@ -66,7 +66,7 @@ class SessionRelease:
         self.continued: dict[int, Sequence] = {}  # request id -> its sequence, until its next turn is released
         self.pending = [(r.arrival_s, i) for i, r in enumerate(requests) if r.after is None]
         heapq.heapify(self.pending)
-        self.release = np.full(n, np.nan)
+        self.release = [math.nan] * n  # (a list: a numpy element's store costs ~10x a list's)
 
     def _plan_arrivals(self, requests: Seq[RequestSpec], block_size: int | None) -> None:
         """Nothing is released yet (SimRun's hook: its up-front plan would be built for nothing)."""
