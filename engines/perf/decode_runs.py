@@ -119,22 +119,17 @@ class DecodeRunPricing:
         if run is None or b == 0 or hi <= lo:
             return self._numpy_run_times(base, lo, hi)
         longest = self._cover(base, hi)
-        call, blocks = self.call, self._blocks
+        call = self.call
         seqs = float(b)
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
         launch = 0.0 if launches is None else launches[0]
         out = np.empty(hi - lo)
-        i = lo
-        while i < hi:  # a stretch of rows with one K/V block count (blocks only grow along a run)
-            n = blocks[longest + i]
-            j = hi if blocks[longest + hi - 1] == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
-            splits, n_blocks, waves = self._one_split(b, longest + i)
+        for i, j, splits, n_blocks, waves in self._stretches(b, longest, lo, hi):
             split = float(splits)
             run(self._run_table(splits), base, i, j - i, seqs, float(waves), float(math.ceil(n_blocks / split)),
                 call._block_units, call._kv_units, seqs * call._qo_units, call._combine_units * (split > 1.0),
                 self.decode_fixed, ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
                 lm_head, cpu, bool(self.overlap), launch, out[i - lo:j - lo])
-            i = j
         return out
 
     def decode_run_list(self, base: Sequence[int], lo: int, hi: int) -> list[float]:
@@ -150,22 +145,30 @@ class DecodeRunPricing:
         longest = max(base)
         if longest + hi - 1 >= len(self._decode_units):
             self._grow(longest + hi - 1)
-        blocks = self._blocks
         seqs = float(b)
         linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
         launch = None if launches is None else launches[0]
         out: list[float] = []
-        i = lo
-        while i < hi:  # a stretch of rows with one K/V block count (blocks only grow along a run)
-            n = blocks[longest + i]
-            j = hi if blocks[longest + hi - 1] == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
-            splits, n_blocks, waves = self._one_split(b, longest + i)
+        for i, j, splits, n_blocks, waves in self._stretches(b, longest, lo, hi):
             split = float(splits)
             one_split_run_times(self._decode_units, self._cached, self._split_blocks(splits), base, i, j - i, seqs,
                                 float(waves), float(math.ceil(n_blocks / split)), call._block_units, call._kv_units,
                                 seqs * call._qo_units, call._combine_units * (split > 1.0), self.decode_fixed,
                                 ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
                                 lm_head, cpu, bool(self.overlap), launch, out)
+        return out
+
+    def _stretches(self, b: int, longest: int, lo: int, hi: int) -> list[tuple[int, int, int, int, int]]:
+        """A run's rows lo..hi as stretches of one K/V block count (blocks only grow along a run),
+        each (first row, past its last, splits, K/V blocks, waves): both pricings walk these."""
+        blocks = self._blocks
+        out: list[tuple[int, int, int, int, int]] = []
+        i = lo
+        while i < hi:
+            n = blocks[longest + i]
+            j = hi if blocks[longest + hi - 1] == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
+            splits, n_blocks, waves = self._one_split(b, longest + i)
+            out.append((i, j, splits, n_blocks, waves))
             i = j
         return out
 
