@@ -15,6 +15,7 @@ tests/test_perf_scalar_rows.py compares them with the numpy path, bit for bit.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 
 COMPILED = not __file__.endswith(".py")  # this module's extension module was imported, not its source
@@ -46,13 +47,45 @@ def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[
     decode_runs' _one_split_run_units then _run_stages, operation for operation (`keys_t` the
     windowed cached lengths, `blocks_t` the K/V blocks a CTA streams under the run's splits)."""
     per_cta = max(seqs, 1.0)
+    # A cached length and a K/V block count only step up along a run: the cached length by one a
+    # row or not at all (its window's cap), the blocks where the context crosses a block. A sequence
+    # whose first and last rows tell every row's entry (the same; one more key a row; one step of
+    # blocks, found by bisection) is summed in closed form, the others read row by row: the same
+    # sums (whole numbers, exact in any order), at a read a row instead of three.
+    last = lo + k - 1
+    keys0 = 0  # row lo's keys of the sequences in closed form
+    growing = 0  # how many of them gain a key a row
+    blocks0 = 0.0  # row lo's blocks of the sequences in closed form
+    steps = [0] * k  # per row, the blocks those gain there
+    read_keys: list[int] = []
+    read_blocks: list[int] = []
+    for c in base:
+        first = keys_t[c + lo]
+        gain = keys_t[c + last] - first
+        if gain == 0 or gain == k - 1:
+            keys0 += first
+            growing += gain != 0
+        else:
+            read_keys.append(c)
+        b0 = blocks_t[c + lo]
+        b1 = blocks_t[c + last]
+        x = c + last if b1 == b0 else bisect_right(blocks_t, b0, c + lo, c + last)  # its first greater entry
+        if blocks_t[x] == b1:
+            blocks0 += b0
+            steps[x - c - lo] += int(b1 - b0)
+        else:
+            read_blocks.append(c)
+    stepped = 0
     for i in range(lo, lo + k):
         units = 0.0
-        keys = 0
-        blocks = 0.0
         for c in base:
             units += units_t[c + i]
+        keys = keys0 + growing * (i - lo)
+        for c in read_keys:
             keys += keys_t[c + i]
+        stepped += steps[i - lo]
+        blocks = blocks0 + float(stepped)
+        for c in read_blocks:
             blocks += blocks_t[c + i]
         bl = blocks / per_cta * waves
         if bl < top:  # np.maximum(top, blocks): equal operands are the same double

@@ -58,7 +58,7 @@ class Timeline:
     def _add(self, seqs, times: list[float]) -> None:
         buf, pieces = self.times, self.pieces
         start = len(buf)
-        buf.extend(times)
+        buf.fromlist(times)  # (a list: array's extend appends item by item, 2x slower)
         stop = len(buf)
         if self.watch is not None:
             self._add_watched(seqs, times, start, stop)
