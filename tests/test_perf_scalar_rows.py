@@ -57,3 +57,21 @@ def test_the_sums_are_of_the_shifted_items():
     table = [float(i * i) for i in range(50)]
     assert scalar_rows.table_sum(table, (3, 7, 7), 2) == 25.0 + 81.0 + 81.0
     assert scalar_rows.count_sum(list(range(50)), [1, 2], 10) == 23
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["scalar", "interpreted"])
+def test_run_ends_sum_and_cut_as_stepping(on, monkeypatch):
+    """A decode run's ends are the clock stepping would keep, cut before the first row that starts
+    at or after the horizon (bisected as bisect_left probes), one row at least."""
+    from bisect import bisect_left
+    from itertools import accumulate
+    monkeypatch.setattr(scalar_rows, "COMPILED", on)
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        dts = (rng.random(int(rng.integers(1, 80))) * 0.03 + 0.01).tolist()
+        t = float(rng.random() * 86400.0)
+        horizon = [np.inf, t, t - 1.0, t + float(rng.random()) * sum(dts), t + sum(dts) + 1.0][int(rng.integers(0, 5))]
+        want = list(accumulate(dts, initial=t))[1:]
+        if horizon != np.inf:
+            want = want[:max(1, bisect_left(range(len(want)), horizon, key=lambda i: want[i] - dts[i]))]
+        assert scalar_rows.run_ends(dts, t, horizon) == want, (dts, t, horizon)

@@ -15,8 +15,9 @@ tests/test_perf_scalar_rows.py compares them with the numpy path, bit for bit.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 
 COMPILED = not __file__.endswith(".py")  # this module's extension module was imported, not its source
 
@@ -107,3 +108,33 @@ def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[
         if launch is not None:
             t = t + launch
         out.append(t)
+
+
+def run_ends(dts: list[float], t: float, horizon: float) -> list[float]:
+    """The ends of a decode run's iterations of `dts` seconds from `t`, summed left to right as
+    stepping sums them (the same clock), cut before the first iteration that starts (its end less
+    its seconds) at or after `horizon`, one kept at least: the cut bisected as bisect_left probes
+    (the same on any input). The simulator's (harness/backends/sim/loop.py); compiled, one native
+    loop instead of accumulate's list and a key call per probe."""
+    if not COMPILED:  # interpreted, a loop costs more than accumulate and bisect in C (and numpy's cumsum
+        # more than both on a run of ~40 floats: its per-call cost)
+        ends = list(accumulate(dts, initial=t))
+        del ends[0]
+        if math.isfinite(horizon):
+            del ends[max(1, bisect_left(range(len(ends)), horizon, key=lambda i: ends[i] - dts[i])):]
+        return ends
+    out: list[float] = []
+    end = t
+    for d in dts:
+        end = end + d
+        out.append(end)
+    if math.isfinite(horizon):
+        lo, hi = 0, len(out)
+        while lo < hi:  # bisect_left's probes
+            mid = (lo + hi) // 2
+            if out[mid] - dts[mid] < horizon:
+                lo = mid + 1
+            else:
+                hi = mid
+        del out[max(1, lo):]
+    return out

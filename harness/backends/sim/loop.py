@@ -13,14 +13,14 @@ tests/test_sim.py proves against plain stepping on the same workloads.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from itertools import accumulate, compress
+from itertools import compress
 
 import numpy as np
 
 from engines.core import Batch, Engine, Sequence
+from engines.perf.scalar_rows import run_ends
 from harness.backends.sim.closed_loop import ClosedLoop
 from harness.backends.sim.pipeline import Pipeline
 from harness.backends.sim.record_columns import RecordColumns
@@ -347,14 +347,10 @@ def _decode_run(
         dts = timer.decode_run_times(batch.context_lens, 0, k)
     else:
         del dts[k:]  # (k <= rows: dt0 >= floor)
-    # Summed from t in order, as plain stepping would (bit-identical clock). A run is ~40 floats:
-    # Python's left-to-right adds are numpy's cumsum without its per-call cost.
-    ends = list(accumulate(dts, initial=t))
-    del ends[0]
-    if math.isfinite(horizon):  # k > 1 here; iteration i starts at ends[i] - dts[i], worked out where probed
-        # bisect_left probes as numpy's searchsorted(side="left") does: the same k on any input.
-        k = max(1, bisect_left(range(len(ends)), horizon, key=lambda i: ends[i] - dts[i]))
-        del ends[k:]
+    # Summed from t in order, as plain stepping would (bit-identical clock), cut before the first
+    # iteration that starts at or after horizon (k > 1 here; one at least).
+    ends = run_ends(dts, t, horizon)
+    k = len(ends)
     if log is not None:  # each iteration starts where the one before ended
         log.decode_run(batch, [t] + ends[:-1], ends)
     finished = engine.complete_decode_run(batch, k)
