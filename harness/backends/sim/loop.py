@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from itertools import compress
+from itertools import accumulate, compress
 
 import numpy as np
 
@@ -152,9 +152,11 @@ class SimRun:
     def records(self) -> list[RequestRecord]:
         """Every request's record, in input order (None for a request never released: SessionRelease's)."""
         out: list[RequestRecord] = [None] * len(self.requests)  # type: ignore[list-item]
-        for i, rank, (rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, _), error \
-                in self._record_rows():
-            out[i] = RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, self.line.token_times(rank),
+        rows = list(self._record_rows())
+        times, lengths = self.line.gathered([row[1] for row in rows])  # at once; each record a slice of it
+        for (i, _, (rid, prompt, output, preempted, cached), (arrival, scheduled, first, finished, _), error), stop, n \
+                in zip(rows, accumulate(lengths), lengths):
+            out[i] = RequestRecord(rid, arrival, prompt, output, scheduled, first, finished, times[stop - n:stop],
                                    num_preemptions=preempted, error=error, cached_tokens=cached)
         return out
 
