@@ -1,4 +1,4 @@
-"""The pricer's per-item sums and a decode run's rows on Python scalars, compiled by mypyc.
+"""The pricer's per-item sums, a decode run's rows and their ends on Python scalars, compiled by mypyc.
 
 BatchPricer sums table entries over a batch's decodes (`sum(map(table.__getitem__, decodes))`,
 some hundred items a Sarathi batch, once per row of a chunk run) and prices decode runs with
