@@ -40,8 +40,7 @@ from engines.core.prefix_cache_audit import audit_books
 from engines.core.prefix_cache_stats import PrefixCacheStats
 from engines.core.sequence import Sequence
 
-_SCAN = 64  # hashes looked up at once when finding a prompt's leading hits (at most; _FIRST at first)
-_FIRST = 8
+_FIRST, _SCAN = 8, 64  # hashes looked up at once when finding a prompt's leading hits: first, at most
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
