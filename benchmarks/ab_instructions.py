@@ -10,7 +10,9 @@ changes them is not one.
 
     python benchmarks/ab_instructions.py BEFORE AFTER [--horizon-s 3600]
 
-Instructions are not time (memory stalls are not counted), so report both. Needs valgrind; about
+Instructions are not time (memory stalls are not counted), so report both. The worktrees are not
+built, so both revisions run their Python source, not the mypyc build `pip install -e .` makes
+(engines/compiled.py): a change to compiled code is counted as its source runs. Needs valgrind; about
 2 minutes a pair at the default horizon (~50x slower than a plain run). A revision with numba's
 decode-run kernel prices a process's first 20,000 runs with numpy (decode_runs.KERNEL_AFTER; an
 hour of one replica makes ~6,000), so only longer horizons count it, with numba's import.
