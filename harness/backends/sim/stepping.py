@@ -71,7 +71,9 @@ def step_until(run: Any, timer: Any, fast_forward: bool, t: float, stop: float, 
         # decided not to admit: the next decision may differ, so that iteration is stepped.
         runs = fast_forward and tier is None and engine.num_preemptions == preemptions_before
         if runs and batch.is_decode_only:
-            t, finished = _decode_run(engine, batch, timer, line, t, run.next_arrival, stop, log)
+            # (the next arrival ends the run only where nothing waits: read only then)
+            horizon = stop if engine.waiting else min(run.next_arrival, stop)
+            t, finished = _decode_run(engine, batch, timer, line, t, horizon, log)
         elif runs and log is None and watch is None and halt is None and (k := engine.chunk_run_limit(batch)) > 1:
             # (stepped where a log wants each iteration, or a watch or halt may stop between them)
             t, finished = _chunk_run(engine, batch, k, timer, line, t, stop)
@@ -83,7 +85,8 @@ def step_until(run: Any, timer: Any, fast_forward: bool, t: float, stop: float, 
             t, finished = _one_iteration(engine, batch, line, t, dt)
             if log is not None:
                 log.iteration(batch, start, t)
-        run.finished(finished, t)
+        if finished:  # (a run's `finished` with none does nothing: not called, once a step)
+            run.finished(finished, t)
     return t, stuck
 
 
@@ -135,13 +138,12 @@ def _decode_run(
     timer: Any,
     line: Timeline,
     t: float,
-    next_arrival: float,
-    limit: float,
+    horizon: float,
     log: Any = None,
 ) -> tuple[float, tuple[Sequence, ...]]:
-    """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
+    """Advance a run of identical decode-only iterations in one step, none starting at or after
+    `horizon` but the first; returns (end time, finished)."""
     k = engine.decode_run_limit(batch)
-    horizon = min(next_arrival, limit) if not engine.waiting else limit
     # A lone sequence's run is a slice of the timer's per-context prices (optional, timer.py)
     alone = getattr(timer, "alone_decode_times", None) if len(batch.seqs) == 1 else None
     table: Any = alone(batch.context_lens[0] + k) if alone is not None else None
