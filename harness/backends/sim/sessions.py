@@ -64,8 +64,12 @@ class SessionRelease:
                     raise ValueError(f"request {r.request_id} follows request {r.after}, which is not in the run")
                 self.successor[index[r.after]] = i
         self.continued: dict[int, Sequence] = {}  # request id -> its sequence, until its next turn is released
-        self.pending = [(r.arrival_s, i) for i, r in enumerate(requests) if r.after is None]
-        heapq.heapify(self.pending)
+        # The releases to come: first turns at their planned times (sorted once, taken in order) and
+        # later turns as finishes release them (a heap, small: a replica-day's heap of every first
+        # turn made each release a deep pop). Taken as one heap of both would give them.
+        self.firsts = sorted((r.arrival_s, i) for i, r in enumerate(requests) if r.after is None)
+        self.taken = 0  # firsts released so far
+        self.pending: list[tuple[float, int]] = []
         self.release = [math.nan] * n  # (a list: a numpy element's store costs ~10x a list's)
 
     def _plan_arrivals(self, requests: Seq[RequestSpec], block_size: int | None) -> None:
@@ -77,11 +81,13 @@ class SessionRelease:
 
     @property
     def next_arrival(self) -> float:
-        return self.pending[0][0] if self.pending else np.inf
+        pending, k = self.pending, self.taken
+        first = self.firsts[k][0] if k < len(self.firsts) else np.inf
+        return first if not pending or first < pending[0][0] else pending[0][0]
 
     def admit_arrivals(self, t: float) -> None:
-        pending = self.pending
-        while pending and pending[0][0] <= t:
+        firsts, pending = self.firsts, self.pending
+        while (self.taken < len(firsts) and firsts[self.taken][0] <= t) or (pending and pending[0][0] <= t):
             rank, seq = self.release_next()
             self.engine.add(seq)
             self.next = rank + 1
@@ -89,7 +95,12 @@ class SessionRelease:
     def release_next(self) -> tuple[int, Sequence]:
         """The earliest pending release, given its rank (release order): the rank and its sequence,
         whose tokens continue its previous turn's."""
-        at, i = heapq.heappop(self.pending)
+        firsts, k, pending = self.firsts, self.taken, self.pending
+        if k < len(firsts) and (not pending or firsts[k] < pending[0]):
+            at, i = firsts[k]
+            self.taken = k + 1
+        else:
+            at, i = heapq.heappop(pending)
         rank = len(self.order)
         self.order.append(i)
         self.arrivals.append(at)
