@@ -89,13 +89,17 @@ class Timeline:
         if self.watch is not None:
             self._add_watched(seqs, times, start, stop)
             return
+        # (boxed once, shared by every request's piece, as the Python source shares them: compiled,
+        # each store of an int would box a new object)
+        start_at: Any = start
+        stop_at: Any = stop
         for seq in seqs:
             mine = pieces[seq.seq_id]
             if mine and mine[-1] == start:  # it goes on where its last piece stopped
-                mine[-1] = stop
+                mine[-1] = stop_at
             else:
-                mine.append(start)
-                mine.append(stop)
+                mine.append(start_at)
+                mine.append(stop_at)
 
     def _add_watched(self, seqs: tuple[Sequence, ...], times: list[float], start: int, stop: int) -> None:
         """`_add`'s pieces, counting each request's gaps over the TBT limit on the way: the first
