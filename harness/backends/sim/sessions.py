@@ -11,13 +11,13 @@ can hit nothing, but its blocks are cached like any, as a server caches every re
 """
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence as Seq
 
 import numpy as np
 
 from engines.core import Engine, PrefixCachingBlockManager, Segments, Sequence
+from harness.backends.sim.releases import Releases
 from harness.records import RequestRecord, RequestSpec
 
 
@@ -64,12 +64,10 @@ class SessionRelease:
                     raise ValueError(f"request {r.request_id} follows request {r.after}, which is not in the run")
                 self.successor[index[r.after]] = i
         self.continued: dict[int, Sequence] = {}  # request id -> its sequence, until its next turn is released
-        # The releases to come: first turns at their planned times (sorted once, taken in order) and
-        # later turns as finishes release them (a heap, small: a replica-day's heap of every first
-        # turn made each release a deep pop). Taken as one heap of both would give them.
-        self.firsts = sorted((r.arrival_s, i) for i, r in enumerate(requests) if r.after is None)
-        self.taken = 0  # firsts released so far
-        self.pending: list[tuple[float, int]] = []
+        # The releases to come (releases.py; the stepping reads it natively: `releases`)
+        self.releases = Releases(sorted((r.arrival_s, i) for i, r in enumerate(requests) if r.after is None),
+                                 [-1 if j is None else j for j in self.successor], [r.think_s for r in requests],
+                                 self.order)
         self.release = [math.nan] * n  # (a list: a numpy element's store costs ~10x a list's)
 
     def _plan_arrivals(self, requests: Seq[RequestSpec], block_size: int | None) -> None:
@@ -81,13 +79,10 @@ class SessionRelease:
 
     @property
     def next_arrival(self) -> float:
-        pending, k = self.pending, self.taken
-        first = self.firsts[k][0] if k < len(self.firsts) else np.inf
-        return first if not pending or first < pending[0][0] else pending[0][0]
+        return self.releases.next_time()
 
     def admit_arrivals(self, t: float) -> None:
-        firsts, pending = self.firsts, self.pending
-        while (self.taken < len(firsts) and firsts[self.taken][0] <= t) or (pending and pending[0][0] <= t):
+        while self.releases.next_time() <= t:
             rank, seq = self.release_next()
             self.engine.add(seq)
             self.next = rank + 1
@@ -95,12 +90,7 @@ class SessionRelease:
     def release_next(self) -> tuple[int, Sequence]:
         """The earliest pending release, given its rank (release order): the rank and its sequence,
         whose tokens continue its previous turn's."""
-        firsts, k, pending = self.firsts, self.taken, self.pending
-        if k < len(firsts) and (not pending or firsts[k] < pending[0]):
-            at, i = firsts[k]
-            self.taken = k + 1
-        else:
-            at, i = heapq.heappop(pending)
+        at, i = self.releases.take()
         rank = len(self.order)
         self.order.append(i)
         self.arrivals.append(at)
@@ -114,10 +104,7 @@ class SessionRelease:
         return rank, seq
 
     def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
-        for seq in seqs:
-            j = self.successor[self.order[seq.seq_id]]
-            if j is not None:
-                heapq.heappush(self.pending, (t + self.requests[j].think_s, j))
+        self.releases.finished(seqs, t)
         super().finished(seqs, t)
 
     def record_arrival(self, i: int) -> float:

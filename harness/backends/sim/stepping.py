@@ -16,6 +16,7 @@ from typing import Any
 
 from engines.core import Batch, Engine, Sequence
 from engines.perf.scalar_rows import run_ends
+from harness.backends.sim.releases import Releases
 from harness.backends.sim.timeline import Timeline
 
 
@@ -33,6 +34,9 @@ def step_until(run: Any, timer: Any, fast_forward: bool, t: float, stop: float, 
     watch = getattr(run, "watch", None)  # search.stop_early (a cluster's instances share the run's)
     log = getattr(run, "log", None)  # the iteration log of a single engine's run, if asked for
     halt = getattr(run, "halt", None)  # a cluster instance under sessions: a turn it released must be routed first
+    # A run with sessions (sessions.SessionRelease): whether a release is due, and when the next one
+    # comes, asked of its releases natively (its admit_arrivals admits exactly those due)
+    releases: Releases | None = getattr(run, "releases", None)
     # A host KV tier (engines/core/kv_tier.py): each iteration waits for the blocks its schedule()
     # moved between GPU and host; its iterations are stepped (a decode run may evict, and store, midway).
     tier = getattr(engine.blocks, "tier", None)
@@ -43,7 +47,8 @@ def step_until(run: Any, timer: Any, fast_forward: bool, t: float, stop: float, 
             break
         if halt is not None and halt():
             break
-        run.admit_arrivals(t)
+        if releases is None or releases.next_time() <= t:
+            run.admit_arrivals(t)
         if not engine.has_unfinished or stuck:
             if run.next_arrival == math.inf:
                 if stuck and final:
@@ -72,7 +77,7 @@ def step_until(run: Any, timer: Any, fast_forward: bool, t: float, stop: float, 
         runs = fast_forward and tier is None and engine.num_preemptions == preemptions_before
         if runs and batch.is_decode_only:
             # (the next arrival ends the run only where nothing waits: read only then)
-            horizon = stop if engine.waiting else min(run.next_arrival, stop)
+            horizon = stop if engine.waiting else min(run.next_arrival if releases is None else releases.next_time(), stop)
             t, finished = _decode_run(engine, batch, timer, line, t, horizon, log)
         elif runs and log is None and watch is None and halt is None and (k := engine.chunk_run_limit(batch)) > 1:
             # (stepped where a log wants each iteration, or a watch or halt may stop between them)
