@@ -37,7 +37,8 @@ MODULES = tuple(f"engines.core.{name}" for name in (
     # The simulator's per-step stepping and the timeline it writes each iteration (stepping.py): outside
     # engines/, compiled in the same build so their calls into the core are direct. The guard covers
     # them as it covers the core (harness/backends/sim imports engines before either of them).
-    "harness.backends.sim.releases", "harness.backends.sim.stepping", "harness.backends.sim.timeline")
+    "harness.backends.sim.engine_sequence", "harness.backends.sim.releases", "harness.backends.sim.stepping",
+    "harness.backends.sim.timeline")
 RECORD = "compiled_sources.json"  # beside this file: {source: sha256} of the sources the build read
 # What the build reads: the compiled modules and the engine core's other modules, whose types and
 # constants mypyc compiles against (a changed one makes the build stale as well).

@@ -5,9 +5,8 @@ release time, then input order), given as requests are released. A record's `arr
 release time, so TTFT and scheduling delay count from it; a turn never released (its session cut
 by a time limit or a stopped probe) is recorded as not started, and is judged as one.
 
-Also here: the engine sequence for a request, with its tokens' identity (engines.core.Segments)
-when the engine keeps a prefix cache (a request without segments gets segments of its own: it
-can hit nothing, but its blocks are cached like any, as a server caches every request's).
+Also here, by name: the engine sequence for a request (`sim_sequence`, engine_sequence.py), which
+the loops take from this module.
 """
 from __future__ import annotations
 
@@ -16,7 +15,8 @@ from collections.abc import Sequence as Seq
 
 import numpy as np
 
-from engines.core import Engine, PrefixCachingBlockManager, Segments, Sequence
+from engines.core import Engine, PrefixCachingBlockManager, Sequence
+from harness.backends.sim.engine_sequence import sim_sequence
 from harness.backends.sim.releases import Releases
 from harness.records import RequestRecord, RequestSpec
 
@@ -26,23 +26,6 @@ def cache_block_size(engine: Engine | None) -> int | None:
     if engine is not None and isinstance(engine.blocks, PrefixCachingBlockManager):
         return engine.blocks.block_size
     return None
-
-
-def sim_sequence(seq_id: int, spec: RequestSpec, block_size: int | None, after: Sequence | None = None,
-                 continued: bool = False) -> Sequence:
-    """The engine's sequence for `spec`; with `block_size` (a prefix-caching engine's) it carries
-    the identity of its tokens, continuing those of `after` (its session's previous turn, on the
-    same engine) and `continued` by a later turn (engines/core/tokens.py: what the previous turn
-    hashed and held is reused, checked)."""
-    if block_size is None:
-        return Sequence(seq_id, spec.prompt_len, spec.output_len)
-    if spec.prompt_segments is None:  # negative ids: never a workload's segment
-        runs = ((-2 * spec.request_id - 1, spec.prompt_len), (-2 * spec.request_id - 2, spec.output_len))
-    else:
-        out = spec.output_segment if spec.output_segment is not None else -2 * spec.request_id - 2
-        runs = spec.prompt_segments + ((out, spec.output_len),)
-    before = after.tokens if after is not None and isinstance(after.tokens, Segments) else None
-    return Sequence(seq_id, spec.prompt_len, spec.output_len, Segments(runs, block_size, before, continued))
 
 
 def has_sessions(requests: Seq[RequestSpec]) -> bool:
