@@ -17,7 +17,8 @@ from tests.test_compiled_build import _vouched
 REPO = Path(__file__).resolve().parent.parent
 # The stepping imported first: the guard (engines/__init__.py) is in place before its module is found.
 PROBE = "import harness.backends.sim.stepping as s, engines.core.engine as e; print(s.__file__); print(e.__file__)"
-SIM = ("harness.backends.sim.stepping", "harness.backends.sim.timeline", "harness.backends.sim.releases")
+SIM = ("harness.backends.sim.stepping", "harness.backends.sim.timeline", "harness.backends.sim.releases",
+       "harness.backends.sim.engine_sequence")
 
 
 def test_the_stepping_and_timeline_are_in_the_build():
