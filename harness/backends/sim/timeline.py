@@ -47,7 +47,7 @@ class Timeline:
 
     def __init__(self, n: int, watch: Any = None) -> None:
         self.first_scheduled: list[float] = [math.nan] * n
-        self.finished: Any = np.full(n, np.nan)
+        self.finished: list[float] = [math.nan] * n  # (a list: a numpy element's store costs ~10x)
         self.times: Any = array("d")  # every token-producing iteration's end, once
         self.pieces: list[list[int]] = [[] for _ in range(n)]  # per request: start, stop, start, stop, ...
         self.watch: Any = watch  # a Watch (a test's stand-in: anything with its fields)
