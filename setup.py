@@ -1,6 +1,6 @@
 """Compiles the engine core with mypyc at install (`pip install -e .`): the modules
-engines/compiled.py names (the engine core's and the performance model's pricer), the simulator's
-event loop about 1.7x faster (docs/vidur.md).
+engines/compiled.py names (the engine core's, the performance model's pricer and the simulator's
+stepping around them), the simulator's event loop about 1.7x faster (docs/vidur.md).
 
 `SARATHI_HARNESS_PURE=1 pip install -e .` skips it. A build that cannot be made (the modules
 no longer type-check, no C compiler) is skipped with one line saying why: the package then runs

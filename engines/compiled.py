@@ -33,7 +33,12 @@ MODULES = tuple(f"engines.core.{name}" for name in (
     "parked_turns", "prefix_cache", "sequence", "tokens")) + ("engines.external.vllm_scheduler.mirror",
                                                                "engines.perf.batch_pricer",
                                                                "engines.perf.decode_runs",
-                                                               "engines.perf.scalar_rows")
+                                                               "engines.perf.scalar_rows") + (
+    # The simulator's per-step stepping and the timeline it writes each iteration (stepping.py): outside
+    # engines/, compiled in the same build so their calls into the core are direct. The guard covers
+    # them as it covers the core (harness/backends/sim imports engines before either of them).
+    "harness.backends.sim.engine_sequence", "harness.backends.sim.releases", "harness.backends.sim.stepping",
+    "harness.backends.sim.timeline")
 RECORD = "compiled_sources.json"  # beside this file: {source: sha256} of the sources the build read
 # What the build reads: the compiled modules and the engine core's other modules, whose types and
 # constants mypyc compiles against (a changed one makes the build stale as well).
@@ -60,7 +65,9 @@ def source_path(root: Path, module: str) -> Path:
 def source_hashes(root: Path) -> dict[str, str]:
     """sha256 of each source the build reads, by its path under `root`."""
     paths = set((root / READ).glob("*.py")) | {source_path(root, m) for m in MODULES}
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)}
+    # (a source absent is left out: against a record that has it, it reads as changed)
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(paths)
+            if p.exists()}
 
 
 def is_built(root: Path) -> bool:

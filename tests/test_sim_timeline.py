@@ -7,11 +7,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from engines.core import Sequence
 from harness.backends.sim.timeline import Timeline
 
 
 def _seqs(*ids):
-    return [SimpleNamespace(seq_id=i) for i in ids]
+    return tuple(Sequence(i, 1, 1) for i in ids)
 
 
 def test_shared_token_times_come_back_per_request_and_the_watch_counts_every_gap():

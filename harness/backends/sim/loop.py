@@ -15,18 +15,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from itertools import accumulate, compress
+from itertools import accumulate
 
 import numpy as np
 
 from engines.core import Batch, Engine, Sequence
-from engines.perf.scalar_rows import run_ends
 from harness.backends.sim.closed_loop import ClosedLoop
 from harness.backends.sim.pipeline import Pipeline
 from harness.backends.sim.record_columns import RecordColumns
 from harness.backends.sim.sessions import SessionRelease, cache_block_size, has_sessions, sim_sequence, unreleased_fields
+from harness.backends.sim.stepping import step_until
 from harness.backends.sim.timeline import Timeline, Watch
-from harness.backends.sim.timer import FastTimer, IterationTimer, fast_timer
+from harness.backends.sim.timer import IterationTimer, fast_timer
 from harness.records import STOPPED_EARLY, RequestRecord, RequestSpec
 
 
@@ -124,16 +124,10 @@ class SimRun:
             self.next += 1
 
     def started(self, batch: Batch, t: float) -> None:
-        first = self.line.first_scheduled
-        for seq in compress(batch.seqs, batch.is_prefill):
-            if first[seq.seq_id] != first[seq.seq_id]:  # NaN: not scheduled before
-                first[seq.seq_id] = t
-                if self.watch is not None and t - self.arrivals[seq.seq_id] > self.watch.delay_s:
-                    self.watch.late += 1
+        self.line.start(batch, t, self.arrivals)  # (stepping.step_until calls it itself without a watch)
 
     def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
-        for seq in seqs:
-            self.line.finished[seq.seq_id] = t
+        self.line.finish(seqs, t)
         if seqs and self.on_progress is not None:
             self.on_progress(len(seqs))
 
@@ -202,159 +196,3 @@ class SessionRun(SessionRelease, SimRun):
 
 def stalled_error(engine: Engine, t: float) -> RuntimeError:
     return RuntimeError(f"engine stalled at t={t:.3f}s with {len(engine.waiting)} waiting requests")
-
-
-def step_until(run, timer: FastTimer, fast_forward: bool, t: float, stop: float, *, final: bool,
-               stuck: bool = False) -> tuple[float, bool]:
-    """Step `run`'s engine from `t` to its first iteration boundary at or after `stop`, or until it
-    idles with no arrival to come; returns (time, stuck). `run` is a SimRun or anything with its
-    engine, line, admit_arrivals, next_arrival, started, finished and stalled (a cluster instance).
-
-    `stuck`: the engine could schedule nothing and no arrival is known yet; with `final` that is a
-    stall (raised), otherwise the run waits for its next arrival (a cluster instance resumed after
-    more requests are routed to it)."""
-    engine = run.engine
-    watch = getattr(run, "watch", None)  # search.stop_early (a cluster's instances share the run's)
-    log = getattr(run, "log", None)  # the iteration log of a single engine's run, if asked for
-    halt = getattr(run, "halt", None)  # a cluster instance under sessions: a turn it released must be routed first
-    # A host KV tier (engines/core/kv_tier.py): each iteration waits for the blocks its schedule()
-    # moved between GPU and host; its iterations are stepped (a decode run may evict, and store, midway).
-    tier = getattr(engine.blocks, "tier", None)
-    if tier is not None and not hasattr(timer, "kv_tier_time"):
-        raise ValueError("an engine with a host KV tier needs a timer that prices its transfers (timer.OffloadPriced)")
-    while t < stop:
-        if watch is not None and watch.certain:
-            break
-        if halt is not None and halt():
-            break
-        run.admit_arrivals(t)
-        if not engine.has_unfinished or stuck:
-            if run.next_arrival == np.inf:
-                if stuck and final:
-                    raise run.stalled(t)
-                break
-            stuck = False
-            t = run.next_arrival
-            continue
-        preemptions_before = engine.num_preemptions
-        batch = engine.schedule()
-        if batch is None:
-            if run.next_arrival == np.inf:
-                if final:
-                    raise run.stalled(t)
-                stuck = True
-                break
-            t = run.next_arrival
-            continue
-        run.started(batch, t)
-        # A schedule() that preempted freed blocks a prefill-first policy had not seen when it
-        # decided not to admit: the next decision may differ, so that iteration is stepped.
-        runs = fast_forward and tier is None and engine.num_preemptions == preemptions_before
-        if runs and batch.is_decode_only:
-            t, finished = _decode_run(engine, batch, timer, run.line, t, run.next_arrival, stop, log)
-        elif runs and log is None and watch is None and halt is None and (k := engine.chunk_run_limit(batch)) > 1:
-            # (stepped where a log wants each iteration, or a watch or halt may stop between them)
-            t, finished = _chunk_run(engine, batch, k, timer, run.line, t, stop)
-        else:
-            start = t
-            dt = timer.iteration_time(batch.new_tokens, batch.context_lens)
-            if tier is not None:
-                dt += timer.kv_tier_time(*tier.drain())
-            t, finished = _one_iteration(engine, batch, run.line, t, dt)
-            if log is not None:
-                log.iteration(batch, start, t)
-        run.finished(finished, t)
-    return t, stuck
-
-
-def _one_iteration(engine: Engine, batch: Batch, line: Timeline, t: float, dt: float):
-    t_end = t + dt
-    out = engine.complete(batch)
-    line.tokens_at(out.produced, t_end)
-    return t_end, out.finished
-
-
-def _chunk_run(engine: Engine, batch: Batch, k: int, timer: FastTimer, line: Timeline, t: float, stop: float):
-    """Advance up to `k` (> 1, Engine.chunk_run_limit) iterations repeating `batch`, its decodes
-    one context further and its chunk one chunk further each row; returns (end time, finished).
-    Each row is priced as stepping prices it (the same call on the same new tokens and contexts)
-    and its end summed from the one before; a row starting at or after `stop` is not run."""
-    new_tokens, first = batch.new_tokens, batch.context_lens
-    rows = getattr(timer, "chunk_run_times", None)  # optional (timer.py): every row in one call
-    dts = rows(new_tokens, first, k) if rows is not None else None
-    if dts is not None:
-        end = t + dts[0]
-        ends = [end]
-        for i in range(1, k):
-            if end >= stop:
-                break
-            end = end + dts[i]
-            ends.append(end)
-    else:
-        contexts, prompt = first[:-1], first[-1]
-        chunk = new_tokens[-1]
-        price = timer.iteration_time
-        end = t + price(new_tokens, first)
-        ends = [end]
-        for i in range(1, k):
-            if end >= stop:
-                break
-            end = end + price(new_tokens, tuple([c + i for c in contexts]) + (prompt + i * chunk,))
-            ends.append(end)
-    finished = engine.complete_chunk_run(batch, len(ends))
-    line.tokens_run(batch.seqs[:-1], ends)
-    return end, finished
-
-
-def _decode_run(
-    engine: Engine,
-    batch: Batch,
-    timer: FastTimer,
-    line: Timeline,
-    t: float,
-    next_arrival: float,
-    limit: float,
-    log=None,
-):
-    """Advance a run of identical decode-only iterations in one step; returns (end time, finished)."""
-    k = engine.decode_run_limit(batch)
-    horizon = min(next_arrival, limit) if not engine.waiting else limit
-    # A lone sequence's run is a slice of the timer's per-context prices (optional, timer.py)
-    alone = getattr(timer, "alone_decode_times", None) if len(batch.seqs) == 1 else None
-    table = alone(batch.context_lens[0] + k) if alone is not None else None
-    dts = None
-    if table is not None:
-        c = batch.context_lens[0]
-        dt0 = table[c]
-    else:
-        floor_of = getattr(timer, "decode_time_floor", None)  # optional (timer.py)
-        floor = floor_of(len(batch.seqs)) if floor_of is not None and k > 1 and math.isfinite(horizon) else None
-        if floor:  # price the rows the floor allows (a few more than start before horizon), the first
-            # of them the first iteration's time (FastTimer's contract): no separate pricing of it
-            rows = min(k, int((horizon - t) / floor) + 1)
-            if rows > 1:
-                dts = timer.decode_run_times(batch.context_lens, 0, rows)
-        dt0 = dts[0] if dts else timer.iteration_time(batch.new_tokens, batch.context_lens)
-    if math.isfinite(horizon):
-        # Iterations only get longer as contexts grow, so at most this many start before horizon.
-        k = min(k, int((horizon - t) / dt0) + 1) if dt0 > 0 else k
-    if k <= 1:  # a run of one is one iteration (complete_decode_run(batch, 1) is complete(batch))
-        end, finished = _one_iteration(engine, batch, line, t, dt0)
-        if log is not None:
-            log.iteration(batch, t, end)
-        return end, finished
-    if table is not None:
-        dts = table[c:c + k]
-    elif dts is None:
-        dts = timer.decode_run_times(batch.context_lens, 0, k)
-    else:
-        del dts[k:]  # (k <= rows: dt0 >= floor)
-    # Summed from t in order, as plain stepping would (bit-identical clock), cut before the first
-    # iteration that starts at or after horizon (k > 1 here; one at least).
-    ends = run_ends(dts, t, horizon)
-    k = len(ends)
-    if log is not None:  # each iteration starts where the one before ended
-        log.decode_run(batch, [t] + ends[:-1], ends)
-    finished = engine.complete_decode_run(batch, k)
-    line.tokens_run(batch.seqs, ends)
-    return ends[-1], finished

@@ -5,19 +5,19 @@ release time, then input order), given as requests are released. A record's `arr
 release time, so TTFT and scheduling delay count from it; a turn never released (its session cut
 by a time limit or a stopped probe) is recorded as not started, and is judged as one.
 
-Also here: the engine sequence for a request, with its tokens' identity (engines.core.Segments)
-when the engine keeps a prefix cache (a request without segments gets segments of its own: it
-can hit nothing, but its blocks are cached like any, as a server caches every request's).
+Also here, by name: the engine sequence for a request (`sim_sequence`, engine_sequence.py), which
+the loops take from this module.
 """
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence as Seq
 
 import numpy as np
 
-from engines.core import Engine, PrefixCachingBlockManager, Segments, Sequence
+from engines.core import Engine, PrefixCachingBlockManager, Sequence
+from harness.backends.sim.engine_sequence import sim_sequence
+from harness.backends.sim.releases import Releases
 from harness.records import RequestRecord, RequestSpec
 
 
@@ -26,23 +26,6 @@ def cache_block_size(engine: Engine | None) -> int | None:
     if engine is not None and isinstance(engine.blocks, PrefixCachingBlockManager):
         return engine.blocks.block_size
     return None
-
-
-def sim_sequence(seq_id: int, spec: RequestSpec, block_size: int | None, after: Sequence | None = None,
-                 continued: bool = False) -> Sequence:
-    """The engine's sequence for `spec`; with `block_size` (a prefix-caching engine's) it carries
-    the identity of its tokens, continuing those of `after` (its session's previous turn, on the
-    same engine) and `continued` by a later turn (engines/core/tokens.py: what the previous turn
-    hashed and held is reused, checked)."""
-    if block_size is None:
-        return Sequence(seq_id, spec.prompt_len, spec.output_len)
-    if spec.prompt_segments is None:  # negative ids: never a workload's segment
-        runs = ((-2 * spec.request_id - 1, spec.prompt_len), (-2 * spec.request_id - 2, spec.output_len))
-    else:
-        out = spec.output_segment if spec.output_segment is not None else -2 * spec.request_id - 2
-        runs = spec.prompt_segments + ((out, spec.output_len),)
-    before = after.tokens if after is not None and isinstance(after.tokens, Segments) else None
-    return Sequence(seq_id, spec.prompt_len, spec.output_len, Segments(runs, block_size, before, continued))
 
 
 def has_sessions(requests: Seq[RequestSpec]) -> bool:
@@ -64,8 +47,10 @@ class SessionRelease:
                     raise ValueError(f"request {r.request_id} follows request {r.after}, which is not in the run")
                 self.successor[index[r.after]] = i
         self.continued: dict[int, Sequence] = {}  # request id -> its sequence, until its next turn is released
-        self.pending = [(r.arrival_s, i) for i, r in enumerate(requests) if r.after is None]
-        heapq.heapify(self.pending)
+        # The releases to come (releases.py; the stepping reads it natively: `releases`)
+        self.releases = Releases(sorted((r.arrival_s, i) for i, r in enumerate(requests) if r.after is None),
+                                 [-1 if j is None else j for j in self.successor], [r.think_s for r in requests],
+                                 self.order)
         self.release = [math.nan] * n  # (a list: a numpy element's store costs ~10x a list's)
 
     def _plan_arrivals(self, requests: Seq[RequestSpec], block_size: int | None) -> None:
@@ -77,11 +62,10 @@ class SessionRelease:
 
     @property
     def next_arrival(self) -> float:
-        return self.pending[0][0] if self.pending else np.inf
+        return self.releases.next_time()
 
     def admit_arrivals(self, t: float) -> None:
-        pending = self.pending
-        while pending and pending[0][0] <= t:
+        while self.releases.next_time() <= t:
             rank, seq = self.release_next()
             self.engine.add(seq)
             self.next = rank + 1
@@ -89,7 +73,7 @@ class SessionRelease:
     def release_next(self) -> tuple[int, Sequence]:
         """The earliest pending release, given its rank (release order): the rank and its sequence,
         whose tokens continue its previous turn's."""
-        at, i = heapq.heappop(self.pending)
+        at, i = self.releases.take()
         rank = len(self.order)
         self.order.append(i)
         self.arrivals.append(at)
@@ -103,10 +87,7 @@ class SessionRelease:
         return rank, seq
 
     def finished(self, seqs: tuple[Sequence, ...], t: float) -> None:
-        for seq in seqs:
-            j = self.successor[self.order[seq.seq_id]]
-            if j is not None:
-                heapq.heappush(self.pending, (t + self.requests[j].think_s, j))
+        self.releases.finished(seqs, t)
         super().finished(seqs, t)
 
     def record_arrival(self, i: int) -> float:

@@ -45,14 +45,14 @@ class FastTimer(IterationTimer, Protocol):
         """(hi - lo, pp) stage_times of the same iterations."""
         ...
 
-    # Optional (loop._decode_run reads it with getattr: a timer without it keeps its fast path):
+    # Optional (stepping._decode_run reads it with getattr: a timer without it keeps its fast path):
     # decode_time_floor(batch_size) -> float | None, a lower bound of iteration_time for
     # decode-only batches of this size, where the timer prices decode runs row for row as
     # iteration_time prices one batch (so a run's first row is its first iteration's time).
     # alone_decode_times(top) -> list[float] | None, per context c (0..top at least) the
     # decode_run_times row of one sequence at c: a lone sequence's run is a slice of it.
     # chunk_run_times(new_tokens, context_lens, k) -> list[float] | None, iteration_time of each
-    # row of a chunk run (loop._chunk_run): row i the batch's decodes i contexts on, its chunk i
+    # row of a chunk run (stepping._chunk_run): row i the batch's decodes i contexts on, its chunk i
     # chunks on; None: priced row by row with iteration_time.
 
 
@@ -103,7 +103,7 @@ def _run_contexts(base, lo: int, hi: int) -> np.ndarray:
 
 class OffloadPriced:
     """`timer`, plus the price of the host KV tier's transfers (`kv_tier_time(loads, stores)`,
-    engines/perf/offload.py): what `loop.step_until` adds to an iteration of an engine with a tier."""
+    engines/perf/offload.py): what `stepping.step_until` adds to an iteration of an engine with a tier."""
 
     def __init__(self, timer: IterationTimer, offload) -> None:
         self._timer = fast_timer(timer)
