@@ -8,12 +8,22 @@ from engines.core.sequence import Sequence
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Batch:
     seqs: tuple[Sequence, ...]
     new_tokens: tuple[int, ...]  # tokens computed this iteration (a decode: 1)
     context_lens: tuple[int, ...]  # tokens already in the KV cache before this iteration
     is_prefill: tuple[bool, ...]
+
+    def __init__(self, seqs: tuple[Sequence, ...], new_tokens: tuple[int, ...], context_lens: tuple[int, ...],
+                 is_prefill: tuple[bool, ...]) -> None:
+        # The dataclass's own __init__, written out: compiled, it sets the fields directly (one
+        # Batch a schedule() call); the generated one stays interpreted under mypyc. object.__setattr__
+        # as the frozen dataclass's does (compiled: a plain field store); assignment still raises.
+        object.__setattr__(self, "seqs", seqs)
+        object.__setattr__(self, "new_tokens", new_tokens)
+        object.__setattr__(self, "context_lens", context_lens)
+        object.__setattr__(self, "is_prefill", is_prefill)
 
     @staticmethod
     def build(items: list[tuple[Sequence, int]]) -> Batch:

@@ -20,10 +20,15 @@ from engines.core.sequence import Sequence, SequenceStatus
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StepOutput:
     produced: tuple[Sequence, ...]  # sequences that made one output token this iteration
     finished: tuple[Sequence, ...]
+
+    def __init__(self, produced: tuple[Sequence, ...], finished: tuple[Sequence, ...]) -> None:
+        # written out, compiled (one StepOutput an iteration): as Batch.__init__ (batch.py)
+        object.__setattr__(self, "produced", produced)
+        object.__setattr__(self, "finished", finished)
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
