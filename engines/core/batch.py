@@ -42,8 +42,10 @@ class Batch:
         """`build` of decodes (one token each, past their prefill) followed by prefill chunks, made
         without a pair per item (the Sarathi-style schedulers build one every iteration).
         `decode_contexts`: the decodes' num_computed, where the caller has them (Engine.decode_pass)."""
-        seqs = tuple(decodes + prefills)
         d = len(decodes)
+        if not prefills and decode_contexts is not None:  # decodes only (most calls): no concatenation
+            return Batch(tuple(decodes), (1,) * d, tuple(decode_contexts), (False,) * d)
+        seqs = tuple(decodes + prefills)
         if decode_contexts is None:
             contexts = tuple([s.num_computed for s in seqs])
         else:
