@@ -95,7 +95,11 @@ class Engine:
         else:
             self.blocks.admit(seq, num_tokens)
         seq.status = SequenceStatus.RUNNING
-        insort(self.running, seq, key=_arrival_order)
+        running = self.running
+        if not running or running[-1].seq_id < seq.seq_id:  # the newest (most admissions): no search
+            running.append(seq)
+        else:
+            insort(running, seq, key=_arrival_order)
         return seq
 
     def preempt(self, seq: Sequence) -> None:
