@@ -187,8 +187,7 @@ class Engine:
         if not self.decode_batch_repeats():
             return 1
         seqs = batch.seqs
-        limit = min([s.output_len - s.num_generated for s in seqs])  # remaining_output, inlined
-        return self._slots_for(seqs, limit)
+        return self._slots_for(seqs, _fewest_left(seqs))
 
     def chunk_run_limit(self, batch: Batch) -> int:
         """How many times `batch` (running decodes, then one prompt's chunk filling the policy's
@@ -206,7 +205,7 @@ class Engine:
         limit = (prompt.prefill_target - prompt.num_computed - 1) // batch.new_tokens[-1]
         decodes = seqs[:-1]
         if decodes and limit > 1:
-            limit = self._slots_for(decodes, min(limit, min([s.output_len - s.num_generated for s in decodes])))
+            limit = self._slots_for(decodes, min(limit, _fewest_left(decodes)))
         return max(limit, 1)
 
     def _slots_for(self, seqs, limit: int) -> int:
@@ -293,3 +292,14 @@ class Engine:
 
 def _arrival_order(seq: Sequence) -> int:
     return seq.seq_id
+
+
+def _fewest_left(seqs: tuple[Sequence, ...]) -> int:
+    """The fewest output tokens any of `seqs` (at least one) has left to make (remaining_output,
+    inlined): a compiled loop, where min() of a list was a generic call on a new list."""
+    fewest = seqs[0].output_len - seqs[0].num_generated
+    for s in seqs:
+        left = s.output_len - s.num_generated
+        if left < fewest:
+            fewest = left
+    return fewest
