@@ -66,22 +66,38 @@ class Batch:
     def __len__(self) -> int:
         return len(self.seqs)
 
+    # Loops, not sum()/any(): compiled, a loop over the tuple is C; the builtins are generic calls
+    # (the simulator asks is_decode_only of every batch).
     @property
     def num_tokens(self) -> int:
-        return sum(self.new_tokens)
+        total = 0
+        for n in self.new_tokens:
+            total += n
+        return total
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(n for n, p in zip(self.new_tokens, self.is_prefill) if p)
+        total = 0
+        for n, p in zip(self.new_tokens, self.is_prefill):
+            if p:
+                total += n
+        return total
 
     @property
     def num_decodes(self) -> int:
-        return sum(1 for p in self.is_prefill if not p)
+        count = 0
+        for p in self.is_prefill:
+            if not p:
+                count += 1
+        return count
 
     @property
     def has_prefill(self) -> bool:
-        return any(self.is_prefill)
+        for p in self.is_prefill:
+            if p:
+                return True
+        return False
 
     @property
     def is_decode_only(self) -> bool:
-        return not any(self.is_prefill)
+        return not self.has_prefill
