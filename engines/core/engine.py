@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engines.compiled import mypyc_attr
@@ -17,6 +18,9 @@ from engines.core.checks import launch, policy_broken
 from engines.core.decode_pass import decode_pass
 from engines.core.policy import Policy
 from engines.core.sequence import Sequence, SequenceStatus
+
+
+Grow = Callable[[Sequence, int], None]  # BlockManager.grow: a sequence's KV to hold so many tokens
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
@@ -260,13 +264,14 @@ class Engine:
         prompt.num_computed += k * batch.new_tokens[-1]
         return self._decodes_done(batch.seqs[:-1], k, self.blocks.grow)
 
-    def _decode_run_done(self, batch: Batch, k: int, grow) -> tuple[Sequence, ...]:
+    def _decode_run_done(self, batch: Batch, k: int, grow: Grow | None) -> tuple[Sequence, ...]:
         """complete_decode_run, each sequence's KV grown by `grow` first (None: already grown)."""
         return self._decodes_done(batch.seqs, k, grow)
 
-    def _decodes_done(self, seqs, k: int, grow) -> tuple[Sequence, ...]:
-        """`k` decode tokens for each of `seqs`, its KV grown by `grow` first (None: already grown)."""
-        finished = []
+    def _decodes_done(self, seqs: tuple[Sequence, ...], k: int, grow: Grow | None) -> tuple[Sequence, ...]:
+        """`k` decode tokens for each of `seqs`, its KV grown by `grow` first (None: already grown).
+        (`seqs` typed: compiled, each field is then read and written in place, not looked up by name.)"""
+        finished: list[Sequence] = []
         bs = self.blocks.block_size
         for seq in seqs:
             seq.in_flight = False
