@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING
 # the policy protocol, or the policies (the registry reads their constructors' signatures). And the
 # vLLM plugin's MirrorEngine, compiled with the Engine it subclasses; and the performance model's
 # one-batch and decode-run pricer (batch_pricer, decode_runs; the per-item sums and a decode run's
-# rows in scalar_rows, numpy-free).
+# rows in scalar_rows, numpy-free). And Sarathi's schedule body (stall_free), which its policy calls.
 MODULES = tuple(f"engines.core.{name}" for name in (
     "batch", "block_manager", "caching_engine", "chain_memo", "checks", "decode_pass", "engine",
     "parked_turns", "prefix_cache", "sequence", "tokens")) + ("engines.external.vllm_scheduler.mirror",
                                                                "engines.perf.batch_pricer",
                                                                "engines.perf.decode_runs",
-                                                               "engines.perf.scalar_rows") + (
+                                                               "engines.perf.scalar_rows",
+                                                               "engines.schedulers.stall_free") + (
     # The simulator's per-step stepping and the timeline it writes each iteration (stepping.py): outside
     # engines/, compiled in the same build so their calls into the core are direct. The guard covers
     # them as it covers the core (harness/backends/sim imports engines before either of them).

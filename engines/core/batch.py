@@ -8,12 +8,22 @@ from engines.core.sequence import Sequence
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Batch:
     seqs: tuple[Sequence, ...]
     new_tokens: tuple[int, ...]  # tokens computed this iteration (a decode: 1)
     context_lens: tuple[int, ...]  # tokens already in the KV cache before this iteration
     is_prefill: tuple[bool, ...]
+
+    def __init__(self, seqs: tuple[Sequence, ...], new_tokens: tuple[int, ...], context_lens: tuple[int, ...],
+                 is_prefill: tuple[bool, ...]) -> None:
+        # The dataclass's own __init__, written out: compiled, it sets the fields directly (one
+        # Batch a schedule() call); the generated one stays interpreted under mypyc. object.__setattr__
+        # as the frozen dataclass's does (compiled: a plain field store); assignment still raises.
+        object.__setattr__(self, "seqs", seqs)
+        object.__setattr__(self, "new_tokens", new_tokens)
+        object.__setattr__(self, "context_lens", context_lens)
+        object.__setattr__(self, "is_prefill", is_prefill)
 
     @staticmethod
     def build(items: list[tuple[Sequence, int]]) -> Batch:
@@ -32,8 +42,10 @@ class Batch:
         """`build` of decodes (one token each, past their prefill) followed by prefill chunks, made
         without a pair per item (the Sarathi-style schedulers build one every iteration).
         `decode_contexts`: the decodes' num_computed, where the caller has them (Engine.decode_pass)."""
-        seqs = tuple(decodes + prefills)
         d = len(decodes)
+        if not prefills and decode_contexts is not None:  # decodes only (most calls): no concatenation
+            return Batch(tuple(decodes), (1,) * d, tuple(decode_contexts), (False,) * d)
+        seqs = tuple(decodes + prefills)
         if decode_contexts is None:
             contexts = tuple([s.num_computed for s in seqs])
         else:
@@ -54,22 +66,38 @@ class Batch:
     def __len__(self) -> int:
         return len(self.seqs)
 
+    # Loops, not sum()/any(): compiled, a loop over the tuple is C; the builtins are generic calls
+    # (the simulator asks is_decode_only of every batch).
     @property
     def num_tokens(self) -> int:
-        return sum(self.new_tokens)
+        total = 0
+        for n in self.new_tokens:
+            total += n
+        return total
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(n for n, p in zip(self.new_tokens, self.is_prefill) if p)
+        total = 0
+        for n, p in zip(self.new_tokens, self.is_prefill):
+            if p:
+                total += n
+        return total
 
     @property
     def num_decodes(self) -> int:
-        return sum(1 for p in self.is_prefill if not p)
+        count = 0
+        for p in self.is_prefill:
+            if not p:
+                count += 1
+        return count
 
     @property
     def has_prefill(self) -> bool:
-        return any(self.is_prefill)
+        for p in self.is_prefill:
+            if p:
+                return True
+        return False
 
     @property
     def is_decode_only(self) -> bool:
-        return not any(self.is_prefill)
+        return not self.has_prefill

@@ -34,6 +34,7 @@ from engines.core.sequence import SequenceStatus
 if TYPE_CHECKING:
     from engines.core.batch import Batch
     from engines.core.engine import Engine
+    from engines.core.sequence import Sequence
 
 
 class PolicyBroken(RunBroken):
@@ -50,35 +51,46 @@ def launch(engine: Engine, batch: Batch) -> str | None:
     seqs, new_tokens = batch.seqs, batch.new_tokens
     if len(new_tokens) != len(seqs):
         return f"{len(seqs)} sequences but {len(new_tokens)} token counts"
-    rest = zip(seqs, new_tokens)
+    # Index loops, not zip(), slices or tuple.count: compiled (mypyc), these are C loops over the tuples.
+    start = 0
     vouch = engine.vouch
     if vouch is not None:  # this schedule()'s decode pass checked its decodes (decode_pass.py)
         vouched, releases = vouch
         d = len(vouched)
-        # the batch starts with exactly them (tuple equality: identity first, in C), one token
-        # each, and no sequence was released since: put them in flight, check only the rest
-        if d and releases == engine.releases and seqs[:d] == vouched and new_tokens[:d].count(1) == d:
+        # the batch starts with exactly them (the same objects), one token each, and no sequence
+        # was released since: put them in flight, check only the rest
+        if d and releases == engine.releases and d <= len(seqs) and _starts_with(seqs, new_tokens, vouched):
             for seq in vouched:
                 seq.in_flight = True
-            rest = zip(seqs[d:], new_tokens[d:])
-    for seq, n in rest:
+            start = d
+    tokens = start  # the vouched decodes', one each
+    for i in range(start, len(seqs)):
+        seq = seqs[i]
+        n = new_tokens[i]
         # KV first: the test every sequence needs (one not running holds no blocks, so it fails it
         # too); then one token is a decode or a 1-token chunk, more must be a chunk within the prompt.
         if (seq.in_flight or seq.num_computed + n > len(seq.block_table) * bs or seq.status is not running
                 or (n != 1 and (n < 1 or seq.num_computed + n > seq.prefill_target))):
             return _sequence_problem(seq, n, bs, seqs)
         seq.in_flight = True
+        tokens += n
     policy = engine.policy
     budget = policy.max_batch_tokens
     problem = None
-    if budget is not None:
-        tokens = sum(new_tokens)
-        if tokens > budget and any(batch.is_prefill):
-            problem = f"{tokens} tokens with a prefill, over its max_batch_tokens {budget}"
+    if budget is not None and tokens > budget and any(batch.is_prefill):
+        problem = f"{tokens} tokens with a prefill, over its max_batch_tokens {budget}"
     cap = policy.max_num_seqs
     if len(engine.running) > cap:
         problem = f"{len(engine.running)} sequences running, over its max_num_seqs {cap}"
     return problem
+
+
+def _starts_with(seqs: tuple[Sequence, ...], new_tokens: tuple[int, ...], vouched: tuple[Sequence, ...]) -> bool:
+    """Does the batch start with the sequences `vouched`, in order, one token each?"""
+    for i in range(len(vouched)):
+        if seqs[i] is not vouched[i] or new_tokens[i] != 1:
+            return False
+    return True
 
 
 def _sequence_problem(seq, n: int, block_size: int, seqs) -> str:

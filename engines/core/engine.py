@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engines.compiled import mypyc_attr
@@ -19,11 +20,19 @@ from engines.core.policy import Policy
 from engines.core.sequence import Sequence, SequenceStatus
 
 
+Grow = Callable[[Sequence, int], None]  # BlockManager.grow: a sequence's KV to hold so many tokens
+
+
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StepOutput:
     produced: tuple[Sequence, ...]  # sequences that made one output token this iteration
     finished: tuple[Sequence, ...]
+
+    def __init__(self, produced: tuple[Sequence, ...], finished: tuple[Sequence, ...]) -> None:
+        # written out, compiled (one StepOutput an iteration): as Batch.__init__ (batch.py)
+        object.__setattr__(self, "produced", produced)
+        object.__setattr__(self, "finished", finished)
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (engines/compiled.py)
@@ -90,7 +99,11 @@ class Engine:
         else:
             self.blocks.admit(seq, num_tokens)
         seq.status = SequenceStatus.RUNNING
-        insort(self.running, seq, key=_arrival_order)
+        running = self.running
+        if not running or running[-1].seq_id < seq.seq_id:  # the newest (most admissions): no search
+            running.append(seq)
+        else:
+            insort(running, seq, key=_arrival_order)
         return seq
 
     def preempt(self, seq: Sequence) -> None:
@@ -178,8 +191,7 @@ class Engine:
         if not self.decode_batch_repeats():
             return 1
         seqs = batch.seqs
-        limit = min([s.output_len - s.num_generated for s in seqs])  # remaining_output, inlined
-        return self._slots_for(seqs, limit)
+        return self._slots_for(seqs, _fewest_left(seqs))
 
     def chunk_run_limit(self, batch: Batch) -> int:
         """How many times `batch` (running decodes, then one prompt's chunk filling the policy's
@@ -197,7 +209,7 @@ class Engine:
         limit = (prompt.prefill_target - prompt.num_computed - 1) // batch.new_tokens[-1]
         decodes = seqs[:-1]
         if decodes and limit > 1:
-            limit = self._slots_for(decodes, min(limit, min([s.output_len - s.num_generated for s in decodes])))
+            limit = self._slots_for(decodes, min(limit, _fewest_left(decodes)))
         return max(limit, 1)
 
     def _slots_for(self, seqs, limit: int) -> int:
@@ -252,13 +264,14 @@ class Engine:
         prompt.num_computed += k * batch.new_tokens[-1]
         return self._decodes_done(batch.seqs[:-1], k, self.blocks.grow)
 
-    def _decode_run_done(self, batch: Batch, k: int, grow) -> tuple[Sequence, ...]:
+    def _decode_run_done(self, batch: Batch, k: int, grow: Grow | None) -> tuple[Sequence, ...]:
         """complete_decode_run, each sequence's KV grown by `grow` first (None: already grown)."""
         return self._decodes_done(batch.seqs, k, grow)
 
-    def _decodes_done(self, seqs, k: int, grow) -> tuple[Sequence, ...]:
-        """`k` decode tokens for each of `seqs`, its KV grown by `grow` first (None: already grown)."""
-        finished = []
+    def _decodes_done(self, seqs: tuple[Sequence, ...], k: int, grow: Grow | None) -> tuple[Sequence, ...]:
+        """`k` decode tokens for each of `seqs`, its KV grown by `grow` first (None: already grown).
+        (`seqs` typed: compiled, each field is then read and written in place, not looked up by name.)"""
+        finished: list[Sequence] = []
         bs = self.blocks.block_size
         for seq in seqs:
             seq.in_flight = False
@@ -284,3 +297,14 @@ class Engine:
 
 def _arrival_order(seq: Sequence) -> int:
     return seq.seq_id
+
+
+def _fewest_left(seqs: tuple[Sequence, ...]) -> int:
+    """The fewest output tokens any of `seqs` (at least one) has left to make (remaining_output,
+    inlined): a compiled loop, where min() of a list was a generic call on a new list."""
+    fewest = seqs[0].output_len - seqs[0].num_generated
+    for s in seqs:
+        left = s.output_len - s.num_generated
+        if left < fewest:
+            fewest = left
+    return fewest

@@ -8,8 +8,9 @@ batch whole if it fits the remaining budget, or alone as the batch's only prefil
 """
 from __future__ import annotations
 
-from engines.core import BasePolicy, Batch, Engine, Sequence
+from engines.core import BasePolicy, Batch, Engine
 from engines.schedulers.registry import register_policy, require_positive
+from engines.schedulers.stall_free import stall_free_batch
 from engines.schedulers.sweep import Axis, Sweep
 
 # The planner's grid: the paper's budgets, at its batch of 128 (named in the answer only when not 128).
@@ -32,13 +33,6 @@ class SarathiPolicy(BasePolicy):
         # Most tokens one iteration holds; without chunking a whole prompt may pass the budget.
         self.max_batch_tokens = token_budget if chunked_prefill else None
 
-    def _chunk(self, seq: Sequence, room: int, has_prefill: bool) -> int:
-        if self.chunked_prefill:
-            return max(0, min(seq.remaining_prefill, room))
-        if seq.remaining_prefill <= room or not has_prefill:
-            return seq.remaining_prefill
-        return 0
-
     def chunk_batch_repeats(self, engine: Engine, batch: Batch) -> bool:
         """Chunked, with this class's own schedule (a subclass scheduling its own way says for
         itself), a batch of decodes then one chunk, the budget full: the next schedule() walks the
@@ -50,29 +44,5 @@ class SarathiPolicy(BasePolicy):
                 and is_prefill.count(True) == 1 and sum(batch.new_tokens) == self.token_budget)
 
     def schedule(self, engine: Engine) -> Batch | None:
-        decodes, prefills, contexts = engine.decode_pass()  # engines/core/decode_pass.py
-        chunked: list[Sequence] = []
-        chunks: list[int] = []
-        used = len(decodes)
-        has_prefill = False
-        for seq in prefills:
-            chunk = self._chunk(seq, self.token_budget - used, has_prefill)
-            if chunk == 0:
-                break
-            chunked.append(seq)
-            chunks.append(chunk)
-            used += chunk
-            has_prefill = True
-        while engine.waiting:
-            seq = engine.waiting[0]
-            if len(engine.running) >= self.max_num_seqs or not engine.blocks.can_admit(seq):
-                break
-            chunk = self._chunk(seq, self.token_budget - used, has_prefill)
-            if chunk == 0:
-                break
-            engine.admit_next()
-            chunked.append(seq)
-            chunks.append(chunk)
-            used += chunk
-            has_prefill = True
-        return Batch.mixed(decodes, chunked, chunks, contexts) if decodes or chunked else None
+        # the body is compiled (stall_free.py): called once a simulated iteration
+        return stall_free_batch(engine, self.token_budget, self.max_num_seqs, self.chunked_prefill)
