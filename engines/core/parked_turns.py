@@ -41,7 +41,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import count
-from operator import itemgetter
 from typing import Any
 
 from engines.compiled import mypyc_attr
@@ -175,13 +174,14 @@ class ParkedTurns:
         if p.key == self.oldest:
             self.oldest = next(iter(by_key), NONE_PARKED)
 
-    def evict(self, want: int) -> list[int]:
-        """Up to `want` of the oldest group's blocks, the next to go first (its table read tail
-        first, past blocks taken out of it): all of a group's blocks go before anything freed later.
-        Each keeps its reference count, the group's hold: the eviction's taker sets it."""
+    def evict(self, want: int, out: list[int], cache: dict[Any, Any] | None) -> None:
+        """Append up to `want` of the oldest group's blocks to `out`, the next to go first (its table
+        read tail first, past blocks taken out of it): all of a group's blocks go before anything
+        freed later. Each keeps its reference count, the group's hold, which passes to the taker.
+        With `cache` (the block manager's hash table), each block's hash leaves it as the block
+        goes (in the same pass, not a second one over `out`)."""
         p = next(iter(self.by_key.values()))
-        mark, table, gid, id_of = self.mark, p.table, p.id, self._id_of
-        out: list[int] = []
+        mark, table, gid, id_of, hashes = self.mark, p.table, p.id, self._id_of, self._hash
         hi, live, left = p.hi, p.live, want
         while live and left:
             hi -= 1
@@ -189,13 +189,15 @@ class ParkedTurns:
             if mark[b] == gid:
                 mark[b] = -1
                 out.append(id_of[b])
+                if cache is not None:
+                    del cache[hashes[b]]
+                    hashes[b] = None
                 live -= 1
                 left -= 1
         p.hi, p.live = hi, live
-        self.blocks -= len(out)
+        self.blocks -= want - left
         if not live:
             self._drop(p)
-        return out
 
     def evict_one(self) -> int:
         """evict(1), shortened: the oldest group's next block (a warm cache's decode takes one at a time)."""
@@ -221,10 +223,15 @@ class ParkedTurns:
         if self.held_alone(table, start, 0 if seq.tokens.shared else taken):  # type: ignore[union-attr]
             self.park(seq, key, taken, start)
             return True
-        counts = itemgetter(*table)(self._ref) if len(table) > 1 else (self._ref[table[0]],)
-        lead = counts.index(1) if 1 in counts else 0
-        if not lead or counts.count(1) != len(table) - lead:  # (a shared block past one held alone)
+        ref, n = self._ref, len(table)
+        lead = 0  # the shared lead: the blocks before the first held alone (a native loop, no tuple of counts)
+        while lead < n and ref[table[lead]] != 1:
+            lead += 1
+        if not lead or lead == n:
             return False
+        for i in range(lead, n):
+            if ref[table[i]] != 1:  # a shared block past one held alone
+                return False
         self.park_shared(seq, key, lead)
         return True
 

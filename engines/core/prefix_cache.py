@@ -259,10 +259,11 @@ class PrefixCachingBlockManager(BlockManager):
         if n == 1 and (free or self._evictable or self.parked.blocks):  # a decode's next block, the most frequent take: the path below, shortened
             if free:
                 b = free.pop()
+                self._ref[b] = 1
             elif self._evictable:  # (blocks freed singly: parks_turns off, the tests' reference books)
-                b = self._evict(1)[0]
+                b = self._evict(1, [])[0]
             else:  # a warm cache's free list is empty: the oldest parked group's next block, as _evict(1) takes it
-                b = self.parked.evict_one()
+                b = self.parked.evict_one()  # (its count stays 1: the group's hold passes to seq)
                 hashes = self._hash
                 h = hashes[b]
                 if self.tier is not None:
@@ -271,46 +272,57 @@ class PrefixCachingBlockManager(BlockManager):
                 hashes[b] = None
                 self.stats.evictions += 1
                 self._version += 1
-            self._ref[b] = 1
             seq.block_table.append(self._id_of[b])
             return
         if n > self.num_free:
             raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {self.num_free} free")
         k = min(n, len(free))
-        taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
-        del free[len(free) - k:]
+        table = seq.block_table
+        if k:  # the free list first, as the plain BlockManager takes it
+            got = free[len(free) - k:]
+            del free[len(free) - k:]
+            ref = self._ref
+            for b in got:
+                ref[b] = 1
+            got.reverse()
+            table += got
         if n > k:  # then the least recently freed cached blocks, their content dropped
-            taken += self._evict(n - k)
-        ref = self._ref
-        for b in taken:
-            ref[b] = 1
-        seq.block_table.extend(taken)
+            self._evict(n - k, table)
 
-    def _evict(self, n: int) -> list[int]:
-        """The n least recently freed cached blocks, content dropped (to the host tier, if any); the caller sets their counts."""
-        evictable, parked = self._evictable, self.parked
+    def _evict(self, n: int, out: list[int]) -> list[int]:
+        """Append the n least recently freed cached blocks to `out`, content dropped (to the host
+        tier, if any), each count 1 (a parked block's is already: its group's hold passes on); `out`."""
+        evictable, parked, ref = self._evictable, self.parked, self._ref
+        hashes, cache, tier = self._hash, self._cache, self.tier
         popitem = evictable.popitem
-        out: list[int] = []
-        while len(out) < n:
+        first, end = len(out), len(out) + n
+        # Without a tier the hashes are dropped as the blocks are taken (one pass over them); a tier
+        # stores them in this order, after.
+        drop = cache if tier is None else None
+        while len(out) < end:
             # Blocks freed singly, as long as they are older than every parked group (stamps rise
             # along the OrderedDict, so the first younger one ends the stretch), then a group's
             oldest = parked.oldest
-            while evictable and len(out) < n:
+            while evictable and len(out) < end:
                 b, stamp = popitem(last=False)
                 if oldest < stamp:  # a parked turn is older: b goes back in front
                     evictable[b] = stamp
                     evictable.move_to_end(b, last=False)
                     break
+                ref[b] = 1
                 out.append(b)
-            if len(out) < n:
-                out += parked.evict(n - len(out))
-        hashes, cache, tier = self._hash, self._cache, self.tier
-        for b in out:
-            h = hashes[b]
-            if tier is not None:  # its KV copied to host memory instead of lost
-                tier.store(h)  # type: ignore[arg-type]
-            del cache[h]  # type: ignore[arg-type]
-            hashes[b] = None
+                if drop is not None:
+                    del drop[hashes[b]]  # type: ignore[arg-type]
+                    hashes[b] = None
+            if len(out) < end:
+                parked.evict(end - len(out), out, drop)
+        if tier is not None:
+            for i in range(first, end):
+                b = out[i]
+                h = hashes[b]
+                tier.store(h)  # type: ignore[arg-type]  # its KV copied to host memory instead of lost
+                del cache[h]  # type: ignore[arg-type]
+                hashes[b] = None
         self.stats.evictions += n
         self._version += 1
         return out
