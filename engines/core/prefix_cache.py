@@ -279,26 +279,21 @@ class PrefixCachingBlockManager(BlockManager):
         k = min(n, len(free))
         table = seq.block_table
         if k:  # the free list first, as the plain BlockManager takes it
-            got = free[len(free) - k:]
+            got, ref = free[len(free) - k:], self._ref
             del free[len(free) - k:]
-            ref = self._ref
             for b in got:
                 ref[b] = 1
-            got.reverse()
-            table += got
-        if n > k:  # then the least recently freed cached blocks, their content dropped
-            self._evict(n - k, table)
+            table += got[::-1]
+        if n > k:
+            self._evict(n - k, table)  # then the least recently freed cached blocks, their content dropped
 
     def _evict(self, n: int, out: list[int]) -> list[int]:
         """Append the n least recently freed cached blocks to `out`, content dropped (to the host
         tier, if any), each count 1 (a parked block's is already: its group's hold passes on); `out`."""
         evictable, parked, ref = self._evictable, self.parked, self._ref
         hashes, cache, tier = self._hash, self._cache, self.tier
-        popitem = evictable.popitem
-        first, end = len(out), len(out) + n
-        # Without a tier the hashes are dropped as the blocks are taken (one pass over them); a tier
-        # stores them in this order, after.
-        drop = cache if tier is None else None
+        popitem, end = evictable.popitem, len(out) + n
+        drop = cache if tier is None else None  # hashes dropped as blocks are taken; a tier's stored after, in order
         while len(out) < end:
             # Blocks freed singly, as long as they are older than every parked group (stamps rise
             # along the OrderedDict, so the first younger one ends the stretch), then a group's
@@ -316,13 +311,10 @@ class PrefixCachingBlockManager(BlockManager):
                     hashes[b] = None
             if len(out) < end:
                 parked.evict(end - len(out), out, drop)
-        if tier is not None:
-            for i in range(first, end):
-                b = out[i]
-                h = hashes[b]
-                tier.store(h)  # type: ignore[arg-type]  # its KV copied to host memory instead of lost
-                del cache[h]  # type: ignore[arg-type]
-                hashes[b] = None
+        for b in out[end - n:] if tier is not None else ():  # their KV copied to host memory instead of lost
+            tier.store(hashes[b])  # type: ignore[union-attr, arg-type]
+            del cache[hashes[b]]  # type: ignore[arg-type]
+            hashes[b] = None
         self.stats.evictions += n
         self._version += 1
         return out
@@ -338,26 +330,22 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is not None and tokens.taken:  # (once: a preempted turn aborted later is freed again)
             taken, tokens.taken = tokens.taken, 0
             start = self.parked.release(tokens.group)
-        if tokens is not None and tokens.continued:  # for the session's next turn
+        continued = tokens is not None and tokens.continued
+        if tokens is not None and continued:  # for the session's next turn
             tokens.freed_table = table
-            if self.parks_turns and table and self.parked.park_turn(seq, stamp, taken, start):
-                seq.block_table = []
-                seq.blocks_hashed = 0
-                return
         if self.parks_turns:
-            self.parked.park_rest(table, stamp)
-            seq.block_table = []
-            seq.blocks_hashed = 0
-            return
-        evictable = self._evictable
-        for b in reversed(table):  # tail first: evicted before the prefix
-            r = ref[b] - 1
-            ref[b] = r
-            if r == 0:
-                if hashes[b] is None:
-                    free.append(b)
-                else:
-                    evictable[b] = stamp
+            if not (continued and table and self.parked.park_turn(seq, stamp, taken, start)):
+                self.parked.park_rest(table, stamp)
+        else:  # (the tests' reference books)
+            evictable = self._evictable
+            for b in reversed(table):  # tail first: evicted before the prefix
+                r = ref[b] - 1
+                ref[b] = r
+                if r == 0:
+                    if hashes[b] is None:
+                        free.append(b)
+                    else:
+                        evictable[b] = stamp
         seq.block_table = []
         seq.blocks_hashed = 0
 
