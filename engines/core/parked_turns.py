@@ -70,8 +70,8 @@ class ParkedTurn:
 class ParkedTurns:
     """The parked groups of one prefix cache (PrefixCachingBlockManager), over its blocks' books."""
 
-    __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "live", "led", "_starts", "_ids", "_ref", "_hash",
-                 "_free", "_id_of")
+    __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "first", "live", "led", "_starts", "_ids", "_ref",
+                 "_hash", "_free", "_id_of")
 
     def __init__(self, ref: list[int], hashes: list[int | None], free: list[int], id_of: list[Any]) -> None:
         """Nothing parked, over the block manager's reference counts, hashes and free list (the same
@@ -85,6 +85,7 @@ class ParkedTurns:
         self.blocks = 0  # blocks parked, over all groups
         self.mark: list[object] = [-1] * len(ref)  # per block: the id of the group that holds it, if `groups` has it
         self.oldest = NONE_PARKED  # the first group's key
+        self.first: ParkedTurn | None = None  # and the group (evictions read it: no iterator over by_key each)
         self.led: dict[int, ParkedTurn] = {}  # id(its table) -> a group parked after a shared lead, until taken back
         self._starts: dict[object, int] = {}  # a live turn's group id -> where its slice starts, if past a shared lead
 
@@ -171,8 +172,9 @@ class ParkedTurns:
         del self.groups[p.id]
         if self.led and self.led.get(id(p.table)) is p:
             del self.led[id(p.table)]
-        if p.key == self.oldest:
-            self.oldest = next(iter(by_key), NONE_PARKED)
+        if p is self.first:
+            self.first = first = next(iter(by_key.values()), None)
+            self.oldest = first.key if first is not None else NONE_PARKED
 
     def evict(self, want: int, out: list[int], cache: dict[Any, Any] | None) -> None:
         """Append up to `want` of the oldest group's blocks to `out`, the next to go first (its table
@@ -180,7 +182,7 @@ class ParkedTurns:
         freed later. Each keeps its reference count, the group's hold, which passes to the taker.
         With `cache` (the block manager's hash table), each block's hash leaves it as the block
         goes (in the same pass, not a second one over `out`)."""
-        p = next(iter(self.by_key.values()))
+        p: ParkedTurn = self.first  # type: ignore[assignment]  # (one is parked: the caller saw blocks)
         mark, table, gid, id_of, hashes = self.mark, p.table, p.id, self._id_of, self._hash
         hi, live, left = p.hi, p.live, want
         while live and left:
@@ -201,7 +203,7 @@ class ParkedTurns:
 
     def evict_one(self) -> int:
         """evict(1), shortened: the oldest group's next block (a warm cache's decode takes one at a time)."""
-        p = next(iter(self.by_key.values()))
+        p: ParkedTurn = self.first  # type: ignore[assignment]
         mark, table, gid = self.mark, p.table, p.id
         hi = p.hi - 1
         while mark[table[hi]] != gid:  # past blocks taken out of it singly
@@ -326,7 +328,7 @@ class ParkedTurns:
     def _add(self, group: ParkedTurn) -> None:
         """A new group, the youngest."""
         if not self.by_key:
-            self.oldest = group.key
+            self.oldest, self.first = group.key, group
         self.by_key[group.key] = group
         self.groups[group.id] = group
         self.blocks += group.live
