@@ -151,14 +151,19 @@ class ParkedTurns:
         by park_rest, read back whole by its next turn), the group goes at once, its blocks keeping
         its id as their mark: an id no group will have again."""
         groups, mark = self.groups, self.mark
-        p = groups[mark[blocks[0]]] if blocks else None
-        if p is not None and p.live == len(blocks) and list(map(mark.__getitem__, blocks)).count(p.id) == len(blocks):
+        if not blocks:
+            return
+        seen = mark[blocks[0]]
+        p = groups[seen]
+        if p.live == len(blocks) and list(map(mark.__getitem__, blocks)).count(p.id) == len(blocks):
             self.blocks -= len(blocks)
             p.live = 0
             self._drop(p)
             return
         for b in blocks:
-            p = groups[mark[b]]
+            if mark[b] is not seen:  # (runs of them share a group)
+                seen = mark[b]
+                p = groups[seen]
             mark[b] = -1
             p.live -= 1
             if not p.live:

@@ -209,13 +209,17 @@ class PrefixCachingBlockManager(BlockManager):
         ref, evictable, parking, parked, id_of = self._ref, self._evictable, self.parked, [], self._id_of
         mark, groups, live = parking.mark, parking.groups, parking.live
         lead, first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else (0, 0)
+        seen, held = None, False  # the last mark read, and whether a group holds it (runs of hits share one)
         for lo, hi in ((0, lead), (first, len(hits))):  # the hits singly: a shared lead, then those past the slice
             for i in range(lo, hi):
                 b = hits[i]
                 if ref[b] == 0:  # evictable singly
                     del evictable[b]
                     ref[b] = 1
-                elif mark[b] in groups:  # parked: its group's reference becomes this sequence's (below, all at once)
+                    continue
+                if mark[b] is not seen:
+                    seen, held = mark[b], mark[b] in groups
+                if held:  # parked: its group's reference becomes this sequence's (below, all at once)
                     parked.append(id_of[b])
                 else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
                     ref[b] += 1
@@ -224,8 +228,7 @@ class PrefixCachingBlockManager(BlockManager):
                         holder.shared = True  # type: ignore[attr-defined]
         parking.unpark(parked)
         seq.block_table.extend(hits)
-        seq.blocks_hashed = len(hits)
-        seq.blocks_unregistered = 0
+        seq.blocks_hashed, seq.blocks_unregistered = len(hits), 0
         if seq.tokens is not None:
             seq.tokens.hint = None  # used: a readmission looks its blocks up in the table
         host = self._host_hits  # set by the lookup just made
@@ -288,8 +291,7 @@ class PrefixCachingBlockManager(BlockManager):
             self._evict(n - k, table)  # then the least recently freed cached blocks, their content dropped
 
     def _evict(self, n: int, out: list[int]) -> list[int]:
-        """Append the n least recently freed cached blocks to `out`, content dropped (to the host
-        tier, if any), each count 1 (a parked block's is already: its group's hold passes on); `out`."""
+        """Append the n least recently freed cached blocks to `out`, content dropped (to the tier, if any), counts 1."""
         evictable, parked, ref = self._evictable, self.parked, self._ref
         hashes, cache, tier = self._hash, self._cache, self.tier
         popitem, end = evictable.popitem, len(out) + n
@@ -346,15 +348,13 @@ class PrefixCachingBlockManager(BlockManager):
                         free.append(b)
                     else:
                         evictable[b] = stamp
-        seq.block_table = []
-        seq.blocks_hashed = 0
+        seq.block_table, seq.blocks_hashed = [], 0
 
     def register(self, seq: Sequence, num_tokens: int | None = None) -> None:
         """Make `seq`'s full, computed (or, to `num_tokens`, scheduled) blocks findable. A block whose
         hash another block already holds (two requests computed the same prefix at once) stays
         unregistered: freed, it goes back to the free list."""
-        tokens = seq.tokens
-        table = seq.block_table
+        tokens, table = seq.tokens, seq.block_table
         n = min((seq.num_computed if num_tokens is None else num_tokens) // self.block_size, len(table))
         first = seq.blocks_hashed
         if tokens is None or first >= n:
