@@ -24,7 +24,7 @@ eviction, the free list) is unmarked, and a turn freed otherwise retires its id 
 a group whose blocks all leave it at once, `unpark`: they keep its id, which no group has again).
 
 `ParkedTurns` owns that state: `by_key` (groups oldest first), `groups` (the same by id),
-`blocks` (parked, over all groups), `mark`, `oldest` (the first group's key), `live` (by id, the
+`blocks` (parked, over all groups), `mark`, `oldest` and `first` (the first group's key, and it), `live` (by id, the
 tokens of the running turn that took that group's slice back: a stranger's hit on one of those
 blocks flags it `shared`, so its free reads their reference counts again) and fresh ids. The
 block manager's own books it updates as a free or an eviction does (reference counts, the free
