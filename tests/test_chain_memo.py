@@ -90,3 +90,18 @@ def test_memo_is_bounded_in_units_and_bytes():
 def test_memo_refuses_a_bound_below_two_entries():
     with pytest.raises(ValueError):
         ChainMemo(2 * ENTRY_WEIGHT - 1)
+
+
+def test_the_written_out_hash_is_pythons_at_every_edge():
+    """chain_memo._chain (CPython's tuple and int hashes in 64-bit arithmetic, what the compiled build
+    runs) gives Python's hash((prev, (seg, o, bs))) for parents at the int hash's edges (the modulus,
+    its multiples, -1's stand-in, the 64-bit ends) and any other, interpreted or compiled."""
+    from engines.core.chain_memo import _chain, _hashed
+    m = (1 << 61) - 1
+    edges = [0, 1, -2, m - 1, m, m + 1, -m, -m - 1, 2 * m, -2 * m, 3 * m + 2, -(1 << 63), (1 << 63) - 1,
+             tokens.ROOT_HASH]
+    rng = random.Random(7)
+    parents = edges + [rng.randint(-(1 << 63), (1 << 63) - 1) for _ in range(300)]
+    for last in parents:
+        seg, off, bs = rng.choice([0, 3, -5, 10**9]), rng.randint(0, 10**5), rng.choice([1, 16, 32])
+        assert _chain(last, seg, off, 4, bs) == _hashed(last, seg, off, 4, bs), last

@@ -22,9 +22,12 @@ memo would (benchmarks/bench_fleet.py's run, counted).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from engines.compiled import mypyc_attr
+
+if TYPE_CHECKING:  # (annotations only, never read at run time: running the source needs no mypy_extensions)
+    from mypy_extensions import i64  # a native 64-bit int in the compiled build (its arithmetic wraps: -fwrapv)
 
 ENTRY_WEIGHT = 8  # an entry's overhead in units of one held hash (about 300 B / 44 B, see above)
 DEFAULT_MAX_WEIGHT = 1 << 19  # units: at most about 23 MB (module docstring)
@@ -57,19 +60,8 @@ class ChainMemo:
             return found
         found = self._old.get(key)
         if found is None:
-            # Any, not int: the compiled build would box each hash twice (into its tuple, into the
-            # list) and seg and bs at every block; as objects each is boxed once. (A plain count:
-            # the compiled build iterates a stepped range as Python objects.)
-            out: list[Any] = []
-            prev: Any = last
-            s: Any = seg
-            size: Any = bs
-            o = off
-            for _ in range(count):
-                prev = hash((prev, (s, o, size)))
-                out.append(prev)
-                o += bs
-            found = tuple(out)
+            native = COMPILED and abs(seg) < _MODULUS and 0 <= off and off + count * bs < _MODULUS  # (ints hashing to themselves)
+            found = tuple(_chain(last, seg, off, count, bs) if native else _hashed(last, seg, off, count, bs))
         self._add(key, found)
         return found
 
@@ -81,3 +73,107 @@ class ChainMemo:
             self._old, self._young, self._weight = self._young, {}, 0
         self._young[key] = chain
         self._weight += w
+
+
+def _hashed(last: int, seg: int, off: int, count: int, bs: int) -> list[Any]:
+    """ChainMemo.chain's hashes by their definition, Python's `hash` of the tuples."""
+    # Any, not int: the compiled build would box each hash twice (into its tuple, into the list) and
+    # seg and bs at every block; as objects each is boxed once. (A plain count: the compiled build
+    # iterates a stepped range as Python objects.)
+    out: list[Any] = []
+    prev: Any = last
+    s: Any = seg
+    size: Any = bs
+    o = off
+    for _ in range(count):
+        prev = hash((prev, (s, o, size)))
+        out.append(prev)
+        o += bs
+    return out
+
+
+# CPython's hash of a tuple (Objects/tupleobject.c, tuplehash: xxHash's round over the items' hashes
+# in unsigned 64-bit arithmetic) and of an int (Python/pyhash.c's definition: sign * (|v| mod 2**61 - 1),
+# -1 read as -2), on 64-bit builds, in i64: the compiled build's arithmetic wraps as the unsigned one
+# does (-fwrapv); the source's ints do not, so each step that may leave 64 bits is wrapped (W below).
+# Written out, not as helpers: the compiled build calls a module's functions through the PLT, and
+# reads a module-level constant past 62 bits as an object, converted at every use.
+_MODULUS: Final = (1 << 61) - 1
+COMPILED: Final = type(_hashed).__name__ != "function"  # whether this module runs compiled (mypyc)
+
+
+def _chain(last: i64, seg: i64, off: i64, count: i64, bs: i64) -> list[Any]:
+    """_hashed's hashes, the same values, without a tuple: hash((prev, (seg, o, bs))) block by block
+    (|seg|, o and bs below the modulus: each hashes to itself). W(x): x - ((((x >> 63) + 1) >> 1) << 64),
+    x modulo 2**64 as a signed value (the shift by 64 as two of 32: by 64 at once is undefined in C)."""
+    p1: i64 = -7046029288634856825  # _PyHASH_XXPRIME_1, 11400714785074694791 - 2**64
+    p2: i64 = -4417276706812531889  # _PyHASH_XXPRIME_2, 14029467366897019727 - 2**64
+    p5: i64 = 2870177450012600261  # _PyHASH_XXPRIME_5
+    m: i64 = 2305843009213693951  # the modulus, 2**61 - 1
+    low: i64 = 0x7FFFFFFF
+    out: list[Any] = []
+    prev: i64 = last
+    inner: i64 = 0
+    h: i64 = 0
+    # the inner tuple's first round (its seg lane) is every block's
+    a = p5 + seg * p2
+    a -= (((a >> 63) + 1) >> 1 << 32) << 32
+    a = (a << 31) | ((a >> 33) & low)
+    a -= (((a >> 63) + 1) >> 1 << 32) << 32
+    a *= p1
+    first = a - ((((a >> 63) + 1) >> 1 << 32) << 32)
+    o = off
+    end = off + count * bs
+    while o < end:  # (not a range: the compiled build would box its counter)
+        a = first
+        a += o * p2
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a = (a << 31) | ((a >> 33) & low)
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a *= p1
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a += bs * p2
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a = (a << 31) | ((a >> 33) & low)
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a *= p1
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a += 3 ^ (p5 ^ 3527539)
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        if a == -1:  # (an if, not a conditional expression: the compiled build would box its value)
+            a = 1546275796
+        inner = a
+        # the outer tuple: hash(prev), then the inner's
+        # (mod m without a division: 2**61 is 1 mod m, so x is (x & m) + (x >> 61) for 0 <= x < 2**63)
+        if prev >= 0:
+            h = (prev & m) + (prev >> 61)
+            if h >= m:
+                h -= m
+        else:
+            u = -(prev + 1)  # |prev| - 1 (-prev overflows at -2**63)
+            h = (u & m) + (u >> 61) + 1
+            if h >= m:
+                h -= m
+            h = -h
+            if h == -1:
+                h = -2
+        a = p5 + h * p2
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a = (a << 31) | ((a >> 33) & low)
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a *= p1
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a += inner * p2
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a = (a << 31) | ((a >> 33) & low)
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a *= p1
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        a += 2 ^ (p5 ^ 3527539)
+        a -= (((a >> 63) + 1) >> 1 << 32) << 32
+        if a == -1:
+            a = 1546275796
+        prev = a
+        out.append(prev)
+        o += bs
+    return out

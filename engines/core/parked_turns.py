@@ -24,7 +24,7 @@ eviction, the free list) is unmarked, and a turn freed otherwise retires its id 
 a group whose blocks all leave it at once, `unpark`: they keep its id, which no group has again).
 
 `ParkedTurns` owns that state: `by_key` (groups oldest first), `groups` (the same by id),
-`blocks` (parked, over all groups), `mark`, `oldest` (the first group's key), `live` (by id, the
+`blocks` (parked, over all groups), `mark`, `oldest` and `first` (the first group's key, and it), `live` (by id, the
 tokens of the running turn that took that group's slice back: a stranger's hit on one of those
 blocks flags it `shared`, so its free reads their reference counts again) and fresh ids. The
 block manager's own books it updates as a free or an eviction does (reference counts, the free
@@ -41,7 +41,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import count
-from operator import itemgetter
 from typing import Any
 
 from engines.compiled import mypyc_attr
@@ -71,8 +70,8 @@ class ParkedTurn:
 class ParkedTurns:
     """The parked groups of one prefix cache (PrefixCachingBlockManager), over its blocks' books."""
 
-    __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "live", "led", "_starts", "_ids", "_ref", "_hash",
-                 "_free", "_id_of")
+    __slots__ = ("by_key", "groups", "blocks", "mark", "oldest", "first", "live", "led", "_starts", "_ids", "_ref",
+                 "_hash", "_free", "_id_of")
 
     def __init__(self, ref: list[int], hashes: list[int | None], free: list[int], id_of: list[Any]) -> None:
         """Nothing parked, over the block manager's reference counts, hashes and free list (the same
@@ -86,6 +85,7 @@ class ParkedTurns:
         self.blocks = 0  # blocks parked, over all groups
         self.mark: list[object] = [-1] * len(ref)  # per block: the id of the group that holds it, if `groups` has it
         self.oldest = NONE_PARKED  # the first group's key
+        self.first: ParkedTurn | None = None  # and the group (evictions read it: no iterator over by_key each)
         self.led: dict[int, ParkedTurn] = {}  # id(its table) -> a group parked after a shared lead, until taken back
         self._starts: dict[object, int] = {}  # a live turn's group id -> where its slice starts, if past a shared lead
 
@@ -151,14 +151,19 @@ class ParkedTurns:
         by park_rest, read back whole by its next turn), the group goes at once, its blocks keeping
         its id as their mark: an id no group will have again."""
         groups, mark = self.groups, self.mark
-        p = groups[mark[blocks[0]]] if blocks else None
-        if p is not None and p.live == len(blocks) and list(map(mark.__getitem__, blocks)).count(p.id) == len(blocks):
+        if not blocks:
+            return
+        seen = mark[blocks[0]]
+        p = groups[seen]
+        if p.live == len(blocks) and list(map(mark.__getitem__, blocks)).count(p.id) == len(blocks):
             self.blocks -= len(blocks)
             p.live = 0
             self._drop(p)
             return
         for b in blocks:
-            p = groups[mark[b]]
+            if mark[b] is not seen:  # (runs of them share a group)
+                seen = mark[b]
+                p = groups[seen]
             mark[b] = -1
             p.live -= 1
             if not p.live:
@@ -172,16 +177,18 @@ class ParkedTurns:
         del self.groups[p.id]
         if self.led and self.led.get(id(p.table)) is p:
             del self.led[id(p.table)]
-        if p.key == self.oldest:
-            self.oldest = next(iter(by_key), NONE_PARKED)
+        if p is self.first:
+            self.first = first = next(iter(by_key.values()), None)
+            self.oldest = first.key if first is not None else NONE_PARKED
 
-    def evict(self, want: int) -> list[int]:
-        """Up to `want` of the oldest group's blocks, the next to go first (its table read tail
-        first, past blocks taken out of it): all of a group's blocks go before anything freed later.
-        Each keeps its reference count, the group's hold: the eviction's taker sets it."""
-        p = next(iter(self.by_key.values()))
-        mark, table, gid, id_of = self.mark, p.table, p.id, self._id_of
-        out: list[int] = []
+    def evict(self, want: int, out: list[int], cache: dict[Any, Any] | None) -> None:
+        """Append up to `want` of the oldest group's blocks to `out`, the next to go first (its table
+        read tail first, past blocks taken out of it): all of a group's blocks go before anything
+        freed later. Each keeps its reference count, the group's hold, which passes to the taker.
+        With `cache` (the block manager's hash table), each block's hash leaves it as the block
+        goes (in the same pass, not a second one over `out`)."""
+        p: ParkedTurn = self.first  # type: ignore[assignment]  # (one is parked: the caller saw blocks)
+        mark, table, gid, id_of, hashes = self.mark, p.table, p.id, self._id_of, self._hash
         hi, live, left = p.hi, p.live, want
         while live and left:
             hi -= 1
@@ -189,17 +196,19 @@ class ParkedTurns:
             if mark[b] == gid:
                 mark[b] = -1
                 out.append(id_of[b])
+                if cache is not None:
+                    del cache[hashes[b]]
+                    hashes[b] = None
                 live -= 1
                 left -= 1
         p.hi, p.live = hi, live
-        self.blocks -= len(out)
+        self.blocks -= want - left
         if not live:
             self._drop(p)
-        return out
 
     def evict_one(self) -> int:
         """evict(1), shortened: the oldest group's next block (a warm cache's decode takes one at a time)."""
-        p = next(iter(self.by_key.values()))
+        p: ParkedTurn = self.first  # type: ignore[assignment]
         mark, table, gid = self.mark, p.table, p.id
         hi = p.hi - 1
         while mark[table[hi]] != gid:  # past blocks taken out of it singly
@@ -221,10 +230,15 @@ class ParkedTurns:
         if self.held_alone(table, start, 0 if seq.tokens.shared else taken):  # type: ignore[union-attr]
             self.park(seq, key, taken, start)
             return True
-        counts = itemgetter(*table)(self._ref) if len(table) > 1 else (self._ref[table[0]],)
-        lead = counts.index(1) if 1 in counts else 0
-        if not lead or counts.count(1) != len(table) - lead:  # (a shared block past one held alone)
+        ref, n = self._ref, len(table)
+        lead = 0  # the shared lead: the blocks before the first held alone (a native loop, no tuple of counts)
+        while lead < n and ref[table[lead]] != 1:
+            lead += 1
+        if not lead or lead == n:
             return False
+        for i in range(lead, n):
+            if ref[table[i]] != 1:  # a shared block past one held alone
+                return False
         self.park_shared(seq, key, lead)
         return True
 
@@ -319,7 +333,7 @@ class ParkedTurns:
     def _add(self, group: ParkedTurn) -> None:
         """A new group, the youngest."""
         if not self.by_key:
-            self.oldest = group.key
+            self.oldest, self.first = group.key, group
         self.by_key[group.key] = group
         self.groups[group.id] = group
         self.blocks += group.live

@@ -209,13 +209,17 @@ class PrefixCachingBlockManager(BlockManager):
         ref, evictable, parking, parked, id_of = self._ref, self._evictable, self.parked, [], self._id_of
         mark, groups, live = parking.mark, parking.groups, parking.live
         lead, first = parking.take_back(seq.tokens, self._hinted) if seq.tokens is not None else (0, 0)
+        seen, held = None, False  # the last mark read, and whether a group holds it (runs of hits share one)
         for lo, hi in ((0, lead), (first, len(hits))):  # the hits singly: a shared lead, then those past the slice
             for i in range(lo, hi):
                 b = hits[i]
                 if ref[b] == 0:  # evictable singly
                     del evictable[b]
                     ref[b] = 1
-                elif mark[b] in groups:  # parked: its group's reference becomes this sequence's (below, all at once)
+                    continue
+                if mark[b] is not seen:
+                    seen, held = mark[b], mark[b] in groups
+                if held:  # parked: its group's reference becomes this sequence's (below, all at once)
                     parked.append(id_of[b])
                 else:  # in use: shared now (a live turn holding a slice it took back learns it: _held_alone)
                     ref[b] += 1
@@ -224,8 +228,7 @@ class PrefixCachingBlockManager(BlockManager):
                         holder.shared = True  # type: ignore[attr-defined]
         parking.unpark(parked)
         seq.block_table.extend(hits)
-        seq.blocks_hashed = len(hits)
-        seq.blocks_unregistered = 0
+        seq.blocks_hashed, seq.blocks_unregistered = len(hits), 0
         if seq.tokens is not None:
             seq.tokens.hint = None  # used: a readmission looks its blocks up in the table
         host = self._host_hits  # set by the lookup just made
@@ -259,10 +262,11 @@ class PrefixCachingBlockManager(BlockManager):
         if n == 1 and (free or self._evictable or self.parked.blocks):  # a decode's next block, the most frequent take: the path below, shortened
             if free:
                 b = free.pop()
+                self._ref[b] = 1
             elif self._evictable:  # (blocks freed singly: parks_turns off, the tests' reference books)
-                b = self._evict(1)[0]
+                b = self._evict(1, [])[0]
             else:  # a warm cache's free list is empty: the oldest parked group's next block, as _evict(1) takes it
-                b = self.parked.evict_one()
+                b = self.parked.evict_one()  # (its count stays 1: the group's hold passes to seq)
                 hashes = self._hash
                 h = hashes[b]
                 if self.tier is not None:
@@ -271,45 +275,47 @@ class PrefixCachingBlockManager(BlockManager):
                 hashes[b] = None
                 self.stats.evictions += 1
                 self._version += 1
-            self._ref[b] = 1
             seq.block_table.append(self._id_of[b])
             return
         if n > self.num_free:
             raise RuntimeError(f"KV over-commit: {seq} needs {n} blocks, {self.num_free} free")
         k = min(n, len(free))
-        taken = free[len(free) - k:][::-1]  # the free list first, as the plain BlockManager takes it
-        del free[len(free) - k:]
-        if n > k:  # then the least recently freed cached blocks, their content dropped
-            taken += self._evict(n - k)
-        ref = self._ref
-        for b in taken:
-            ref[b] = 1
-        seq.block_table.extend(taken)
+        table = seq.block_table
+        if k:  # the free list first, as the plain BlockManager takes it
+            got, ref = free[len(free) - k:], self._ref
+            del free[len(free) - k:]
+            for b in got:
+                ref[b] = 1
+            table += got[::-1]
+        if n > k:
+            self._evict(n - k, table)  # then the least recently freed cached blocks, their content dropped
 
-    def _evict(self, n: int) -> list[int]:
-        """The n least recently freed cached blocks, content dropped (to the host tier, if any); the caller sets their counts."""
-        evictable, parked = self._evictable, self.parked
-        popitem = evictable.popitem
-        out: list[int] = []
-        while len(out) < n:
+    def _evict(self, n: int, out: list[int]) -> list[int]:
+        """Append the n least recently freed cached blocks to `out`, content dropped (to the tier, if any), counts 1."""
+        evictable, parked, ref = self._evictable, self.parked, self._ref
+        hashes, cache, tier = self._hash, self._cache, self.tier
+        popitem, end = evictable.popitem, len(out) + n
+        drop = cache if tier is None else None  # hashes dropped as blocks are taken; a tier's stored after, in order
+        while len(out) < end:
             # Blocks freed singly, as long as they are older than every parked group (stamps rise
             # along the OrderedDict, so the first younger one ends the stretch), then a group's
             oldest = parked.oldest
-            while evictable and len(out) < n:
+            while evictable and len(out) < end:
                 b, stamp = popitem(last=False)
                 if oldest < stamp:  # a parked turn is older: b goes back in front
                     evictable[b] = stamp
                     evictable.move_to_end(b, last=False)
                     break
+                ref[b] = 1
                 out.append(b)
-            if len(out) < n:
-                out += parked.evict(n - len(out))
-        hashes, cache, tier = self._hash, self._cache, self.tier
-        for b in out:
-            h = hashes[b]
-            if tier is not None:  # its KV copied to host memory instead of lost
-                tier.store(h)  # type: ignore[arg-type]
-            del cache[h]  # type: ignore[arg-type]
+                if drop is not None:
+                    del drop[hashes[b]]  # type: ignore[arg-type]
+                    hashes[b] = None
+            if len(out) < end:
+                parked.evict(end - len(out), out, drop)
+        for b in out[end - n:] if tier is not None else ():  # their KV copied to host memory instead of lost
+            tier.store(hashes[b])  # type: ignore[union-attr, arg-type]
+            del cache[hashes[b]]  # type: ignore[arg-type]
             hashes[b] = None
         self.stats.evictions += n
         self._version += 1
@@ -326,35 +332,29 @@ class PrefixCachingBlockManager(BlockManager):
         if tokens is not None and tokens.taken:  # (once: a preempted turn aborted later is freed again)
             taken, tokens.taken = tokens.taken, 0
             start = self.parked.release(tokens.group)
-        if tokens is not None and tokens.continued:  # for the session's next turn
+        continued = tokens is not None and tokens.continued
+        if tokens is not None and continued:  # for the session's next turn
             tokens.freed_table = table
-            if self.parks_turns and table and self.parked.park_turn(seq, stamp, taken, start):
-                seq.block_table = []
-                seq.blocks_hashed = 0
-                return
         if self.parks_turns:
-            self.parked.park_rest(table, stamp)
-            seq.block_table = []
-            seq.blocks_hashed = 0
-            return
-        evictable = self._evictable
-        for b in reversed(table):  # tail first: evicted before the prefix
-            r = ref[b] - 1
-            ref[b] = r
-            if r == 0:
-                if hashes[b] is None:
-                    free.append(b)
-                else:
-                    evictable[b] = stamp
-        seq.block_table = []
-        seq.blocks_hashed = 0
+            if not (continued and table and self.parked.park_turn(seq, stamp, taken, start)):
+                self.parked.park_rest(table, stamp)
+        else:  # (the tests' reference books)
+            evictable = self._evictable
+            for b in reversed(table):  # tail first: evicted before the prefix
+                r = ref[b] - 1
+                ref[b] = r
+                if r == 0:
+                    if hashes[b] is None:
+                        free.append(b)
+                    else:
+                        evictable[b] = stamp
+        seq.block_table, seq.blocks_hashed = [], 0
 
     def register(self, seq: Sequence, num_tokens: int | None = None) -> None:
         """Make `seq`'s full, computed (or, to `num_tokens`, scheduled) blocks findable. A block whose
         hash another block already holds (two requests computed the same prefix at once) stays
         unregistered: freed, it goes back to the free list."""
-        tokens = seq.tokens
-        table = seq.block_table
+        tokens, table = seq.tokens, seq.block_table
         n = min((seq.num_computed if num_tokens is None else num_tokens) // self.block_size, len(table))
         first = seq.blocks_hashed
         if tokens is None or first >= n:

@@ -72,6 +72,8 @@ class TokenIds:
 class Segments:
     __slots__ = ("runs", "hashes", "block_size", "_run", "_offset", "continued", "freed_table", "hint", "inherited",
                  "taken", "group", "shared")
+    runs: tuple[tuple[int, int], ...]  # (declared: __init__ reads `after`'s before it sets its own)
+    block_size: int
 
     def __init__(self, runs: tuple[tuple[int, int], ...], block_size: int, after: Segments | None = None,
                  continued: bool = False) -> None:
@@ -79,9 +81,13 @@ class Segments:
         `continued`: a later turn will continue these (the prefix cache then keeps the blocks
         they held when freed, `freed_table`, for that turn's `hint`)."""
         # (segment id, tokens) in order: the prompt's, then the output's; empty ones dropped (checked
-        # first at C speed: an agent's prompt holds dozens of runs, and all are usually non-empty)
+        # first at C speed: an agent's prompt holds dozens of runs, and all are usually non-empty; those
+        # past `after`'s only, where its runs, all non-empty, lead these)
         runs = tuple(runs)
-        self.runs = runs if not runs or min(map(_length, runs)) > 0 else tuple(r for r in runs if r[1] > 0)
+        n = len(after.runs) if after is not None and after.block_size == block_size else 0
+        led = n > 0 and after is not None and runs[:n] == after.runs
+        rest = runs[n:] if led else runs
+        self.runs = runs if not rest or min(map(_length, rest)) > 0 else tuple(r for r in runs if r[1] > 0)
         self.hashes: list[int] = []
         self.block_size = block_size
         self._run = 0  # where the next block to hash starts: run index and offset in it
@@ -95,8 +101,7 @@ class Segments:
         self.shared = False  # whether another sequence hit one of those blocks since
         if after is not None and after.block_size == block_size:
             self.hint, after.freed_table = after.freed_table, None
-            n = len(after.runs)
-            if self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes,
+            if led or self.runs[:n] == after.runs:  # every token of `after` leads these: so do its blocks' hashes,
                 # handed over, not copied (a day's turns would hold ~300 each twice, every one touched);
                 # `after` hashes again from its first block if ever asked
                 self.hashes, after.hashes = after.hashes, []
