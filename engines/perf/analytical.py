@@ -98,7 +98,7 @@ class PerfModel:
         if self._scalar_rows:
             if type(new_tokens) is tuple and type(context_lens) is tuple:  # a Batch's (the loops'): straight to the pricer
                 try:
-                    return max(self._pricer.stage_times(new_tokens, context_lens))
+                    return self._pricer.iteration_time(new_tokens, context_lens)
                 except TypeError:  # floats: _row_stage_times' way
                     pass
             return max(self._row_stage_times(new_tokens, context_lens))

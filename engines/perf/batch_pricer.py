@@ -29,10 +29,9 @@ from common.errors import HarnessError
 
 from . import operators as ops
 from .coefficients import Coefficients
-from .decode_runs import DecodeRunPricing, slowest_stage
+from .decode_runs import DecodeRunPricing, Shape, slowest_stage
 from .mypyc_options import mypyc_attr
-from .scalar_rows import COMPILED, count_sum, table_sum
-from .split_kv import num_splits
+from .scalar_rows import COMPILED, count_sum, ones_sum, ones_sums, table_sum
 from .vllm_releases import padded
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
@@ -64,7 +63,7 @@ class BatchPricer(DecodeRunPricing):
         self.layers = k.stage_layers
         self.last = k.pp - 1
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
-        self._shapes: dict[tuple[int, int], tuple] = {}
+        self._shapes: dict[int, Shape] = {}  # by tokens << 32 | sequences
         self._by_tokens: dict[int, tuple[float, float, float, float]] = {}  # _shape's parts, per count
         self._by_seqs: dict[int, tuple[float, float]] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
@@ -116,11 +115,11 @@ class BatchPricer(DecodeRunPricing):
         return table
 
     # -- per (tokens, sequences) ---------------------------------------------------------------
-    def _shape(self, tokens: int, seqs: int) -> tuple:
+    def _shape(self, tokens: int, seqs: int) -> Shape:
         """(linear, elementwise, all-reduces of a layer, embedding, LM head, CPU, launches per stage):
         the operations of PerfModel._row_stage_times on Python floats, once per shape, its parts of
         the tokens alone and of the sequences alone once per count (most shapes meet one seen)."""
-        key = (tokens, seqs)
+        key = (tokens << 32) + seqs  # (a batch's sequences: below 2**32)
         got = self._shapes.get(key)
         if got is not None:
             return got
@@ -132,7 +131,7 @@ class BatchPricer(DecodeRunPricing):
         if by_seqs is None:
             by_seqs = self._by_seqs[seqs] = self._seqs_part(float(seqs))
         launches = tuple(k.launch_s(float(seqs), float(tokens), i) for i in range(k.pp)) if k.launch else None
-        got = (*by_tokens, *by_seqs, launches)
+        got = Shape(*by_tokens, *by_seqs, launches)
         if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
             self._shapes.clear()
             self._by_tokens.clear()
@@ -163,9 +162,9 @@ class BatchPricer(DecodeRunPricing):
                    + k.allgather.seconds(s))
         return lm_head, s * k.cpu_per_seq + k.cpu_fixed
 
-    def _stages(self, shape: tuple, attention: float) -> list[float]:
-        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = shape
-        layer = linear + attention + elementwise + tp_comm
+    def _stages(self, shape: Shape, attention: float) -> list[float]:
+        embedding, lm_head, cpu, launches = shape.embedding, shape.lm_head, shape.cpu, shape.launches
+        layer = shape.linear + attention + shape.elementwise + shape.tp_comm
         if not self.last:  # one stage: the loop below's operations for s = 0, in its order
             t = ((self.layers[0] * layer) + embedding) + lm_head
             t = max(t, cpu) if self.overlap else t + cpu
@@ -205,6 +204,69 @@ class BatchPricer(DecodeRunPricing):
         return table
 
     # -- one batch -----------------------------------------------------------------------------
+    def iteration_time(self, new_tokens, context_lens) -> float:
+        """max(stage_times(...)), the slowest stage of one batch (PerfModel.iteration_time). Where
+        compiled, a one-stage model's batch given as tuples of ints is priced in one pass over its
+        items (_one_stage_time): stage_times' operations on native scalars, no lists built."""
+        if COMPILED and not self.last and type(new_tokens) is tuple and type(context_lens) is tuple:
+            try:
+                return self._one_stage_time(new_tokens, context_lens)
+            except TypeError:  # items that are not ints: stage_times' way (and its error)
+                pass
+        return max(self.stage_times(new_tokens, context_lens))
+
+    def _one_stage_time(self, new_tokens: tuple[int, ...], context_lens: tuple[int, ...]) -> float:
+        """stage_times of a one-stage model, its one stage: the items' prefill units, their decodes'
+        count and longest context in one pass, then the decodes' sums (whole numbers, as every
+        attention unit: exact in any order) and the stage's operations in _stages' order."""
+        b = len(new_tokens)
+        if not b or b != len(context_lens):
+            return max(self.stage_times(new_tokens, context_lens))  # (its zeros, its error)
+        tokens = seqs = decodes = 0
+        top = -1
+        units = 0.0
+        for i in range(b):
+            n = new_tokens[i]
+            c = context_lens[i]
+            if n < 0 or c < 0:
+                raise HarnessError(_NEGATIVE)
+            if n == 1:
+                decodes += 1
+                if c > top:
+                    top = c
+            elif n:
+                units += self._prefill_units(float(n), float(c))
+            else:
+                continue
+            tokens += n
+            seqs += 1
+        if not seqs:
+            return 0.0
+        if decodes:
+            if top >= len(self._decode_units):
+                self._grow(top)
+            if decodes < seqs and self.mixed_rows:  # a prefill chunk shares the step (_mixed_decode_units)
+                units += ones_sum(new_tokens, context_lens, self._mixed) + self.decode_fixed
+            else:
+                units += self._decodes_units(new_tokens, context_lens, decodes, top)
+        sh = self._shape(tokens, seqs)
+        layer = sh.linear + units * ops.TIME_QUANTUM_S + sh.elementwise + sh.tp_comm
+        t = ((self.layers[0] * layer) + sh.embedding) + sh.lm_head
+        t = max(t, sh.cpu) if self.overlap else t + sh.cpu
+        return t if sh.launches is None else t + sh.launches[0]
+
+    def _decodes_units(self, new_tokens: tuple[int, ...], context_lens: tuple[int, ...], decodes: int, top: int) -> float:
+        """_decode_units_of the batch's items of one new token (`decodes` of them, the longest at
+        context `top`, within the tables): the per-item sums of the three tables in one pass."""
+        if self.call is None:
+            return ones_sum(new_tokens, context_lens, self._decode_units) + self.decode_fixed
+        units, keys, blocks = ones_sums(new_tokens, context_lens, self._decode_units, self._cached, self._blocks)
+        seqs = float(decodes)
+        splits, n_blocks, waves = self._one_split(decodes, top)
+        if splits != 1:  # the blocks a CTA streams under that many splits
+            blocks = ones_sum(new_tokens, context_lens, self._split_blocks(splits))
+        return (units + self.decode_fixed) + self._split_units(seqs, float(keys) + seqs, blocks, splits, n_blocks, waves)
+
     def stage_times(self, new_tokens, context_lens) -> list[float]:
         """Seconds of each stage of one batch, given as sequences (tuples or lists) of ints."""
         b = len(new_tokens)
@@ -274,22 +336,24 @@ class BatchPricer(DecodeRunPricing):
         if shift and not COMPILED:
             decodes, shift = [c + shift for c in decodes], 0
         units = _sum(self._decode_units, decodes, shift) + self.decode_fixed
-        call = self.call
-        if call is None:
+        if self.call is None:
             return units
         seqs = float(len(decodes))
         if COMPILED:
             keys = float(count_sum(self._cached, decodes, shift)) + seqs
         else:
             keys = float(sum(map(self._cached.__getitem__, decodes)) if self.window is not None else sum(decodes)) + seqs
-        n_blocks = int(self._blocks[top])
-        splits = num_splits(len(decodes) * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
-        waves = math.ceil(seqs * call.ctas_per_seq * splits / call.slots)
-        total = _sum(self._split_blocks(splits), decodes, shift)
-        mean_blocks = total / seqs
+        splits, n_blocks, waves = self._one_split(len(decodes), top)
+        return units + self._split_units(seqs, keys, _sum(self._split_blocks(splits), decodes, shift), splits, n_blocks, waves)
+
+    def _split_units(self, seqs: float, keys: float, blocks: float, splits: int, n_blocks: int, waves: int) -> float:
+        """What the split-KV critical path adds to `seqs` decodes' KV stream of `keys` keys, the
+        longest's `n_blocks` K/V blocks, `blocks` a CTA streams in all (split_kv.DecodeCall.row_units)."""
+        call = self.call
+        mean_blocks = blocks / seqs
         critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
         stream = keys * call._kv_units + seqs * call._qo_units
-        return units + float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
+        return float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
 
     def _mixed_decode_units(self, decodes, shift: int = 0) -> float:
         """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile

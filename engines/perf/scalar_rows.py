@@ -15,7 +15,7 @@ tests/test_perf_scalar_rows.py compares them with the numpy path, bit for bit.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate
 
@@ -38,7 +38,31 @@ def count_sum(table: list[int], items: Sequence[int], shift: int) -> int:
     return total
 
 
-def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[float], base: Sequence[int],
+def ones_sum(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], table: list[float]) -> float:
+    """The sum of table[c] over a batch's items (n, c) with n == 1 (its decodes), left to right."""
+    total = 0.0
+    for i in range(len(new_tokens)):
+        if new_tokens[i] == 1:
+            total += table[context_lens[i]]
+    return total
+
+
+def ones_sums(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], units_t: list[float], keys_t: list[int],
+              blocks_t: list[float]) -> tuple[float, int, float]:
+    """ones_sum of three tables at once: a batch's decodes' units, cached lengths and K/V blocks."""
+    units = 0.0
+    keys = 0
+    blocks = 0.0
+    for i in range(len(new_tokens)):
+        if new_tokens[i] == 1:
+            c = context_lens[i]
+            units += units_t[c]
+            keys += keys_t[c]
+            blocks += blocks_t[c]
+    return units, keys, blocks
+
+
+def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[float], base: tuple[int, ...],
                         lo: int, k: int, seqs: float, waves: float, top: float, block_units: float, kv_units: float,
                         stream_qo: float, combine: float, decode_fixed: float, quantum: float, linear: float,
                         elementwise: float, tp_comm: float, layers: float, embedding: float, lm_head: float,
@@ -48,19 +72,28 @@ def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[
     decode_runs' _one_split_run_units then _run_stages, operation for operation (`keys_t` the
     windowed cached lengths, `blocks_t` the K/V blocks a CTA streams under the run's splits)."""
     per_cta = max(seqs, 1.0)
-    # A cached length and a K/V block count only step up along a run: the cached length by one a
-    # row or not at all (its window's cap), the blocks where the context crosses a block. A sequence
-    # whose first and last rows tell every row's entry (the same; one more key a row; one step of
-    # blocks, found by bisection) is summed in closed form, the others read row by row: the same
-    # sums (whole numbers, exact in any order), at a read a row instead of three.
+    # A decode's units, its cached length and its K/V blocks only grow with its context (the
+    # formulas of operators.attention_units for one new token are nondecreasing in it, and IEEE
+    # products, sums, max and floor keep that order): units stop growing past a sliding window, the
+    # cached length grows by one a row or not at all (its window's cap), the blocks step where the
+    # context crosses a block. A sequence whose first and last rows tell every row's entry (the
+    # same; one more key a row; one step of blocks, found by bisection) is summed in closed form,
+    # the others read row by row: the same sums (whole numbers, exact in any order), at fewer reads.
     last = lo + k - 1
+    units0 = 0.0  # the units of the sequences whose units are the same every row
     keys0 = 0  # row lo's keys of the sequences in closed form
     growing = 0  # how many of them gain a key a row
     blocks0 = 0.0  # row lo's blocks of the sequences in closed form
     steps = [0] * k  # per row, the blocks those gain there
+    read_units: list[int] = []
     read_keys: list[int] = []
     read_blocks: list[int] = []
     for c in base:
+        u0 = units_t[c + lo]
+        if u0 == units_t[c + last]:
+            units0 += u0
+        else:
+            read_units.append(c)
         first = keys_t[c + lo]
         gain = keys_t[c + last] - first
         if gain == 0 or gain == k - 1:
@@ -70,7 +103,16 @@ def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[
             read_keys.append(c)
         b0 = blocks_t[c + lo]
         b1 = blocks_t[c + last]
-        x = c + last if b1 == b0 else bisect_right(blocks_t, b0, c + lo, c + last)  # its first greater entry
+        if b1 == b0:
+            blocks0 += b0
+            continue
+        x_lo, x = c + lo, c + last  # bisect_right(blocks_t, b0, c + lo, c + last): its first greater entry
+        while x_lo < x:
+            mid = (x_lo + x) // 2
+            if b0 < blocks_t[mid]:
+                x = mid
+            else:
+                x_lo = mid + 1
         if blocks_t[x] == b1:
             blocks0 += b0
             steps[x - c - lo] += int(b1 - b0)
@@ -78,8 +120,8 @@ def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[
             read_blocks.append(c)
     stepped = 0
     for i in range(lo, lo + k):
-        units = 0.0
-        for c in base:
+        units = units0
+        for c in read_units:
             units += units_t[c + i]
         keys = keys0 + growing * (i - lo)
         for c in read_keys:
