@@ -31,7 +31,7 @@ from . import operators as ops
 from .coefficients import Coefficients
 from .decode_runs import DecodeRunPricing, Shape, slowest_stage
 from .mypyc_options import mypyc_attr
-from .scalar_rows import COMPILED, count_sum, ones_sum, ones_sums, table_sum
+from .scalar_rows import COMPILED, count_sum, ones_blocks, ones_sum, ones_sums, table_sum
 from .vllm_releases import padded
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
@@ -260,11 +260,11 @@ class BatchPricer(DecodeRunPricing):
         context `top`, within the tables): the per-item sums of the three tables in one pass."""
         if self.call is None:
             return ones_sum(new_tokens, context_lens, self._decode_units) + self.decode_fixed
-        units, keys, blocks = ones_sums(new_tokens, context_lens, self._decode_units, self._cached, self._blocks)
+        units, keys, blocks = ones_sums(new_tokens, context_lens, self._decode_units, self.cap, self.block, 1.0)
         seqs = float(decodes)
         splits, n_blocks, waves = self._one_split(decodes, top)
         if splits != 1:  # the blocks a CTA streams under that many splits
-            blocks = ones_sum(new_tokens, context_lens, self._split_blocks(splits))
+            blocks = ones_blocks(new_tokens, context_lens, self.cap, self.block, float(splits))
         return (units + self.decode_fixed) + self._split_units(seqs, float(keys) + seqs, blocks, splits, n_blocks, waves)
 
     def stage_times(self, new_tokens, context_lens) -> list[float]:
@@ -349,11 +349,10 @@ class BatchPricer(DecodeRunPricing):
     def _split_units(self, seqs: float, keys: float, blocks: float, splits: int, n_blocks: int, waves: int) -> float:
         """What the split-KV critical path adds to `seqs` decodes' KV stream of `keys` keys, the
         longest's `n_blocks` K/V blocks, `blocks` a CTA streams in all (split_kv.DecodeCall.row_units)."""
-        call = self.call
         mean_blocks = blocks / seqs
-        critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
-        stream = keys * call._kv_units + seqs * call._qo_units
-        return float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
+        critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * self.block_units
+        stream = keys * self.kv_units + seqs * self.qo_units
+        return float(math.floor(self.combine_units * (splits > 1) + max(critical - stream, 0.0)))
 
     def _mixed_decode_units(self, decodes, shift: int = 0) -> float:
         """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile

@@ -90,7 +90,16 @@ class DecodeRunPricing:
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
         self._kernel: Any = False  # decode_run_times' compiled run (a Callable, or None): False, not looked up yet
         self._steps: dict[tuple[int, int], np.ndarray] = {}  # _row_steps', per (lo, hi)
-        self._splits: dict[int, int] = {}  # _one_split's split counts, per (sequences, K/V blocks)
+        self._split_rows: list[list[int]] = []  # _one_split's split counts, [sequences][K/V blocks] (0: not yet)
+        call = self.call  # its constants as native fields (a DecodeCall's attributes are read by name)
+        self.ctas_per_seq: int = 0 if call is None else call.ctas_per_seq
+        self.slots: int = 1 if call is None else call.slots
+        self.block: float = 1.0 if call is None else float(call.block)
+        self.block_units: float = 0.0 if call is None else call._block_units
+        self.kv_units: float = 0.0 if call is None else call._kv_units
+        self.qo_units: float = 0.0 if call is None else call._qo_units
+        self.combine_units: float = 0.0 if call is None else call._combine_units
+        self.cap: int = 1 << 60 if self.window is None else self.window - 1  # a context's cached keys: min(c, cap)
 
     def _row_steps(self, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, 1) int64 steps lo..hi-1: a run's contexts are base + these (broadcast). Kept per
@@ -167,7 +176,6 @@ class DecodeRunPricing:
     def _run_list(self, base: tuple[int, ...], lo: int, hi: int) -> list[float]:
         """decode_run_list of a one-stage model's run of ints: its stretches (_stretches') priced in
         scalar_rows, each stretch's constants read once."""
-        call = self.call
         b = len(base)
         longest = base[0]
         for c in base:
@@ -180,8 +188,7 @@ class DecodeRunPricing:
         launch = None if sh.launches is None else sh.launches[0]
         blocks = self._blocks
         end = blocks[longest + hi - 1]
-        block_units, kv_units, qo, combine = call._block_units, call._kv_units, seqs * call._qo_units, call._combine_units
-        layers, quantum = float(self.layers[0]), ops.TIME_QUANTUM_S
+        qo, layers, quantum = seqs * self.qo_units, float(self.layers[0]), ops.TIME_QUANTUM_S
         out: list[float] = []
         i = lo
         while i < hi:
@@ -189,10 +196,11 @@ class DecodeRunPricing:
             j = hi if end == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
             splits, n_blocks, waves = self._one_split(b, longest + i)
             split = float(splits)
-            one_split_run_times(self._decode_units, self._cached, self._split_blocks(splits), base, i, j - i, seqs,
-                                float(waves), float(math.ceil(n_blocks / split)), block_units, kv_units, qo,
-                                combine * (split > 1.0), self.decode_fixed, quantum, sh.linear, sh.elementwise,
-                                sh.tp_comm, layers, sh.embedding, sh.lm_head, sh.cpu, bool(self.overlap), launch, out)
+            one_split_run_times(self._decode_units, base, i, j - i, self.cap, self.block, split, seqs, float(waves),
+                                float(math.ceil(n_blocks / split)), self.block_units, self.kv_units, qo,
+                                self.combine_units * (split > 1.0), self.decode_fixed, quantum, sh.linear,
+                                sh.elementwise, sh.tp_comm, layers, sh.embedding, sh.lm_head, sh.cpu,
+                                bool(self.overlap), launch, out)
             i = j
         return out
 
@@ -220,16 +228,20 @@ class DecodeRunPricing:
     def _one_split(self, b: int, longest: int) -> tuple[int, int, int]:
         """(splits, K/V blocks of the longest context, waves) of a decode batch of b sequences
         whose longest context is `longest`: split_kv.DecodeCall's layout, on Python scalars."""
-        call = self.call
         n_blocks = int(self._blocks[longest])
-        key = (b << 32) + n_blocks  # (n_blocks < 2**32: contexts below 2**39)
-        splits = self._splits.get(key, 0)
-        if not splits:
-            splits = num_splits(b * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
-            if len(self._splits) >= 1 << 16:
-                self._splits.clear()
-            self._splits[key] = splits
-        return splits, n_blocks, math.ceil(float(b) * call.ctas_per_seq * float(splits) / call.slots)
+        rows = self._split_rows
+        if b < 4096 and n_blocks < 65536:  # kept (a few small lists)
+            while len(rows) <= b:
+                rows.append([])
+            row = rows[b]
+            if n_blocks >= len(row):
+                row.extend([0] * (n_blocks + 1 - len(row)))
+            splits = row[n_blocks]
+            if not splits:
+                splits = row[n_blocks] = num_splits(b * self.ctas_per_seq, self.slots, n_blocks) if n_blocks else 1
+        else:
+            splits = num_splits(b * self.ctas_per_seq, self.slots, n_blocks) if n_blocks else 1
+        return splits, n_blocks, math.ceil(float(b) * self.ctas_per_seq * float(splits) / self.slots)
 
     def _one_split_run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
         """_run_units of a run whose longest sequence keeps its K/V block count (the common case:

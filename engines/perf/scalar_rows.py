@@ -38,6 +38,14 @@ def count_sum(table: list[int], items: Sequence[int], shift: int) -> int:
     return total
 
 
+def kv_blocks(x: int, cap: int, block: float, split: float) -> float:
+    """The K/V blocks a CTA streams of a decode at context x under `split` splits, the pricer's
+    tables' entry by their IEEE operations (BatchPricer._grow's ceil((min(x, cap) + 1) / block) of
+    the windowed cached length, then _split_blocks' ceil(that / split)): no table read."""
+    n = float(math.ceil((float(x if x < cap else cap) + 1.0) / block))
+    return n if split == 1.0 else float(math.ceil(n / split))
+
+
 def ones_sum(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], table: list[float]) -> float:
     """The sum of table[c] over a batch's items (n, c) with n == 1 (its decodes), left to right."""
     total = 0.0
@@ -47,9 +55,10 @@ def ones_sum(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], table: 
     return total
 
 
-def ones_sums(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], units_t: list[float], keys_t: list[int],
-              blocks_t: list[float]) -> tuple[float, int, float]:
-    """ones_sum of three tables at once: a batch's decodes' units, cached lengths and K/V blocks."""
+def ones_sums(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], units_t: list[float], cap: int, block: float,
+              split: float) -> tuple[float, int, float]:
+    """Over a batch's decodes: the sums of their units (`units_t`), cached lengths (min(c, cap)) and
+    K/V blocks under `split` splits (kv_blocks)."""
     units = 0.0
     keys = 0
     blocks = 0.0
@@ -57,28 +66,38 @@ def ones_sums(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], units_
         if new_tokens[i] == 1:
             c = context_lens[i]
             units += units_t[c]
-            keys += keys_t[c]
-            blocks += blocks_t[c]
+            keys += c if c < cap else cap
+            blocks += kv_blocks(c, cap, block, split)
     return units, keys, blocks
 
 
-def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[float], base: tuple[int, ...],
-                        lo: int, k: int, seqs: float, waves: float, top: float, block_units: float, kv_units: float,
+def ones_blocks(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], cap: int, block: float, split: float) -> float:
+    """The third of ones_sums alone."""
+    blocks = 0.0
+    for i in range(len(new_tokens)):
+        if new_tokens[i] == 1:
+            blocks += kv_blocks(context_lens[i], cap, block, split)
+    return blocks
+
+
+def one_split_run_times(units_t: list[float], base: tuple[int, ...], lo: int, k: int, cap: int, block: float,
+                        split: float, seqs: float, waves: float, top: float, block_units: float, kv_units: float,
                         stream_qo: float, combine: float, decode_fixed: float, quantum: float, linear: float,
                         elementwise: float, tp_comm: float, layers: float, embedding: float, lm_head: float,
                         cpu: float, overlap: bool, launch: float | None, out: list[float]) -> None:
     """Appends to `out` the seconds of decode-only iterations lo..lo+k-1 of a one-stage model's run
     (contexts base + i) whose longest sequence keeps its K/V block count (one split count):
-    decode_runs' _one_split_run_units then _run_stages, operation for operation (`keys_t` the
-    windowed cached lengths, `blocks_t` the K/V blocks a CTA streams under the run's splits)."""
+    decode_runs' _one_split_run_units then _run_stages, operation for operation (`units_t` the
+    decode units by context; a context's windowed cached length min(c, cap) and its K/V blocks a
+    CTA streams under `split` splits, kv_blocks, worked out as the tables hold them)."""
     per_cta = max(seqs, 1.0)
     # A decode's units, its cached length and its K/V blocks only grow with its context (the
     # formulas of operators.attention_units for one new token are nondecreasing in it, and IEEE
     # products, sums, max and floor keep that order): units stop growing past a sliding window, the
-    # cached length grows by one a row or not at all (its window's cap), the blocks step where the
-    # context crosses a block. A sequence whose first and last rows tell every row's entry (the
-    # same; one more key a row; one step of blocks, found by bisection) is summed in closed form,
-    # the others read row by row: the same sums (whole numbers, exact in any order), at fewer reads.
+    # cached length grows by one a row up to its cap, the blocks step where the context crosses a
+    # block. A sequence whose first and last rows tell every row's entry (the same; one more key a
+    # row; one step of blocks, found by bisection) is summed in closed form, the others row by
+    # row: the same sums (whole numbers, exact in any order), with fewer reads.
     last = lo + k - 1
     units0 = 0.0  # the units of the sequences whose units are the same every row
     keys0 = 0  # row lo's keys of the sequences in closed form
@@ -94,26 +113,26 @@ def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[
             units0 += u0
         else:
             read_units.append(c)
-        first = keys_t[c + lo]
-        gain = keys_t[c + last] - first
-        if gain == 0 or gain == k - 1:
-            keys0 += first
-            growing += gain != 0
+        if c + last <= cap:
+            keys0 += c + lo
+            growing += 1
+        elif c + lo >= cap:
+            keys0 += cap
         else:
             read_keys.append(c)
-        b0 = blocks_t[c + lo]
-        b1 = blocks_t[c + last]
+        b0 = kv_blocks(c + lo, cap, block, split)
+        b1 = kv_blocks(c + last, cap, block, split)
         if b1 == b0:
             blocks0 += b0
             continue
-        x_lo, x = c + lo, c + last  # bisect_right(blocks_t, b0, c + lo, c + last): its first greater entry
+        x_lo, x = c + lo, c + last  # bisect_right over lo..last: the first row with more blocks
         while x_lo < x:
             mid = (x_lo + x) // 2
-            if b0 < blocks_t[mid]:
+            if b0 < kv_blocks(mid, cap, block, split):
                 x = mid
             else:
                 x_lo = mid + 1
-        if blocks_t[x] == b1:
+        if kv_blocks(x, cap, block, split) == b1:
             blocks0 += b0
             steps[x - c - lo] += int(b1 - b0)
         else:
@@ -125,11 +144,11 @@ def one_split_run_times(units_t: list[float], keys_t: list[int], blocks_t: list[
             units += units_t[c + i]
         keys = keys0 + growing * (i - lo)
         for c in read_keys:
-            keys += keys_t[c + i]
+            keys += c + i if c + i < cap else cap
         stepped += steps[i - lo]
         blocks = blocks0 + float(stepped)
         for c in read_blocks:
-            blocks += blocks_t[c + i]
+            blocks += kv_blocks(c + i, cap, block, split)
         bl = blocks / per_cta * waves
         if bl < top:  # np.maximum(top, blocks): equal operands are the same double
             bl = top
