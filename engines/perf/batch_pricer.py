@@ -31,10 +31,11 @@ from . import operators as ops
 from .coefficients import Coefficients
 from .decode_runs import DecodeRunPricing, Shape, slowest_stage
 from .mypyc_options import mypyc_attr
-from .scalar_rows import COMPILED, count_sum, ones_blocks, ones_sum, ones_sums, table_sum
+from .scalar_rows import COMPILED, count_sum, ones_blocks, ones_sum, ones_sums, prefill_units, table_sum
 from .vllm_releases import padded
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
+_SHAPE_ROWS = 1 << 16  # token counts whose shapes are found by a list's index (the rest by a dict's key)
 _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
 _NEGATIVE = "new_tokens and context_lens must be >= 0"
 
@@ -63,7 +64,9 @@ class BatchPricer(DecodeRunPricing):
         self.layers = k.stage_layers
         self.last = k.pp - 1
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
-        self._shapes: dict[int, Shape] = {}  # by tokens << 32 | sequences
+        self._shapes: list[dict[int, Shape] | None] = []  # [tokens] then {sequences: shape}: no key built
+        self._wide: dict[int, dict[int, Shape]] = {}  # the same, of _SHAPE_ROWS tokens or more
+        self._shape_count = 0
         self._by_tokens: dict[int, tuple[float, float, float, float]] = {}  # _shape's parts, per count
         self._by_seqs: dict[int, tuple[float, float]] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
@@ -119,8 +122,8 @@ class BatchPricer(DecodeRunPricing):
         """(linear, elementwise, all-reduces of a layer, embedding, LM head, CPU, launches per stage):
         the operations of PerfModel._row_stage_times on Python floats, once per shape, its parts of
         the tokens alone and of the sequences alone once per count (most shapes meet one seen)."""
-        key = (tokens << 32) + seqs  # (a batch's sequences: below 2**32)
-        got = self._shapes.get(key)
+        row = self._shape_row(tokens)
+        got = row.get(seqs)
         if got is not None:
             return got
         k = self.k
@@ -132,12 +135,30 @@ class BatchPricer(DecodeRunPricing):
             by_seqs = self._by_seqs[seqs] = self._seqs_part(float(seqs))
         launches = tuple(k.launch_s(float(seqs), float(tokens), i) for i in range(k.pp)) if k.launch else None
         got = Shape(*by_tokens, *by_seqs, launches)
-        if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
+        if self._shape_count >= _SHAPE_CACHE_LIMIT:
             self._shapes.clear()
+            self._wide.clear()
             self._by_tokens.clear()
             self._by_seqs.clear()
-        self._shapes[key] = got
+            self._shape_count = 0
+            row = self._shape_row(tokens)
+        row[seqs] = got
+        self._shape_count += 1
         return got
+
+    def _shape_row(self, tokens: int) -> dict[int, Shape]:
+        """_shape's cache of the shapes of `tokens` tokens, by sequences."""
+        rows = self._shapes
+        if tokens < len(rows):
+            row = rows[tokens]
+        elif tokens < _SHAPE_ROWS:
+            rows.extend([None] * (tokens + 1 - len(rows)))
+            row = None
+        else:
+            return self._wide.setdefault(tokens, {})
+        if row is None:
+            row = rows[tokens] = {}
+        return row
 
     def _tokens_part(self, tokens: int) -> tuple[float, float, float, float]:
         """_shape's linear, elementwise, all-reduces of a layer and embedding: of the tokens alone."""
@@ -366,28 +387,8 @@ class BatchPricer(DecodeRunPricing):
         return _sum(self._mixed, decodes, shift) + self.decode_fixed
 
     def _prefill_units(self, n: float, c: float) -> float:
-        """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""
-        w = self.window
-        a = c + n
-        if not self.causal:
-            if w is not None:
-                a = min(a, n + (float(w) - 1.0))
-            pairs = n * a * 2.0
-        elif w is None:
-            pairs = (a + c + 1.0) * n
-        else:
-            wf = float(w)
-            hi = min(a, wf)
-            pairs = hi * (hi + 1.0)
-            lo = min(c, wf)
-            pairs -= (lo + 1.0) * lo
-            beyond = (max(c + n - wf, 0.0) - max(c - wf, 0.0)) * (2.0 * wf)
-            pairs += beyond
-            a = min(c + n, n + (wf - 1.0))
-        a = min(a, n * ops._BIG)
-        pairs *= self.k_pairs
-        a = a * self.k_kv + n * self.k_qo
-        return math.floor(max(pairs, a)) + self.prefill_fixed
+        """operators.attention_units of one item with n >= 2 new tokens (scalar_rows.prefill_units)."""
+        return prefill_units(n, c, self.window, self.causal, self.k_pairs, self.k_kv, self.k_qo, ops._BIG, self.prefill_fixed)
 
 
 def _map_sum(table: list[float], items, shift: int) -> float:

@@ -38,6 +38,33 @@ def count_sum(table: list[int], items: Sequence[int], shift: int) -> int:
     return total
 
 
+def prefill_units(n: float, c: float, w: int | None, causal: bool, k_pairs: float, k_kv: float, k_qo: float,
+                  big: float, fixed: float) -> float:
+    """operators.attention_units of one item with n >= 2 new tokens on context c, on Python floats in
+    its order (`w` the window, the k_ its constants as BatchPricer evaluates them, `big` its _BIG,
+    `fixed` its prefill_fixed_units)."""
+    a = c + n
+    if not causal:
+        if w is not None:
+            a = min(a, n + (float(w) - 1.0))
+        pairs = n * a * 2.0
+    elif w is None:
+        pairs = (a + c + 1.0) * n
+    else:
+        wf = float(w)
+        hi = min(a, wf)
+        pairs = hi * (hi + 1.0)
+        lo = min(c, wf)
+        pairs -= (lo + 1.0) * lo
+        beyond = (max(c + n - wf, 0.0) - max(c - wf, 0.0)) * (2.0 * wf)
+        pairs += beyond
+        a = min(c + n, n + (wf - 1.0))
+    a = min(a, n * big)
+    pairs *= k_pairs
+    a = a * k_kv + n * k_qo
+    return math.floor(max(pairs, a)) + fixed
+
+
 def kv_blocks(x: int, cap: int, block: float, split: float) -> float:
     """The K/V blocks a CTA streams of a decode at context x under `split` splits, the pricer's
     tables' entry by their IEEE operations (BatchPricer._grow's ceil((min(x, cap) + 1) / block) of
@@ -179,16 +206,12 @@ def run_ends(dts: list[float], t: float, horizon: float) -> list[float]:
     loop instead of accumulate's list and a key call per probe."""
     if not COMPILED:  # interpreted, a loop costs more than accumulate and bisect in C (and numpy's cumsum
         # more than both on a run of ~40 floats: its per-call cost)
-        ends = list(accumulate(dts, initial=t))
-        del ends[0]
-        if math.isfinite(horizon):
-            del ends[max(1, bisect_left(range(len(ends)), horizon, key=lambda i: ends[i] - dts[i])):]
-        return ends
-    out: list[float] = []
+        return _accumulated_ends(dts, t, horizon)
+    out = [0.0] * len(dts)
     end = t
-    for d in dts:
-        end = end + d
-        out.append(end)
+    for i in range(len(dts)):
+        end = end + dts[i]
+        out[i] = end
     if math.isfinite(horizon):
         lo, hi = 0, len(out)
         while lo < hi:  # bisect_left's probes
@@ -199,3 +222,12 @@ def run_ends(dts: list[float], t: float, horizon: float) -> list[float]:
                 hi = mid
         del out[max(1, lo):]
     return out
+
+
+def _accumulated_ends(dts: list[float], t: float, horizon: float) -> list[float]:
+    """run_ends interpreted (apart: its key's closure would cost the compiled loop an environment a call)."""
+    ends = list(accumulate(dts, initial=t))
+    del ends[0]
+    if math.isfinite(horizon):
+        del ends[max(1, bisect_left(range(len(ends)), horizon, key=lambda i: ends[i] - dts[i])):]
+    return ends
