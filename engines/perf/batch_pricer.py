@@ -31,7 +31,7 @@ from . import operators as ops
 from .coefficients import Coefficients
 from .decode_runs import DecodeRunPricing, Shape, slowest_stage
 from .mypyc_options import mypyc_attr
-from .scalar_rows import COMPILED, count_sum, ones_blocks, ones_sum, ones_sums, prefill_units, table_sum
+from .scalar_rows import COMPILED, DecodeUnits, count_sum, ones_blocks, ones_sum, ones_sums, prefill_units, table_sum
 from .vllm_releases import padded
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
@@ -59,6 +59,8 @@ class BatchPricer(DecodeRunPricing):
         self.k_qo = att.qo_bytes_per_token / att.bandwidth / q
         self.prefill_fixed = float(att.prefill_fixed_units)
         self.decode_fixed = float(att.decode_fixed_units)
+        self.units_at = DecodeUnits(self.window, self.causal, self.k_pairs, self.k_kv, self.k_qo, ops._BIG,
+                                    float(att.decode_seq_units))
         self.call = att.decode_call  # the split-KV decode kernel, or None
         self.mixed_rows = float(att.mixed_decode_rows)  # a decode's query tile in a mixed step, or 0
         self.layers = k.stage_layers
@@ -149,13 +151,11 @@ class BatchPricer(DecodeRunPricing):
     def _shape_row(self, tokens: int) -> dict[int, Shape]:
         """_shape's cache of the shapes of `tokens` tokens, by sequences."""
         rows = self._shapes
-        if tokens < len(rows):
-            row = rows[tokens]
-        elif tokens < _SHAPE_ROWS:
-            rows.extend([None] * (tokens + 1 - len(rows)))
-            row = None
-        else:
+        if tokens >= _SHAPE_ROWS:
             return self._wide.setdefault(tokens, {})
+        if tokens >= len(rows):
+            rows.extend([None] * (tokens + 1 - len(rows)))
+        row = rows[tokens]
         if row is None:
             row = rows[tokens] = {}
         return row
@@ -281,7 +281,7 @@ class BatchPricer(DecodeRunPricing):
         context `top`, within the tables): the per-item sums of the three tables in one pass."""
         if self.call is None:
             return ones_sum(new_tokens, context_lens, self._decode_units) + self.decode_fixed
-        units, keys, blocks = ones_sums(new_tokens, context_lens, self._decode_units, self.cap, self.block, 1.0)
+        units, keys, blocks = ones_sums(new_tokens, context_lens, self.units_at, self.cap, self.block, 1.0)
         seqs = float(decodes)
         splits, n_blocks, waves = self._one_split(decodes, top)
         if splits != 1:  # the blocks a CTA streams under that many splits

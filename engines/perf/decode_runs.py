@@ -23,7 +23,7 @@ import numpy as np
 from . import operators as ops
 from . import run_kernel
 from .mypyc_options import mypyc_attr
-from .scalar_rows import COMPILED, one_split_run_times
+from .scalar_rows import COMPILED, DecodeUnits, one_split_run_times
 from .split_kv import num_splits
 
 # Decode runs a process prices with numpy before the compiled kernel is looked up (run_kernel.py):
@@ -71,6 +71,7 @@ class DecodeRunPricing:
     window: int | None
     decode_fixed: float
     _decode_units: list[float]
+    units_at: DecodeUnits  # _decode_units' entries worked out (scalar_rows)
     _cached: list[int]
     _blocks: list[float]
     _decode_units_arr: np.ndarray
@@ -196,7 +197,7 @@ class DecodeRunPricing:
             j = hi if end == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
             splits, n_blocks, waves = self._one_split(b, longest + i)
             split = float(splits)
-            one_split_run_times(self._decode_units, base, i, j - i, self.cap, self.block, split, seqs, float(waves),
+            one_split_run_times(self.units_at, base, i, j - i, self.cap, self.block, split, seqs, float(waves),
                                 float(math.ceil(n_blocks / split)), self.block_units, self.kv_units, qo,
                                 self.combine_units * (split > 1.0), self.decode_fixed, quantum, sh.linear,
                                 sh.elementwise, sh.tp_comm, layers, sh.embedding, sh.lm_head, sh.cpu,

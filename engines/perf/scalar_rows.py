@@ -19,7 +19,50 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate
 
+from .mypyc_options import mypyc_attr
+
 COMPILED = not __file__.endswith(".py")  # this module's extension module was imported, not its source
+
+
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (as engines/compiled.py's)
+class DecodeUnits:
+    """A decode's attention units at context x, the entry BatchPricer._grow's table holds
+    (operators.attention_units of one new token: prefill_units' operations with n = 1, whose
+    products by n are exact), worked out instead of read: a table of boxed floats out of the
+    cache costs a run's rows more than these dozen operations."""
+
+    def __init__(self, window: int | None, causal: bool, k_pairs: float, k_kv: float, k_qo: float, big: float,
+                 seq_units: float) -> None:
+        self.windowed = window is not None
+        self.wf = 0.0 if window is None else float(window)
+        self.causal = causal
+        self.k_pairs = k_pairs
+        self.k_kv = k_kv
+        self.k_qo = k_qo
+        self.big = big
+        self.seq_units = seq_units  # attention_units' decode_seq_units (adding 0.0 changes no sum here)
+
+    def at(self, x: int) -> float:
+        c = float(x)
+        a = c + 1.0
+        if not self.causal:
+            if self.windowed:
+                a = min(a, 1.0 + (self.wf - 1.0))
+            pairs = a * 2.0
+        elif not self.windowed:
+            pairs = a + c + 1.0
+        else:
+            wf = self.wf
+            hi = min(a, wf)
+            pairs = hi * (hi + 1.0)
+            lo = min(c, wf)
+            pairs -= (lo + 1.0) * lo
+            pairs += (max(c + 1.0 - wf, 0.0) - max(c - wf, 0.0)) * (2.0 * wf)
+            a = min(c + 1.0, 1.0 + (wf - 1.0))
+        a = min(a, self.big)
+        pairs *= self.k_pairs
+        a = a * self.k_kv + self.k_qo
+        return float(math.floor(max(pairs, a))) + self.seq_units
 
 
 def table_sum(table: list[float], items: Sequence[int], shift: int) -> float:
@@ -82,7 +125,7 @@ def ones_sum(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], table: 
     return total
 
 
-def ones_sums(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], units_t: list[float], cap: int, block: float,
+def ones_sums(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], units_t: DecodeUnits, cap: int, block: float,
               split: float) -> tuple[float, int, float]:
     """Over a batch's decodes: the sums of their units (`units_t`), cached lengths (min(c, cap)) and
     K/V blocks under `split` splits (kv_blocks)."""
@@ -92,7 +135,7 @@ def ones_sums(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], units_
     for i in range(len(new_tokens)):
         if new_tokens[i] == 1:
             c = context_lens[i]
-            units += units_t[c]
+            units += units_t.at(c)
             keys += c if c < cap else cap
             blocks += kv_blocks(c, cap, block, split)
     return units, keys, blocks
@@ -107,15 +150,15 @@ def ones_blocks(new_tokens: tuple[int, ...], context_lens: tuple[int, ...], cap:
     return blocks
 
 
-def one_split_run_times(units_t: list[float], base: tuple[int, ...], lo: int, k: int, cap: int, block: float,
+def one_split_run_times(units_t: DecodeUnits, base: tuple[int, ...], lo: int, k: int, cap: int, block: float,
                         split: float, seqs: float, waves: float, top: float, block_units: float, kv_units: float,
                         stream_qo: float, combine: float, decode_fixed: float, quantum: float, linear: float,
                         elementwise: float, tp_comm: float, layers: float, embedding: float, lm_head: float,
                         cpu: float, overlap: bool, launch: float | None, out: list[float]) -> None:
     """Appends to `out` the seconds of decode-only iterations lo..lo+k-1 of a one-stage model's run
     (contexts base + i) whose longest sequence keeps its K/V block count (one split count):
-    decode_runs' _one_split_run_units then _run_stages, operation for operation (`units_t` the
-    decode units by context; a context's windowed cached length min(c, cap) and its K/V blocks a
+    decode_runs' _one_split_run_units then _run_stages, operation for operation (`units_t` a
+    decode's units by context; a context's windowed cached length min(c, cap) and its K/V blocks a
     CTA streams under `split` splits, kv_blocks, worked out as the tables hold them)."""
     per_cta = max(seqs, 1.0)
     # A decode's units, its cached length and its K/V blocks only grow with its context (the
@@ -135,8 +178,8 @@ def one_split_run_times(units_t: list[float], base: tuple[int, ...], lo: int, k:
     read_keys: list[int] = []
     read_blocks: list[int] = []
     for c in base:
-        u0 = units_t[c + lo]
-        if u0 == units_t[c + last]:
+        u0 = units_t.at(c + lo)
+        if u0 == units_t.at(c + last):
             units0 += u0
         else:
             read_units.append(c)
@@ -168,7 +211,7 @@ def one_split_run_times(units_t: list[float], base: tuple[int, ...], lo: int, k:
     for i in range(lo, lo + k):
         units = units0
         for c in read_units:
-            units += units_t[c + i]
+            units += units_t.at(c + i)
         keys = keys0 + growing * (i - lo)
         for c in read_keys:
             keys += c + i if c + i < cap else cap
