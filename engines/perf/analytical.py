@@ -83,6 +83,11 @@ class PerfModel:
         # unless a subclass prices the components its own way.
         self._scalar_rows = type(self)._components is PerfModel._components
         self._pricer = BatchPricer(k, self._expert_gemms_one if k.routing is not None else None) if self._scalar_rows else None
+        # The simulator's calls a decode run straight to the pricer: what the methods below return (unless overridden).
+        for name, direct in (("decode_run_times", "decode_run_list"), ("decode_time_floor", "decode_floor"),
+                             ("alone_decode_times", "alone_decode_times")) if self._scalar_rows else ():
+            if getattr(type(self), name) is getattr(PerfModel, name):
+                setattr(self, name, getattr(self._pricer, direct))
 
     # ------------------------------------------------------------ public API
     def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:

@@ -7,11 +7,11 @@ row, where the arithmetic is nothing. But the price of a batch depends on very l
 * everything outside attention on (tokens, sequences) alone: the GEMMs, elementwise kernels,
   collectives, embedding, LM head, CPU and launch costs are cached per (tokens, sequences);
 * attention on a sum over items of whole TIME_QUANTUM_S units, each a function of the item's
-  (new tokens, context): a decode's units are read from a table by its context, a prefill chunk's
-  computed by `_prefill_units`, the IEEE operations of `operators.attention_units` in the same
-  order, on Python floats;
+  (new tokens, context): a decode's read from a table by its context (or worked out as the table
+  does: scalar_rows.DecodeUnits), a prefill chunk's computed by `_prefill_units`, the IEEE
+  operations of `operators.attention_units` in the same order, on Python floats;
 * the split-KV decode call on the decodes' count, longest context, summed contexts and summed
-  K/V blocks (tables by context again).
+  K/V blocks (tables by context again, or their entries' operations: scalar_rows.kv_blocks).
 
 Sums of whole units are exact in any order (float64 holds them exactly), the per-item and per-shape
 parts are the very operations of the vectorized path, so the result is the same double.
@@ -388,7 +388,7 @@ class BatchPricer(DecodeRunPricing):
 
     def _prefill_units(self, n: float, c: float) -> float:
         """operators.attention_units of one item with n >= 2 new tokens (scalar_rows.prefill_units)."""
-        return prefill_units(n, c, self.window, self.causal, self.k_pairs, self.k_kv, self.k_qo, ops._BIG, self.prefill_fixed)
+        return prefill_units(n, c, self.window, self.causal, self.k_pairs, self.k_kv, self.k_qo, self.units_at.big, self.prefill_fixed)
 
 
 def _map_sum(table: list[float], items, shift: int) -> float:
