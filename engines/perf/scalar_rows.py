@@ -255,7 +255,7 @@ def run_ends(dts: list[float], t: float, horizon: float) -> list[float]:
     for i in range(len(dts)):
         end = end + dts[i]
         out[i] = end
-    if math.isfinite(horizon):
+    if not (math.isinf(horizon) or math.isnan(horizon)):  # math.isfinite, as mypyc compiles these two natively
         lo, hi = 0, len(out)
         while lo < hi:  # bisect_left's probes
             mid = (lo + hi) // 2
