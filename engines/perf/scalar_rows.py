@@ -169,6 +169,8 @@ def one_split_run_times(units_t: DecodeUnits, base: tuple[int, ...], lo: int, k:
     # row; one step of blocks, found by bisection) is summed in closed form, the others row by
     # row: the same sums (whole numbers, exact in any order), with fewer reads.
     last = lo + k - 1
+    windowed, wf, causal, big, seq_units = units_t.windowed, units_t.wf, units_t.causal, units_t.big, units_t.seq_units
+    k_pairs, k_kv, k_qo = units_t.k_pairs, units_t.k_kv, units_t.k_qo
     units0 = 0.0  # the units of the sequences whose units are the same every row
     keys0 = 0  # row lo's keys of the sequences in closed form
     growing = 0  # how many of them gain a key a row
@@ -210,8 +212,22 @@ def one_split_run_times(units_t: DecodeUnits, base: tuple[int, ...], lo: int, k:
     stepped = 0
     for i in range(lo, lo + k):
         units = units0
-        for c in read_units:
-            units += units_t.at(c + i)
+        for c in read_units:  # DecodeUnits.at inlined (its locals hoisted), but for a causal window's longer form
+            cf = float(c + i)
+            a = cf + 1.0
+            if not causal:
+                if windowed:
+                    a = min(a, 1.0 + (wf - 1.0))
+                pairs = a * 2.0
+            elif not windowed:
+                pairs = a + cf + 1.0
+            else:
+                units += units_t.at(c + i)
+                continue
+            a = min(a, big)
+            pairs *= k_pairs
+            a = a * k_kv + k_qo
+            units += float(math.floor(max(pairs, a))) + seq_units
         keys = keys0 + growing * (i - lo)
         for c in read_keys:
             keys += c + i if c + i < cap else cap
