@@ -83,6 +83,11 @@ class PerfModel:
         # unless a subclass prices the components its own way.
         self._scalar_rows = type(self)._components is PerfModel._components
         self._pricer = BatchPricer(k, self._expert_gemms_one if k.routing is not None else None) if self._scalar_rows else None
+        # The simulator's calls a decode run straight to the pricer: what the methods below return (unless overridden).
+        for name, direct in (("decode_run_times", "decode_run_list"), ("decode_time_floor", "decode_floor"),
+                             ("alone_decode_times", "alone_decode_times")) if self._scalar_rows else ():
+            if getattr(type(self), name) is getattr(PerfModel, name):
+                setattr(self, name, getattr(self._pricer, direct))
 
     # ------------------------------------------------------------ public API
     def batch_times(self, new_tokens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
@@ -98,7 +103,7 @@ class PerfModel:
         if self._scalar_rows:
             if type(new_tokens) is tuple and type(context_lens) is tuple:  # a Batch's (the loops'): straight to the pricer
                 try:
-                    return max(self._pricer.stage_times(new_tokens, context_lens))
+                    return self._pricer.iteration_time(new_tokens, context_lens)
                 except TypeError:  # floats: _row_stage_times' way
                     pass
             return max(self._row_stage_times(new_tokens, context_lens))

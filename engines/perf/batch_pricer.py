@@ -7,11 +7,11 @@ row, where the arithmetic is nothing. But the price of a batch depends on very l
 * everything outside attention on (tokens, sequences) alone: the GEMMs, elementwise kernels,
   collectives, embedding, LM head, CPU and launch costs are cached per (tokens, sequences);
 * attention on a sum over items of whole TIME_QUANTUM_S units, each a function of the item's
-  (new tokens, context): a decode's units are read from a table by its context, a prefill chunk's
-  computed by `_prefill_units`, the IEEE operations of `operators.attention_units` in the same
-  order, on Python floats;
+  (new tokens, context): a decode's read from a table by its context (or worked out as the table
+  does: scalar_rows.DecodeUnits), a prefill chunk's computed by `_prefill_units`, the IEEE
+  operations of `operators.attention_units` in the same order, on Python floats;
 * the split-KV decode call on the decodes' count, longest context, summed contexts and summed
-  K/V blocks (tables by context again).
+  K/V blocks (tables by context again, or their entries' operations: scalar_rows.kv_blocks).
 
 Sums of whole units are exact in any order (float64 holds them exactly), the per-item and per-shape
 parts are the very operations of the vectorized path, so the result is the same double.
@@ -29,13 +29,13 @@ from common.errors import HarnessError
 
 from . import operators as ops
 from .coefficients import Coefficients
-from .decode_runs import DecodeRunPricing, slowest_stage
+from .decode_runs import DecodeRunPricing, Shape, slowest_stage
 from .mypyc_options import mypyc_attr
-from .scalar_rows import COMPILED, count_sum, table_sum
-from .split_kv import num_splits
+from .scalar_rows import COMPILED, DecodeUnits, count_sum, ones_blocks, ones_sum, ones_sums, prefill_units, table_sum
 from .vllm_releases import padded
 
 _SHAPE_CACHE_LIMIT = 1 << 18  # (tokens, sequences) entries kept; cleared when full (a few tens of MB)
+_SHAPE_ROWS = 1 << 16  # token counts whose shapes are found by a list's index (the rest by a dict's key)
 _TABLE_MIN = 4096  # context entries a per-context table starts with; doubled as contexts grow
 _NEGATIVE = "new_tokens and context_lens must be >= 0"
 
@@ -59,12 +59,16 @@ class BatchPricer(DecodeRunPricing):
         self.k_qo = att.qo_bytes_per_token / att.bandwidth / q
         self.prefill_fixed = float(att.prefill_fixed_units)
         self.decode_fixed = float(att.decode_fixed_units)
+        self.units_at = DecodeUnits(self.window, self.causal, self.k_pairs, self.k_kv, self.k_qo, ops._BIG,
+                                    float(att.decode_seq_units))
         self.call = att.decode_call  # the split-KV decode kernel, or None
         self.mixed_rows = float(att.mixed_decode_rows)  # a decode's query tile in a mixed step, or 0
         self.layers = k.stage_layers
         self.last = k.pp - 1
         self.overlap = k.overlap_cpu  # async scheduling: the last stage costs max(GPU, CPU)
-        self._shapes: dict[tuple[int, int], tuple] = {}
+        self._shapes: list[dict[int, Shape] | None] = []  # [tokens] then {sequences: shape}: no key built
+        self._wide: dict[int, dict[int, Shape]] = {}  # the same, of _SHAPE_ROWS tokens or more
+        self._shape_count = 0
         self._by_tokens: dict[int, tuple[float, float, float, float]] = {}  # _shape's parts, per count
         self._by_seqs: dict[int, tuple[float, float]] = {}
         # Per context c of a decode: its attention units, its windowed cached length, its K/V blocks.
@@ -116,12 +120,12 @@ class BatchPricer(DecodeRunPricing):
         return table
 
     # -- per (tokens, sequences) ---------------------------------------------------------------
-    def _shape(self, tokens: int, seqs: int) -> tuple:
+    def _shape(self, tokens: int, seqs: int) -> Shape:
         """(linear, elementwise, all-reduces of a layer, embedding, LM head, CPU, launches per stage):
         the operations of PerfModel._row_stage_times on Python floats, once per shape, its parts of
         the tokens alone and of the sequences alone once per count (most shapes meet one seen)."""
-        key = (tokens, seqs)
-        got = self._shapes.get(key)
+        row = self._shape_row(tokens)
+        got = row.get(seqs)
         if got is not None:
             return got
         k = self.k
@@ -132,13 +136,29 @@ class BatchPricer(DecodeRunPricing):
         if by_seqs is None:
             by_seqs = self._by_seqs[seqs] = self._seqs_part(float(seqs))
         launches = tuple(k.launch_s(float(seqs), float(tokens), i) for i in range(k.pp)) if k.launch else None
-        got = (*by_tokens, *by_seqs, launches)
-        if len(self._shapes) >= _SHAPE_CACHE_LIMIT:
+        got = Shape(*by_tokens, *by_seqs, launches)
+        if self._shape_count >= _SHAPE_CACHE_LIMIT:
             self._shapes.clear()
+            self._wide.clear()
             self._by_tokens.clear()
             self._by_seqs.clear()
-        self._shapes[key] = got
+            self._shape_count = 0
+            row = self._shape_row(tokens)
+        row[seqs] = got
+        self._shape_count += 1
         return got
+
+    def _shape_row(self, tokens: int) -> dict[int, Shape]:
+        """_shape's cache of the shapes of `tokens` tokens, by sequences."""
+        rows = self._shapes
+        if tokens >= _SHAPE_ROWS:
+            return self._wide.setdefault(tokens, {})
+        if tokens >= len(rows):
+            rows.extend([None] * (tokens + 1 - len(rows)))
+        row = rows[tokens]
+        if row is None:
+            row = rows[tokens] = {}
+        return row
 
     def _tokens_part(self, tokens: int) -> tuple[float, float, float, float]:
         """_shape's linear, elementwise, all-reduces of a layer and embedding: of the tokens alone."""
@@ -163,9 +183,9 @@ class BatchPricer(DecodeRunPricing):
                    + k.allgather.seconds(s))
         return lm_head, s * k.cpu_per_seq + k.cpu_fixed
 
-    def _stages(self, shape: tuple, attention: float) -> list[float]:
-        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = shape
-        layer = linear + attention + elementwise + tp_comm
+    def _stages(self, shape: Shape, attention: float) -> list[float]:
+        embedding, lm_head, cpu, launches = shape.embedding, shape.lm_head, shape.cpu, shape.launches
+        layer = shape.linear + attention + shape.elementwise + shape.tp_comm
         if not self.last:  # one stage: the loop below's operations for s = 0, in its order
             t = ((self.layers[0] * layer) + embedding) + lm_head
             t = max(t, cpu) if self.overlap else t + cpu
@@ -205,6 +225,69 @@ class BatchPricer(DecodeRunPricing):
         return table
 
     # -- one batch -----------------------------------------------------------------------------
+    def iteration_time(self, new_tokens, context_lens) -> float:
+        """max(stage_times(...)), the slowest stage of one batch (PerfModel.iteration_time). Where
+        compiled, a one-stage model's batch given as tuples of ints is priced in one pass over its
+        items (_one_stage_time): stage_times' operations on native scalars, no lists built."""
+        if COMPILED and not self.last and type(new_tokens) is tuple and type(context_lens) is tuple:
+            try:
+                return self._one_stage_time(new_tokens, context_lens)
+            except TypeError:  # items that are not ints: stage_times' way (and its error)
+                pass
+        return max(self.stage_times(new_tokens, context_lens))
+
+    def _one_stage_time(self, new_tokens: tuple[int, ...], context_lens: tuple[int, ...]) -> float:
+        """stage_times of a one-stage model, its one stage: the items' prefill units, their decodes'
+        count and longest context in one pass, then the decodes' sums (whole numbers, as every
+        attention unit: exact in any order) and the stage's operations in _stages' order."""
+        b = len(new_tokens)
+        if not b or b != len(context_lens):
+            return max(self.stage_times(new_tokens, context_lens))  # (its zeros, its error)
+        tokens = seqs = decodes = 0
+        top = -1
+        units = 0.0
+        for i in range(b):
+            n = new_tokens[i]
+            c = context_lens[i]
+            if n < 0 or c < 0:
+                raise HarnessError(_NEGATIVE)
+            if n == 1:
+                decodes += 1
+                if c > top:
+                    top = c
+            elif n:
+                units += self._prefill_units(float(n), float(c))
+            else:
+                continue
+            tokens += n
+            seqs += 1
+        if not seqs:
+            return 0.0
+        if decodes:
+            if top >= len(self._decode_units):
+                self._grow(top)
+            if decodes < seqs and self.mixed_rows:  # a prefill chunk shares the step (_mixed_decode_units)
+                units += ones_sum(new_tokens, context_lens, self._mixed) + self.decode_fixed
+            else:
+                units += self._decodes_units(new_tokens, context_lens, decodes, top)
+        sh = self._shape(tokens, seqs)
+        layer = sh.linear + units * ops.TIME_QUANTUM_S + sh.elementwise + sh.tp_comm
+        t = ((self.layers[0] * layer) + sh.embedding) + sh.lm_head
+        t = max(t, sh.cpu) if self.overlap else t + sh.cpu
+        return t if sh.launches is None else t + sh.launches[0]
+
+    def _decodes_units(self, new_tokens: tuple[int, ...], context_lens: tuple[int, ...], decodes: int, top: int) -> float:
+        """_decode_units_of the batch's items of one new token (`decodes` of them, the longest at
+        context `top`, within the tables): the per-item sums of the three tables in one pass."""
+        if self.call is None:
+            return ones_sum(new_tokens, context_lens, self._decode_units) + self.decode_fixed
+        units, keys, blocks = ones_sums(new_tokens, context_lens, self.units_at, self.cap, self.block, 1.0)
+        seqs = float(decodes)
+        splits, n_blocks, waves = self._one_split(decodes, top)
+        if splits != 1:  # the blocks a CTA streams under that many splits
+            blocks = ones_blocks(new_tokens, context_lens, self.cap, self.block, float(splits))
+        return (units + self.decode_fixed) + self._split_units(seqs, float(keys) + seqs, blocks, splits, n_blocks, waves)
+
     def stage_times(self, new_tokens, context_lens) -> list[float]:
         """Seconds of each stage of one batch, given as sequences (tuples or lists) of ints."""
         b = len(new_tokens)
@@ -274,22 +357,23 @@ class BatchPricer(DecodeRunPricing):
         if shift and not COMPILED:
             decodes, shift = [c + shift for c in decodes], 0
         units = _sum(self._decode_units, decodes, shift) + self.decode_fixed
-        call = self.call
-        if call is None:
+        if self.call is None:
             return units
         seqs = float(len(decodes))
         if COMPILED:
             keys = float(count_sum(self._cached, decodes, shift)) + seqs
         else:
             keys = float(sum(map(self._cached.__getitem__, decodes)) if self.window is not None else sum(decodes)) + seqs
-        n_blocks = int(self._blocks[top])
-        splits = num_splits(len(decodes) * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
-        waves = math.ceil(seqs * call.ctas_per_seq * splits / call.slots)
-        total = _sum(self._split_blocks(splits), decodes, shift)
-        mean_blocks = total / seqs
-        critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * call._block_units
-        stream = keys * call._kv_units + seqs * call._qo_units
-        return units + float(math.floor(call._combine_units * (splits > 1) + max(critical - stream, 0.0)))
+        splits, n_blocks, waves = self._one_split(len(decodes), top)
+        return units + self._split_units(seqs, keys, _sum(self._split_blocks(splits), decodes, shift), splits, n_blocks, waves)
+
+    def _split_units(self, seqs: float, keys: float, blocks: float, splits: int, n_blocks: int, waves: int) -> float:
+        """What the split-KV critical path adds to `seqs` decodes' KV stream of `keys` keys, the
+        longest's `n_blocks` K/V blocks, `blocks` a CTA streams in all (split_kv.DecodeCall.row_units)."""
+        mean_blocks = blocks / seqs
+        critical = max(float(math.ceil(n_blocks / splits)), waves * mean_blocks) * self.block_units
+        stream = keys * self.kv_units + seqs * self.qo_units
+        return float(math.floor(self.combine_units * (splits > 1) + max(critical - stream, 0.0)))
 
     def _mixed_decode_units(self, decodes, shift: int = 0) -> float:
         """Attention units of the decodes of a step that also holds a prefill chunk, each a query tile
@@ -303,28 +387,8 @@ class BatchPricer(DecodeRunPricing):
         return _sum(self._mixed, decodes, shift) + self.decode_fixed
 
     def _prefill_units(self, n: float, c: float) -> float:
-        """operators.attention_units of one item with n >= 2 new tokens, on Python floats (same order)."""
-        w = self.window
-        a = c + n
-        if not self.causal:
-            if w is not None:
-                a = min(a, n + (float(w) - 1.0))
-            pairs = n * a * 2.0
-        elif w is None:
-            pairs = (a + c + 1.0) * n
-        else:
-            wf = float(w)
-            hi = min(a, wf)
-            pairs = hi * (hi + 1.0)
-            lo = min(c, wf)
-            pairs -= (lo + 1.0) * lo
-            beyond = (max(c + n - wf, 0.0) - max(c - wf, 0.0)) * (2.0 * wf)
-            pairs += beyond
-            a = min(c + n, n + (wf - 1.0))
-        a = min(a, n * ops._BIG)
-        pairs *= self.k_pairs
-        a = a * self.k_kv + n * self.k_qo
-        return math.floor(max(pairs, a)) + self.prefill_fixed
+        """operators.attention_units of one item with n >= 2 new tokens (scalar_rows.prefill_units)."""
+        return prefill_units(n, c, self.window, self.causal, self.k_pairs, self.k_kv, self.k_qo, self.units_at.big, self.prefill_fixed)
 
 
 def _map_sum(table: list[float], items, shift: int) -> float:

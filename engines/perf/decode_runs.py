@@ -23,7 +23,7 @@ import numpy as np
 from . import operators as ops
 from . import run_kernel
 from .mypyc_options import mypyc_attr
-from .scalar_rows import COMPILED, one_split_run_times
+from .scalar_rows import COMPILED, DecodeUnits, one_split_run_times
 from .split_kv import num_splits
 
 # Decode runs a process prices with numpy before the compiled kernel is looked up (run_kernel.py):
@@ -43,6 +43,23 @@ def slowest_stage(stages: np.ndarray) -> np.ndarray:
 
 
 @mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (as engines/compiled.py's)
+class Shape:
+    """What a batch's stage seconds take from its (tokens, sequences) alone (BatchPricer._shape): a
+    layer's linear layers, elementwise kernels and all-reduces, the embedding, the LM head, the CPU
+    and the launches per stage (None: the stack prices none); compiled, read as native fields."""
+
+    def __init__(self, linear: float, elementwise: float, tp_comm: float, embedding: float, lm_head: float,
+                 cpu: float, launches: tuple[float, ...] | None) -> None:
+        self.linear = linear
+        self.elementwise = elementwise
+        self.tp_comm = tp_comm
+        self.embedding = embedding
+        self.lm_head = lm_head
+        self.cpu = cpu
+        self.launches = launches
+
+
+@mypyc_attr(serializable=True, allow_interpreted_subclasses=True)  # (as engines/compiled.py's)
 class DecodeRunPricing:
     """BatchPricer's decode runs (its base: the tables, `_shape` and the attention constants are
     BatchPricer's, declared here for the compiled build's types, engines/compiled.py)."""
@@ -54,13 +71,14 @@ class DecodeRunPricing:
     window: int | None
     decode_fixed: float
     _decode_units: list[float]
+    units_at: DecodeUnits  # _decode_units' entries worked out (scalar_rows)
     _cached: list[int]
     _blocks: list[float]
     _decode_units_arr: np.ndarray
     _cached_arr: np.ndarray
     _blocks_arr: np.ndarray
 
-    def _shape(self, tokens: int, seqs: int) -> tuple:
+    def _shape(self, tokens: int, seqs: int) -> Shape:
         raise NotImplementedError  # BatchPricer's
 
     def _grow(self, top: int) -> None:
@@ -73,6 +91,16 @@ class DecodeRunPricing:
         self._run_tables: dict[int, np.ndarray] = {}  # _run_table's, per split count
         self._kernel: Any = False  # decode_run_times' compiled run (a Callable, or None): False, not looked up yet
         self._steps: dict[tuple[int, int], np.ndarray] = {}  # _row_steps', per (lo, hi)
+        self._split_rows: list[list[int]] = []  # _one_split's split counts, [sequences][K/V blocks] (0: not yet)
+        call = self.call  # its constants as native fields (a DecodeCall's attributes are read by name)
+        self.ctas_per_seq: int = 0 if call is None else call.ctas_per_seq
+        self.slots: int = 1 if call is None else call.slots
+        self.block: float = 1.0 if call is None else float(call.block)
+        self.block_units: float = 0.0 if call is None else call._block_units
+        self.kv_units: float = 0.0 if call is None else call._kv_units
+        self.qo_units: float = 0.0 if call is None else call._qo_units
+        self.combine_units: float = 0.0 if call is None else call._combine_units
+        self.cap: int = 1 << 60 if self.window is None else self.window - 1  # a context's cached keys: min(c, cap)
 
     def _row_steps(self, lo: int, hi: int) -> np.ndarray:
         """(hi - lo, 1) int64 steps lo..hi-1: a run's contexts are base + these (broadcast). Kept per
@@ -121,15 +149,15 @@ class DecodeRunPricing:
         longest = self._cover(base, hi)
         call = self.call
         seqs = float(b)
-        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
-        launch = 0.0 if launches is None else launches[0]
+        sh = self._shape(b, b)
+        launch = 0.0 if sh.launches is None else sh.launches[0]
         out = np.empty(hi - lo)
         for i, j, splits, n_blocks, waves in self._stretches(b, longest, lo, hi):
             split = float(splits)
             run(self._run_table(splits), base, i, j - i, seqs, float(waves), float(math.ceil(n_blocks / split)),
                 call._block_units, call._kv_units, seqs * call._qo_units, call._combine_units * (split > 1.0),
-                self.decode_fixed, ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
-                lm_head, cpu, bool(self.overlap), launch, out[i - lo:j - lo])
+                self.decode_fixed, ops.TIME_QUANTUM_S, sh.linear, sh.elementwise, sh.tp_comm, float(self.layers[0]),
+                sh.embedding, sh.lm_head, sh.cpu, bool(self.overlap), launch, out[i - lo:j - lo])
         return out
 
     def decode_run_list(self, base: Sequence[int], lo: int, hi: int) -> list[float]:
@@ -137,25 +165,44 @@ class DecodeRunPricing:
         one-stage model's run is priced there, a call for each stretch of rows with one K/V block
         count (as decode_run_times' numba kernel: the same doubles), never loading numba."""
         b = len(base)
-        call = self.call
-        if not COMPILED or call is None or len(self.layers) != 1 or b == 0 or hi <= lo:
+        if not COMPILED or self.call is None or len(self.layers) != 1 or b == 0 or hi <= lo:
             return self.decode_run_times(np.asarray(base, dtype=np.int64), lo, hi).tolist()
-        if isinstance(base, np.ndarray):
-            base = base.tolist()
-        longest = max(base)
+        if type(base) is not tuple:
+            base = tuple(base.tolist() if isinstance(base, np.ndarray) else base)
+        try:
+            return self._run_list(base, lo, hi)
+        except TypeError:  # items that are not ints (numpy's): numpy's way
+            return self.decode_run_times(np.asarray(base, dtype=np.int64), lo, hi).tolist()
+
+    def _run_list(self, base: tuple[int, ...], lo: int, hi: int) -> list[float]:
+        """decode_run_list of a one-stage model's run of ints: its stretches (_stretches') priced in
+        scalar_rows, each stretch's constants read once."""
+        b = len(base)
+        longest = base[0]
+        for c in base:
+            if c > longest:
+                longest = c
         if longest + hi - 1 >= len(self._decode_units):
             self._grow(longest + hi - 1)
         seqs = float(b)
-        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
-        launch = None if launches is None else launches[0]
+        sh = self._shape(b, b)
+        launch = None if sh.launches is None else sh.launches[0]
+        blocks = self._blocks
+        end = blocks[longest + hi - 1]
+        qo, layers, quantum = seqs * self.qo_units, float(self.layers[0]), ops.TIME_QUANTUM_S
         out: list[float] = []
-        for i, j, splits, n_blocks, waves in self._stretches(b, longest, lo, hi):
+        i = lo
+        while i < hi:
+            n = blocks[longest + i]
+            j = hi if end == n else bisect_right(blocks, n, longest + i, longest + hi) - longest
+            splits, n_blocks, waves = self._one_split(b, longest + i)
             split = float(splits)
-            one_split_run_times(self._decode_units, self._cached, self._split_blocks(splits), base, i, j - i, seqs,
-                                float(waves), float(math.ceil(n_blocks / split)), call._block_units, call._kv_units,
-                                seqs * call._qo_units, call._combine_units * (split > 1.0), self.decode_fixed,
-                                ops.TIME_QUANTUM_S, linear, elementwise, tp_comm, float(self.layers[0]), embedding,
-                                lm_head, cpu, bool(self.overlap), launch, out)
+            one_split_run_times(self.units_at, base, i, j - i, self.cap, self.block, split, seqs, float(waves),
+                                float(math.ceil(n_blocks / split)), self.block_units, self.kv_units, qo,
+                                self.combine_units * (split > 1.0), self.decode_fixed, quantum, sh.linear,
+                                sh.elementwise, sh.tp_comm, layers, sh.embedding, sh.lm_head, sh.cpu,
+                                bool(self.overlap), launch, out)
+            i = j
         return out
 
     def _stretches(self, b: int, longest: int, lo: int, hi: int) -> list[tuple[int, int, int, int, int]]:
@@ -182,10 +229,20 @@ class DecodeRunPricing:
     def _one_split(self, b: int, longest: int) -> tuple[int, int, int]:
         """(splits, K/V blocks of the longest context, waves) of a decode batch of b sequences
         whose longest context is `longest`: split_kv.DecodeCall's layout, on Python scalars."""
-        call = self.call
         n_blocks = int(self._blocks[longest])
-        splits = num_splits(b * call.ctas_per_seq, call.slots, n_blocks) if n_blocks else 1
-        return splits, n_blocks, math.ceil(float(b) * call.ctas_per_seq * float(splits) / call.slots)
+        rows = self._split_rows
+        if b < 4096 and n_blocks < 65536:  # kept (a few small lists)
+            while len(rows) <= b:
+                rows.append([])
+            row = rows[b]
+            if n_blocks >= len(row):
+                row.extend([0] * (n_blocks + 1 - len(row)))
+            splits = row[n_blocks]
+            if not splits:
+                splits = row[n_blocks] = num_splits(b * self.ctas_per_seq, self.slots, n_blocks) if n_blocks else 1
+        else:
+            splits = num_splits(b * self.ctas_per_seq, self.slots, n_blocks) if n_blocks else 1
+        return splits, n_blocks, math.ceil(float(b) * self.ctas_per_seq * float(splits) / self.slots)
 
     def _one_split_run_units(self, base: np.ndarray, lo: int, hi: int, longest: int) -> np.ndarray:
         """_run_units of a run whose longest sequence keeps its K/V block count (the common case:
@@ -242,9 +299,10 @@ class DecodeRunPricing:
         block_units, kv_units, qo = call._block_units, call._kv_units, seqs * call._qo_units
         combine = call._combine_units * (split > 1.0)
         fixed, q = self.decode_fixed, ops.TIME_QUANTUM_S
-        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        sh = self._shape(b, b)
+        linear, elementwise, tp_comm, embedding, lm_head, cpu = sh.linear, sh.elementwise, sh.tp_comm, sh.embedding, sh.lm_head, sh.cpu
         layers, overlap = self.layers[0], self.overlap
-        launch = None if launches is None else launches[0]
+        launch = None if sh.launches is None else sh.launches[0]
         out = []
         for u, kv, bl in zip(units, keys, blocks):
             bl = bl / per_cta * waves
@@ -303,7 +361,9 @@ class DecodeRunPricing:
     def _run_stages(self, attention: np.ndarray, b: int, k: int) -> np.ndarray:
         """(k, pp) stage seconds of decode-only rows of b sequences, given each row's attention
         (consumed: a one-stage model sums in it, commuting the first sum and product, exact)."""
-        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = self._shape(b, b)
+        sh = self._shape(b, b)
+        linear, elementwise, tp_comm, embedding, lm_head, cpu, launches = (
+            sh.linear, sh.elementwise, sh.tp_comm, sh.embedding, sh.lm_head, sh.cpu, sh.launches)
         if len(self.layers) == 1:
             t = attention
             t += linear
