@@ -80,7 +80,7 @@ def test_without_numba_decode_runs_are_numpys(monkeypatch):
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_a_decode_runs_first_row_is_its_first_iteration_and_the_floor_is_below_both(name):
-    """What the simulator's decode run relies on (loop._decode_run): the run's first row is the
+    """What the simulator's decode run relies on (stepping._decode_run): the run's first row is the
     first iteration's own time, and decode_time_floor(b) never exceeds a decode batch of b."""
     p = MODELS[name]
     for base, lo, hi in short_runs(np.random.default_rng(11), 200):
@@ -94,7 +94,7 @@ def test_a_decode_runs_first_row_is_its_first_iteration_and_the_floor_is_below_b
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_a_lone_decode_is_priced_from_its_context_table_as_alone_and_in_a_run(name):
-    """alone_decode_times (loop._decode_run slices a lone sequence's run from it): entry c is the
+    """alone_decode_times (stepping._decode_run slices a lone sequence's run from it): entry c is the
     iteration of one decode at context c priced alone, and row c - lo of any run of it from lo."""
     p = MODELS[name]
     table = p.alone_decode_times(9000)
@@ -148,7 +148,7 @@ def test_a_timer_without_the_floor_keeps_its_fast_path():
 
 @pytest.mark.parametrize("rate", [2.0, 40.0])
 def test_a_simulation_is_the_same_with_and_without_the_floor(rate):
-    """Decode runs cut by arrivals (loop._decode_run): priced up to the floor's bound and cut (a
+    """Decode runs cut by arrivals (stepping._decode_run): priced up to the floor's bound and cut (a
     lone sequence's sliced from its context table), or bounded by their first iteration priced
     alone first, the records are the same bit for bit (a run's rows priced from anywhere but its
     first iteration, or a lone run's slice off by a context, fail this)."""

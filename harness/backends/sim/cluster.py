@@ -5,7 +5,7 @@ arrival is routed at its arrival time to one instance (`engines.routers`), from 
 can see then: each instance's requests outstanding (routed, not finished by the arrival) and its
 KV blocks in use as of its first iteration boundary at or after the arrival (the moment the
 request can join it). Before each routing decision every instance is advanced to that arrival
-with the single-engine loop's own stepper (`loop.step_until`), so an
+with the single-engine loop's own stepper (`stepping.step_until`), so an
 instance's records are exactly those of a single-engine run of the requests routed to it
 (tests/test_sim_cluster.py). A router that ignores state (round robin) is applied up front and
 each instance then runs once to the end. A pipeline-parallel instance runs `pipeline.Pipeline`
@@ -55,10 +55,10 @@ class _Instance:
         self.t = 0.0
         self.stuck = False  # schedule() returned nothing at self.t and nothing changed since
         self.pipe = Pipeline(self, timer, pp, fast_forward, np.inf) if pp > 1 else None  # type: ignore[arg-type]
-        self.halt: Callable[[], bool] | None = None  # read by loop.step_until (sessions: see simulate_cluster_sessions)
+        self.halt: Callable[[], bool] | None = None  # read by stepping.step_until (sessions: see simulate_cluster_sessions)
         self.instance_id: int | None = None  # in a fleet that changes (autoscale.py): its start order
 
-    # -- what Pipeline and loop.step_until read of its run --------------------------------------
+    # -- what Pipeline and stepping.step_until read of its run -----------------------------------
     @property
     def line(self):
         return self.run.line
@@ -106,7 +106,7 @@ class _Instance:
         return InstanceState(self.routed - done, blocks.num_used, blocks.num_blocks, instance_id=self.instance_id)
 
     def advance(self, until: float, limit: float, final: bool) -> None:
-        """Step as a single-engine run does (`loop.step_until`) until the first iteration boundary
+        """Step as a single-engine run does (`stepping.step_until`) until the first iteration boundary
         at or after min(until, limit), or until idle with nothing routed to come (resumable)."""
         stop = min(until, limit)
         if self.pipe is not None:
